@@ -1,0 +1,48 @@
+"""Reconciler: every minute, fire due timers and re-drive stalled runs (idempotent sweeps)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from durable_agents.deployment import Settings, build_runtime
+from durable_agents.reconciler import sweep
+from durable_agents.runtime import Runtime
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+
+_runtime: Runtime | None = None
+_settings: Settings | None = None
+
+
+def get_runtime() -> tuple[Runtime, Settings]:
+    """Builds the runtime once per execution environment."""
+    global _runtime, _settings  # noqa: PLW0603 - one runtime per execution environment
+    if _runtime is None or _settings is None:
+        _settings = Settings.from_env()
+        _runtime = build_runtime(_settings, logger=logger)
+    return _runtime, _settings
+
+
+@metrics.log_metrics(raise_on_empty_metrics=False)
+@tracer.capture_lambda_handler(capture_response=False)
+@logger.inject_lambda_context(clear_state=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Runs one sweep and reports what it did."""
+    runtime, settings = get_runtime()
+    report = sweep(
+        runtime,
+        stall_after_ms=settings.stall_after_seconds * 1000,
+        remaining_ms=context.get_remaining_time_in_millis,
+    )
+    metrics.add_metric(name="TimersFired", unit=MetricUnit.Count, value=report.timers_fired)
+    metrics.add_metric(name="StalledRunsRedriven", unit=MetricUnit.Count,
+                       value=report.stalled_redriven)
+    logger.info("sweep finished", extra=asdict(report))
+    return asdict(report)

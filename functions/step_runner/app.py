@@ -1,0 +1,73 @@
+"""StepRunner: one ``Step Ready`` event = one durable step of one run.
+
+Load the journal (strongly consistent), replay the agent from the top, execute the first
+unrecorded operation, record it with a conditional write, publish the next ``Step Ready``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.parser import envelopes, parse
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel, Field
+
+from durable_agents.deployment import Settings, build_runtime
+from durable_agents.errors import RunNotFoundError
+from durable_agents.runtime import Runtime
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+
+_runtime: Runtime | None = None
+
+
+class StepReadyDetail(BaseModel):
+    """The detail of a ``Step Ready`` event."""
+
+    run_id: str = Field(min_length=1, max_length=128)
+    reason: str = ""
+
+
+def get_runtime() -> Runtime:
+    """Builds the runtime once per execution environment (on first use, not at import)."""
+    global _runtime  # noqa: PLW0603 - one runtime per Lambda execution environment
+    if _runtime is None:
+        _runtime = build_runtime(Settings.from_env(), logger=logger)
+    return _runtime
+
+
+@metrics.log_metrics(raise_on_empty_metrics=False)
+@tracer.capture_lambda_handler(capture_response=False)
+@logger.inject_lambda_context(clear_state=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Advances one run by one operation.
+
+    Raises:
+        ValidationError: If the event is not a ``Step Ready`` event (it goes to the DLQ).
+        EventPublishError: If the follow-up event could not be published (Lambda retries;
+            nothing recorded is repeated).
+    """
+    detail: StepReadyDetail = parse(
+        event=event, model=StepReadyDetail, envelope=envelopes.EventBridgeEnvelope
+    )
+    logger.append_keys(run_id=detail.run_id)
+    try:
+        outcome = get_runtime().execute(
+            detail.run_id, budget=1, remaining_ms=context.get_remaining_time_in_millis()
+        )
+    except RunNotFoundError:
+        # Retrying cannot make a missing run appear: report and drop the event.
+        logger.warning("Step Ready for an unknown run", extra={"reason": detail.reason})
+        return {"run_id": detail.run_id, "outcome": "not_found", "executed": []}
+    metrics.add_metric(name="OperationsExecuted", unit=MetricUnit.Count,
+                       value=len(outcome.executed))
+    logger.info(
+        "invocation finished",
+        extra={"outcome": outcome.kind.value, "executed": outcome.executed,
+               "detail": outcome.detail},
+    )
+    return {"run_id": detail.run_id, "outcome": outcome.kind.value, "executed": outcome.executed}

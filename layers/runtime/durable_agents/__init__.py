@@ -1,0 +1,91 @@
+"""durable-agents: a durable execution runtime for long-running AI agents on AWS serverless.
+
+The public API is what this module exports; everything else is an implementation detail.
+
+Example:
+    >>> from durable_agents import agent, AgentRegistry
+    >>> registry = AgentRegistry()
+    >>> @agent(name="hello", version="1", registry=registry)
+    ... def hello(ctx, name: str) -> str:
+    ...     greeting = ctx.step(lambda: f"hello, {name}", name="greet")
+    ...     ctx.wait(60, name="pause")
+    ...     return greeting
+"""
+
+from durable_agents.agent import AgentDefinition, AgentRegistry, agent, default_registry
+from durable_agents.clock import Clock, SkipClock, SystemClock
+from durable_agents.context import DurableContext
+from durable_agents.credentials import CredentialProvider, Secret
+from durable_agents.errors import (
+    AgentNotFoundError,
+    ConfigurationError,
+    DurableError,
+    EntryConflictError,
+    IdempotencyConflictError,
+    InvalidNameError,
+    NestedOperationError,
+    PayloadError,
+    ReplayDivergedError,
+    RunNotFoundError,
+    RunStateConflictError,
+    SecretSerializationError,
+    StepError,
+    StepInterruptedError,
+    SuspendExecution,
+    VersionNotDeployedError,
+)
+from durable_agents.events import EventBridgePublisher, EventPublisher, OutgoingEvent
+from durable_agents.journal.memory import InMemoryJournal
+from durable_agents.journal.store import JournalStore
+from durable_agents.models import Entry, EntryType, OpKind, RunHeader, RunStatus
+from durable_agents.retry import NO_RETRY, RetryPolicy
+from durable_agents.runtime import InputValidationError, InvocationOutcome, OutcomeKind, Runtime
+from durable_agents.semantics import StepSemantics
+from durable_agents.versions import VersionBundle
+
+__all__ = [
+    "NO_RETRY",
+    "AgentDefinition",
+    "AgentNotFoundError",
+    "AgentRegistry",
+    "Clock",
+    "ConfigurationError",
+    "CredentialProvider",
+    "DurableContext",
+    "DurableError",
+    "Entry",
+    "EntryConflictError",
+    "EntryType",
+    "EventBridgePublisher",
+    "EventPublisher",
+    "IdempotencyConflictError",
+    "InMemoryJournal",
+    "InputValidationError",
+    "InvalidNameError",
+    "InvocationOutcome",
+    "JournalStore",
+    "NestedOperationError",
+    "OpKind",
+    "OutcomeKind",
+    "OutgoingEvent",
+    "PayloadError",
+    "ReplayDivergedError",
+    "RetryPolicy",
+    "RunHeader",
+    "RunNotFoundError",
+    "RunStateConflictError",
+    "RunStatus",
+    "Runtime",
+    "Secret",
+    "SecretSerializationError",
+    "SkipClock",
+    "StepError",
+    "StepInterruptedError",
+    "StepSemantics",
+    "SuspendExecution",
+    "SystemClock",
+    "VersionBundle",
+    "VersionNotDeployedError",
+    "agent",
+    "default_registry",
+]

@@ -1,0 +1,185 @@
+"""Registering agents: plain Python functions ``(ctx, input) -> output``."""
+
+from __future__ import annotations
+
+import importlib
+import typing
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from durable_agents.errors import AgentNotFoundError, ConfigurationError, VersionNotDeployedError
+from durable_agents.ids import check_name
+from durable_agents.versions import VersionBundle
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+
+@dataclass(frozen=True)
+class AgentDefinition(Generic[In, Out]):
+    """A registered agent.
+
+    Attributes:
+        name: The agent's name (used in ``POST /runs``).
+        versions: The version bundle every run of this definition is pinned to.
+        fn: The agent function ``fn(ctx, input)``.
+        input_type: The input's type (from the annotation), or ``None`` for plain JSON.
+        output_type: The output's type (from the annotation), or ``None`` for plain JSON.
+    """
+
+    name: str
+    versions: VersionBundle
+    fn: Callable[..., Out]
+    input_type: Any = None
+    output_type: Any = None
+
+    @property
+    def version(self) -> str:
+        """The workflow version."""
+        return self.versions.workflow_version
+
+    def __call__(self, ctx: Any, value: In) -> Out:
+        return self.fn(ctx, value)
+
+
+class AgentRegistry:
+    """Agents by name and version; several versions of one agent may be deployed together."""
+
+    def __init__(self) -> None:
+        self._agents: dict[str, dict[str, AgentDefinition[Any, Any]]] = {}
+        self._latest: dict[str, str] = {}
+
+    def add(self, definition: AgentDefinition[Any, Any]) -> None:
+        """Registers ``definition``; the last version added is the one new runs use.
+
+        Raises:
+            ConfigurationError: If the same name and version are registered twice with
+                different functions.
+        """
+        versions = self._agents.setdefault(definition.name, {})
+        existing = versions.get(definition.version)
+        if existing is not None and existing.fn is not definition.fn:
+            same_code = getattr(existing.fn, "__qualname__", None) == getattr(
+                definition.fn, "__qualname__", None
+            ) and getattr(existing.fn, "__module__", None) == getattr(
+                definition.fn, "__module__", None
+            )
+            if not same_code:  # a module re-import re-registers the same function: harmless
+                raise ConfigurationError(
+                    f"agent {definition.name!r} version {definition.version!r} is registered "
+                    "twice with different functions; bump the version"
+                )
+        versions[definition.version] = definition
+        self._latest[definition.name] = definition.version
+
+    def latest(self, name: str) -> AgentDefinition[Any, Any]:
+        """Returns the version new runs of ``name`` start with.
+
+        Raises:
+            AgentNotFoundError: If no agent has that name.
+        """
+        if name not in self._latest:
+            raise AgentNotFoundError(name, known=self.names())
+        return self._agents[name][self._latest[name]]
+
+    def pinned(self, name: str, version: str) -> AgentDefinition[Any, Any]:
+        """Returns the exact version a run is pinned to.
+
+        Raises:
+            AgentNotFoundError: If no agent has that name.
+            VersionNotDeployedError: If that version is not deployed.
+        """
+        versions = self._agents.get(name)
+        if not versions:
+            raise AgentNotFoundError(name, version, known=self.names())
+        if version not in versions:
+            raise VersionNotDeployedError(name, version, sorted(versions))
+        return versions[version]
+
+    def names(self) -> list[str]:
+        """Returns the registered agent names."""
+        return sorted(self._agents)
+
+    def import_modules(self, modules: Iterable[str]) -> None:
+        """Imports agent modules so their ``@agent`` decorators register here.
+
+        Raises:
+            ConfigurationError: If a module cannot be imported.
+        """
+        for module in modules:
+            module = module.strip()
+            if not module:
+                continue
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                raise ConfigurationError(f"cannot import agent module {module!r}: {exc}") from exc
+
+
+default_registry = AgentRegistry()
+
+
+def agent(
+    *,
+    name: str,
+    version: str,
+    prompt_version: str = "none",
+    model_config_version: str = "none",
+    tool_schema_version: str = "none",
+    state_schema_version: str = "1",
+    registry: AgentRegistry | None = None,
+) -> Callable[[Callable[..., Out]], AgentDefinition[Any, Out]]:
+    """Registers a function as a durable agent.
+
+    The function takes ``(ctx, input)``. Input and output are pydantic models or JSON values;
+    annotate them and the runtime validates the input and round-trips the output.
+
+    Args:
+        name: The agent name clients start runs with.
+        version: The workflow version; runs are pinned to it.
+        prompt_version: Version of the prompts the agent uses.
+        model_config_version: Version of the model configuration.
+        tool_schema_version: Version of the tool schemas.
+        state_schema_version: Version of the state the agent records.
+        registry: Where to register (the process-wide default registry if omitted).
+
+    Returns:
+        A decorator producing an ``AgentDefinition``.
+
+    Raises:
+        InvalidNameError: If ``name`` is not a valid name.
+
+    Example:
+        >>> from durable_agents import agent
+        >>> @agent(name="greeter", version="1", registry=AgentRegistry())
+        ... def greeter(ctx, who: str) -> str:
+        ...     return ctx.step(lambda: f"hello {who}", name="greet")
+        >>> greeter.name, greeter.version
+        ('greeter', '1')
+    """
+    check_name(name, "agent")
+    check_name(version, "version")
+    bundle = VersionBundle(
+        workflow_version=version,
+        state_schema_version=state_schema_version,
+        prompt_version=prompt_version,
+        model_config_version=model_config_version,
+        tool_schema_version=tool_schema_version,
+    )
+
+    def decorate(fn: Callable[..., Out]) -> AgentDefinition[Any, Out]:
+        hints = typing.get_type_hints(fn)
+        params = [p for p in fn.__code__.co_varnames[: fn.__code__.co_argcount]]
+        input_type = hints.get(params[1]) if len(params) >= 2 else None
+        definition: AgentDefinition[Any, Out] = AgentDefinition(
+            name=name,
+            versions=bundle,
+            fn=fn,
+            input_type=input_type,
+            output_type=hints.get("return"),
+        )
+        (registry or default_registry).add(definition)
+        return definition
+
+    return decorate

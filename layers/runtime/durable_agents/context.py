@@ -1,0 +1,209 @@
+"""``DurableContext``: what an agent function uses to do anything non-deterministic."""
+
+from __future__ import annotations
+
+import random as _random
+import uuid as _uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from durable_agents.errors import NestedOperationError, ReplayDivergedError
+from durable_agents.ids import check_name, format_position, name_of
+from durable_agents.invocation import Invocation, OpRecord
+from durable_agents.models import OpKind
+from durable_agents.observability import ReplayAwareLogger
+from durable_agents.retry import RetryPolicy
+from durable_agents.semantics import StepSemantics
+
+T = TypeVar("T")
+
+_UUID_NAMESPACE = _uuid.UUID("6f1d7a52-8d1c-4d8e-9a57-1f0f4f6b2c11")
+
+
+class DurableContext:
+    """The handle an agent function receives. Each operation is recorded once and replayed.
+
+    Operation ids are derived from the run and the position in the code path:
+    ``<run_id>:<name>:<n>`` for the n-th operation of the run, and
+    ``<parent op id>/<name>:<n>`` inside a child context. On replay each operation checks that
+    the journal recorded the same kind and name at its position; otherwise
+    ``ReplayDivergedError`` stops the run visibly.
+
+    Attributes:
+        run_id: The id of the run being executed.
+        logger: A logger that stays quiet while recorded operations are being replayed.
+    """
+
+    __slots__ = ("_counter", "_id_prefix", "_inv", "_n_random", "_n_uuid", "_pos_prefix",
+                 "logger", "run_id")
+
+    def __init__(self, invocation: Invocation, *, id_prefix: str, pos_prefix: str, logger: Any):
+        self._inv = invocation
+        self._id_prefix = id_prefix
+        self._pos_prefix = pos_prefix
+        self._counter = 0
+        self._n_uuid = 0
+        self._n_random = 0
+        self.run_id = invocation.run_id
+        self.logger: ReplayAwareLogger = logger
+
+    # -- operations -------------------------------------------------------------------------
+
+    def step(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        name: str | None = None,
+        retry: RetryPolicy | None = None,
+        semantics: StepSemantics = StepSemantics.AT_LEAST_ONCE,
+        result_type: Any = None,
+    ) -> T:
+        """Runs ``fn(*args)`` once and records its result; replays return the record.
+
+        Args:
+            fn: The work: reads, computation, an external call. It must not call ``ctx``.
+            *args: Arguments passed to ``fn`` (not recorded).
+            name: The operation name (defaults to ``fn.__name__``).
+            retry: The retry policy (default: 3 attempts, exponential backoff with jitter).
+            semantics: AT_LEAST_ONCE (an interrupted attempt runs again) or AT_MOST_ONCE
+                (an interrupted attempt is a failure, retried only if the policy lists
+                ``StepInterruptedError``).
+            result_type: The type to validate the recorded result against (defaults to
+                ``fn``'s return annotation).
+
+        Returns:
+            The result, exactly as a replay will return it (serializer round trip).
+
+        Raises:
+            Exception: The step's final error, with the same type and message on every replay.
+            ReplayDivergedError: If the journal recorded another operation at this position.
+
+        Example:
+            >>> def research(ctx, topic: str) -> str:
+            ...     return ctx.step(lambda: topic.upper(), name="shout")
+        """
+        from durable_agents.operations.step import run_step  # noqa: PLC0415 - avoid a cycle
+
+        op_name = check_name(name) if name is not None else name_of(fn)
+        return run_step(self, fn, args, op_name, retry, semantics, result_type)  # type: ignore[no-any-return]
+
+    def wait(self, duration: float | timedelta, *, name: str = "wait") -> None:
+        """Suspends the run for ``duration`` (seconds or a timedelta) without holding compute.
+
+        Raises:
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        from durable_agents.operations.wait import run_wait  # noqa: PLC0415
+
+        seconds = duration.total_seconds() if isinstance(duration, timedelta) else duration
+        run_wait(self, float(seconds), check_name(name))
+
+    def run_in_child_context(
+        self,
+        fn: Callable[[DurableContext], T],
+        *,
+        name: str | None = None,
+        result_type: Any = None,
+    ) -> T:
+        """Runs ``fn(child_ctx)`` as one operation with its own nested operation ids.
+
+        Once the child's result is recorded, replays return it without running ``fn`` again.
+
+        Raises:
+            Exception: The child's final error, re-raised identically on replay.
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        from durable_agents.operations.child import run_child  # noqa: PLC0415
+
+        op_name = check_name(name) if name is not None else name_of(fn)
+        return run_child(self, fn, op_name, result_type)  # type: ignore[no-any-return]
+
+    def now(self) -> datetime:
+        """Returns the current time (UTC), recorded on first execution and replayed after.
+
+        Raises:
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        from durable_agents.operations.now import run_now  # noqa: PLC0415
+
+        return run_now(self)
+
+    def uuid(self) -> _uuid.UUID:
+        """Returns a UUID that is the same on every replay (derived from the position)."""
+        self._n_uuid += 1
+        return _uuid.uuid5(_UUID_NAMESPACE, f"{self._id_prefix}uuid:{self._n_uuid}")
+
+    def random(self) -> float:
+        """Returns a float in [0, 1) that is the same on every replay (seeded by position)."""
+        self._n_random += 1
+        return _random.Random(f"{self._id_prefix}random:{self._n_random}").random()
+
+    # -- plumbing for operation modules ------------------------------------------------------
+
+    @property
+    def invocation(self) -> Invocation:
+        """The invocation this context belongs to (for operation modules)."""
+        return self._inv
+
+    def next_operation(self, kind: OpKind, name: str) -> tuple[str, str, OpRecord | None]:
+        """Allocates the next position and checks the journal's record at it.
+
+        Returns:
+            The position path, the operation id and the record at that position (if any).
+
+        Raises:
+            ReplayDivergedError: If another kind or name is recorded at this position.
+            NestedOperationError: If called from inside a step function.
+        """
+        inv = self._inv
+        if inv.fault is not None:
+            raise inv.fault
+        if inv.in_step:
+            raise NestedOperationError(
+                f"{kind} {name!r} was called inside a step; steps are leaves — call it from "
+                "the agent function or a child context"
+            )
+        self._counter += 1
+        position = format_position(self._pos_prefix, self._counter)
+        op_id = f"{self._id_prefix}{name}:{self._counter}"
+        record = inv.records.get(position)
+        if record is not None and (record.kind is not kind or record.name != name):
+            inv.fault = ReplayDivergedError(
+                record.op_id,
+                recorded_kind=str(record.kind),
+                recorded_name=record.name,
+                requested_kind=str(kind),
+                requested_name=name,
+            )
+            raise inv.fault
+        if record is None or record.result is None:
+            inv.live = True
+        return position, op_id, record
+
+    def child(self, op_id: str, position: str) -> DurableContext:
+        """Returns the nested context of a child operation."""
+        return DurableContext(
+            self._inv, id_prefix=f"{op_id}/", pos_prefix=f"{position}/", logger=self.logger
+        )
+
+    def check_scope_end(self) -> None:
+        """Verifies that the code did not stop short of operations recorded in this scope.
+
+        Raises:
+            ReplayDivergedError: If the journal has an operation after the last one the code
+                asked for (an operation was removed from the code while the run was in flight).
+        """
+        inv = self._inv
+        if inv.fault is not None:
+            raise inv.fault
+        record = inv.records.get(format_position(self._pos_prefix, self._counter + 1))
+        if record is not None:
+            inv.fault = ReplayDivergedError(
+                record.op_id,
+                recorded_kind=str(record.kind),
+                recorded_name=record.name,
+                requested_kind="end",
+                requested_name="(no further operation)",
+            )
+            raise inv.fault

@@ -1,0 +1,96 @@
+"""Wiring for the Lambda handlers: settings read once from the environment, clients made once."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from durable_agents.agent import AgentRegistry, default_registry
+from durable_agents.clock import Clock
+from durable_agents.errors import ConfigurationError
+from durable_agents.events import EventBridgePublisher
+from durable_agents.journal.dynamodb import DynamoDBJournal
+from durable_agents.journal.payloads import S3PayloadStore
+from durable_agents.runtime import Runtime
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What a function needs to know about its deployment.
+
+    Attributes:
+        journal_table: ``JOURNAL_TABLE``: the journal table name.
+        event_bus_name: ``EVENT_BUS_NAME``: the bus for ``Step Ready`` and friends.
+        payload_bucket: ``PAYLOAD_BUCKET``: where oversized values spill (optional).
+        agent_modules: ``AGENT_MODULES``: comma-separated modules whose agents to register.
+        stall_after_seconds: ``STALL_AFTER_SECONDS``: when the reconciler re-drives a quiet
+            RUNNING run.
+    """
+
+    journal_table: str
+    event_bus_name: str
+    payload_bucket: str | None
+    agent_modules: tuple[str, ...]
+    stall_after_seconds: int = 300
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Reads the settings (call it at the handler edge, not at import time).
+
+        Raises:
+            ConfigurationError: If a required variable is missing or malformed.
+        """
+        env = os.environ if env is None else env
+        missing = [name for name in ("JOURNAL_TABLE", "EVENT_BUS_NAME") if not env.get(name)]
+        if missing:
+            raise ConfigurationError(f"missing environment variables: {', '.join(missing)}")
+        try:
+            stall = int(env.get("STALL_AFTER_SECONDS", "300"))
+        except ValueError as exc:
+            raise ConfigurationError("STALL_AFTER_SECONDS must be an integer") from exc
+        return cls(
+            journal_table=env["JOURNAL_TABLE"],
+            event_bus_name=env["EVENT_BUS_NAME"],
+            payload_bucket=env.get("PAYLOAD_BUCKET") or None,
+            agent_modules=tuple(
+                m.strip() for m in env.get("AGENT_MODULES", "").split(",") if m.strip()
+            ),
+            stall_after_seconds=stall,
+        )
+
+
+def build_runtime(
+    settings: Settings,
+    *,
+    session: Any = None,
+    registry: AgentRegistry | None = None,
+    clock: Clock | None = None,
+    logger: Any = None,
+) -> Runtime:
+    """Builds a Runtime on DynamoDB, S3 and EventBridge.
+
+    Args:
+        settings: The deployment settings.
+        session: A boto3 session (a default one if omitted); its clients are made here once.
+        registry: The agent registry (the default one if omitted).
+        clock: The time source.
+        logger: The base logger for agents.
+
+    Raises:
+        ConfigurationError: If an agent module cannot be imported.
+    """
+    import boto3  # noqa: PLC0415 - keep boto3 out of the import path of pure library use
+
+    session = session or boto3.session.Session()
+    payloads = (
+        S3PayloadStore(session.client("s3"), settings.payload_bucket)
+        if settings.payload_bucket
+        else None
+    )
+    store = DynamoDBJournal(session.client("dynamodb"), settings.journal_table, payloads=payloads)
+    publisher = EventBridgePublisher(session.client("events"), settings.event_bus_name)
+    registry = registry or default_registry
+    registry.import_modules(settings.agent_modules)
+    return Runtime(store, registry=registry, publisher=publisher, clock=clock, logger=logger)

@@ -1,0 +1,167 @@
+"""The exception tree of the runtime, organised around what the caller must do.
+
+* ``DurableError`` subclasses describe situations an agent or an API caller can handle.
+* ``SuspendExecution`` is a ``BaseException``: it ends the current invocation (the run waits for
+  a timer, a decision or the next ``Step Ready`` event). It derives from ``BaseException`` so an
+  agent's ``except Exception`` can never swallow it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DurableError(Exception):
+    """Base class of every error raised by durable-agents."""
+
+
+class ConfigurationError(DurableError):
+    """The runtime was wired incorrectly (missing table, unknown agent module, bad option)."""
+
+
+class InvalidNameError(DurableError, ValueError):
+    """An operation or agent name cannot be used in a deterministic operation id."""
+
+
+class AgentNotFoundError(DurableError):
+    """No agent is registered under the requested name (and version)."""
+
+    def __init__(self, name: str, version: str | None = None, known: list[str] | None = None):
+        self.name = name
+        self.version = version
+        self.known = known or []
+        wanted = f"{name!r} version {version!r}" if version else repr(name)
+        super().__init__(f"no agent registered as {wanted}; registered: {self.known or 'none'}")
+
+
+class RunNotFoundError(DurableError):
+    """The journal has no run with this id."""
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+        super().__init__(f"run {run_id!r} not found")
+
+
+class IdempotencyConflictError(DurableError):
+    """A start request reused a client idempotency key with a different input."""
+
+    def __init__(self, key: str, existing_run_id: str):
+        self.key = key
+        self.existing_run_id = existing_run_id
+        super().__init__(
+            f"idempotency key {key!r} was already used for run {existing_run_id!r} "
+            "with a different agent or input"
+        )
+
+
+class EntryConflictError(DurableError):
+    """A conditional journal write lost: an entry already exists at that key.
+
+    This is how two writers racing for the same operation find out that the other one won.
+    ``existing`` is the winner's entry when the backend could return it.
+    """
+
+    def __init__(self, sort_key: str, existing: Any | None = None):
+        self.sort_key = sort_key
+        self.existing = existing
+        super().__init__(f"journal entry {sort_key!r} already exists")
+
+
+class RunStateConflictError(DurableError):
+    """A conditional update of the run header failed: its status is not what was expected."""
+
+    def __init__(self, run_id: str, expected: Any, actual: Any | None = None):
+        self.run_id = run_id
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"run {run_id!r} is in status {actual!r}, expected one of {expected!r}"
+        )
+
+
+class PayloadError(DurableError):
+    """A value cannot be recorded: not serialisable, a secret, or too large for any store.
+
+    Terminal by design: resending the same payload would fail the same way forever.
+    """
+
+
+class SecretSerializationError(PayloadError):
+    """A credential reached the serializer; credentials are never written to the journal."""
+
+
+class ReplayDivergedError(DurableError):
+    """The agent code asked for a different operation than the one recorded at this position.
+
+    The run is paused in a visible state instead of forking. Both sides are carried.
+    """
+
+    def __init__(
+        self,
+        op_id: str,
+        *,
+        recorded_kind: str,
+        recorded_name: str,
+        requested_kind: str,
+        requested_name: str,
+    ):
+        self.op_id = op_id
+        self.recorded_kind = recorded_kind
+        self.recorded_name = recorded_name
+        self.requested_kind = requested_kind
+        self.requested_name = requested_name
+        super().__init__(
+            f"replay diverged at position {op_id!r}: the journal recorded "
+            f"{recorded_kind} {recorded_name!r} but the code asked for "
+            f"{requested_kind} {requested_name!r}"
+        )
+
+
+class NestedOperationError(DurableError):
+    """A durable operation was called inside a step function (steps are leaves)."""
+
+
+class StepError(DurableError):
+    """A recorded step failure whose original exception type cannot be rebuilt here.
+
+    Attributes carry the original type name and message so agent code can still branch on them.
+    """
+
+    def __init__(self, error_type: str, message: str):
+        self.error_type = error_type
+        self.message = message
+        super().__init__(f"{error_type}: {message}")
+
+
+class StepInterruptedError(DurableError):
+    """A step's previous attempt started but never finished (its process died)."""
+
+    def __init__(self, op_id: str, attempt: int):
+        self.op_id = op_id
+        self.attempt = attempt
+        super().__init__(f"attempt {attempt} of {op_id!r} was interrupted before it finished")
+
+
+class VersionNotDeployedError(DurableError):
+    """The run is pinned to an agent version that this deployment does not contain."""
+
+    def __init__(self, agent: str, version: str, deployed: list[str]):
+        self.agent = agent
+        self.version = version
+        self.deployed = deployed
+        super().__init__(
+            f"run is pinned to {agent!r} version {version!r}; deployed versions: {deployed}"
+        )
+
+
+class SuspendExecution(BaseException):  # noqa: N818 - a control-flow signal, not an error
+    """Ends the current invocation; the run continues when the awaited event happens.
+
+    A ``BaseException`` so that ``except Exception`` in agent code cannot swallow it.
+    """
+
+    def __init__(self, reason: str, *, wake_at_ms: int | None = None, detail: str = ""):
+        self.reason = reason
+        self.wake_at_ms = wake_at_ms
+        self.detail = detail
+        super().__init__(f"{reason}: {detail}" if detail else reason)

@@ -1,0 +1,104 @@
+"""Events the runtime publishes on EventBridge, and the publishers that send them."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from durable_agents.errors import DurableError
+
+SOURCE = "durable-agents"
+STEP_READY = "Step Ready"
+RUN_FINISHED = "Run Finished"
+
+
+class EventPublishError(DurableError):
+    """EventBridge refused some events; the caller's invocation fails so it is retried."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingEvent:
+    """One event for the bus.
+
+    Attributes:
+        detail_type: ``Step Ready``, ``Run Finished``, …
+        detail: The JSON detail (never secrets: it goes through the normal serializer rules).
+    """
+
+    detail_type: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def step_ready(run_id: str, reason: str = "") -> OutgoingEvent:
+    """The event that makes a StepRunner execute the run's next operation."""
+    return OutgoingEvent(STEP_READY, {"run_id": run_id, "reason": reason})
+
+
+class EventPublisher(Protocol):
+    """Sends events to the bus."""
+
+    def publish(self, events: Sequence[OutgoingEvent]) -> None:
+        """Publishes ``events``.
+
+        Raises:
+            EventPublishError: If any event was not accepted.
+        """
+        ...
+
+
+class EventBridgePublisher:
+    """Publishes to an EventBridge bus with ``PutEvents`` (10 entries per request).
+
+    Args:
+        client: A boto3 ``events`` client (injected; created once per process by the caller).
+        bus_name: The bus name or ARN.
+    """
+
+    def __init__(self, client: Any, bus_name: str):
+        self._client = client
+        self._bus = bus_name
+
+    def publish(self, events: Sequence[OutgoingEvent]) -> None:
+        """Publishes ``events``.
+
+        Raises:
+            EventPublishError: If EventBridge reports failed entries.
+        """
+        for start in range(0, len(events), 10):
+            batch = events[start : start + 10]
+            response = self._client.put_events(
+                Entries=[
+                    {
+                        "Source": SOURCE,
+                        "DetailType": e.detail_type,
+                        "Detail": json.dumps(e.detail, separators=(",", ":")),
+                        "EventBusName": self._bus,
+                    }
+                    for e in batch
+                ]
+            )
+            if response.get("FailedEntryCount", 0):
+                failed = [r for r in response.get("Entries", []) if r.get("ErrorCode")]
+                raise EventPublishError(f"EventBridge rejected {len(failed)} event(s): {failed}")
+
+
+class CollectingPublisher:
+    """Keeps published events in memory (tests and the in-process harness)."""
+
+    def __init__(self) -> None:
+        self.events: list[OutgoingEvent] = []
+        self._lock = threading.Lock()
+
+    def publish(self, events: Sequence[OutgoingEvent]) -> None:
+        """Appends ``events``."""
+        with self._lock:
+            self.events.extend(events)
+
+    def drain(self) -> list[OutgoingEvent]:
+        """Returns and forgets the events published so far."""
+        with self._lock:
+            events, self.events = self.events, []
+        return events

@@ -1,0 +1,62 @@
+"""Deterministic, readable identifiers derived from a run and a position in the code path."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from durable_agents.errors import InvalidNameError
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,79}$")
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+POSITION_WIDTH = 8
+
+
+def check_name(name: str, what: str = "operation") -> str:
+    """Validates an operation or agent name.
+
+    Names end up in operation ids and idempotency keys, so they are restricted to letters,
+    digits, ``_``, ``.`` and ``-`` (at most 80 characters, starting with a letter or digit).
+
+    Raises:
+        InvalidNameError: If the name does not match.
+    """
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InvalidNameError(
+            f"invalid {what} name {name!r}: use 1-80 of [A-Za-z0-9_.-], starting with a "
+            "letter or digit"
+        )
+    return name
+
+
+def check_run_id(run_id: str) -> str:
+    """Validates a run id.
+
+    Raises:
+        InvalidNameError: If the id does not match ``[A-Za-z0-9][A-Za-z0-9_.-]{0,127}``.
+    """
+    if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
+        raise InvalidNameError(
+            f"invalid run id {run_id!r}: use 1-128 of [A-Za-z0-9_.-], starting with a letter "
+            "or digit"
+        )
+    return run_id
+
+
+def name_of(fn: Callable[..., Any]) -> str:
+    """Derives a stable operation name from a function (its ``__name__``, sanitised).
+
+    Lambdas and other anonymous callables get ``"lambda"``; a name derived this way is checked
+    on replay like an explicit one, so renaming the function is detected as a divergence.
+    """
+    raw = getattr(fn, "__name__", None) or type(fn).__name__
+    if raw == "<lambda>":
+        return "lambda"
+    cleaned = re.sub(r"[^A-Za-z0-9_.\-]", "_", raw).lstrip("_.-") or "step"
+    return cleaned[:80]
+
+
+def format_position(prefix: str, counter: int) -> str:
+    """Returns the sortable position path for the ``counter``-th operation of a scope."""
+    return f"{prefix}{counter:0{POSITION_WIDTH}d}"

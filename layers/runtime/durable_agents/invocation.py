@@ -1,0 +1,224 @@
+"""The state of one invocation: the replayed journal, the step budget and the write helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from durable_agents.clock import Clock
+from durable_agents.errors import RunStateConflictError, SuspendExecution
+from durable_agents.models import (
+    Entry,
+    EntryType,
+    ErrorInfo,
+    OpKind,
+    RunChange,
+    RunHeader,
+    RunSnapshot,
+    RunStatus,
+)
+from durable_agents.serde import decode, rebuild_error
+
+_ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
+
+
+class Reason:
+    """Why an invocation ended early (the ``reason`` of ``SuspendExecution``)."""
+
+    CONTINUE = "continue"
+    """The step budget is spent and more work is ready: publish ``Step Ready``."""
+    TIMER = "timer"
+    """Waiting for a timer or a retry delay (``wake_at_ms``)."""
+    CONTENDED = "contended"
+    """Another invocation holds or already recorded the frontier; it publishes what follows."""
+    EXTERNAL = "external"
+    """Waiting for something outside (a decision, a callback, a child run)."""
+
+
+class InvocationHooks:
+    """Points where tests inject crashes. The default does nothing."""
+
+    def before_execute(self, op_id: str, attempt: int) -> None:
+        """Called after the claim is recorded, before the operation's code runs."""
+
+    def after_execute(self, op_id: str, attempt: int) -> None:
+        """Called after the operation's code returned, before its result is recorded."""
+
+    def after_record(self, op_id: str) -> None:
+        """Called after the operation's result is recorded."""
+
+
+NO_HOOKS = InvocationHooks()
+
+
+@dataclass(slots=True)
+class OpRecord:
+    """Everything the journal holds about one operation (one position)."""
+
+    kind: OpKind
+    name: str
+    op_id: str
+    result: Entry | None = None
+    last_started: Entry | None = None
+    last_failed: Entry | None = None
+    scheduled: Entry | None = None
+    attempts: int = 0
+    entries: list[Entry] = field(default_factory=list)
+
+    def add(self, entry: Entry) -> None:
+        """Folds one entry into the record."""
+        self.entries.append(entry)
+        self.attempts = max(self.attempts, entry.attempt)
+        if entry.type.is_result:
+            self.result = entry
+        elif entry.type is EntryType.STARTED:
+            if self.last_started is None or entry.attempt > self.last_started.attempt:
+                self.last_started = entry
+        elif entry.type is EntryType.ATTEMPT_FAILED:
+            if self.last_failed is None or entry.attempt > self.last_failed.attempt:
+                self.last_failed = entry
+        elif entry.type is EntryType.SCHEDULED:
+            self.scheduled = entry
+
+
+def group_entries(entries: Sequence[Entry]) -> dict[str, OpRecord]:
+    """Groups journal entries by position."""
+    records: dict[str, OpRecord] = {}
+    for entry in entries:
+        record = records.get(entry.position)
+        if record is None:
+            record = records[entry.position] = OpRecord(entry.kind, entry.name, entry.op_id)
+        record.add(entry)
+    return records
+
+
+@dataclass(frozen=True, slots=True)
+class Suspension:
+    """What a suspending commit records in the run header."""
+
+    wake_at_ms: int | None
+    waiting_on: dict[str, Any]
+
+
+class Invocation:
+    """One pass of an agent function over its journal.
+
+    Attributes:
+        live: False while the code is still replaying recorded operations; True from the first
+            operation that is not recorded (the frontier). The replay-aware logger keys on it.
+        budget: How many operations may still execute in this invocation (None = unlimited).
+        executed: Operation ids executed (not replayed) in this invocation.
+        fault: A replay divergence found in this invocation; once set, every further
+            operation raises it again so agent code cannot continue past it.
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        snapshot: RunSnapshot,
+        *,
+        clock: Clock,
+        budget: int | None,
+        lease_ms: int,
+        hooks: InvocationHooks = NO_HOOKS,
+    ):
+        self.store = store
+        self.header: RunHeader = snapshot.header
+        self.run_id = snapshot.header.run_id
+        self.records = group_entries(snapshot.entries)
+        self.clock = clock
+        self.budget = budget
+        self.lease_ms = lease_ms
+        self.hooks = hooks
+        self.live = not self.records
+        self.executed: list[str] = []
+        self.fault: BaseException | None = None
+        self.in_step = False
+
+    def now_ms(self) -> int:
+        """The injected clock's time."""
+        return self.clock.now_ms()
+
+    def entry(
+        self,
+        position: str,
+        op_id: str,
+        kind: OpKind,
+        name: str,
+        type_: EntryType,
+        **fields: Any,
+    ) -> Entry:
+        """Builds an entry of this run stamped with the current time."""
+        return Entry(
+            run_id=self.run_id,
+            position=position,
+            op_id=op_id,
+            kind=kind,
+            name=name,
+            type=type_,
+            recorded_at_ms=self.now_ms(),
+            **fields,
+        )
+
+    def take_budget(self, op_id: str) -> None:
+        """Spends one unit of the step budget, or ends the invocation if none is left.
+
+        Raises:
+            SuspendExecution: With reason CONTINUE when the budget is spent.
+        """
+        if self.budget is not None:
+            if self.budget <= 0:
+                raise SuspendExecution(Reason.CONTINUE, detail=f"next operation {op_id}")
+            self.budget -= 1
+        self.executed.append(op_id)
+
+    def has_budget(self) -> bool:
+        """Whether another operation may execute in this invocation."""
+        return self.budget is None or self.budget > 0
+
+    def commit(self, entries: Sequence[Entry], suspension: Suspension | None = None) -> None:
+        """Records entries, suspending the run or waking it up in the same write.
+
+        The first write of an invocation that resumes a SUSPENDED run also sets it RUNNING, so
+        a resume costs no extra request.
+
+        Raises:
+            EntryConflictError: If another writer recorded one of the entries first.
+            SuspendExecution: With reason CONTENDED if the run left RUNNING/SUSPENDED meanwhile
+                (paused or finished by someone else).
+        """
+        now = self.now_ms()
+        change: RunChange | None = None
+        if suspension is not None:
+            change = RunChange(
+                expected=_ACTIVE,
+                status=RunStatus.SUSPENDED,
+                updated_at_ms=now,
+                wake_at_ms=suspension.wake_at_ms,
+                waiting_on=suspension.waiting_on,
+            )
+        elif self.header.status is RunStatus.SUSPENDED:
+            change = RunChange(
+                expected=_ACTIVE,
+                status=RunStatus.RUNNING,
+                updated_at_ms=now,
+                wake_at_ms=None,
+                waiting_on=None,
+            )
+        try:
+            self.store.commit(self.run_id, entries, change)
+        except RunStateConflictError as exc:
+            raise SuspendExecution(Reason.CONTENDED, detail=str(exc)) from exc
+        if change is not None:
+            self.header = change.apply(self.header)
+
+    def replay(self, entry: Entry, hint: Any) -> Any:
+        """Returns a recorded result, or raises the recorded error.
+
+        Raises:
+            Exception: The recorded error, rebuilt with the same type and message.
+        """
+        if entry.type is EntryType.FAILED:
+            raise rebuild_error(entry.error or ErrorInfo("StepError", "unknown error"))
+        return decode(entry.value, hint)

@@ -1,0 +1,119 @@
+"""An in-memory journal for users' fast unit tests. Passes the same contract suite as DynamoDB."""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Sequence
+
+from durable_agents.errors import (
+    EntryConflictError,
+    IdempotencyConflictError,
+    RunNotFoundError,
+    RunStateConflictError,
+)
+from durable_agents.journal.store import JournalStore
+from durable_agents.models import Entry, RunChange, RunHeader, RunPage, RunSnapshot, RunStatus
+
+
+class InMemoryJournal(JournalStore):
+    """A thread-safe journal held in process memory (lost when the process ends)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._headers: dict[str, RunHeader] = {}
+        self._keys: dict[str, list[str]] = {}  # run_id -> sorted sort keys
+        self._entries: dict[str, dict[str, Entry]] = {}
+        self._idempotency: dict[tuple[str, str], str] = {}
+
+    def _create_run(self, header: RunHeader) -> tuple[RunHeader, bool]:
+        with self._lock:
+            if header.idempotency_key is not None:
+                existing_id = self._idempotency.get((header.agent, header.idempotency_key))
+                if existing_id is not None:
+                    existing = self._headers[existing_id]
+                    if existing.input_hash != header.input_hash:
+                        raise IdempotencyConflictError(header.idempotency_key, existing_id)
+                    return existing, False
+            if header.run_id in self._headers:
+                raise EntryConflictError("#RUN", existing=self._headers[header.run_id])
+            self._headers[header.run_id] = header
+            self._keys[header.run_id] = []
+            self._entries[header.run_id] = {}
+            if header.idempotency_key is not None:
+                self._idempotency[(header.agent, header.idempotency_key)] = header.run_id
+            return header, True
+
+    def _commit(self, run_id: str, entries: Sequence[Entry], change: RunChange | None) -> None:
+        with self._lock:
+            existing = self._entries.get(run_id)
+            header = self._headers.get(run_id)
+            if change is not None:
+                if header is None:
+                    raise RunNotFoundError(run_id)
+                if header.status not in change.expected:
+                    raise RunStateConflictError(run_id, sorted(change.expected), header.status)
+            if existing is None:
+                raise RunNotFoundError(run_id)
+            seen: set[str] = set()
+            for entry in entries:
+                key = entry.sort_key
+                if key in existing or key in seen:
+                    raise EntryConflictError(key, existing=existing.get(key))
+                seen.add(key)
+            keys = self._keys[run_id]
+            for entry in entries:
+                existing[entry.sort_key] = entry
+                bisect.insort(keys, entry.sort_key)
+            if change is not None and header is not None:
+                self._headers[run_id] = change.apply(header)
+
+    def load(self, run_id: str) -> RunSnapshot:
+        """Returns the header and all entries in program order.
+
+        Raises:
+            RunNotFoundError: If there is no such run.
+        """
+        with self._lock:
+            header = self._headers.get(run_id)
+            if header is None:
+                raise RunNotFoundError(run_id)
+            entries = self._entries[run_id]
+            return RunSnapshot(header, [entries[k] for k in self._keys[run_id]])
+
+    def get_run(self, run_id: str) -> RunHeader:
+        """Returns the run header.
+
+        Raises:
+            RunNotFoundError: If there is no such run.
+        """
+        with self._lock:
+            header = self._headers.get(run_id)
+        if header is None:
+            raise RunNotFoundError(run_id)
+        return header
+
+    def list_runs(
+        self, *, status: RunStatus | None = None, limit: int = 50, cursor: str | None = None
+    ) -> RunPage:
+        """Lists runs, most recently changed first."""
+        with self._lock:
+            runs = [h for h in self._headers.values() if status is None or h.status is status]
+        runs.sort(key=lambda h: (h.updated_at_ms, h.run_id), reverse=True)
+        start = int(cursor) if cursor else 0
+        page = runs[start : start + limit]
+        next_cursor = str(start + limit) if start + limit < len(runs) else None
+        return RunPage(page, next_cursor)
+
+    def due_runs(self, now_ms: int, *, limit: int = 100) -> list[RunHeader]:
+        """Returns SUSPENDED runs whose timer is due."""
+        with self._lock:
+            due = [
+                h
+                for h in self._headers.values()
+                if h.status is RunStatus.SUSPENDED
+                and h.wake_at_ms is not None
+                and h.wake_at_ms <= now_ms
+            ]
+        due.sort(key=lambda h: h.wake_at_ms or 0)
+        return due[:limit]

@@ -1,0 +1,113 @@
+"""The journal interface and the rules every backend shares.
+
+Backends only translate records to storage items and storage errors to our errors; the status
+transition rules and argument validation live here, once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+from durable_agents.errors import DurableError
+from durable_agents.models import Entry, RunChange, RunHeader, RunPage, RunSnapshot, RunStatus
+
+_S = RunStatus
+ALLOWED_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
+    _S.RUNNING: frozenset({_S.RUNNING, _S.SUSPENDED, _S.PAUSED, _S.SUCCEEDED, _S.FAILED}),
+    _S.SUSPENDED: frozenset({_S.RUNNING, _S.SUSPENDED, _S.PAUSED, _S.SUCCEEDED, _S.FAILED}),
+    # A paused run is re-driven by a person (back to RUNNING) or given up (FAILED).
+    _S.PAUSED: frozenset({_S.RUNNING, _S.FAILED}),
+    _S.SUCCEEDED: frozenset(),
+    _S.FAILED: frozenset(),
+}
+
+
+class InvalidTransitionError(DurableError):
+    """A run change asks for a status transition the runtime never makes."""
+
+
+def input_hash(agent: str, input_json: str) -> str:
+    """Returns the fingerprint that tells a repeated start request from a conflicting one."""
+    return hashlib.sha256(f"{agent}\n{input_json}".encode()).hexdigest()
+
+
+class JournalStore(ABC):
+    """Where runs and their journal entries are kept.
+
+    Every write is conditional: an entry is written at most once (its key is deterministic),
+    and the run header changes only from an expected status. Reads are strongly consistent.
+    """
+
+    def create_run(self, header: RunHeader) -> tuple[RunHeader, bool]:
+        """Creates a run, or returns the existing one for the same client idempotency key.
+
+        Args:
+            header: The new run's header (status RUNNING).
+
+        Returns:
+            The stored header and whether it was created by this call.
+
+        Raises:
+            IdempotencyConflictError: If the key was used with another agent or input.
+            EntryConflictError: If a run with this id already exists (and no key matched).
+        """
+        if header.status is not RunStatus.RUNNING:
+            raise InvalidTransitionError("a run starts in status RUNNING")
+        return self._create_run(header)
+
+    def commit(
+        self, run_id: str, entries: Sequence[Entry], change: RunChange | None = None
+    ) -> None:
+        """Atomically appends ``entries`` and applies ``change`` to the run header.
+
+        Raises:
+            EntryConflictError: If any entry already exists (nothing is written).
+            RunStateConflictError: If the header's status is not in ``change.expected``.
+            RunNotFoundError: If the run does not exist (only checked when ``change`` is given).
+            InvalidTransitionError: If ``change`` asks for a transition the runtime never makes.
+            PayloadError: If a value is too large for every configured store.
+        """
+        if change is not None:
+            for status in change.expected:
+                if change.status not in ALLOWED_TRANSITIONS[status]:
+                    raise InvalidTransitionError(f"{status} -> {change.status} is not allowed")
+        if not entries and change is None:
+            return
+        for entry in entries:
+            if entry.run_id != run_id:
+                raise ValueError(f"entry {entry.op_id!r} belongs to another run")
+        self._commit(run_id, entries, change)
+
+    @abstractmethod
+    def _create_run(self, header: RunHeader) -> tuple[RunHeader, bool]: ...
+
+    @abstractmethod
+    def _commit(self, run_id: str, entries: Sequence[Entry], change: RunChange | None) -> None: ...
+
+    @abstractmethod
+    def load(self, run_id: str) -> RunSnapshot:
+        """Returns the header and every entry, in program order (strongly consistent read).
+
+        Raises:
+            RunNotFoundError: If there is no such run.
+        """
+
+    @abstractmethod
+    def get_run(self, run_id: str) -> RunHeader:
+        """Returns the run header (strongly consistent read).
+
+        Raises:
+            RunNotFoundError: If there is no such run.
+        """
+
+    @abstractmethod
+    def list_runs(
+        self, *, status: RunStatus | None = None, limit: int = 50, cursor: str | None = None
+    ) -> RunPage:
+        """Lists runs, newest change first, optionally only those in ``status``."""
+
+    @abstractmethod
+    def due_runs(self, now_ms: int, *, limit: int = 100) -> list[RunHeader]:
+        """Returns SUSPENDED runs whose ``wake_at_ms`` is at or before ``now_ms``."""

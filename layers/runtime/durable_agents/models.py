@@ -1,0 +1,233 @@
+"""Records kept in the journal: the run header and the immutable journal entries."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class RunStatus(StrEnum):
+    """Where a run is. Only the header's status changes in place."""
+
+    RUNNING = "RUNNING"
+    """Steps are being executed (or the next ``Step Ready`` event is in flight)."""
+    SUSPENDED = "SUSPENDED"
+    """Waiting for a timer, a retry delay or an external event; holds no compute."""
+    PAUSED = "PAUSED"
+    """Stopped by the runtime for a person to look at (replay diverged, version missing)."""
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the run can never change again."""
+        return self in (RunStatus.SUCCEEDED, RunStatus.FAILED)
+
+
+class OpKind(StrEnum):
+    """Kinds of durable operations. Later kinds share the same journal layout."""
+
+    STEP = "step"
+    WAIT = "wait"
+    CHILD = "child"
+    NOW = "now"
+    LLM = "llm"
+    TOOL = "tool"
+    APPROVAL = "approval"
+    CALLBACK = "callback"
+    INVOKE = "invoke"
+    PARALLEL = "parallel"
+    MAP = "map"
+    CONDITION = "condition"
+
+
+class EntryType(StrEnum):
+    """One transition of an operation. Each is written once and never changed."""
+
+    STARTED = "started"
+    """An attempt claimed the operation (holds a lease); at most one claim per attempt."""
+    ATTEMPT_FAILED = "attempt_failed"
+    """An attempt failed and will be retried at ``due_at_ms`` (the recorded delay)."""
+    SCHEDULED = "scheduled"
+    """A timer was armed (``due_at_ms``)."""
+    SUCCEEDED = "succeeded"
+    """The operation's final result. Exactly one of SUCCEEDED/FAILED exists per operation."""
+    FAILED = "failed"
+    """The operation's final error."""
+
+    @property
+    def is_result(self) -> bool:
+        """Whether this entry ends the operation."""
+        return self in (EntryType.SUCCEEDED, EntryType.FAILED)
+
+
+RESULT_SUFFIX = "~"  # sorts after every attempt suffix, so an operation's result comes last
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """A recorded exception: enough to re-raise the same type and message on replay."""
+
+    type: str
+    message: str
+    module: str = ""
+    retryable: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Returns a JSON-ready dict."""
+        return {"type": self.type, "message": self.message, "module": self.module}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ErrorInfo:
+        """Builds an ErrorInfo from ``to_dict`` output."""
+        return cls(type=data["type"], message=data["message"], module=data.get("module", ""))
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One immutable journal entry: a transition of one operation.
+
+    Attributes:
+        run_id: The run the entry belongs to.
+        position: Zero-padded position path in program order (``00000002/00000001`` for the
+            first operation inside the second operation's child scope). Sorting by it gives
+            replay order.
+        op_id: The readable, deterministic operation id, ``<run_id>:<name>:<n>`` (nested
+            scopes append ``/<name>:<n>``).
+        kind: The operation kind.
+        name: The operation name, checked on replay.
+        type: Which transition this is.
+        attempt: Attempt number (1-based) for STARTED/ATTEMPT_FAILED; 0 otherwise.
+        value: The serialized JSON payload (a result, or a timer's data), if any.
+        error: The recorded error for ATTEMPT_FAILED/FAILED.
+        recorded_at_ms: When the entry was written.
+        lease_expires_at_ms: For STARTED: until when the claimant may still be working.
+        due_at_ms: For ATTEMPT_FAILED: the next attempt's time; for SCHEDULED: the fire time.
+        meta: Small extra facts (for example the step semantics).
+    """
+
+    run_id: str
+    position: str
+    op_id: str
+    kind: OpKind
+    name: str
+    type: EntryType
+    attempt: int = 0
+    value: str | None = None
+    error: ErrorInfo | None = None
+    recorded_at_ms: int = 0
+    lease_expires_at_ms: int | None = None
+    due_at_ms: int | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def sort_key(self) -> str:
+        """The journal sort key: program order, then attempts, then the result."""
+        if self.type.is_result:
+            suffix = RESULT_SUFFIX
+        else:
+            phase = 1 if self.type is EntryType.ATTEMPT_FAILED else 0
+            suffix = f"{self.attempt:04d}.{phase}"
+        # "|" sorts after "/", so a scope's own entries (a child's result) follow its children.
+        return f"J#{self.position}|{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class RunHeader:
+    """The one mutable item of a run: identity, pinned versions, status.
+
+    Attributes:
+        run_id: The run id.
+        agent: The registered agent name.
+        versions: The pinned version bundle (see ``durable_agents.versions``).
+        status: Current status.
+        input: Serialized JSON input.
+        created_at_ms: Creation time.
+        updated_at_ms: Time of the last status change.
+        result: Serialized JSON output once SUCCEEDED.
+        error: The error once FAILED, or why the run is PAUSED.
+        wake_at_ms: For SUSPENDED runs waiting on a timer: when to wake them.
+        waiting_on: What a SUSPENDED run awaits (operation id, kind, until).
+        parent_run_id: The parent run for sub-agent runs.
+        idempotency_key: The client's idempotency key, if one was given at start.
+        input_hash: SHA-256 of agent + input, to tell a replayed start from a conflicting one.
+    """
+
+    run_id: str
+    agent: str
+    versions: dict[str, str]
+    status: RunStatus
+    input: str
+    created_at_ms: int
+    updated_at_ms: int
+    result: str | None = None
+    error: ErrorInfo | None = None
+    wake_at_ms: int | None = None
+    waiting_on: dict[str, Any] | None = None
+    parent_run_id: str | None = None
+    idempotency_key: str | None = None
+    input_hash: str = ""
+
+    def replace(self, **changes: Any) -> RunHeader:
+        """Returns a copy with ``changes`` applied."""
+        return dataclasses.replace(self, **changes)
+
+
+class _Unset:
+    """Marker for "leave this attribute as it is" in a RunChange."""
+
+    _instance: _Unset | None = None
+
+    def __new__(cls) -> _Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
+@dataclass(frozen=True, slots=True)
+class RunChange:
+    """A conditional change of the run header, applied only if its status is in ``expected``.
+
+    Attributes left as ``UNSET`` are not touched; ``None`` removes an optional attribute.
+    """
+
+    expected: frozenset[RunStatus]
+    status: RunStatus
+    updated_at_ms: int
+    result: Any = UNSET
+    error: Any = UNSET
+    wake_at_ms: Any = UNSET
+    waiting_on: Any = UNSET
+
+    def apply(self, header: RunHeader) -> RunHeader:
+        """Returns ``header`` with this change applied (no condition check)."""
+        changes: dict[str, Any] = {"status": self.status, "updated_at_ms": self.updated_at_ms}
+        for name in ("result", "error", "wake_at_ms", "waiting_on"):
+            value = getattr(self, name)
+            if value is not UNSET:
+                changes[name] = value
+        return header.replace(**changes)
+
+
+@dataclass(frozen=True, slots=True)
+class RunSnapshot:
+    """A run's header and all of its entries, in journal (program) order."""
+
+    header: RunHeader
+    entries: list[Entry]
+
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    """One page of a run listing."""
+
+    runs: list[RunHeader]
+    cursor: str | None

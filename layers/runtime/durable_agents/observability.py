@@ -1,0 +1,48 @@
+"""The trace plane: a replay-aware logger. Logging failures never fail a step."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Protocol
+
+
+class _Live(Protocol):
+    live: bool
+
+
+class ReplayAwareLogger:
+    """Logs only while the invocation executes new work, so replays do not repeat lines.
+
+    Every line carries the run id. Errors raised by the underlying logger are swallowed:
+    observability is a separate plane and must never fail execution.
+    """
+
+    def __init__(self, invocation: _Live, logger: Any, run_id: str):
+        self._inv = invocation
+        self._logger = logger
+        self._run_id = run_id
+
+    def _emit(self, level: int, msg: str, args: tuple[Any, ...], extra: dict[str, Any]) -> None:
+        if not self._inv.live:
+            return
+        try:
+            merged = {"run_id": self._run_id, **extra}
+            self._logger.log(level, msg, *args, extra=merged)
+        except Exception:  # noqa: BLE001, S110 - the trace plane must not break execution
+            pass
+
+    def debug(self, msg: str, *args: Any, **extra: Any) -> None:
+        """Logs at DEBUG unless replaying."""
+        self._emit(logging.DEBUG, msg, args, extra)
+
+    def info(self, msg: str, *args: Any, **extra: Any) -> None:
+        """Logs at INFO unless replaying."""
+        self._emit(logging.INFO, msg, args, extra)
+
+    def warning(self, msg: str, *args: Any, **extra: Any) -> None:
+        """Logs at WARNING unless replaying."""
+        self._emit(logging.WARNING, msg, args, extra)
+
+    def error(self, msg: str, *args: Any, **extra: Any) -> None:
+        """Logs at ERROR unless replaying."""
+        self._emit(logging.ERROR, msg, args, extra)

@@ -1,0 +1,1 @@
+"""One module per operation kind; ``DurableContext`` dispatches to them."""

@@ -1,0 +1,48 @@
+"""``ctx.run_in_child_context``: a named scope whose operations nest under one operation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from durable_agents.errors import EntryConflictError, SuspendExecution
+from durable_agents.invocation import Reason
+from durable_agents.models import EntryType, OpKind
+from durable_agents.operations.step import return_hint
+from durable_agents.serde import decode, encode, error_info, rebuild_error
+
+if TYPE_CHECKING:
+    from durable_agents.context import DurableContext
+
+
+def run_child(
+    ctx: DurableContext, fn: Callable[[Any], Any], name: str, result_type: Any
+) -> Any:
+    """Executes or replays one child scope (see ``DurableContext.run_in_child_context``)."""
+    inv = ctx.invocation
+    position, op_id, record = ctx.next_operation(OpKind.CHILD, name)
+    hint = result_type if result_type is not None else return_hint(fn)
+    if record is not None and record.result is not None:
+        return inv.replay(record.result, hint)
+    child = ctx.child(op_id, position)
+    try:
+        value = fn(child)
+        child.check_scope_end()
+        payload = encode(value, hint)
+    except Exception as exc:
+        if inv.fault is not None:
+            raise
+        info = error_info(exc)
+        _commit(ctx, inv.entry(position, op_id, OpKind.CHILD, name, EntryType.FAILED, error=info),
+                op_id)
+        raise rebuild_error(info) from exc
+    _commit(ctx, inv.entry(position, op_id, OpKind.CHILD, name, EntryType.SUCCEEDED,
+                           value=payload), op_id)
+    return decode(payload, hint)
+
+
+def _commit(ctx: DurableContext, entry: Any, op_id: str) -> None:
+    try:
+        ctx.invocation.commit([entry])
+    except EntryConflictError as exc:
+        raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc

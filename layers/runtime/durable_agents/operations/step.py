@@ -1,0 +1,174 @@
+"""``ctx.step``: claim the attempt, run it, record the result — or replay the record."""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Callable
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from durable_agents.errors import (
+    EntryConflictError,
+    PayloadError,
+    StepInterruptedError,
+    SuspendExecution,
+)
+from durable_agents.invocation import Reason, Suspension
+from durable_agents.models import EntryType, OpKind
+from durable_agents.retry import DEFAULT_RETRY, RetryPolicy
+from durable_agents.semantics import StepSemantics
+from durable_agents.serde import decode, encode, error_info, rebuild_error
+
+if TYPE_CHECKING:
+    from durable_agents.context import DurableContext
+
+
+@lru_cache(maxsize=1024)
+def _return_hint(fn: Callable[..., Any]) -> Any:
+    try:
+        return typing.get_type_hints(fn).get("return")
+    except Exception:  # noqa: BLE001 - unresolvable annotations: record plain JSON
+        return None
+
+
+def return_hint(fn: Callable[..., Any]) -> Any:
+    """The return annotation of ``fn`` (None if absent or unhashable)."""
+    try:
+        return _return_hint(fn)
+    except TypeError:  # unhashable callable
+        return None
+
+
+def run_step(
+    ctx: DurableContext,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    name: str,
+    retry: RetryPolicy | None,
+    semantics: StepSemantics,
+    result_type: Any,
+) -> Any:
+    """Executes or replays one step (see ``DurableContext.step``)."""
+    inv = ctx.invocation
+    position, op_id, record = ctx.next_operation(OpKind.STEP, name)
+    hint = result_type if result_type is not None else return_hint(fn)
+    if record is not None and record.result is not None:
+        return inv.replay(record.result, hint)
+
+    policy = retry or DEFAULT_RETRY
+    now = inv.now_ms()
+    attempt = record.attempts if record is not None else 0
+    if record is not None and record.last_started is not None:
+        started = record.last_started
+        finished = record.last_failed is not None and record.last_failed.attempt >= started.attempt
+        if not finished:
+            lease = started.lease_expires_at_ms or 0
+            if lease > now:
+                # Another invocation claimed this attempt and may still be running it.
+                raise SuspendExecution(Reason.CONTENDED, wake_at_ms=lease, detail=op_id)
+            _handle_interrupted(ctx, position, op_id, name, started.attempt, policy, semantics)
+    if record is not None and record.last_failed is not None and record.last_failed.attempt == attempt:
+        due = record.last_failed.due_at_ms or 0
+        if due > now:
+            raise SuspendExecution(Reason.TIMER, wake_at_ms=due, detail=op_id)
+
+    inv.take_budget(op_id)
+    attempt += 1
+    claim = inv.entry(
+        position,
+        op_id,
+        OpKind.STEP,
+        name,
+        EntryType.STARTED,
+        attempt=attempt,
+        lease_expires_at_ms=now + inv.lease_ms,
+        meta={"semantics": semantics.value},
+    )
+    try:
+        inv.commit([claim])
+    except EntryConflictError as exc:
+        raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+
+    inv.hooks.before_execute(op_id, attempt)
+    inv.in_step = True
+    try:
+        value = fn(*args)
+        payload = encode(value, hint)
+    except Exception as exc:  # noqa: BLE001 - every failure is recorded, then re-raised
+        inv.in_step = False
+        return _record_failure(ctx, position, op_id, name, attempt, exc, policy)
+    finally:
+        inv.in_step = False
+    inv.hooks.after_execute(op_id, attempt)
+
+    result = inv.entry(position, op_id, OpKind.STEP, name, EntryType.SUCCEEDED, attempt=attempt,
+                       value=payload)
+    _record_result(ctx, result, op_id)
+    return decode(payload, hint)
+
+
+def _record_result(ctx: DurableContext, entry: Any, op_id: str) -> None:
+    inv = ctx.invocation
+    try:
+        inv.commit([entry])
+    except EntryConflictError as exc:
+        # Only possible if our lease expired and another attempt recorded first: its result is
+        # the truth, and that invocation publishes what follows.
+        raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+    inv.hooks.after_record(op_id)
+
+
+def _record_failure(
+    ctx: DurableContext,
+    position: str,
+    op_id: str,
+    name: str,
+    attempt: int,
+    exc: Exception,
+    policy: RetryPolicy,
+) -> Any:
+    inv = ctx.invocation
+    info = error_info(exc)
+    # A payload that cannot be recorded fails the same way on every attempt: never retry it.
+    if not isinstance(exc, PayloadError) and policy.should_retry(exc, attempt):
+        delay_ms = int(policy.delay_seconds(attempt, seed=op_id) * 1000)
+        due = inv.now_ms() + delay_ms
+        failed = inv.entry(position, op_id, OpKind.STEP, name, EntryType.ATTEMPT_FAILED,
+                           attempt=attempt, error=info, due_at_ms=due)
+        try:
+            inv.commit(
+                [failed],
+                Suspension(due, {"kind": "retry", "op_id": op_id, "attempt": attempt + 1,
+                                 "until_ms": due}),
+            )
+        except EntryConflictError as conflict:
+            raise SuspendExecution(Reason.CONTENDED, detail=op_id) from conflict
+        raise SuspendExecution(Reason.TIMER, wake_at_ms=due, detail=f"retry {op_id}") from exc
+    final = inv.entry(position, op_id, OpKind.STEP, name, EntryType.FAILED, attempt=attempt,
+                      error=info)
+    _record_result(ctx, final, op_id)
+    raise rebuild_error(info) from exc
+
+
+def _handle_interrupted(
+    ctx: DurableContext,
+    position: str,
+    op_id: str,
+    name: str,
+    attempt: int,
+    policy: RetryPolicy,
+    semantics: StepSemantics,
+) -> None:
+    """Decides what to do with an attempt whose claimant died (its lease expired)."""
+    interrupted = StepInterruptedError(op_id, attempt)
+    if semantics is StepSemantics.AT_MOST_ONCE:
+        may_retry = StepInterruptedError in policy.retryable and attempt < policy.max_attempts
+    else:
+        may_retry = attempt < policy.max_attempts
+    if may_retry:
+        return  # the caller claims attempt + 1
+    inv = ctx.invocation
+    final = inv.entry(position, op_id, OpKind.STEP, name, EntryType.FAILED, attempt=attempt,
+                      error=error_info(interrupted))
+    _record_result(ctx, final, op_id)
+    raise rebuild_error(error_info(interrupted))

@@ -1,0 +1,44 @@
+"""``ctx.wait``: a durable timer. The run is suspended and holds no compute while it waits."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from durable_agents.errors import EntryConflictError, SuspendExecution
+from durable_agents.invocation import Reason, Suspension
+from durable_agents.models import EntryType, OpKind
+
+if TYPE_CHECKING:
+    from durable_agents.context import DurableContext
+
+
+def run_wait(ctx: DurableContext, seconds: float, name: str) -> None:
+    """Arms, checks or completes one timer (see ``DurableContext.wait``).
+
+    Raises:
+        ValueError: If ``seconds`` is negative.
+    """
+    if seconds < 0:
+        raise ValueError("a wait cannot be negative")
+    inv = ctx.invocation
+    position, op_id, record = ctx.next_operation(OpKind.WAIT, name)
+    if record is not None and record.result is not None:
+        return
+    now = inv.now_ms()
+    if record is not None and record.scheduled is not None:
+        due = record.scheduled.due_at_ms or 0
+        if due > now:
+            raise SuspendExecution(Reason.TIMER, wake_at_ms=due, detail=op_id)
+        done = inv.entry(position, op_id, OpKind.WAIT, name, EntryType.SUCCEEDED)
+        try:
+            inv.commit([done])
+        except EntryConflictError as exc:
+            raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+        return
+    due = now + int(seconds * 1000)
+    armed = inv.entry(position, op_id, OpKind.WAIT, name, EntryType.SCHEDULED, due_at_ms=due)
+    try:
+        inv.commit([armed], Suspension(due, {"kind": "wait", "op_id": op_id, "until_ms": due}))
+    except EntryConflictError as exc:
+        raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+    raise SuspendExecution(Reason.TIMER, wake_at_ms=due, detail=op_id)

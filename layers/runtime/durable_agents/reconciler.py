@@ -1,0 +1,103 @@
+"""The reconciler's sweeps: fire due timers and re-drive stalled runs. Idempotent by design.
+
+Every action is a ``Step Ready`` event; the StepRunner's claims make duplicates harmless, so
+two reconcilers running at once (or one running twice) never execute anything twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from durable_agents.events import step_ready
+from durable_agents.invocation import group_entries
+from durable_agents.models import EntryType, RunStatus
+from durable_agents.runtime import Runtime
+
+SAFETY_MARGIN_MS = 5_000
+
+
+@dataclass
+class SweepReport:
+    """What one sweep did.
+
+    Attributes:
+        timers_fired: SUSPENDED runs whose timer was due, nudged with ``Step Ready``.
+        stalled_redriven: RUNNING runs with no progress for ``stall_after`` and no live claim.
+        examined: RUNNING runs looked at.
+        stopped_early: Whether the sweep stopped because the Lambda was running out of time.
+    """
+
+    timers_fired: int = 0
+    stalled_redriven: int = 0
+    examined: int = 0
+    stopped_early: bool = False
+
+
+def sweep(
+    runtime: Runtime,
+    *,
+    stall_after_ms: int,
+    remaining_ms: Callable[[], int] | None = None,
+    limit: int = 500,
+) -> SweepReport:
+    """Runs one reconciliation pass.
+
+    Args:
+        runtime: The runtime (its store, publisher and clock are used).
+        stall_after_ms: How long a RUNNING run may show no progress before it is re-driven.
+        remaining_ms: The Lambda's remaining time; the sweep stops cleanly before it ends.
+        limit: At most this many runs per category.
+
+    Returns:
+        A report of the actions taken.
+    """
+    report = SweepReport()
+
+    def out_of_time() -> bool:
+        if remaining_ms is not None and remaining_ms() < SAFETY_MARGIN_MS:
+            report.stopped_early = True
+            return True
+        return False
+
+    now = runtime.clock.now_ms()
+    due = runtime.store.due_runs(now, limit=limit)
+    for start in range(0, len(due), 10):
+        if out_of_time():
+            return report
+        batch = due[start : start + 10]
+        runtime.publisher.publish([step_ready(h.run_id, "timer") for h in batch])
+        report.timers_fired += len(batch)
+
+    cursor: str | None = None
+    while report.examined < limit:
+        if out_of_time():
+            return report
+        page = runtime.store.list_runs(status=RunStatus.RUNNING, limit=50, cursor=cursor)
+        for header in page.runs:
+            report.examined += 1
+            if now - header.updated_at_ms < stall_after_ms:
+                continue
+            if _is_stalled(runtime, header.run_id, now, stall_after_ms):
+                runtime.publisher.publish([step_ready(header.run_id, "stalled")])
+                report.stalled_redriven += 1
+        cursor = page.cursor
+        if cursor is None:
+            break
+    return report
+
+
+def _is_stalled(runtime: Runtime, run_id: str, now_ms: int, stall_after_ms: int) -> bool:
+    snapshot = runtime.store.load(run_id)
+    if snapshot.header.status is not RunStatus.RUNNING:
+        return False
+    last = snapshot.header.updated_at_ms
+    for record in group_entries(snapshot.entries).values():
+        for entry in record.entries:
+            last = max(last, entry.recorded_at_ms)
+        started = record.last_started
+        if record.result is None and started is not None and started.type is EntryType.STARTED:
+            lease = started.lease_expires_at_ms or 0
+            if lease > now_ms:
+                return False  # a claimant may still be working on it
+    return now_ms - last >= stall_after_ms

@@ -1,0 +1,372 @@
+"""The runtime: start runs and execute one invocation of a run (what the StepRunner does)."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from durable_agents.agent import AgentDefinition, AgentRegistry, default_registry
+from durable_agents.clock import Clock, SystemClock
+from durable_agents.context import DurableContext
+from durable_agents.errors import (
+    AgentNotFoundError,
+    DurableError,
+    RunStateConflictError,
+    SuspendExecution,
+    VersionNotDeployedError,
+)
+from durable_agents.events import (
+    RUN_FINISHED,
+    CollectingPublisher,
+    EventPublisher,
+    OutgoingEvent,
+    step_ready,
+)
+from durable_agents.ids import check_run_id
+from durable_agents.invocation import NO_HOOKS, Invocation, InvocationHooks, Reason
+from durable_agents.journal.store import JournalStore, input_hash
+from durable_agents.models import ErrorInfo, RunChange, RunHeader, RunStatus
+from durable_agents.observability import ReplayAwareLogger
+from durable_agents.serde import decode, encode, error_info
+
+_ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
+LEASE_MARGIN_MS = 5_000
+DEFAULT_LEASE_MS = 15 * 60 * 1000 + LEASE_MARGIN_MS  # the Lambda maximum, plus clock skew
+
+
+class InputValidationError(DurableError):
+    """The run input does not match the agent's declared input type."""
+
+    def __init__(self, agent: str, errors: list[dict[str, Any]]):
+        self.agent = agent
+        self.errors = errors
+        super().__init__(f"input does not match agent {agent!r}: {errors}")
+
+
+class OutcomeKind(StrEnum):
+    """How an invocation ended."""
+
+    CONTINUE = "continue"
+    """More work is ready; a ``Step Ready`` event was published."""
+    SUSPENDED = "suspended"
+    """The run waits for a timer or an external event."""
+    CONTENDED = "contended"
+    """Another invocation holds the frontier; nothing was published."""
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    PAUSED = "paused"
+    """Stopped for a person (replay diverged, pinned version missing)."""
+    NOOP = "noop"
+    """The run was already finished or paused."""
+
+
+@dataclass(frozen=True, slots=True)
+class InvocationOutcome:
+    """What one invocation did.
+
+    Attributes:
+        run_id: The run.
+        kind: How the invocation ended.
+        executed: Operation ids executed (not replayed) by this invocation.
+        wake_at_ms: For SUSPENDED/CONTENDED: when the run should be looked at again.
+        detail: A human-readable reason.
+    """
+
+    run_id: str
+    kind: OutcomeKind
+    executed: list[str] = field(default_factory=list)
+    wake_at_ms: int | None = None
+    detail: str = ""
+
+
+def new_run_id() -> str:
+    """Returns a fresh run id (``run-`` and 16 hex digits)."""
+    return f"run-{secrets.token_hex(8)}"
+
+
+class Runtime:
+    """Starts runs and executes invocations against a journal.
+
+    Args:
+        store: The journal backend.
+        registry: Where agents are registered (the default registry if omitted).
+        publisher: Where events go (kept in memory if omitted).
+        clock: The time source (the wall clock if omitted).
+        logger: The base logger for agents' replay-aware loggers.
+        run_id_factory: Makes run ids (``run-<16 hex>`` by default).
+    """
+
+    def __init__(
+        self,
+        store: JournalStore,
+        *,
+        registry: AgentRegistry | None = None,
+        publisher: EventPublisher | None = None,
+        clock: Clock | None = None,
+        logger: Any = None,
+        run_id_factory: Callable[[], str] = new_run_id,
+    ):
+        self.store = store
+        self.registry = registry or default_registry
+        self.publisher: EventPublisher = publisher or CollectingPublisher()
+        self.clock: Clock = clock or SystemClock()
+        self.logger = logger or logging.getLogger("durable_agents.agent")
+        self._new_run_id = run_id_factory
+
+    # -- starting ----------------------------------------------------------------------------
+
+    def start_run(
+        self,
+        agent_name: str,
+        input_value: Any,
+        *,
+        idempotency_key: str | None = None,
+        run_id: str | None = None,
+        parent_run_id: str | None = None,
+    ) -> tuple[RunHeader, bool]:
+        """Starts a run of the latest version of ``agent_name`` and publishes ``Step Ready``.
+
+        Returns:
+            The run header and whether this call created it (False when the idempotency key
+            matched an earlier start with the same input).
+
+        Raises:
+            AgentNotFoundError: If no such agent is registered.
+            InputValidationError: If the input does not match the agent's input type.
+            IdempotencyConflictError: If the key was used with a different input.
+            PayloadError: If the input cannot be recorded (for example it holds a secret).
+        """
+        definition = self.registry.latest(agent_name)
+        value = self._validate_input(definition, input_value)
+        input_json = encode(value, definition.input_type)
+        now = self.clock.now_ms()
+        header = RunHeader(
+            run_id=check_run_id(run_id) if run_id else self._new_run_id(),
+            agent=definition.name,
+            versions=definition.versions.as_dict(),
+            status=RunStatus.RUNNING,
+            input=input_json,
+            created_at_ms=now,
+            updated_at_ms=now,
+            parent_run_id=parent_run_id,
+            idempotency_key=idempotency_key,
+            input_hash=input_hash(definition.name, input_json),
+        )
+        stored, created = self.store.create_run(header)
+        if stored.status is RunStatus.RUNNING:
+            # Also for a repeated start: if the first caller crashed between creating the run
+            # and publishing, this publish is what gets the run going. Duplicates are harmless.
+            self.publisher.publish([step_ready(stored.run_id, "started")])
+        return stored, created
+
+    @staticmethod
+    def _validate_input(definition: AgentDefinition[Any, Any], value: Any) -> Any:
+        if definition.input_type is None:
+            return value
+        try:
+            return TypeAdapter(definition.input_type).validate_python(value)
+        except ValidationError as exc:
+            errors = [
+                {"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()
+            ]
+            raise InputValidationError(definition.name, errors) from exc
+
+    # -- executing ---------------------------------------------------------------------------
+
+    def execute(
+        self,
+        run_id: str,
+        *,
+        budget: int | None = 1,
+        remaining_ms: int | None = None,
+        hooks: InvocationHooks = NO_HOOKS,
+        publish: bool = True,
+    ) -> InvocationOutcome:
+        """Replays the run and executes up to ``budget`` new operations (one by default).
+
+        Args:
+            run_id: The run to advance.
+            budget: Operations to execute before yielding (None = until it suspends).
+            remaining_ms: The Lambda's remaining time; bounds the claim lease. ``0`` means
+                the invocation is about to end (a lease of only the safety margin), ``None``
+                means unknown (the 15-minute Lambda maximum).
+            hooks: Crash-injection points for tests.
+            publish: Whether to publish the follow-up events (the harness may route itself).
+
+        Returns:
+            What the invocation did.
+
+        Raises:
+            RunNotFoundError: If there is no such run.
+            EventPublishError: If the follow-up event could not be published (the invocation
+                should fail so that it is retried; nothing recorded is lost).
+        """
+        snapshot = self.store.load(run_id)
+        header = snapshot.header
+        if header.status.terminal or header.status is RunStatus.PAUSED:
+            return InvocationOutcome(run_id, OutcomeKind.NOOP, detail=f"run is {header.status}")
+        try:
+            definition = self.registry.pinned(header.agent, header.versions["workflow_version"])
+        except (AgentNotFoundError, VersionNotDeployedError) as exc:
+            return self._pause(header, error_info(exc), [])
+
+        lease_ms = DEFAULT_LEASE_MS if remaining_ms is None else max(remaining_ms, 0)
+        inv = Invocation(
+            self.store,
+            snapshot,
+            clock=self.clock,
+            budget=budget,
+            lease_ms=lease_ms + LEASE_MARGIN_MS,
+            hooks=hooks,
+        )
+        ctx = DurableContext(
+            inv, id_prefix=f"{run_id}:", pos_prefix="",
+            logger=ReplayAwareLogger(inv, self.logger, run_id),
+        )
+        outcome = self._drive(definition, header, inv, ctx)
+        if publish:
+            self._publish_follow_up(outcome, header)
+        return outcome
+
+    def _drive(
+        self,
+        definition: AgentDefinition[Any, Any],
+        header: RunHeader,
+        inv: Invocation,
+        ctx: DurableContext,
+    ) -> InvocationOutcome:
+        run_id = header.run_id
+        try:
+            value = definition.fn(ctx, _decode_input(definition, header.input))
+            ctx.check_scope_end()
+            output = encode(value, definition.output_type)
+        except SuspendExecution as signal:
+            if inv.fault is not None:
+                return self._pause(inv.header, error_info(inv.fault), inv.executed)
+            return self._suspended(run_id, signal, inv)
+        except Exception as exc:  # noqa: BLE001 - an uncaught agent error fails the run
+            if inv.fault is not None:
+                return self._pause(inv.header, error_info(inv.fault), inv.executed)
+            return self._finish(inv, RunStatus.FAILED, error=error_info(exc))
+        if inv.fault is not None:  # the agent caught the divergence error and carried on
+            return self._pause(inv.header, error_info(inv.fault), inv.executed)
+        return self._finish(inv, RunStatus.SUCCEEDED, result=output)
+
+    def _suspended(
+        self, run_id: str, signal: SuspendExecution, inv: Invocation
+    ) -> InvocationOutcome:
+        kind = {
+            Reason.CONTINUE: OutcomeKind.CONTINUE,
+            Reason.TIMER: OutcomeKind.SUSPENDED,
+            Reason.EXTERNAL: OutcomeKind.SUSPENDED,
+        }.get(signal.reason, OutcomeKind.CONTENDED)
+        return InvocationOutcome(
+            run_id, kind, list(inv.executed), wake_at_ms=signal.wake_at_ms, detail=str(signal)
+        )
+
+    def _finish(
+        self,
+        inv: Invocation,
+        status: RunStatus,
+        *,
+        result: str | None = None,
+        error: ErrorInfo | None = None,
+    ) -> InvocationOutcome:
+        change = RunChange(
+            expected=_ACTIVE,
+            status=status,
+            updated_at_ms=self.clock.now_ms(),
+            result=result,
+            error=error,
+            wake_at_ms=None,
+            waiting_on=None,
+        )
+        try:
+            self.store.commit(inv.run_id, [], change)
+        except RunStateConflictError as exc:
+            # A concurrent invocation finished the run first; it publishes Run Finished.
+            return InvocationOutcome(inv.run_id, OutcomeKind.CONTENDED, list(inv.executed),
+                                     detail=str(exc))
+        kind = OutcomeKind.SUCCEEDED if status is RunStatus.SUCCEEDED else OutcomeKind.FAILED
+        detail = f"{error.type}: {error.message}" if error else ""
+        return InvocationOutcome(inv.run_id, kind, list(inv.executed), detail=detail)
+
+    def _pause(
+        self, header: RunHeader, error: ErrorInfo, executed: list[str]
+    ) -> InvocationOutcome:
+        change = RunChange(
+            expected=_ACTIVE,
+            status=RunStatus.PAUSED,
+            updated_at_ms=self.clock.now_ms(),
+            error=error,
+            wake_at_ms=None,
+            waiting_on={"kind": "person", "reason": error.type},
+        )
+        try:
+            self.store.commit(header.run_id, [], change)
+        except RunStateConflictError as exc:
+            return InvocationOutcome(header.run_id, OutcomeKind.CONTENDED, executed,
+                                     detail=str(exc))
+        return InvocationOutcome(
+            header.run_id, OutcomeKind.PAUSED, executed, detail=f"{error.type}: {error.message}"
+        )
+
+    def _publish_follow_up(self, outcome: InvocationOutcome, header: RunHeader) -> None:
+        events: list[OutgoingEvent] = []
+        if outcome.kind is OutcomeKind.CONTINUE:
+            events.append(step_ready(outcome.run_id, "continue"))
+        elif outcome.kind is OutcomeKind.SUSPENDED and outcome.wake_at_ms is not None:
+            if outcome.wake_at_ms <= self.clock.now_ms():  # a zero delay: no need to wait
+                events.append(step_ready(outcome.run_id, "timer"))
+        elif outcome.kind in (OutcomeKind.SUCCEEDED, OutcomeKind.FAILED):
+            events.append(
+                OutgoingEvent(
+                    RUN_FINISHED,
+                    {
+                        "run_id": outcome.run_id,
+                        "agent": header.agent,
+                        "status": outcome.kind.value.upper(),
+                        "parent_run_id": header.parent_run_id,
+                    },
+                )
+            )
+        if events:
+            self.publisher.publish(events)
+
+    # -- operator actions --------------------------------------------------------------------
+
+    def redrive(self, run_id: str) -> RunHeader:
+        """Resumes a PAUSED run (after a fix is deployed) or nudges a stalled active one.
+
+        Returns:
+            The run header after the change.
+
+        Raises:
+            RunNotFoundError: If there is no such run.
+            RunStateConflictError: If the run has already finished.
+        """
+        header = self.store.get_run(run_id)
+        if header.status.terminal:
+            raise RunStateConflictError(run_id, ["RUNNING", "SUSPENDED", "PAUSED"], header.status)
+        if header.status is RunStatus.PAUSED:
+            change = RunChange(
+                expected=frozenset({RunStatus.PAUSED}),
+                status=RunStatus.RUNNING,
+                updated_at_ms=self.clock.now_ms(),
+                error=None,
+                waiting_on=None,
+            )
+            self.store.commit(run_id, [], change)
+            header = change.apply(header)
+        self.publisher.publish([step_ready(run_id, "redrive")])
+        return header
+
+
+def _decode_input(definition: AgentDefinition[Any, Any], input_json: str) -> Any:
+    return decode(input_json, definition.input_type)

@@ -1,0 +1,293 @@
+"""A test harness for agents: the real runtime on a real journal, with a skip-clock.
+
+Two modes:
+
+* ``continuous`` — operations run back to back in one invocation, suspending only on waits;
+  the skip-clock jumps over every wait and retry delay. Fast: for users' unit tests.
+* ``faithful`` — one operation per invocation, replaying from the journal each time, exactly
+  as the StepRunner does on AWS. The contract and golden tests use it.
+
+Crashes are injected at a chosen operation (before it runs, after it ran but before its result
+was recorded, or after the record); the harness then behaves like the platform: the claim's
+lease expires and the run is invoked again.
+
+Example:
+    >>> from durable_agents import AgentRegistry, agent
+    >>> from durable_agents.testing import AgentTestRunner, Crash
+    >>> @agent(name="doubler", version="1", registry=AgentRegistry())
+    ... def doubler(ctx, n: int) -> int:
+    ...     doubled = ctx.step(lambda: n * 2, name="double")
+    ...     ctx.wait(3600, name="nap")
+    ...     return ctx.step(lambda: doubled + 1, name="add-one")
+    >>> result = AgentTestRunner(doubler, mode="faithful").run(20, crash=Crash("add-one"))
+    >>> result.status, result.output, result.crashes
+    ('SUCCEEDED', 41, 1)
+    >>> result.operation("add-one").attempts
+    2
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from durable_agents.agent import AgentDefinition, AgentRegistry
+from durable_agents.clock import SkipClock
+from durable_agents.events import CollectingPublisher
+from durable_agents.invocation import InvocationHooks, group_entries
+from durable_agents.journal.memory import InMemoryJournal
+from durable_agents.journal.store import JournalStore
+from durable_agents.models import Entry, EntryType, ErrorInfo, RunHeader, RunStatus
+from durable_agents.runtime import InvocationOutcome, OutcomeKind, Runtime
+from durable_agents.serde import decode
+
+CrashPoint = Literal["before_execute", "after_execute", "after_record"]
+
+
+class SimulatedCrash(BaseException):  # noqa: N818 - it stands for a process death, not an error
+    """The process "died" at an injected point: nothing after it ran, nothing was cleaned up."""
+
+
+@dataclass
+class Crash:
+    """Where to crash.
+
+    Attributes:
+        operation: An operation name (``"charge"``) or full operation id.
+        point: ``before_execute`` (claimed, not run), ``after_execute`` (ran, result not
+            recorded: the dangerous window) or ``after_record`` (recorded, next event not sent).
+        times: How many times to crash there.
+    """
+
+    operation: str
+    point: CrashPoint = "after_execute"
+    times: int = 1
+
+
+class _CrashHooks(InvocationHooks):
+    def __init__(self, crashes: Sequence[Crash]):
+        self._crashes = [Crash(c.operation, c.point, c.times) for c in crashes]
+        self.fired = 0
+
+    def _maybe(self, point: CrashPoint, op_id: str) -> None:
+        name = op_id.rsplit("/", 1)[-1].split(":")[-2] if ":" in op_id else op_id
+        for crash in self._crashes:
+            if crash.point == point and crash.times > 0 and crash.operation in (op_id, name):
+                crash.times -= 1
+                self.fired += 1
+                raise SimulatedCrash(f"crash {point} {op_id}")
+
+    def before_execute(self, op_id: str, attempt: int) -> None:
+        self._maybe("before_execute", op_id)
+
+    def after_execute(self, op_id: str, attempt: int) -> None:
+        self._maybe("after_execute", op_id)
+
+    def after_record(self, op_id: str) -> None:
+        self._maybe("after_record", op_id)
+
+
+@dataclass(frozen=True)
+class OperationView:
+    """What the journal holds about one operation.
+
+    Attributes:
+        op_id: The operation id.
+        kind: The operation kind.
+        name: The operation name.
+        status: ``succeeded``, ``failed`` or ``pending``.
+        attempts: How many attempts were claimed (executions started).
+        result: The recorded result (plain JSON).
+        error: The recorded error, if it failed.
+        entries: The raw journal entries.
+    """
+
+    op_id: str
+    kind: str
+    name: str
+    status: str
+    attempts: int
+    result: Any
+    error: ErrorInfo | None
+    entries: list[Entry]
+
+
+@dataclass
+class TestResult:
+    """The end state of a run driven by ``AgentTestRunner``.
+
+    Attributes:
+        run_id: The run.
+        status: The run status (``SUCCEEDED``, ``FAILED``, ``SUSPENDED``, ``PAUSED``, …).
+        output: The decoded output, if it succeeded.
+        error: The error, if it failed or paused.
+        header: The raw run header.
+        operations: Every operation in program order.
+        invocations: How many invocations it took.
+        crashes: How many injected crashes fired.
+        outcomes: Each invocation's outcome.
+    """
+
+    __test__ = False  # not a pytest test class
+
+    run_id: str
+    status: str
+    output: Any
+    error: ErrorInfo | None
+    header: RunHeader
+    operations: list[OperationView]
+    invocations: int
+    crashes: int
+    outcomes: list[InvocationOutcome] = field(default_factory=list)
+
+    def operation(self, name_or_id: str) -> OperationView:
+        """Returns the single operation with this name or id.
+
+        Raises:
+            KeyError: If none or several operations match.
+        """
+        found = [op for op in self.operations if name_or_id in (op.op_id, op.name)]
+        if len(found) != 1:
+            names = [op.op_id for op in self.operations]
+            raise KeyError(f"{len(found)} operations match {name_or_id!r}; have {names}")
+        return found[0]
+
+
+class AgentTestRunner:
+    """Runs one agent in-process on a real journal with a skip-clock.
+
+    Args:
+        agent_definition: The agent (what ``@agent`` returned).
+        journal: The backend (a fresh ``InMemoryJournal`` by default; pass a
+            ``DynamoDBJournal`` on moto to test the DynamoDB path).
+        mode: ``continuous`` or ``faithful`` (see the module docstring).
+        clock: The skip-clock (a new one by default).
+        lease_seconds: The claim lease a crashed invocation leaves behind.
+        max_invocations: A safety bound against agents that never finish.
+    """
+
+    __test__ = False
+
+    def __init__(
+        self,
+        agent_definition: AgentDefinition[Any, Any],
+        *,
+        journal: JournalStore | None = None,
+        mode: Literal["continuous", "faithful"] = "continuous",
+        clock: SkipClock | None = None,
+        lease_seconds: float = 60.0,
+        max_invocations: int = 100_000,
+    ):
+        if mode not in ("continuous", "faithful"):
+            raise ValueError("mode is 'continuous' or 'faithful'")
+        self.agent = agent_definition
+        self.journal = journal or InMemoryJournal()
+        self.clock = clock or SkipClock()
+        self.mode = mode
+        self.lease_ms = int(lease_seconds * 1000)
+        self.max_invocations = max_invocations
+        self.registry = AgentRegistry()
+        self.registry.add(agent_definition)
+        self.publisher = CollectingPublisher()
+        self.runtime = Runtime(
+            self.journal, registry=self.registry, publisher=self.publisher, clock=self.clock
+        )
+
+    def run(
+        self,
+        input_value: Any,
+        *,
+        crash: Crash | Sequence[Crash] | None = None,
+        run_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> TestResult:
+        """Starts a run and drives it until it finishes, pauses or waits on something external.
+
+        Raises:
+            RuntimeError: If the run needs more than ``max_invocations`` invocations.
+        """
+        header, _ = self.runtime.start_run(
+            self.agent.name, input_value, run_id=run_id, idempotency_key=idempotency_key
+        )
+        return self.resume(header.run_id, crash=crash)
+
+    def resume(
+        self, run_id: str, *, crash: Crash | Sequence[Crash] | None = None
+    ) -> TestResult:
+        """Drives an existing run on (for example after an external event arrived).
+
+        Raises:
+            RuntimeError: If the run needs more than ``max_invocations`` invocations.
+        """
+        crashes = [crash] if isinstance(crash, Crash) else list(crash or [])
+        hooks = _CrashHooks(crashes)
+        budget = 1 if self.mode == "faithful" else None
+        outcomes: list[InvocationOutcome] = []
+        for _ in range(self.max_invocations):
+            try:
+                outcome = self.runtime.execute(
+                    run_id, budget=budget, remaining_ms=self.lease_ms, hooks=hooks, publish=False
+                )
+            except SimulatedCrash:
+                # The platform's view of a dead process: its lease runs out, the event is
+                # delivered again.
+                self.clock.advance(self.lease_ms + 10_000)
+                continue
+            outcomes.append(outcome)
+            if outcome.kind is OutcomeKind.CONTINUE:
+                continue
+            if outcome.kind in (OutcomeKind.SUSPENDED, OutcomeKind.CONTENDED):
+                if outcome.wake_at_ms is None:
+                    break  # waiting for something outside: the test decides what comes next
+                self.clock.advance_to(outcome.wake_at_ms)
+                continue
+            break
+        else:
+            raise RuntimeError(f"run {run_id} did not settle in {self.max_invocations} invocations")
+        return self.inspect(run_id, outcomes=outcomes, crashes=hooks.fired)
+
+    def inspect(
+        self,
+        run_id: str,
+        *,
+        outcomes: list[InvocationOutcome] | None = None,
+        crashes: int = 0,
+    ) -> TestResult:
+        """Reads a run's journal into a ``TestResult``."""
+        snapshot = self.journal.load(run_id)
+        header = snapshot.header
+        operations = []
+        for record in group_entries(snapshot.entries).values():
+            result = record.result
+            if result is None:
+                status = "pending"
+            else:
+                status = "succeeded" if result.type is EntryType.SUCCEEDED else "failed"
+            started = sum(1 for e in record.entries if e.type is EntryType.STARTED)
+            operations.append(
+                OperationView(
+                    op_id=record.op_id,
+                    kind=str(record.kind),
+                    name=record.name,
+                    status=status,
+                    attempts=started,
+                    result=decode(result.value) if result and result.value else None,
+                    error=result.error if result else None,
+                    entries=list(record.entries),
+                )
+            )
+        output = None
+        if header.status is RunStatus.SUCCEEDED:
+            output = decode(header.result, self.agent.output_type)
+        return TestResult(
+            run_id=run_id,
+            status=header.status.value,
+            output=output,
+            error=header.error,
+            header=header,
+            operations=operations,
+            invocations=len(outcomes or []),
+            crashes=crashes,
+            outcomes=outcomes or [],
+        )

@@ -1,0 +1,89 @@
+"""JSON views of runs and their history, shared by the Api and the CLI."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from durable_agents.models import Entry, EntryType, RunHeader, RunSnapshot
+
+
+def iso(epoch_ms: int | None) -> str | None:
+    """Formats epoch milliseconds as an ISO-8601 UTC timestamp."""
+    if epoch_ms is None:
+        return None
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+
+
+def _json(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def run_view(header: RunHeader) -> dict[str, Any]:
+    """The public view of a run: status, result or error, and what it is waiting on."""
+    waiting = dict(header.waiting_on) if header.waiting_on else None
+    if waiting and "until_ms" in waiting:
+        waiting["until"] = iso(waiting["until_ms"])
+    return {
+        "run_id": header.run_id,
+        "agent": header.agent,
+        "status": header.status.value,
+        "versions": header.versions,
+        "input": _json(header.input),
+        "result": _json(header.result),
+        "error": header.error.to_dict() if header.error else None,
+        "waiting_on": waiting,
+        "wake_at": iso(header.wake_at_ms),
+        "parent_run_id": header.parent_run_id,
+        "created_at": iso(header.created_at_ms),
+        "updated_at": iso(header.updated_at_ms),
+    }
+
+
+def entry_event(entry: Entry) -> dict[str, Any]:
+    """One journal entry as a history event (``step_started``, ``wait_scheduled``, …)."""
+    event: dict[str, Any] = {
+        "event": f"{entry.kind.value}_{entry.type.value}",
+        "op_id": entry.op_id,
+        "kind": entry.kind.value,
+        "name": entry.name,
+        "at": iso(entry.recorded_at_ms),
+    }
+    if entry.attempt:
+        event["attempt"] = entry.attempt
+    if entry.type is EntryType.SUCCEEDED and entry.value is not None:
+        event["result"] = _json(entry.value)
+    if entry.error is not None:
+        event["error"] = entry.error.to_dict()
+    if entry.due_at_ms is not None:
+        event["due_at"] = iso(entry.due_at_ms)
+    if entry.lease_expires_at_ms is not None:
+        event["lease_expires_at"] = iso(entry.lease_expires_at_ms)
+    return event
+
+
+def history(snapshot: RunSnapshot) -> list[dict[str, Any]]:
+    """The run's journal as events in program order, framed by start and finish."""
+    header = snapshot.header
+    events: list[dict[str, Any]] = [
+        {
+            "event": "run_started",
+            "run_id": header.run_id,
+            "agent": header.agent,
+            "versions": header.versions,
+            "input": _json(header.input),
+            "at": iso(header.created_at_ms),
+        }
+    ]
+    events += [entry_event(e) for e in snapshot.entries]
+    if header.status.terminal or header.status.value == "PAUSED":
+        events.append(
+            {
+                "event": f"run_{header.status.value.lower()}",
+                "result": _json(header.result),
+                "error": header.error.to_dict() if header.error else None,
+                "at": iso(header.updated_at_ms),
+            }
+        )
+    return events

@@ -1,0 +1,68 @@
+"""Shared fixtures: journal backends (in-memory and DynamoDB on moto), clock, runtime."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from durable_agents import AgentRegistry, InMemoryJournal, Runtime, SkipClock
+from durable_agents.journal.dynamodb import DynamoDBJournal
+from durable_agents.journal.payloads import S3PayloadStore
+from durable_agents.journal.store import JournalStore
+from durable_agents.local.template import create_journal_table
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / "template.yaml"
+
+# Never reach a real AWS account from the test suite.
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+os.environ["AWS_ACCESS_KEY_ID"] = "testing"
+os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"  # noqa: S105 - moto's dummy credentials
+os.environ.pop("AWS_PROFILE", None)
+os.environ.pop("AWS_ENDPOINT_URL", None)
+
+
+@pytest.fixture
+def aws() -> Iterator[None]:
+    """Everything AWS inside this test goes to in-process moto."""
+    with mock_aws():
+        yield
+
+
+@pytest.fixture
+def dynamodb_journal(aws: None) -> DynamoDBJournal:
+    """A DynamoDB journal on a moto table created from template.yaml, with S3 spill."""
+    client = boto3.client("dynamodb", region_name="us-east-1")
+    create_journal_table(client, "journal", TEMPLATE)
+    s3 = boto3.client("s3", region_name="us-east-1")
+    s3.create_bucket(Bucket="payloads")
+    return DynamoDBJournal(client, "journal", payloads=S3PayloadStore(s3, "payloads"))
+
+
+@pytest.fixture(params=["memory", "dynamodb"])
+def journal(request: pytest.FixtureRequest) -> JournalStore:
+    """Each test using it runs once per backend: the contract suite."""
+    if request.param == "memory":
+        return InMemoryJournal()
+    store: JournalStore = request.getfixturevalue("dynamodb_journal")
+    return store
+
+
+@pytest.fixture
+def clock() -> SkipClock:
+    return SkipClock()
+
+
+@pytest.fixture
+def registry() -> AgentRegistry:
+    return AgentRegistry()
+
+
+@pytest.fixture
+def runtime(journal: JournalStore, registry: AgentRegistry, clock: SkipClock) -> Runtime:
+    return Runtime(journal, registry=registry, clock=clock)
