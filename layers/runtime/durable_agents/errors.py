@@ -12,7 +12,13 @@ from typing import Any
 
 
 class DurableError(Exception):
-    """Base class of every error raised by durable-agents."""
+    """Base class of every error raised by durable-agents.
+
+    ``recorded_fields`` names the attributes the journal keeps so that a replayed error has
+    them too (JSON values only).
+    """
+
+    recorded_fields: tuple[str, ...] = ()
 
 
 class ConfigurationError(DurableError):
@@ -127,6 +133,8 @@ class StepError(DurableError):
     Attributes carry the original type name and message so agent code can still branch on them.
     """
 
+    recorded_fields = ("error_type", "message")
+
     def __init__(self, error_type: str, message: str):
         self.error_type = error_type
         self.message = message
@@ -135,6 +143,8 @@ class StepError(DurableError):
 
 class StepInterruptedError(DurableError):
     """A step's previous attempt started but never finished (its process died)."""
+
+    recorded_fields = ("op_id", "attempt")
 
     def __init__(self, op_id: str, attempt: int):
         self.op_id = op_id

@@ -171,7 +171,6 @@ class Invocation:
             if self.budget <= 0:
                 raise SuspendExecution(Reason.CONTINUE, detail=f"next operation {op_id}")
             self.budget -= 1
-        self.executed.append(op_id)
 
     def has_budget(self) -> bool:
         """Whether another operation may execute in this invocation."""

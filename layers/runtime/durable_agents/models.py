@@ -73,16 +73,21 @@ class ErrorInfo:
     type: str
     message: str
     module: str = ""
-    retryable: bool | None = None
+    data: dict[str, Any] | None = None
+    """Structured attributes of runtime errors (``recorded_fields``), so they rebuild whole."""
 
     def to_dict(self) -> dict[str, Any]:
         """Returns a JSON-ready dict."""
-        return {"type": self.type, "message": self.message, "module": self.module}
+        out: dict[str, Any] = {"type": self.type, "message": self.message, "module": self.module}
+        if self.data:
+            out["data"] = self.data
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ErrorInfo:
         """Builds an ErrorInfo from ``to_dict`` output."""
-        return cls(type=data["type"], message=data["message"], module=data.get("module", ""))
+        return cls(type=data["type"], message=data["message"], module=data.get("module", ""),
+                   data=data.get("data"))
 
 
 @dataclass(frozen=True, slots=True)

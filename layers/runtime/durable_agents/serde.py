@@ -115,7 +115,9 @@ def error_info(exc: BaseException) -> ErrorInfo:
     if isinstance(exc, StepError):
         return ErrorInfo(type=exc.error_type, message=exc.message, module="")
     cls = type(exc)
-    return ErrorInfo(type=cls.__qualname__, message=str(exc), module=cls.__module__)
+    fields = getattr(exc, "recorded_fields", ())
+    data = {name: getattr(exc, name, None) for name in fields} or None
+    return ErrorInfo(type=cls.__qualname__, message=str(exc), module=cls.__module__, data=data)
 
 
 def rebuild_error(info: ErrorInfo) -> Exception:
@@ -125,6 +127,12 @@ def rebuild_error(info: ErrorInfo) -> Exception:
     journal says). A class that cannot be rebuilt becomes a ``StepError`` carrying the type name.
     """
     cls = _resolve_exception_class(info.module, info.type)
+    if cls is not None and info.data and getattr(cls, "recorded_fields", ()):
+        exc = cls.__new__(cls)
+        Exception.__init__(exc, info.message)
+        for name in cls.recorded_fields:  # type: ignore[attr-defined]
+            setattr(exc, name, info.data.get(name))
+        return exc
     if cls is not None:
         try:
             exc = cls(info.message)

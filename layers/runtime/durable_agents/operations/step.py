@@ -88,6 +88,7 @@ def run_step(
         inv.commit([claim])
     except EntryConflictError as exc:
         raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+    inv.executed.append(op_id)
 
     inv.hooks.before_execute(op_id, attempt)
     inv.in_step = True

@@ -1,0 +1,103 @@
+"""EventBridge delivers at least once: duplicates racing on one run must not repeat anything.
+
+The journal lives in a moto server on 127.0.0.1 (real HTTP, real conditional writes); five
+threads receive every ``Step Ready`` event at the same moment, as five Lambda invocations would.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import boto3
+import pytest
+from moto.server import ThreadedMotoServer
+
+from durable_agents import AgentRegistry, DurableContext, Runtime, agent
+from durable_agents.events import STEP_READY, CollectingPublisher
+from durable_agents.journal.dynamodb import DynamoDBJournal
+from durable_agents.local.template import create_journal_table
+from durable_agents.models import EntryType, RunStatus
+from tests.conftest import TEMPLATE
+
+DUPLICATES = 5
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint() -> Iterator[str]:
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def journal(moto_endpoint: str, request: pytest.FixtureRequest) -> DynamoDBJournal:
+    client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
+    table = f"journal-{request.node.name}"[:200].replace("[", "-").replace("]", "")
+    create_journal_table(client, table, TEMPLATE)
+    return DynamoDBJournal(client, table)
+
+
+def deliver_concurrently(runtime: Runtime, run_id: str) -> list[Any]:
+    barrier = threading.Barrier(DUPLICATES)
+
+    def invoke() -> Any:
+        barrier.wait()
+        return runtime.execute(run_id, budget=1, remaining_ms=30_000)
+
+    with ThreadPoolExecutor(DUPLICATES) as pool:
+        return list(pool.map(lambda _: invoke(), range(DUPLICATES)))
+
+
+def test_five_concurrent_deliveries_execute_each_operation_once(journal: DynamoDBJournal) -> None:
+    executions: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def work(name: str) -> str:
+        with lock:
+            executions[name] += 1
+        return name.upper()
+
+    registry = AgentRegistry()
+
+    @agent(name="racy", version="1", registry=registry)
+    def racy(ctx: DurableContext, _: None) -> list[str]:
+        out = [ctx.step(work, f"s{i}", name=f"s{i}") for i in range(1, 5)]
+
+        def inner(child: DurableContext) -> str:
+            return child.step(work, "nested", name="nested")
+
+        out.append(ctx.run_in_child_context(inner, name="scope"))
+        out.append(ctx.now().isoformat())
+        return out
+
+    publisher = CollectingPublisher()
+    runtime = Runtime(journal, registry=registry, publisher=publisher)
+    run, _ = runtime.start_run("racy", None)
+    rounds = 0
+    while True:
+        ready = [e for e in publisher.drain() if e.detail_type == STEP_READY]
+        if not ready:
+            break
+        assert len(ready) == 1, "exactly one invocation may publish the next Step Ready"
+        rounds += 1
+        outcomes = deliver_concurrently(runtime, run.run_id)
+        kinds = Counter(o.kind.value for o in outcomes)
+        assert sum(len(o.executed) for o in outcomes) <= 1, kinds
+        assert rounds < 20
+
+    header = journal.get_run(run.run_id)
+    assert header.status is RunStatus.SUCCEEDED
+    assert executions == {"s1": 1, "s2": 1, "s3": 1, "s4": 1, "nested": 1}
+    entries = journal.load(run.run_id).entries
+    results = Counter(e.op_id for e in entries if e.type.is_result)
+    assert all(n == 1 for n in results.values())
+    claims = Counter(e.op_id for e in entries if e.type is EntryType.STARTED)
+    assert all(n == 1 for n in claims.values()), claims
