@@ -22,7 +22,7 @@ TEMPLATE = ROOT / "template.yaml"
 # Never reach a real AWS account from the test suite.
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ["AWS_ACCESS_KEY_ID"] = "testing"
-os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"  # noqa: S105 - moto's dummy credentials
+os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
 os.environ.pop("AWS_PROFILE", None)
 os.environ.pop("AWS_ENDPOINT_URL", None)
 

@@ -48,8 +48,18 @@ def _simulated_latency() -> None:
 
 def plan_outline(topic: str, sections: int) -> list[str]:
     """Plans the section titles (pure: the same input always gives the same plan)."""
-    angles = ["background", "how it works", "trade-offs", "failure modes", "operations",
-              "costs", "alternatives", "case studies", "open questions", "further reading"]
+    angles = [
+        "background",
+        "how it works",
+        "trade-offs",
+        "failure modes",
+        "operations",
+        "costs",
+        "alternatives",
+        "case studies",
+        "open questions",
+        "further reading",
+    ]
     return [f"{topic}: {angle}" for angle in angles[:sections]]
 
 
@@ -68,8 +78,12 @@ def research(ctx: DurableContext, request: ResearchRequest) -> ResearchReport:
 
     def gather(child: DurableContext) -> list[Section]:
         return [
-            child.step(fetch_notes, title, name=f"fetch-{index}",
-                       retry=RetryPolicy(max_attempts=5, initial_delay_seconds=1))
+            child.step(
+                fetch_notes,
+                title,
+                name=f"fetch-{index}",
+                retry=RetryPolicy(max_attempts=5, initial_delay_seconds=1),
+            )
             for index, title in enumerate(outline, start=1)
         ]
 

@@ -55,66 +55,59 @@ class StartRunRequest(BaseModel):
 
 def _error(status: HTTPStatus, error_type: str, message: str, **extra: Any) -> Response[str]:
     body = {"error": {"type": error_type, "message": message, **extra}}
-    return Response(status_code=status.value, content_type="application/json",
-                    body=json.dumps(body))
+    return Response(
+        status_code=status.value, content_type="application/json", body=json.dumps(body)
+    )
 
 
 def _ok(status: HTTPStatus, body: Any, headers: dict[str, str] | None = None) -> Response[str]:
-    return Response(status_code=status.value, content_type="application/json",
-                    body=json.dumps(body), headers=headers)
+    return Response(
+        status_code=status.value,
+        content_type="application/json",
+        body=json.dumps(body),
+        headers=headers,
+    )
 
 
-class BadRequest(Exception):  # noqa: N818 - mapped to 400 by the handler below
+class BadRequest(Exception):
     """The request is malformed (not JSON, wrong parameter)."""
 
 
-@app.exception_handler(BadRequest)
-def _bad_request(exc: BadRequest) -> Response[str]:
-    return _error(HTTPStatus.BAD_REQUEST, "BadRequest", str(exc))
+# What each domain error means for an HTTP caller. Domain exceptions carry no status codes.
+ERROR_STATUS: dict[type[Exception], HTTPStatus] = {
+    BadRequest: HTTPStatus.BAD_REQUEST,
+    InvalidNameError: HTTPStatus.BAD_REQUEST,
+    AgentNotFoundError: HTTPStatus.NOT_FOUND,
+    RunNotFoundError: HTTPStatus.NOT_FOUND,
+    IdempotencyConflictError: HTTPStatus.CONFLICT,
+    RunStateConflictError: HTTPStatus.CONFLICT,
+    InputValidationError: HTTPStatus.UNPROCESSABLE_ENTITY,
+    PayloadError: HTTPStatus.UNPROCESSABLE_ENTITY,
+    ValidationError: HTTPStatus.UNPROCESSABLE_ENTITY,
+}
 
 
-@app.exception_handler(ValidationError)
-def _invalid(exc: ValidationError) -> Response[str]:
-    errors = [{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
-    return _error(HTTPStatus.UNPROCESSABLE_ENTITY, "ValidationError",
-                  "the request body does not match the schema", details=errors)
+def error_response(exc: Exception) -> Response[str]:
+    """Turns a known error into a 4xx response that says what is wrong."""
+    status = next(
+        (code for cls, code in ERROR_STATUS.items() if isinstance(exc, cls)),
+        HTTPStatus.BAD_REQUEST,
+    )
+    extra: dict[str, Any] = {}
+    message = str(exc)
+    if isinstance(exc, ValidationError):
+        message = "the request body does not match the schema"
+        extra["details"] = [{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()]
+    elif isinstance(exc, InputValidationError):
+        message = f"input does not match agent {exc.agent!r}"
+        extra["details"] = exc.errors
+    elif isinstance(exc, IdempotencyConflictError):
+        extra["run_id"] = exc.existing_run_id
+    return _error(status, type(exc).__name__, message, **extra)
 
 
-@app.exception_handler(InputValidationError)
-def _invalid_input(exc: InputValidationError) -> Response[str]:
-    return _error(HTTPStatus.UNPROCESSABLE_ENTITY, "InputValidationError",
-                  f"input does not match agent {exc.agent!r}", details=exc.errors)
-
-
-@app.exception_handler(InvalidNameError)
-def _invalid_name(exc: InvalidNameError) -> Response[str]:
-    return _error(HTTPStatus.BAD_REQUEST, "InvalidNameError", str(exc))
-
-
-@app.exception_handler(PayloadError)
-def _payload(exc: PayloadError) -> Response[str]:
-    return _error(HTTPStatus.UNPROCESSABLE_ENTITY, type(exc).__name__, str(exc))
-
-
-@app.exception_handler(AgentNotFoundError)
-def _agent_missing(exc: AgentNotFoundError) -> Response[str]:
-    return _error(HTTPStatus.NOT_FOUND, "AgentNotFoundError", str(exc))
-
-
-@app.exception_handler(RunNotFoundError)
-def _run_missing(exc: RunNotFoundError) -> Response[str]:
-    return _error(HTTPStatus.NOT_FOUND, "RunNotFoundError", str(exc))
-
-
-@app.exception_handler(IdempotencyConflictError)
-def _idempotency(exc: IdempotencyConflictError) -> Response[str]:
-    return _error(HTTPStatus.CONFLICT, "IdempotencyConflictError", str(exc),
-                  run_id=exc.existing_run_id)
-
-
-@app.exception_handler(RunStateConflictError)
-def _state(exc: RunStateConflictError) -> Response[str]:
-    return _error(HTTPStatus.CONFLICT, "RunStateConflictError", str(exc))
+for _error_type in ERROR_STATUS:
+    app.exception_handler(_error_type)(error_response)
 
 
 def _body() -> Any:
@@ -144,11 +137,16 @@ def start_run() -> Response[str]:
         raise BadRequest("the Idempotency-Key header and the body's idempotency_key differ")
     key = request.idempotency_key or header_key
     run, created = get_runtime().start_run(request.agent, request.input, idempotency_key=key)
-    logger.info("run started" if created else "run start repeated",
-                extra={"run_id": run.run_id, "agent": run.agent, "caller": _caller()})
+    logger.info(
+        "run started" if created else "run start repeated",
+        extra={"run_id": run.run_id, "agent": run.agent, "caller": _caller()},
+    )
     status = HTTPStatus.CREATED if created else HTTPStatus.OK
-    return _ok(status, {"created": created, "run": run_view(run)},
-               headers={"Location": f"/runs/{run.run_id}"})
+    return _ok(
+        status,
+        {"created": created, "run": run_view(run)},
+        headers={"Location": f"/runs/{run.run_id}"},
+    )
 
 
 @app.get("/runs")

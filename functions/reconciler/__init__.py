@@ -1,0 +1,1 @@
+"""The reconciler Lambda function."""

@@ -42,7 +42,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         remaining_ms=context.get_remaining_time_in_millis,
     )
     metrics.add_metric(name="TimersFired", unit=MetricUnit.Count, value=report.timers_fired)
-    metrics.add_metric(name="StalledRunsRedriven", unit=MetricUnit.Count,
-                       value=report.stalled_redriven)
+    metrics.add_metric(
+        name="StalledRunsRedriven", unit=MetricUnit.Count, value=report.stalled_redriven
+    )
     logger.info("sweep finished", extra=asdict(report))
     return asdict(report)

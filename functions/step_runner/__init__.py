@@ -1,0 +1,1 @@
+"""The step runner Lambda function."""

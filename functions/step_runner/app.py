@@ -10,12 +10,13 @@ from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.parser import envelopes, parse
+from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
 from durable_agents.deployment import Settings, build_runtime
 from durable_agents.errors import RunNotFoundError
+from durable_agents.events import STEP_READY
 from durable_agents.runtime import Runtime
 
 logger = Logger()
@@ -47,13 +48,15 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Advances one run by one operation.
 
     Raises:
-        ValidationError: If the event is not a ``Step Ready`` event (it goes to the DLQ).
+        ValidationError: If the event is malformed (after Lambda's retries it goes to the DLQ).
+        ValueError: If the event is not a ``Step Ready`` event.
         EventPublishError: If the follow-up event could not be published (Lambda retries;
             nothing recorded is repeated).
     """
-    detail: StepReadyDetail = parse(
-        event=event, model=StepReadyDetail, envelope=envelopes.EventBridgeEnvelope
-    )
+    envelope = EventBridgeModel.model_validate(event)
+    if envelope.detail_type != STEP_READY:
+        raise ValueError(f"expected a {STEP_READY!r} event, got {envelope.detail_type!r}")
+    detail = StepReadyDetail.model_validate(envelope.detail)
     logger.append_keys(run_id=detail.run_id)
     try:
         outcome = get_runtime().execute(
@@ -63,11 +66,15 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         # Retrying cannot make a missing run appear: report and drop the event.
         logger.warning("Step Ready for an unknown run", extra={"reason": detail.reason})
         return {"run_id": detail.run_id, "outcome": "not_found", "executed": []}
-    metrics.add_metric(name="OperationsExecuted", unit=MetricUnit.Count,
-                       value=len(outcome.executed))
+    metrics.add_metric(
+        name="OperationsExecuted", unit=MetricUnit.Count, value=len(outcome.executed)
+    )
     logger.info(
         "invocation finished",
-        extra={"outcome": outcome.kind.value, "executed": outcome.executed,
-               "detail": outcome.detail},
+        extra={
+            "outcome": outcome.kind.value,
+            "executed": outcome.executed,
+            "detail": outcome.detail,
+        },
     )
     return {"run_id": detail.run_id, "outcome": outcome.kind.value, "executed": outcome.executed}

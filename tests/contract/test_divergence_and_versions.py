@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
-from durable_agents import AgentRegistry, DurableContext, ReplayDivergedError, Runtime, SkipClock
+from durable_agents import (
+    AgentRegistry,
+    DurableContext,
+    ReplayDivergedError,
+    RunStateConflictError,
+    Runtime,
+    SkipClock,
+)
 from durable_agents import agent as agent_decorator
 from durable_agents.journal.store import JournalStore
 from durable_agents.models import RunStatus
@@ -105,9 +112,9 @@ def test_agent_code_cannot_swallow_a_divergence(journal: JournalStore) -> None:
     _, run_id = start_and_run(journal, clock, steps=2)
 
     def swallowing(ctx: DurableContext, _: Any) -> str:
-        try:
+        try:  # noqa: SIM105 - written out: exactly what a careless agent does
             ctx.step(lambda: "X", name="something-else")
-        except Exception:  # noqa: BLE001 - exactly what a careless agent does
+        except Exception:
             pass
         return ctx.step(lambda: "Y", name="carry-on")
 
@@ -120,8 +127,13 @@ def test_agent_code_cannot_swallow_a_divergence(journal: JournalStore) -> None:
 
 
 def test_divergence_error_names_both_sides() -> None:
-    err = ReplayDivergedError("run-1:a:1", recorded_kind="step", recorded_name="a",
-                              requested_kind="step", requested_name="b")
+    err = ReplayDivergedError(
+        "run-1:a:1",
+        recorded_kind="step",
+        recorded_name="a",
+        requested_kind="step",
+        requested_name="b",
+    )
     assert (err.recorded_name, err.requested_name) == ("a", "b")
     assert "'a'" in str(err) and "'b'" in str(err)
 
@@ -156,20 +168,23 @@ def test_runs_stay_pinned_to_their_version(journal: JournalStore) -> None:
     assert new_run.versions["workflow_version"] == "2"
 
 
-def test_paused_runs_are_not_executed_until_redriven(journal: JournalStore) -> None:
+def test_paused_runs_wait_for_a_redrive_and_finished_runs_refuse_one(
+    journal: JournalStore,
+) -> None:
     clock = SkipClock()
     _, run_id = start_and_run(journal, clock, steps=1)
 
     def other(ctx: DurableContext, _: Any) -> str:
         return ctx.step(lambda: "x", name="different")
 
-    rt = deploy(journal, clock, other)
-    rt.execute(run_id)
-    assert rt.execute(run_id).kind.value == "noop"
-    with pytest.raises(Exception, match="RUNNING"):
-        # a finished run cannot be re-driven; make one finish to check
-        fixed = deploy(journal, clock, original)
-        fixed.redrive(run_id)
-        while fixed.execute(run_id).kind.value == "continue":
-            pass
+    broken = deploy(journal, clock, other)
+    assert broken.execute(run_id).kind.value == "paused"
+    assert broken.execute(run_id).kind.value == "noop"  # a paused run is left alone
+
+    fixed = deploy(journal, clock, original)
+    fixed.redrive(run_id)
+    while fixed.execute(run_id).kind.value == "continue":
+        pass
+    assert journal.get_run(run_id).status is RunStatus.SUCCEEDED
+    with pytest.raises(RunStateConflictError):
         fixed.redrive(run_id)

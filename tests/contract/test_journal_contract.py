@@ -24,21 +24,42 @@ from durable_agents.models import (
 ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
 
 
-def header(run_id: str = "run-1", *, key: str | None = None, input_json: str = '{"a":1}',
-           at: int = 1_000) -> RunHeader:
+def header(
+    run_id: str = "run-1", *, key: str | None = None, input_json: str = '{"a":1}', at: int = 1_000
+) -> RunHeader:
     return RunHeader(
-        run_id=run_id, agent="agent-a", versions={"workflow_version": "1"},
-        status=RunStatus.RUNNING, input=input_json, created_at_ms=at, updated_at_ms=at,
-        idempotency_key=key, input_hash=input_hash("agent-a", input_json),
+        run_id=run_id,
+        agent="agent-a",
+        versions={"workflow_version": "1"},
+        status=RunStatus.RUNNING,
+        input=input_json,
+        created_at_ms=at,
+        updated_at_ms=at,
+        idempotency_key=key,
+        input_hash=input_hash("agent-a", input_json),
     )
 
 
-def entry(position: str = "00000001", type_: EntryType = EntryType.SUCCEEDED, *,
-          run_id: str = "run-1", attempt: int = 0, value: str | None = '"ok"',
-          name: str = "a") -> Entry:
-    return Entry(run_id=run_id, position=position, op_id=f"{run_id}:{name}:{int(position[-8:])}",
-                 kind=OpKind.STEP, name=name, type=type_, attempt=attempt, value=value,
-                 recorded_at_ms=2_000)
+def entry(
+    position: str = "00000001",
+    type_: EntryType = EntryType.SUCCEEDED,
+    *,
+    run_id: str = "run-1",
+    attempt: int = 0,
+    value: str | None = '"ok"',
+    name: str = "a",
+) -> Entry:
+    return Entry(
+        run_id=run_id,
+        position=position,
+        op_id=f"{run_id}:{name}:{int(position[-8:])}",
+        kind=OpKind.STEP,
+        name=name,
+        type=type_,
+        attempt=attempt,
+        value=value,
+        recorded_at_ms=2_000,
+    )
 
 
 def test_create_and_read_back(journal: JournalStore) -> None:
@@ -100,8 +121,9 @@ def test_a_commit_is_all_or_nothing(journal: JournalStore) -> None:
 
 def test_run_change_needs_the_expected_status(journal: JournalStore) -> None:
     journal.create_run(header())
-    change = RunChange(expected=frozenset({RunStatus.SUSPENDED}), status=RunStatus.RUNNING,
-                       updated_at_ms=3_000)
+    change = RunChange(
+        expected=frozenset({RunStatus.SUSPENDED}), status=RunStatus.RUNNING, updated_at_ms=3_000
+    )
     with pytest.raises(RunStateConflictError):
         journal.commit("run-1", [entry()], change)
     assert journal.load("run-1").entries == []  # the entry of the failed commit is not written
@@ -110,8 +132,13 @@ def test_run_change_needs_the_expected_status(journal: JournalStore) -> None:
 
 def test_entries_and_status_change_commit_together(journal: JournalStore) -> None:
     journal.create_run(header())
-    change = RunChange(expected=ACTIVE, status=RunStatus.SUSPENDED, updated_at_ms=3_000,
-                       wake_at_ms=9_000, waiting_on={"kind": "wait", "op_id": "x"})
+    change = RunChange(
+        expected=ACTIVE,
+        status=RunStatus.SUSPENDED,
+        updated_at_ms=3_000,
+        wake_at_ms=9_000,
+        waiting_on={"kind": "wait", "op_id": "x"},
+    )
     journal.commit("run-1", [entry(type_=EntryType.SCHEDULED, value=None)], change)
     run = journal.get_run("run-1")
     assert run.status is RunStatus.SUSPENDED
@@ -122,16 +149,23 @@ def test_entries_and_status_change_commit_together(journal: JournalStore) -> Non
 
 def test_finished_runs_never_change(journal: JournalStore) -> None:
     journal.create_run(header())
-    done = RunChange(expected=ACTIVE, status=RunStatus.SUCCEEDED, updated_at_ms=3_000,
-                     result='"r"')
+    done = RunChange(expected=ACTIVE, status=RunStatus.SUCCEEDED, updated_at_ms=3_000, result='"r"')
     journal.commit("run-1", [], done)
     assert journal.get_run("run-1").result == '"r"'
     with pytest.raises(RunStateConflictError):
-        journal.commit("run-1", [], RunChange(expected=ACTIVE, status=RunStatus.FAILED,
-                                              updated_at_ms=4_000))
+        journal.commit(
+            "run-1", [], RunChange(expected=ACTIVE, status=RunStatus.FAILED, updated_at_ms=4_000)
+        )
     with pytest.raises(InvalidTransitionError):
-        journal.commit("run-1", [], RunChange(expected=frozenset({RunStatus.SUCCEEDED}),
-                                              status=RunStatus.RUNNING, updated_at_ms=5_000))
+        journal.commit(
+            "run-1",
+            [],
+            RunChange(
+                expected=frozenset({RunStatus.SUCCEEDED}),
+                status=RunStatus.RUNNING,
+                updated_at_ms=5_000,
+            ),
+        )
 
 
 def test_load_returns_program_order_with_nested_scopes(journal: JournalStore) -> None:
@@ -160,10 +194,19 @@ def test_load_returns_program_order_with_nested_scopes(journal: JournalStore) ->
 def test_entry_fields_round_trip(journal: JournalStore) -> None:
     journal.create_run(header())
     original = Entry(
-        run_id="run-1", position="00000003", op_id="run-1:pay:3", kind=OpKind.STEP, name="pay",
-        type=EntryType.ATTEMPT_FAILED, attempt=2, value=None,
+        run_id="run-1",
+        position="00000003",
+        op_id="run-1:pay:3",
+        kind=OpKind.STEP,
+        name="pay",
+        type=EntryType.ATTEMPT_FAILED,
+        attempt=2,
+        value=None,
         error=ErrorInfo(type="TimeoutError", message="slow", module="builtins"),
-        recorded_at_ms=5, lease_expires_at_ms=None, due_at_ms=77, meta={"semantics": "x"},
+        recorded_at_ms=5,
+        lease_expires_at_ms=None,
+        due_at_ms=77,
+        meta={"semantics": "x"},
     )
     journal.commit("run-1", [original])
     assert journal.load("run-1").entries == [original]
@@ -173,8 +216,11 @@ def test_large_values_round_trip(journal: JournalStore) -> None:
     journal.create_run(header())
     big = '"' + "x" * 600_000 + '"'
     journal.commit("run-1", [entry(value=big)])
-    journal.commit("run-1", [], RunChange(expected=ACTIVE, status=RunStatus.SUCCEEDED,
-                                          updated_at_ms=3_000, result=big))
+    journal.commit(
+        "run-1",
+        [],
+        RunChange(expected=ACTIVE, status=RunStatus.SUCCEEDED, updated_at_ms=3_000, result=big),
+    )
     snapshot = journal.load("run-1")
     assert snapshot.entries[0].value == big
     assert snapshot.header.result == big
@@ -183,10 +229,20 @@ def test_large_values_round_trip(journal: JournalStore) -> None:
 def test_listing_and_due_timers(journal: JournalStore) -> None:
     for i, run_id in enumerate(["run-a", "run-b", "run-c"]):
         journal.create_run(header(run_id, at=1_000 + i))
-    journal.commit("run-a", [], RunChange(expected=ACTIVE, status=RunStatus.SUSPENDED,
-                                          updated_at_ms=2_000, wake_at_ms=5_000))
-    journal.commit("run-b", [], RunChange(expected=ACTIVE, status=RunStatus.SUSPENDED,
-                                          updated_at_ms=2_001, wake_at_ms=50_000))
+    journal.commit(
+        "run-a",
+        [],
+        RunChange(
+            expected=ACTIVE, status=RunStatus.SUSPENDED, updated_at_ms=2_000, wake_at_ms=5_000
+        ),
+    )
+    journal.commit(
+        "run-b",
+        [],
+        RunChange(
+            expected=ACTIVE, status=RunStatus.SUSPENDED, updated_at_ms=2_001, wake_at_ms=50_000
+        ),
+    )
     assert [h.run_id for h in journal.due_runs(5_000)] == ["run-a"]
     assert journal.due_runs(4_999) == []
     suspended = journal.list_runs(status=RunStatus.SUSPENDED).runs
@@ -194,8 +250,11 @@ def test_listing_and_due_timers(journal: JournalStore) -> None:
     assert [h.run_id for h in journal.list_runs(status=RunStatus.RUNNING).runs] == ["run-c"]
     assert {h.run_id for h in journal.list_runs().runs} == {"run-a", "run-b", "run-c"}
     # Waking up takes the run out of the timer index.
-    journal.commit("run-a", [], RunChange(expected=ACTIVE, status=RunStatus.RUNNING,
-                                          updated_at_ms=6_000, wake_at_ms=None))
+    journal.commit(
+        "run-a",
+        [],
+        RunChange(expected=ACTIVE, status=RunStatus.RUNNING, updated_at_ms=6_000, wake_at_ms=None),
+    )
     assert journal.due_runs(10**13) == [journal.get_run("run-b")]
 
 

@@ -62,7 +62,8 @@ def test_each_operation_runs_once_and_results_round_trip(journal: JournalStore, 
     assert result.output == {"total": 500, "pair": [1, 2]}  # a tuple comes back as JSON does
     assert calls == ["tea", "jam"]
     assert [op.op_id for op in result.operations] == [
-        f"{result.run_id}:quote-tea:1", f"{result.run_id}:quote-jam:2",
+        f"{result.run_id}:quote-tea:1",
+        f"{result.run_id}:quote-jam:2",
         f"{result.run_id}:tuple:3",
     ]
     assert all(op.attempts == 1 for op in result.operations)
@@ -183,8 +184,9 @@ def test_at_most_once_interruption_reaches_the_agent(journal: JournalStore) -> N
     @agent(name="once", version="1", registry=AgentRegistry())
     def once(ctx: DurableContext, _: None) -> str:
         try:
-            ctx.step(lambda: executions.append(1), name="transfer",
-                     semantics=StepSemantics.AT_MOST_ONCE)
+            ctx.step(
+                lambda: executions.append(1), name="transfer", semantics=StepSemantics.AT_MOST_ONCE
+            )
         except StepInterruptedError as exc:
             return f"interrupted at attempt {exc.attempt}"
         return "done"
@@ -232,6 +234,7 @@ def test_child_context_ids_nest_and_replay_skips_the_child(journal: JournalStore
             x = child.step(lambda: 20, name="x")
             y = child.step(lambda: 22, name="y")
             return x + y
+
         total = ctx.run_in_child_context(branch, name="branch")
         return ctx.step(lambda: total, name="final")
 
@@ -239,8 +242,12 @@ def test_child_context_ids_nest_and_replay_skips_the_child(journal: JournalStore
     assert result.output == 42
     ids = [op.op_id for op in result.operations]
     rid = result.run_id
-    assert ids == [f"{rid}:branch:1/x:1", f"{rid}:branch:1/y:2", f"{rid}:branch:1",
-                   f"{rid}:final:2"]
+    assert ids == [
+        f"{rid}:branch:1/x:1",
+        f"{rid}:branch:1/y:2",
+        f"{rid}:branch:1",
+        f"{rid}:final:2",
+    ]
     # Invocation 1 executes x; invocation 2 replays x, executes y and records the child's
     # result; invocation 3 returns that result without entering the child, then runs final.
     assert len(inner_calls) == 2
@@ -301,8 +308,11 @@ def test_secrets_never_reach_the_journal(journal: JournalStore) -> None:
 def test_operations_inside_a_step_are_refused(journal: JournalStore) -> None:
     @agent(name="nested", version="1", registry=AgentRegistry())
     def nested(ctx: DurableContext, _: None) -> None:
-        ctx.step(lambda: ctx.step(lambda: 1, name="inner"), name="outer",
-                 retry=RetryPolicy(max_attempts=1))
+        ctx.step(
+            lambda: ctx.step(lambda: 1, name="inner"),
+            name="outer",
+            retry=RetryPolicy(max_attempts=1),
+        )
 
     result = runner(nested, journal).run(None)
     assert result.status == "FAILED"

@@ -40,6 +40,7 @@ class AgentDefinition(Generic[In, Out]):
         return self.versions.workflow_version
 
     def __call__(self, ctx: Any, value: In) -> Out:
+        """Calls the agent function (what the runtime does on every invocation)."""
         return self.fn(ctx, value)
 
 
@@ -107,8 +108,8 @@ class AgentRegistry:
         Raises:
             ConfigurationError: If a module cannot be imported.
         """
-        for module in modules:
-            module = module.strip()
+        for raw in modules:
+            module = raw.strip()
             if not module:
                 continue
             try:

@@ -35,8 +35,16 @@ class DurableContext:
         logger: A logger that stays quiet while recorded operations are being replayed.
     """
 
-    __slots__ = ("_counter", "_id_prefix", "_inv", "_n_random", "_n_uuid", "_pos_prefix",
-                 "logger", "run_id")
+    __slots__ = (
+        "_counter",
+        "_id_prefix",
+        "_inv",
+        "_n_random",
+        "_n_uuid",
+        "_pos_prefix",
+        "logger",
+        "run_id",
+    )
 
     def __init__(self, invocation: Invocation, *, id_prefix: str, pos_prefix: str, logger: Any):
         self._inv = invocation

@@ -80,9 +80,7 @@ class RunStateConflictError(DurableError):
         self.run_id = run_id
         self.expected = expected
         self.actual = actual
-        super().__init__(
-            f"run {run_id!r} is in status {actual!r}, expected one of {expected!r}"
-        )
+        super().__init__(f"run {run_id!r} is in status {actual!r}, expected one of {expected!r}")
 
 
 class PayloadError(DurableError):
@@ -164,7 +162,7 @@ class VersionNotDeployedError(DurableError):
         )
 
 
-class SuspendExecution(BaseException):  # noqa: N818 - a control-flow signal, not an error
+class SuspendExecution(BaseException):
     """Ends the current invocation; the run continues when the awaited event happens.
 
     A ``BaseException`` so that ``except Exception`` in agent code cannot swallow it.

@@ -86,8 +86,12 @@ class ErrorInfo:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ErrorInfo:
         """Builds an ErrorInfo from ``to_dict`` output."""
-        return cls(type=data["type"], message=data["message"], module=data.get("module", ""),
-                   data=data.get("data"))
+        return cls(
+            type=data["type"],
+            message=data["message"],
+            module=data.get("module", ""),
+            data=data.get("data"),
+        )
 
 
 @dataclass(frozen=True, slots=True)

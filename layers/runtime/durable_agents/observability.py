@@ -28,7 +28,7 @@ class ReplayAwareLogger:
         try:
             merged = {"run_id": self._run_id, **extra}
             self._logger.log(level, msg, *args, extra=merged)
-        except Exception:  # noqa: BLE001, S110 - the trace plane must not break execution
+        except Exception:  # noqa: S110 - the trace plane must not break execution
             pass
 
     def debug(self, msg: str, *args: Any, **extra: Any) -> None:

@@ -226,7 +226,9 @@ class Runtime:
             hooks=hooks,
         )
         ctx = DurableContext(
-            inv, id_prefix=f"{run_id}:", pos_prefix="",
+            inv,
+            id_prefix=f"{run_id}:",
+            pos_prefix="",
             logger=ReplayAwareLogger(inv, self.logger, run_id),
         )
         outcome = self._drive(definition, header, inv, ctx)
@@ -250,7 +252,7 @@ class Runtime:
             if inv.fault is not None:
                 return self._pause(inv.header, error_info(inv.fault), inv.executed)
             return self._suspended(run_id, signal, inv)
-        except Exception as exc:  # noqa: BLE001 - an uncaught agent error fails the run
+        except Exception as exc:
             if inv.fault is not None:
                 return self._pause(inv.header, error_info(inv.fault), inv.executed)
             return self._finish(inv, RunStatus.FAILED, error=error_info(exc))
@@ -291,15 +293,14 @@ class Runtime:
             self.store.commit(inv.run_id, [], change)
         except RunStateConflictError as exc:
             # A concurrent invocation finished the run first; it publishes Run Finished.
-            return InvocationOutcome(inv.run_id, OutcomeKind.CONTENDED, list(inv.executed),
-                                     detail=str(exc))
+            return InvocationOutcome(
+                inv.run_id, OutcomeKind.CONTENDED, list(inv.executed), detail=str(exc)
+            )
         kind = OutcomeKind.SUCCEEDED if status is RunStatus.SUCCEEDED else OutcomeKind.FAILED
         detail = f"{error.type}: {error.message}" if error else ""
         return InvocationOutcome(inv.run_id, kind, list(inv.executed), detail=detail)
 
-    def _pause(
-        self, header: RunHeader, error: ErrorInfo, executed: list[str]
-    ) -> InvocationOutcome:
+    def _pause(self, header: RunHeader, error: ErrorInfo, executed: list[str]) -> InvocationOutcome:
         change = RunChange(
             expected=_ACTIVE,
             status=RunStatus.PAUSED,
@@ -311,8 +312,9 @@ class Runtime:
         try:
             self.store.commit(header.run_id, [], change)
         except RunStateConflictError as exc:
-            return InvocationOutcome(header.run_id, OutcomeKind.CONTENDED, executed,
-                                     detail=str(exc))
+            return InvocationOutcome(
+                header.run_id, OutcomeKind.CONTENDED, executed, detail=str(exc)
+            )
         return InvocationOutcome(
             header.run_id, OutcomeKind.PAUSED, executed, detail=f"{error.type}: {error.message}"
         )

@@ -127,10 +127,11 @@ def rebuild_error(info: ErrorInfo) -> Exception:
     journal says). A class that cannot be rebuilt becomes a ``StepError`` carrying the type name.
     """
     cls = _resolve_exception_class(info.module, info.type)
-    if cls is not None and info.data and getattr(cls, "recorded_fields", ()):
+    fields: tuple[str, ...] = getattr(cls, "recorded_fields", ())
+    if cls is not None and info.data and fields:
         exc = cls.__new__(cls)
         Exception.__init__(exc, info.message)
-        for name in cls.recorded_fields:  # type: ignore[attr-defined]
+        for name in fields:
             setattr(exc, name, info.data.get(name))
         return exc
     if cls is not None:
@@ -138,14 +139,14 @@ def rebuild_error(info: ErrorInfo) -> Exception:
             exc = cls(info.message)
             if str(exc) == info.message:
                 return exc
-        except Exception:  # noqa: S110, BLE001 - a constructor with other arguments; fall through
+        except Exception:  # noqa: S110 - a constructor with other arguments; fall through
             pass
         try:
             exc = cls.__new__(cls)
             Exception.__init__(exc, info.message)
             if str(exc) == info.message:
                 return exc
-        except Exception:  # noqa: S110, BLE001 - not rebuildable: StepError below
+        except Exception:  # noqa: S110 - not rebuildable: StepError below
             pass
     return StepError(info.type, info.message)
 

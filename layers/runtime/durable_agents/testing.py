@@ -45,7 +45,7 @@ from durable_agents.serde import decode
 CrashPoint = Literal["before_execute", "after_execute", "after_record"]
 
 
-class SimulatedCrash(BaseException):  # noqa: N818 - it stands for a process death, not an error
+class SimulatedCrash(BaseException):
     """The process "died" at an injected point: nothing after it ran, nothing was cleaned up."""
 
 
@@ -212,9 +212,7 @@ class AgentTestRunner:
         )
         return self.resume(header.run_id, crash=crash)
 
-    def resume(
-        self, run_id: str, *, crash: Crash | Sequence[Crash] | None = None
-    ) -> TestResult:
+    def resume(self, run_id: str, *, crash: Crash | Sequence[Crash] | None = None) -> TestResult:
         """Drives an existing run on (for example after an external event arrived).
 
         Raises:

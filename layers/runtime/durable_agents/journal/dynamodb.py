@@ -285,12 +285,17 @@ class DynamoDBJournal(JournalStore):
                     raise EntryConflictError(HEADER_SK) from exc
                 raise
             return header, True
-        idem_key = {"pk": {"S": f"IDEM#{header.agent}#{header.idempotency_key}"},
-                    "sk": {"S": IDEM_SK}}
+        idem_key = {
+            "pk": {"S": f"IDEM#{header.agent}#{header.idempotency_key}"},
+            "sk": {"S": IDEM_SK},
+        }
         idem_put = {
             "TableName": self._table,
-            "Item": {**idem_key, "run_id": {"S": header.run_id},
-                     "input_hash": {"S": header.input_hash}},
+            "Item": {
+                **idem_key,
+                "run_id": {"S": header.run_id},
+                "input_hash": {"S": header.input_hash},
+            },
             "ConditionExpression": _NOT_EXISTS,
         }
         try:
@@ -328,7 +333,7 @@ class DynamoDBJournal(JournalStore):
                 )
             except ClientError as exc:
                 if _code(exc) == "ConditionalCheckFailedException":
-                    old = exc.response.get("Item")
+                    old: Any = exc.response.get("Item")
                     existing = self._entry_from_item(run_id, old) if old else None
                     raise EntryConflictError(entries[0].sort_key, existing) from exc
                 raise
@@ -477,4 +482,5 @@ def _code(exc: ClientError) -> str:
 
 
 def _reasons(exc: ClientError) -> list[dict[str, Any]]:
-    return list(exc.response.get("CancellationReasons", []))
+    reasons: Any = exc.response.get("CancellationReasons", [])
+    return list(reasons)

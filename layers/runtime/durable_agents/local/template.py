@@ -73,14 +73,18 @@ def table_definition(template: dict[str, Any], logical_id: str = "JournalTable")
     }
     if props.get("GlobalSecondaryIndexes"):
         args["GlobalSecondaryIndexes"] = [
-            {"IndexName": g["IndexName"], "KeySchema": g["KeySchema"],
-             "Projection": g["Projection"]}
+            {
+                "IndexName": g["IndexName"],
+                "KeySchema": g["KeySchema"],
+                "Projection": g["Projection"],
+            }
             for g in props["GlobalSecondaryIndexes"]
         ]
     stream = props.get("StreamSpecification")
     if stream:
         args["StreamSpecification"] = {
-            "StreamEnabled": True, "StreamViewType": stream["StreamViewType"]
+            "StreamEnabled": True,
+            "StreamViewType": stream["StreamViewType"],
         }
     return args
 

@@ -15,9 +15,7 @@ if TYPE_CHECKING:
     from durable_agents.context import DurableContext
 
 
-def run_child(
-    ctx: DurableContext, fn: Callable[[Any], Any], name: str, result_type: Any
-) -> Any:
+def run_child(ctx: DurableContext, fn: Callable[[Any], Any], name: str, result_type: Any) -> Any:
     """Executes or replays one child scope (see ``DurableContext.run_in_child_context``)."""
     inv = ctx.invocation
     position, op_id, record = ctx.next_operation(OpKind.CHILD, name)
@@ -33,11 +31,15 @@ def run_child(
         if inv.fault is not None:
             raise
         info = error_info(exc)
-        _commit(ctx, inv.entry(position, op_id, OpKind.CHILD, name, EntryType.FAILED, error=info),
-                op_id)
+        _commit(
+            ctx, inv.entry(position, op_id, OpKind.CHILD, name, EntryType.FAILED, error=info), op_id
+        )
         raise rebuild_error(info) from exc
-    _commit(ctx, inv.entry(position, op_id, OpKind.CHILD, name, EntryType.SUCCEEDED,
-                           value=payload), op_id)
+    _commit(
+        ctx,
+        inv.entry(position, op_id, OpKind.CHILD, name, EntryType.SUCCEEDED, value=payload),
+        op_id,
+    )
     return decode(payload, hint)
 
 

@@ -21,8 +21,9 @@ def run_now(ctx: DurableContext) -> datetime:
         epoch_ms = int(inv.replay(record.result, None))
     else:
         epoch_ms = inv.now_ms()
-        entry = inv.entry(position, op_id, OpKind.NOW, "now", EntryType.SUCCEEDED,
-                          value=str(epoch_ms))
+        entry = inv.entry(
+            position, op_id, OpKind.NOW, "now", EntryType.SUCCEEDED, value=str(epoch_ms)
+        )
         try:
             inv.commit([entry])
         except EntryConflictError as exc:

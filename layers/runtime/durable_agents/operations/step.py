@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 def _return_hint(fn: Callable[..., Any]) -> Any:
     try:
         return typing.get_type_hints(fn).get("return")
-    except Exception:  # noqa: BLE001 - unresolvable annotations: record plain JSON
+    except Exception:
         return None
 
 
@@ -67,8 +67,9 @@ def run_step(
                 # Another invocation claimed this attempt and may still be running it.
                 raise SuspendExecution(Reason.CONTENDED, wake_at_ms=lease, detail=op_id)
             _handle_interrupted(ctx, position, op_id, name, started.attempt, policy, semantics)
-    if record is not None and record.last_failed is not None and record.last_failed.attempt == attempt:
-        due = record.last_failed.due_at_ms or 0
+    last_failed = record.last_failed if record is not None else None
+    if last_failed is not None and last_failed.attempt == attempt:
+        due = last_failed.due_at_ms or 0
         if due > now:
             raise SuspendExecution(Reason.TIMER, wake_at_ms=due, detail=op_id)
 
@@ -95,15 +96,16 @@ def run_step(
     try:
         value = fn(*args)
         payload = encode(value, hint)
-    except Exception as exc:  # noqa: BLE001 - every failure is recorded, then re-raised
+    except Exception as exc:
         inv.in_step = False
         return _record_failure(ctx, position, op_id, name, attempt, exc, policy)
     finally:
         inv.in_step = False
     inv.hooks.after_execute(op_id, attempt)
 
-    result = inv.entry(position, op_id, OpKind.STEP, name, EntryType.SUCCEEDED, attempt=attempt,
-                       value=payload)
+    result = inv.entry(
+        position, op_id, OpKind.STEP, name, EntryType.SUCCEEDED, attempt=attempt, value=payload
+    )
     _record_result(ctx, result, op_id)
     return decode(payload, hint)
 
@@ -134,19 +136,29 @@ def _record_failure(
     if not isinstance(exc, PayloadError) and policy.should_retry(exc, attempt):
         delay_ms = int(policy.delay_seconds(attempt, seed=op_id) * 1000)
         due = inv.now_ms() + delay_ms
-        failed = inv.entry(position, op_id, OpKind.STEP, name, EntryType.ATTEMPT_FAILED,
-                           attempt=attempt, error=info, due_at_ms=due)
+        failed = inv.entry(
+            position,
+            op_id,
+            OpKind.STEP,
+            name,
+            EntryType.ATTEMPT_FAILED,
+            attempt=attempt,
+            error=info,
+            due_at_ms=due,
+        )
         try:
             inv.commit(
                 [failed],
-                Suspension(due, {"kind": "retry", "op_id": op_id, "attempt": attempt + 1,
-                                 "until_ms": due}),
+                Suspension(
+                    due, {"kind": "retry", "op_id": op_id, "attempt": attempt + 1, "until_ms": due}
+                ),
             )
         except EntryConflictError as conflict:
             raise SuspendExecution(Reason.CONTENDED, detail=op_id) from conflict
         raise SuspendExecution(Reason.TIMER, wake_at_ms=due, detail=f"retry {op_id}") from exc
-    final = inv.entry(position, op_id, OpKind.STEP, name, EntryType.FAILED, attempt=attempt,
-                      error=info)
+    final = inv.entry(
+        position, op_id, OpKind.STEP, name, EntryType.FAILED, attempt=attempt, error=info
+    )
     _record_result(ctx, final, op_id)
     raise rebuild_error(info) from exc
 
@@ -169,7 +181,14 @@ def _handle_interrupted(
     if may_retry:
         return  # the caller claims attempt + 1
     inv = ctx.invocation
-    final = inv.entry(position, op_id, OpKind.STEP, name, EntryType.FAILED, attempt=attempt,
-                      error=error_info(interrupted))
+    final = inv.entry(
+        position,
+        op_id,
+        OpKind.STEP,
+        name,
+        EntryType.FAILED,
+        attempt=attempt,
+        error=error_info(interrupted),
+    )
     _record_result(ctx, final, op_id)
     raise rebuild_error(error_info(interrupted))

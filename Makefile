@@ -1,0 +1,135 @@
+# durable-agents: `make help` lists the targets. Start with `make demo` and `make test`.
+#
+# Three virtualenvs, each created on first use and re-created only when its inputs change:
+#   .venv      the project + dev tools (pip install -e '.[dev]'), re-installed when pyproject.toml changes
+#   .venv-sam  AWS SAM CLI (pins its own boto3, so it cannot share .venv)
+#   .venv-cfn  cfn-lint 1.53.3 (the last release that runs the SAM translator; see below)
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-print-directory
+
+PYTHON ?= python3
+SAM_CLI_VERSION ?= 1.170.0
+CFN_LINT_VERSION ?= 1.53.3
+
+VENV := .venv
+VENV_SAM := .venv-sam
+VENV_CFN := .venv-cfn
+VENV_STAMP := $(VENV)/.installed
+SAM_STAMP := $(VENV_SAM)/.installed-$(SAM_CLI_VERSION)
+CFN_STAMP := $(VENV_CFN)/.installed-$(CFN_LINT_VERSION)
+
+SAM := $(VENV_SAM)/bin/sam
+CFN_LINT := $(VENV_CFN)/bin/cfn-lint
+export SAM_CLI_TELEMETRY := 0
+
+# Only the directories that exist (a fresh clone has no empty ones).
+PY_DIRS := $(wildcard layers functions tests scripts)
+
+# pip on some machines warns about every package for unreadable extra index locations; drop
+# that noise, keep everything else (and pip's exit status, thanks to pipefail).
+PIP_QUIET := { grep -v "is ignored: it is neither a file nor a directory" || true; }
+
+# `make deploy ENV=prod` / `make build ENV=dev` select a samconfig.toml section.
+ENV ?=
+SAM_CONFIG_ENV := $(if $(ENV),--config-env $(ENV))
+
+# `sam build` without a container needs a python3.13 on PATH. Where python3.13 is not on PATH
+# but pyenv has a 3.13 installed (as on the dev/CI machines), put it beside the current one.
+PYENV_313 = $(shell python3.13 --version >/dev/null 2>&1 || pyenv versions --bare 2>/dev/null | grep -E '^3\.13(\.[0-9]+)?$$' | tail -n 1)
+BUILD_ENV = $(if $(PYENV_313),PYENV_VERSION=$(shell pyenv version-name 2>/dev/null):$(PYENV_313))
+
+.PHONY: help venv venv-sam venv-cfn lint typecheck validate pytest test demo bench local \
+        build deploy clean distclean
+
+help: ## Show this help
+	@echo "durable-agents. First: 'make demo' (local run, no AWS) and 'make test'."
+	@echo
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+# ------------------------------------------------------------------------------ virtualenvs
+venv: $(VENV_STAMP) ## Create .venv with the project and dev tools (Python >= 3.11)
+
+$(VENV_STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || { \
+	  echo "error: durable-agents needs Python >= 3.11, but '$(PYTHON)' is" \
+	       "$$($(PYTHON) --version 2>/dev/null || echo 'not found')." >&2; \
+	  echo "       Install Python 3.11+ and run: make PYTHON=/path/to/python3.11 ..." >&2; \
+	  exit 1; }
+	@echo "==> creating $(VENV) with $$($(PYTHON) --version) and installing '.[dev]'"
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	@$(VENV)/bin/python -m pip install --quiet -e '.[dev]' 2>&1 | $(PIP_QUIET)
+	@touch $@
+
+venv-sam: $(SAM_STAMP) ## Create .venv-sam with aws-sam-cli
+
+$(SAM_STAMP):
+	@echo "==> creating $(VENV_SAM) with aws-sam-cli==$(SAM_CLI_VERSION)"
+	@test -x $(VENV_SAM)/bin/python || $(PYTHON) -m venv $(VENV_SAM)
+	@$(VENV_SAM)/bin/python -m pip install --quiet 'aws-sam-cli==$(SAM_CLI_VERSION)' 2>&1 | $(PIP_QUIET)
+	@rm -f $(VENV_SAM)/.installed-*
+	@touch $@
+
+venv-cfn: $(CFN_STAMP) ## Create .venv-cfn with cfn-lint 1.53.3
+
+$(CFN_STAMP):
+	@echo "==> creating $(VENV_CFN) with cfn-lint==$(CFN_LINT_VERSION)"
+	@test -x $(VENV_CFN)/bin/python || $(PYTHON) -m venv $(VENV_CFN)
+	@$(VENV_CFN)/bin/python -m pip install --quiet 'cfn-lint==$(CFN_LINT_VERSION)' 2>&1 | $(PIP_QUIET)
+	@rm -f $(VENV_CFN)/.installed-*
+	@touch $@
+
+# ----------------------------------------------------------------------------------- checks
+lint: $(VENV_STAMP) ## ruff check + ruff format --check
+	$(VENV)/bin/ruff check $(PY_DIRS)
+	$(VENV)/bin/ruff format --check $(PY_DIRS)
+
+# mypy's config (pyproject.toml) checks the durable_agents package; the handlers under
+# functions/ have no __init__.py per function, so they are checked as namespace packages
+# rooted at functions/ (step_runner.app, api.app, ...), the way Lambda imports them.
+typecheck: $(VENV_STAMP) ## mypy --strict on durable_agents and functions/
+	$(VENV)/bin/mypy
+	@if [ -n "$$(find functions -name '*.py' 2>/dev/null | head -n 1)" ]; then \
+	  echo "$(VENV)/bin/mypy --explicit-package-bases functions"; \
+	  $(VENV)/bin/mypy --explicit-package-bases functions; \
+	fi
+
+# `sam validate` checks offline but refuses to start without a region; the template names no
+# region, so any region gives the same answer. cfn-lint 1.53.3 runs the SAM translator too and
+# catches errors in AWS::Serverless::* resources that cfn-lint >= 1.54 misses.
+validate: $(SAM_STAMP) $(CFN_STAMP) ## sam validate --lint + cfn-lint 1.53.3 on template.yaml
+	$(SAM) validate --lint --region us-east-1 2>&1 | { grep -v "not available in Feature Toggle Config" || true; }
+	$(CFN_LINT) template.yaml
+
+pytest: $(VENV_STAMP) ## Run the test suite
+	$(VENV)/bin/python -m pytest
+
+test: lint typecheck validate pytest ## lint + typecheck + validate + pytest (what CI runs)
+
+# ---------------------------------------------------------------------------------- running
+demo: $(VENV_STAMP) ## Run the local demo (moto, no AWS account, no Docker)
+	$(VENV)/bin/python scripts/demo.py
+
+bench: $(VENV_STAMP) ## Run the benchmarks
+	$(VENV)/bin/python scripts/bench.py
+
+local: $(VENV_STAMP) ## Serve the runtime locally on http://127.0.0.1:3000
+	$(VENV)/bin/durable-agents local
+
+# --------------------------------------------------------------------------------------- AWS
+build: $(SAM_STAMP) ## sam build (python3.13/arm64, no container; ENV=dev|prod optional)
+	$(BUILD_ENV) $(SAM) build $(SAM_CONFIG_ENV)
+
+deploy: build ## sam build && sam deploy --guided (ENV=dev|prod optional)
+	$(SAM) deploy --guided $(SAM_CONFIG_ENV)
+
+# ------------------------------------------------------------------------------------ clean
+clean: ## Remove build output and tool caches (keeps the virtualenvs)
+	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache .durable-agents
+	find . \( -path ./.git -o -path './.venv*' \) -prune -o \
+	  \( -name __pycache__ -o -name '*.egg-info' \) -prune -exec rm -rf {} +
+
+distclean: clean ## clean, and remove the virtualenvs too
+	rm -rf $(VENV) $(VENV_SAM) $(VENV_CFN)
