@@ -62,6 +62,7 @@ def test_in_flight_runs_resume_where_they_stopped(case: GoldenCase) -> None:
     outcome = runtime.execute(run_id, budget=None)
     assert outcome.kind is OutcomeKind.SUCCEEDED, outcome.detail
     assert not set(outcome.executed) & recorded_ops  # nothing recorded ran again
+    assert journal.get_run(run_id).status is RunStatus.SUCCEEDED
 
 
 def test_every_case_has_a_golden_file() -> None:
