@@ -33,6 +33,9 @@ def _return_hint(fn: Callable[..., Any]) -> Any:
 
 def return_hint(fn: Callable[..., Any]) -> Any:
     """The return annotation of ``fn`` (None if absent or unhashable)."""
+    annotations = getattr(fn, "__annotations__", None)
+    if not annotations or "return" not in annotations:
+        return None  # lambdas and unannotated functions: no lookup, nothing cached
     try:
         return _return_hint(fn)
     except TypeError:  # unhashable callable

@@ -1,0 +1,190 @@
+"""Exact AWS request counts per step on moto: a regression in the write path fails CI.
+
+Requests are counted with botocore ``before-call`` hooks on real boto3 clients (one count per
+API call). The runtime is driven like the StepRunner: ``execute(budget=1)`` per invocation.
+Targets per plain step: at most 2 DynamoDB writes, 1 journal Query page while the journal is
+under 1 MB, and 1 EventBridge PutEvents. ``scripts/bench.py`` reports the same numbers.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from durable_agents import (
+    AgentRegistry,
+    EventBridgePublisher,
+    OutcomeKind,
+    Runtime,
+    SkipClock,
+    agent,
+)
+from durable_agents.agent import AgentDefinition
+from durable_agents.journal.dynamodb import DynamoDBJournal
+from durable_agents.local.template import create_journal_table
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
+BUS = "durable-agents-test"
+WRITES = ("PutItem", "UpdateItem", "TransactWriteItems", "DeleteItem", "BatchWriteItem")
+STEP = {"Query": 1, "PutItem": 2, "PutEvents": 1}
+
+
+class Counter:
+    """Counts API calls per operation name on the clients it is attached to."""
+
+    def __init__(self, *clients: Any) -> None:
+        self.counts: collections.Counter[str] = collections.Counter()
+        for client in clients:
+            client.meta.events.register("before-call", self._count)
+
+    def _count(self, model: Any, **_: Any) -> None:
+        self.counts[model.name] += 1
+
+    def take(self) -> dict[str, int]:
+        """Returns the counts since the last call and resets them."""
+        counts, self.counts = self.counts, collections.Counter()
+        return dict(counts)
+
+
+@dataclass
+class Stack:
+    """A moto journal table (from template.yaml), a moto bus and a request counter."""
+
+    journal: DynamoDBJournal
+    events: Any
+    counter: Counter
+
+    def runtime(self, definition: AgentDefinition[Any, Any]) -> Runtime:
+        registry = AgentRegistry()
+        registry.add(definition)
+        return Runtime(
+            self.journal,
+            registry=registry,
+            publisher=EventBridgePublisher(self.events, BUS),
+            clock=SkipClock(),
+        )
+
+
+@pytest.fixture
+def stack(aws: None) -> Iterator[Stack]:
+    dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+    create_journal_table(dynamodb, "journal", TEMPLATE)
+    events = boto3.client("events", region_name="us-east-1")
+    events.create_event_bus(Name=BUS)
+    yield Stack(DynamoDBJournal(dynamodb, "journal"), events, Counter(dynamodb, events))
+
+
+def steps_agent(steps: int, value: str | None = None) -> AgentDefinition[Any, Any]:
+    """``steps`` plain steps returning their index (or ``value``), then the count."""
+
+    @agent(name="counted", version="1", registry=AgentRegistry())
+    def counted(ctx: Any, _: int) -> int:
+        for i in range(steps):
+            ctx.step(lambda i=i: i if value is None else value, name=f"s{i}")
+        return steps
+
+    return counted
+
+
+def drive_faithful(runtime: Runtime, run_id: str, counter: Counter) -> list[dict[str, int]]:
+    """One ``execute(budget=1)`` per invocation until the run ends; counts per invocation."""
+    per_invocation = []
+    for _ in range(1000):
+        outcome = runtime.execute(run_id, budget=1, remaining_ms=60_000)
+        per_invocation.append(counter.take())
+        if outcome.kind is not OutcomeKind.CONTINUE:
+            assert outcome.kind is OutcomeKind.SUCCEEDED, outcome.detail
+            return per_invocation
+    raise AssertionError("the run did not finish")
+
+
+def writes(counts: dict[str, int]) -> int:
+    return sum(counts.get(op, 0) for op in WRITES)
+
+
+def test_each_plain_step_costs_one_query_two_writes_one_event(stack: Stack) -> None:
+    steps = 6
+    runtime = stack.runtime(steps_agent(steps))
+    header, _ = runtime.start_run("counted", 0)
+    stack.counter.take()
+
+    per_invocation = drive_faithful(runtime, header.run_id, stack.counter)
+
+    assert len(per_invocation) == steps
+    for counts in per_invocation[:-1]:
+        assert counts == STEP
+        assert writes(counts) <= 2
+    # The last step's invocation also finishes the run: one UpdateItem of the header, and the
+    # Run Finished event instead of Step Ready.
+    assert per_invocation[-1] == {**STEP, "UpdateItem": 1}
+
+
+def test_run_fixed_costs(stack: Stack) -> None:
+    runtime = stack.runtime(steps_agent(0))
+
+    header, _ = runtime.start_run("counted", 0)
+    assert stack.counter.take() == {"PutItem": 1, "PutEvents": 1}
+
+    runtime.start_run("counted", 0, idempotency_key="k1")
+    assert stack.counter.take() == {"TransactWriteItems": 1, "PutEvents": 1}
+
+    # A run without steps: the invocation reads the journal and records the result.
+    assert drive_faithful(runtime, header.run_id, stack.counter) == [
+        {"Query": 1, "UpdateItem": 1, "PutEvents": 1}
+    ]
+
+
+def test_whole_run_totals(stack: Stack) -> None:
+    steps = 5
+    runtime = stack.runtime(steps_agent(steps))
+    header, _ = runtime.start_run("counted", 0)
+    total = collections.Counter(stack.counter.take())
+
+    for counts in drive_faithful(runtime, header.run_id, stack.counter):
+        total.update(counts)
+
+    # start + 2 writes, 1 Query and 1 event per step + finish; no GetItem, nothing else.
+    assert dict(total) == {
+        "PutItem": 1 + 2 * steps,
+        "Query": steps,
+        "UpdateItem": 1,
+        "PutEvents": 1 + steps,
+    }
+
+
+def test_continuous_invocation_reads_once_and_publishes_once(stack: Stack) -> None:
+    steps = 5
+    runtime = stack.runtime(steps_agent(steps))
+    header, _ = runtime.start_run("counted", 0)
+    stack.counter.take()
+
+    outcome = runtime.execute(header.run_id, budget=None, remaining_ms=60_000)
+
+    assert outcome.kind is OutcomeKind.SUCCEEDED
+    assert stack.counter.take() == {
+        "Query": 1,
+        "PutItem": 2 * steps,
+        "UpdateItem": 1,
+        "PutEvents": 1,
+    }
+
+
+def test_second_query_page_once_the_journal_passes_1_mb(stack: Stack) -> None:
+    # 300 KB results (under the 350 KB inline limit): the 4th step takes the journal past 1 MB.
+    value = "x" * 300_000
+    runtime = stack.runtime(steps_agent(6, value))
+    header, _ = runtime.start_run("counted", 0)
+    stack.counter.take()
+
+    per_invocation = drive_faithful(runtime, header.run_id, stack.counter)
+
+    pages = [counts["Query"] for counts in per_invocation]
+    assert pages == [1, 1, 1, 1, 2, 2]
+    assert all(writes(counts) == 2 for counts in per_invocation[:-1])
+    assert all(counts["PutEvents"] == 1 for counts in per_invocation)
