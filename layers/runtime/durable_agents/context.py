@@ -15,6 +15,7 @@ from durable_agents.models import OpKind
 from durable_agents.observability import ReplayAwareLogger
 from durable_agents.retry import RetryPolicy
 from durable_agents.semantics import StepSemantics
+from durable_agents.side_effects.tools import Tool
 
 T = TypeVar("T")
 
@@ -95,6 +96,37 @@ class DurableContext:
 
         op_name = check_name(name) if name is not None else name_of(fn)
         return run_step(self, fn, args, op_name, retry, semantics, result_type)  # type: ignore[no-any-return]
+
+    def tool(self, tool: Tool[Any, T], request: Any, *, name: str | None = None) -> T:
+        """Calls a tool that changes the outside world, exactly once, with recovery.
+
+        PREPARE records the canonical request (sorted-key JSON of the validated model) and an
+        idempotency key derived from the run and position; EXECUTE calls the tool with that key;
+        COMMIT records the result and the external id in one transaction. If the process dies
+        in between, recovery asks the provider (``lookup``), re-executes only when that is
+        safe (not found, or ``idempotent``), compensates a ``reversible`` tool, and otherwise
+        pauses the run for a person (``NEEDS_REVIEW``). The request is never rebuilt.
+
+        Args:
+            tool: The declared tool (``@tool``).
+            request: The request model, or a dict it validates.
+            name: The operation name (defaults to the tool name).
+
+        Returns:
+            The tool's result, exactly as a replay will return it.
+
+        Raises:
+            ToolRejectedError: The provider definitely refused (recorded; same on replay).
+            ToolAbandonedError: A person abandoned the call in review.
+            ToolGaveUpError: Every allowed attempt failed and the provider confirms nothing
+                happened.
+            pydantic.ValidationError: If ``request`` does not match the tool's request model.
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        from durable_agents.operations.tool import run_tool  # noqa: PLC0415
+
+        op_name = check_name(name) if name is not None else tool.name
+        return run_tool(self, tool, request, op_name)  # type: ignore[no-any-return]
 
     def wait(self, duration: float | timedelta, *, name: str = "wait") -> None:
         """Suspends the run for ``duration`` (seconds or a timedelta) without holding compute.

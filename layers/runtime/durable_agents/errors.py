@@ -73,6 +73,24 @@ class EntryConflictError(DurableError):
         super().__init__(f"journal entry {sort_key!r} already exists")
 
 
+class EffectConflictError(DurableError):
+    """A conditional write of a side-effect record lost (someone else holds or settled it)."""
+
+    def __init__(self, operation_id: str, current: Any | None = None):
+        self.operation_id = operation_id
+        self.current = current
+        state = getattr(current, "status", None)
+        super().__init__(f"side effect {operation_id!r} changed meanwhile (now {state})")
+
+
+class EffectNotFoundError(DurableError):
+    """No side-effect record exists for this operation id."""
+
+    def __init__(self, operation_id: str):
+        self.operation_id = operation_id
+        super().__init__(f"no side effect recorded for operation {operation_id!r}")
+
+
 class RunStateConflictError(DurableError):
     """A conditional update of the run header failed: its status is not what was expected."""
 

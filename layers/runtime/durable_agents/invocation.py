@@ -17,6 +17,7 @@ from durable_agents.models import (
     RunHeader,
     RunSnapshot,
     RunStatus,
+    SideEffectRecord,
 )
 from durable_agents.serde import decode, rebuild_error
 
@@ -65,6 +66,7 @@ class OpRecord:
     scheduled: Entry | None = None
     attempts: int = 0
     entries: list[Entry] = field(default_factory=list)
+    effect: SideEffectRecord | None = None
 
     def add(self, entry: Entry) -> None:
         """Folds one entry into the record."""
@@ -82,14 +84,22 @@ class OpRecord:
             self.scheduled = entry
 
 
-def group_entries(entries: Sequence[Entry]) -> dict[str, OpRecord]:
-    """Groups journal entries by position."""
+def group_entries(
+    entries: Sequence[Entry], effects: Sequence[SideEffectRecord] = ()
+) -> dict[str, OpRecord]:
+    """Groups journal entries and side-effect records by position."""
     records: dict[str, OpRecord] = {}
     for entry in entries:
         record = records.get(entry.position)
         if record is None:
             record = records[entry.position] = OpRecord(entry.kind, entry.name, entry.op_id)
         record.add(entry)
+    for effect in effects:
+        record = records.get(effect.position)
+        if record is None:
+            name = effect.operation_id.rsplit("/", 1)[-1].rsplit(":", 2)[-2]
+            record = records[effect.position] = OpRecord(OpKind.TOOL, name, effect.operation_id)
+        record.effect = effect
     return records
 
 
@@ -122,11 +132,14 @@ class Invocation:
         budget: int | None,
         lease_ms: int,
         hooks: InvocationHooks = NO_HOOKS,
+        credentials: Any = None,
     ):
         self.store = store
         self.header: RunHeader = snapshot.header
         self.run_id = snapshot.header.run_id
-        self.records = group_entries(snapshot.entries)
+        self.records = group_entries(snapshot.entries, snapshot.effects)
+        self.credentials = credentials
+        self.pending_events: list[Any] = []
         self.clock = clock
         self.budget = budget
         self.lease_ms = lease_ms

@@ -226,12 +226,89 @@ class RunChange:
         return header.replace(**changes)
 
 
+class EffectStatus(StrEnum):
+    """Where a side effect is in the PREPARE → EXECUTE → COMMIT protocol."""
+
+    PREPARED = "PREPARED"
+    """The canonical request and key are recorded; the call may or may not have happened."""
+    COMMITTED = "COMMITTED"
+    """The outcome (result or definite refusal) is recorded with the journal entry."""
+    NEEDS_REVIEW = "NEEDS_REVIEW"
+    """Recovery cannot tell whether it happened and must not guess: a person decides."""
+    ABANDONED = "ABANDONED"
+    """A person gave the call up; the agent receives ``ToolAbandonedError``."""
+
+
+@dataclass(frozen=True, slots=True)
+class SideEffectRecord:
+    """The record of one tool call (the sandwich). Updated in place, always conditionally.
+
+    Attributes:
+        run_id: The run.
+        position: The operation's position (same key space as journal entries).
+        operation_id: The deterministic operation id.
+        tool: The tool name.
+        tool_schema_version: The tool's schema version when it was prepared.
+        canonical_request: The validated request as sorted-key JSON: what executes, always.
+        idempotency_key: Derived from the run and position; sent on every execution.
+        status: PREPARED, COMMITTED, NEEDS_REVIEW or ABANDONED.
+        attempt: Which execution/recovery attempt holds (or last held) the record.
+        prepared_at_ms: When it was prepared.
+        updated_at_ms: Last change.
+        lease_expires_at_ms: Until when the current holder may still be executing.
+        stale_at_ms: When the reconciler may take a PREPARED record over.
+        external_id: The provider's id of what was created, once known.
+        result: The recorded result (JSON) once COMMITTED.
+        note: Why it needs review, and the review decision (who, when, what, comment).
+    """
+
+    run_id: str
+    position: str
+    operation_id: str
+    tool: str
+    tool_schema_version: str
+    canonical_request: str
+    idempotency_key: str
+    status: EffectStatus
+    attempt: int
+    prepared_at_ms: int
+    updated_at_ms: int
+    lease_expires_at_ms: int
+    stale_at_ms: int
+    external_id: str | None = None
+    result: str | None = None
+    note: dict[str, Any] | None = None
+
+    @property
+    def sort_key(self) -> str:
+        """The record's key in the run's partition (after all journal entries)."""
+        return f"S#{self.position}"
+
+    def replace(self, **changes: Any) -> SideEffectRecord:
+        """Returns a copy with ``changes`` applied."""
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class EffectChange:
+    """A conditional write of a side-effect record.
+
+    ``expected_status=None`` creates the record (it must not exist yet); otherwise the stored
+    record must have that status and ``expected_attempt``.
+    """
+
+    record: SideEffectRecord
+    expected_status: frozenset[EffectStatus] | None = None
+    expected_attempt: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class RunSnapshot:
-    """A run's header and all of its entries, in journal (program) order."""
+    """A run's header, its entries in journal (program) order, and its side-effect records."""
 
     header: RunHeader
     entries: list[Entry]
+    effects: list[SideEffectRecord] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

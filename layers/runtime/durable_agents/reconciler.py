@@ -9,10 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from durable_agents.errors import EffectConflictError
 from durable_agents.events import step_ready
 from durable_agents.invocation import group_entries
 from durable_agents.models import EntryType, RunStatus
+from durable_agents.operations.tool import review_requested
 from durable_agents.runtime import Runtime
+from durable_agents.side_effects.protocol import SideEffectProtocol
+from durable_agents.side_effects.tools import ToolRegistry, default_tools
 
 SAFETY_MARGIN_MS = 5_000
 
@@ -25,12 +29,23 @@ class SweepReport:
         timers_fired: SUSPENDED runs whose timer was due, nudged with ``Step Ready``.
         stalled_redriven: RUNNING runs with no progress for ``stall_after`` and no live claim.
         examined: RUNNING runs looked at.
+        effects_found: stale PREPARED calls that ``lookup`` found and committed.
+        effects_retried: stale PREPARED calls executed again (not found, idempotent, or
+            compensated first).
+        effects_escalated: stale PREPARED calls sent to a person (NEEDS_REVIEW).
+        effects_other: stale calls that ended otherwise (gave up, retry later).
+        effects_skipped: stale calls another recoverer took first, or whose tool is unknown.
         stopped_early: Whether the sweep stopped because the Lambda was running out of time.
     """
 
     timers_fired: int = 0
     stalled_redriven: int = 0
     examined: int = 0
+    effects_found: int = 0
+    effects_retried: int = 0
+    effects_escalated: int = 0
+    effects_other: int = 0
+    effects_skipped: int = 0
     stopped_early: bool = False
 
 
@@ -40,6 +55,8 @@ def sweep(
     stall_after_ms: int,
     remaining_ms: Callable[[], int] | None = None,
     limit: int = 500,
+    tools: ToolRegistry | None = None,
+    lease_ms: int = 60_000,
 ) -> SweepReport:
     """Runs one reconciliation pass.
 
@@ -48,6 +65,8 @@ def sweep(
         stall_after_ms: How long a RUNNING run may show no progress before it is re-driven.
         remaining_ms: The Lambda's remaining time; the sweep stops cleanly before it ends.
         limit: At most this many runs per category.
+        tools: The tools stale calls are recovered with (the default tool registry).
+        lease_ms: How long this sweep holds a call it recovers.
 
     Returns:
         A report of the actions taken.
@@ -61,6 +80,10 @@ def sweep(
         return False
 
     now = runtime.clock.now_ms()
+    if not _recover_stale_effects(
+        runtime, report, now, limit, tools or default_tools, lease_ms, out_of_time
+    ):
+        return report
     due = runtime.store.due_runs(now, limit=limit)
     for start in range(0, len(due), 10):
         if out_of_time():
@@ -85,6 +108,47 @@ def sweep(
         if cursor is None:
             break
     return report
+
+
+def _recover_stale_effects(
+    runtime: Runtime,
+    report: SweepReport,
+    now_ms: int,
+    limit: int,
+    tools: ToolRegistry,
+    lease_ms: int,
+    out_of_time: Callable[[], bool],
+) -> bool:
+    """Recovers PREPARED calls past their stale time; returns False if time ran out."""
+    protocol = SideEffectProtocol(
+        runtime.store, runtime.clock, lease_ms=lease_ms, credentials=runtime.credentials
+    )
+    for record in runtime.store.stale_effects(now_ms, limit=limit):
+        if out_of_time():
+            return False
+        tool = tools.get(record.tool)
+        if tool is None:
+            report.effects_skipped += 1  # deployed without this tool: leave it visible
+            continue
+        try:
+            claimed = protocol.claim(record, tool)
+        except EffectConflictError:
+            report.effects_skipped += 1  # another recoverer holds it: handled once, by them
+            continue
+        settled = protocol.recover(tool, claimed)
+        if settled.how == "found":
+            report.effects_found += 1
+        elif settled.how in ("executed", "rejected"):
+            report.effects_retried += 1
+        elif settled.how == "review":
+            report.effects_escalated += 1
+        else:
+            report.effects_other += 1
+        if settled.how == "review" and settled.record is not None:
+            runtime.publisher.publish([review_requested(settled.record)])
+        elif settled.entry is not None:
+            runtime.publisher.publish([step_ready(record.run_id, "effect-recovered")])
+    return True
 
 
 def _is_stalled(runtime: Runtime, run_id: str, now_ms: int, stall_after_ms: int) -> bool:

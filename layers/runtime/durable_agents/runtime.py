@@ -14,6 +14,7 @@ from pydantic import TypeAdapter, ValidationError
 from durable_agents.agent import AgentDefinition, AgentRegistry, default_registry
 from durable_agents.clock import Clock, SystemClock
 from durable_agents.context import DurableContext
+from durable_agents.credentials import CredentialProvider
 from durable_agents.errors import (
     AgentNotFoundError,
     DurableError,
@@ -111,6 +112,7 @@ class Runtime:
         clock: Clock | None = None,
         logger: Any = None,
         run_id_factory: Callable[[], str] = new_run_id,
+        credentials: CredentialProvider | None = None,
     ):
         self.store = store
         self.registry = registry or default_registry
@@ -118,6 +120,7 @@ class Runtime:
         self.clock: Clock = clock or SystemClock()
         self.logger = logger or logging.getLogger("durable_agents.agent")
         self._new_run_id = run_id_factory
+        self.credentials = credentials
 
     # -- starting ----------------------------------------------------------------------------
 
@@ -224,6 +227,7 @@ class Runtime:
             budget=budget,
             lease_ms=lease_ms + LEASE_MARGIN_MS,
             hooks=hooks,
+            credentials=self.credentials,
         )
         ctx = DurableContext(
             inv,
@@ -233,7 +237,7 @@ class Runtime:
         )
         outcome = self._drive(definition, header, inv, ctx)
         if publish:
-            self._publish_follow_up(outcome, header)
+            self._publish_follow_up(outcome, header, inv.pending_events)
         return outcome
 
     def _drive(
@@ -319,8 +323,10 @@ class Runtime:
             header.run_id, OutcomeKind.PAUSED, executed, detail=f"{error.type}: {error.message}"
         )
 
-    def _publish_follow_up(self, outcome: InvocationOutcome, header: RunHeader) -> None:
-        events: list[OutgoingEvent] = []
+    def _publish_follow_up(
+        self, outcome: InvocationOutcome, header: RunHeader, pending: list[OutgoingEvent]
+    ) -> None:
+        events: list[OutgoingEvent] = list(pending)
         if outcome.kind is OutcomeKind.CONTINUE:
             events.append(step_ready(outcome.run_id, "continue"))
         elif outcome.kind is OutcomeKind.SUSPENDED and outcome.wake_at_ms is not None:

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from durable_agents.agent import AgentDefinition, AgentRegistry
 from durable_agents.clock import SkipClock
-from durable_agents.events import CollectingPublisher
+from durable_agents.events import CollectingPublisher, OutgoingEvent
 from durable_agents.invocation import InvocationHooks, group_entries
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.store import JournalStore
@@ -127,6 +127,7 @@ class TestResult:
         invocations: How many invocations it took.
         crashes: How many injected crashes fired.
         outcomes: Each invocation's outcome.
+        events: Events the runtime published while driving (Step Ready, Review Requested, …).
     """
 
     __test__ = False  # not a pytest test class
@@ -140,6 +141,7 @@ class TestResult:
     invocations: int
     crashes: int
     outcomes: list[InvocationOutcome] = field(default_factory=list)
+    events: list[OutgoingEvent] = field(default_factory=list)
 
     def operation(self, name_or_id: str) -> OperationView:
         """Returns the single operation with this name or id.
@@ -225,7 +227,7 @@ class AgentTestRunner:
         for _ in range(self.max_invocations):
             try:
                 outcome = self.runtime.execute(
-                    run_id, budget=budget, remaining_ms=self.lease_ms, hooks=hooks, publish=False
+                    run_id, budget=budget, remaining_ms=self.lease_ms, hooks=hooks
                 )
             except SimulatedCrash:
                 # The platform's view of a dead process: its lease runs out, the event is
@@ -288,4 +290,5 @@ class AgentTestRunner:
             invocations=len(outcomes or []),
             crashes=crashes,
             outcomes=outcomes or [],
+            events=list(self.publisher.events),
         )

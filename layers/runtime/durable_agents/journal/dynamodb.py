@@ -22,6 +22,8 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from durable_agents.errors import (
+    EffectConflictError,
+    EffectNotFoundError,
     EntryConflictError,
     IdempotencyConflictError,
     PayloadError,
@@ -32,6 +34,8 @@ from durable_agents.journal.payloads import INLINE_LIMIT_BYTES, S3PayloadStore
 from durable_agents.journal.store import JournalStore
 from durable_agents.models import (
     UNSET,
+    EffectChange,
+    EffectStatus,
     Entry,
     EntryType,
     ErrorInfo,
@@ -41,11 +45,14 @@ from durable_agents.models import (
     RunPage,
     RunSnapshot,
     RunStatus,
+    SideEffectRecord,
 )
 
 HEADER_SK = "#RUN"
 IDEM_SK = "#IDEM"
 WAKE_PK = "WAKE"
+PREPARED_PK = "PREPARED"
+REVIEW_PK = "EFFECT#NEEDS_REVIEW"
 
 # The item must not exist yet: every entry key is deterministic, so a second writer of the same
 # transition (a duplicate event, a zombie invocation) collides here instead of writing twice.
@@ -200,6 +207,84 @@ class DynamoDBJournal(JournalStore):
             input_hash=item.get("input_hash", {}).get("S", ""),
         )
 
+    def _effect_item(self, record: SideEffectRecord) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            "pk": _pk(record.run_id),
+            "sk": {"S": record.sort_key},
+            "operation_id": {"S": record.operation_id},
+            "tool": {"S": record.tool},
+            "tool_schema_version": {"S": record.tool_schema_version},
+            "idempotency_key": {"S": record.idempotency_key},
+            "status": {"S": record.status.value},
+            "attempt": {"N": str(record.attempt)},
+            "prepared_at_ms": {"N": str(record.prepared_at_ms)},
+            "updated_at_ms": {"N": str(record.updated_at_ms)},
+            "lease_expires_at_ms": {"N": str(record.lease_expires_at_ms)},
+            "stale_at_ms": {"N": str(record.stale_at_ms)},
+        }
+        item.update(self._value_attrs(record.run_id, "canonical_request", record.canonical_request))
+        item.update(self._value_attrs(record.run_id, "result", record.result))
+        if record.external_id is not None:
+            item["external_id"] = {"S": record.external_id}
+        if record.note is not None:
+            item["note"] = {"S": json.dumps(record.note, sort_keys=True)}
+        ident = f"{record.run_id}#{record.position}"
+        if record.status is EffectStatus.PREPARED:
+            # Sparse index of unresolved calls by the time the reconciler may take them over;
+            # COMMIT/review rewrite the item without these attributes, removing it from the index.
+            item["gsi2pk"] = {"S": PREPARED_PK}
+            item["gsi2sk"] = {"S": f"{_ts(record.stale_at_ms)}#{ident}"}
+        elif record.status is EffectStatus.NEEDS_REVIEW:
+            item["gsi1pk"] = {"S": REVIEW_PK}
+            item["gsi1sk"] = {"S": f"{_ts(record.updated_at_ms)}#{ident}"}
+        return item
+
+    def _effect_from_item(self, item: dict[str, Any]) -> SideEffectRecord:
+        run_id = item["pk"]["S"].removeprefix("RUN#")
+        return SideEffectRecord(
+            run_id=run_id,
+            position=item["sk"]["S"].removeprefix("S#"),
+            operation_id=item["operation_id"]["S"],
+            tool=item["tool"]["S"],
+            tool_schema_version=item["tool_schema_version"]["S"],
+            canonical_request=self._read_value(item, "canonical_request") or "null",
+            idempotency_key=item["idempotency_key"]["S"],
+            status=EffectStatus(item["status"]["S"]),
+            attempt=int(item["attempt"]["N"]),
+            prepared_at_ms=int(item["prepared_at_ms"]["N"]),
+            updated_at_ms=int(item["updated_at_ms"]["N"]),
+            lease_expires_at_ms=int(item["lease_expires_at_ms"]["N"]),
+            stale_at_ms=int(item["stale_at_ms"]["N"]),
+            external_id=item["external_id"]["S"] if "external_id" in item else None,
+            result=self._read_value(item, "result"),
+            note=json.loads(item["note"]["S"]) if "note" in item else None,
+        )
+
+    def _effect_put(self, effect: EffectChange) -> dict[str, Any]:
+        put: dict[str, Any] = {
+            "TableName": self._table,
+            "Item": self._effect_item(effect.record),
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        if effect.expected_status is None:
+            put["ConditionExpression"] = _NOT_EXISTS
+            return put
+        # The record must still be in the state this writer read: a second recoverer, a
+        # reconciler racing the StepRunner, or a late zombie loses here instead of acting twice.
+        values: dict[str, Any] = {}
+        placeholders = []
+        for i, status in enumerate(sorted(s.value for s in effect.expected_status)):
+            values[f":es{i}"] = {"S": status}
+            placeholders.append(f":es{i}")
+        condition = f"attribute_exists(pk) AND #es IN ({', '.join(placeholders)})"
+        if effect.expected_attempt is not None:
+            condition += " AND attempt = :ea"
+            values[":ea"] = {"N": str(effect.expected_attempt)}
+        put["ConditionExpression"] = condition
+        put["ExpressionAttributeNames"] = {"#es": "status"}
+        put["ExpressionAttributeValues"] = values
+        return put
+
     def _update_request(self, run_id: str, change: RunChange) -> dict[str, Any]:
         sets: dict[str, dict[str, Any]] = {
             "status": {"S": change.status.value},
@@ -321,8 +406,14 @@ class DynamoDBJournal(JournalStore):
             raise
         return header, True
 
-    def _commit(self, run_id: str, entries: Sequence[Entry], change: RunChange | None) -> None:
-        if len(entries) == 1 and change is None:
+    def _commit(
+        self,
+        run_id: str,
+        entries: Sequence[Entry],
+        change: RunChange | None,
+        effect: EffectChange | None,
+    ) -> None:
+        if len(entries) == 1 and change is None and effect is None:
             item = self._entry_item(entries[0])
             try:
                 self._client.put_item(
@@ -338,12 +429,22 @@ class DynamoDBJournal(JournalStore):
                     raise EntryConflictError(entries[0].sort_key, existing) from exc
                 raise
             return
-        if not entries and change is not None:
+        if not entries and change is not None and effect is None:
             try:
                 self._client.update_item(**self._update_request(run_id, change))
             except ClientError as exc:
                 if _code(exc) == "ConditionalCheckFailedException":
                     raise self._state_conflict(run_id, change) from exc
+                raise
+            return
+        if not entries and change is None and effect is not None:
+            try:
+                self._client.put_item(**self._effect_put(effect))
+            except ClientError as exc:
+                if _code(exc) == "ConditionalCheckFailedException":
+                    old_effect: Any = exc.response.get("Item")
+                    current = self._effect_from_item(old_effect) if old_effect else None
+                    raise EffectConflictError(effect.record.operation_id, current) from exc
                 raise
             return
         items: list[dict[str, Any]] = [
@@ -357,6 +458,8 @@ class DynamoDBJournal(JournalStore):
             }
             for entry in entries
         ]
+        if effect is not None:
+            items.append({"Put": self._effect_put(effect)})
         if change is not None:
             update = self._update_request(run_id, change)
             update["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
@@ -370,10 +473,13 @@ class DynamoDBJournal(JournalStore):
             for index, reason in enumerate(reasons):
                 if reason.get("Code") != "ConditionalCheckFailed":
                     continue
+                old = reason.get("Item")
                 if index < len(entries):
-                    old = reason.get("Item")
                     existing = self._entry_from_item(run_id, old) if old else None
                     raise EntryConflictError(entries[index].sort_key, existing) from exc
+                if effect is not None and index == len(entries):
+                    current = self._effect_from_item(old) if old else None
+                    raise EffectConflictError(effect.record.operation_id, current) from exc
                 assert change is not None
                 raise self._state_conflict(run_id, change) from exc
             raise
@@ -393,6 +499,7 @@ class DynamoDBJournal(JournalStore):
         """
         header: RunHeader | None = None
         entries: list[Entry] = []
+        effects: list[SideEffectRecord] = []
         kwargs: dict[str, Any] = {
             "TableName": self._table,
             "KeyConditionExpression": "pk = :pk",
@@ -402,8 +509,11 @@ class DynamoDBJournal(JournalStore):
         while True:
             page = self._client.query(**kwargs)
             for item in page.get("Items", []):
-                if item["sk"]["S"] == HEADER_SK:
+                sk = item["sk"]["S"]
+                if sk == HEADER_SK:
                     header = self._header_from_item(item)
+                elif sk.startswith("S#"):
+                    effects.append(self._effect_from_item(item))
                 else:
                     entries.append(self._entry_from_item(run_id, item))
             last = page.get("LastEvaluatedKey")
@@ -412,7 +522,7 @@ class DynamoDBJournal(JournalStore):
             kwargs["ExclusiveStartKey"] = last
         if header is None:
             raise RunNotFoundError(run_id)
-        return RunSnapshot(header, entries)
+        return RunSnapshot(header, entries, effects)
 
     def get_run(self, run_id: str) -> RunHeader:
         """Reads the run header (strongly consistent).
@@ -471,6 +581,55 @@ class DynamoDBJournal(JournalStore):
             Limit=limit,
         )
         return [self._header_from_item(item) for item in page.get("Items", [])]
+
+    def get_effect(self, run_id: str, position: str) -> SideEffectRecord:
+        """Reads one side-effect record (strongly consistent).
+
+        Raises:
+            EffectNotFoundError: If there is none at that position.
+        """
+        item = self._client.get_item(
+            TableName=self._table,
+            Key={"pk": _pk(run_id), "sk": {"S": f"S#{position}"}},
+            ConsistentRead=True,
+        ).get("Item")
+        if item is None:
+            raise EffectNotFoundError(f"{run_id}@{position}")
+        return self._effect_from_item(item)
+
+    def stale_effects(self, now_ms: int, *, limit: int = 100) -> list[SideEffectRecord]:
+        """Returns PREPARED records past their stale time (sparse GSI ``gsi2``), oldest first."""
+        items = _effect_pages(
+            self._client,
+            TableName=self._table,
+            IndexName="gsi2",
+            KeyConditionExpression="gsi2pk = :pk AND gsi2sk < :upper",
+            ExpressionAttributeValues={
+                ":pk": {"S": PREPARED_PK},
+                ":upper": {"S": _ts(now_ms + 1)},
+            },
+            Limit=limit,
+        )
+        return [self._effect_from_item(item) for item in items]
+
+    def effects_in_review(self, *, limit: int = 100) -> list[SideEffectRecord]:
+        """Returns records in NEEDS_REVIEW, oldest first (GSI ``gsi1``)."""
+        items = _effect_pages(
+            self._client,
+            TableName=self._table,
+            IndexName="gsi1",
+            KeyConditionExpression="gsi1pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": REVIEW_PK}},
+            Limit=limit,
+        )
+        return [self._effect_from_item(item) for item in items]
+
+
+def _effect_pages(client: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    page = client.query(**kwargs)
+    items += page.get("Items", [])
+    return items
 
 
 def _opt_int(item: dict[str, Any], name: str) -> int | None:

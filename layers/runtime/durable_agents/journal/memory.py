@@ -7,13 +7,25 @@ import threading
 from collections.abc import Sequence
 
 from durable_agents.errors import (
+    EffectConflictError,
+    EffectNotFoundError,
     EntryConflictError,
     IdempotencyConflictError,
     RunNotFoundError,
     RunStateConflictError,
 )
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import Entry, RunChange, RunHeader, RunPage, RunSnapshot, RunStatus
+from durable_agents.models import (
+    EffectChange,
+    EffectStatus,
+    Entry,
+    RunChange,
+    RunHeader,
+    RunPage,
+    RunSnapshot,
+    RunStatus,
+    SideEffectRecord,
+)
 
 
 class InMemoryJournal(JournalStore):
@@ -25,6 +37,7 @@ class InMemoryJournal(JournalStore):
         self._keys: dict[str, list[str]] = {}  # run_id -> sorted sort keys
         self._entries: dict[str, dict[str, Entry]] = {}
         self._idempotency: dict[tuple[str, str], str] = {}
+        self._effects: dict[str, dict[str, SideEffectRecord]] = {}
 
     def _create_run(self, header: RunHeader) -> tuple[RunHeader, bool]:
         with self._lock:
@@ -40,11 +53,18 @@ class InMemoryJournal(JournalStore):
             self._headers[header.run_id] = header
             self._keys[header.run_id] = []
             self._entries[header.run_id] = {}
+            self._effects[header.run_id] = {}
             if header.idempotency_key is not None:
                 self._idempotency[(header.agent, header.idempotency_key)] = header.run_id
             return header, True
 
-    def _commit(self, run_id: str, entries: Sequence[Entry], change: RunChange | None) -> None:
+    def _commit(
+        self,
+        run_id: str,
+        entries: Sequence[Entry],
+        change: RunChange | None,
+        effect: EffectChange | None,
+    ) -> None:
         with self._lock:
             existing = self._entries.get(run_id)
             header = self._headers.get(run_id)
@@ -61,6 +81,22 @@ class InMemoryJournal(JournalStore):
                 if key in existing or key in seen:
                     raise EntryConflictError(key, existing=existing.get(key))
                 seen.add(key)
+            effects = self._effects[run_id]
+            if effect is not None:
+                current = effects.get(effect.record.position)
+                if effect.expected_status is None:
+                    if current is not None:
+                        raise EffectConflictError(effect.record.operation_id, current)
+                elif (
+                    current is None
+                    or current.status not in effect.expected_status
+                    or (
+                        effect.expected_attempt is not None
+                        and current.attempt != effect.expected_attempt
+                    )
+                ):
+                    raise EffectConflictError(effect.record.operation_id, current)
+                effects[effect.record.position] = effect.record
             keys = self._keys[run_id]
             for entry in entries:
                 existing[entry.sort_key] = entry
@@ -79,7 +115,8 @@ class InMemoryJournal(JournalStore):
             if header is None:
                 raise RunNotFoundError(run_id)
             entries = self._entries[run_id]
-            return RunSnapshot(header, [entries[k] for k in self._keys[run_id]])
+            effects = sorted(self._effects[run_id].values(), key=lambda r: r.position)
+            return RunSnapshot(header, [entries[k] for k in self._keys[run_id]], effects)
 
     def get_run(self, run_id: str) -> RunHeader:
         """Returns the run header.
@@ -117,3 +154,36 @@ class InMemoryJournal(JournalStore):
             ]
         due.sort(key=lambda h: h.wake_at_ms or 0)
         return due[:limit]
+
+    def get_effect(self, run_id: str, position: str) -> SideEffectRecord:
+        """Returns one side-effect record.
+
+        Raises:
+            EffectNotFoundError: If there is none at that position.
+        """
+        with self._lock:
+            record = self._effects.get(run_id, {}).get(position)
+        if record is None:
+            raise EffectNotFoundError(f"{run_id}@{position}")
+        return record
+
+    def _all_effects(self, status: EffectStatus) -> list[SideEffectRecord]:
+        with self._lock:
+            return [
+                r
+                for per_run in self._effects.values()
+                for r in per_run.values()
+                if r.status is status
+            ]
+
+    def stale_effects(self, now_ms: int, *, limit: int = 100) -> list[SideEffectRecord]:
+        """Returns PREPARED records whose stale time has passed, oldest first."""
+        stale = [r for r in self._all_effects(EffectStatus.PREPARED) if r.stale_at_ms <= now_ms]
+        stale.sort(key=lambda r: (r.stale_at_ms, r.run_id, r.position))
+        return stale[:limit]
+
+    def effects_in_review(self, *, limit: int = 100) -> list[SideEffectRecord]:
+        """Returns records in NEEDS_REVIEW, oldest first."""
+        review = self._all_effects(EffectStatus.NEEDS_REVIEW)
+        review.sort(key=lambda r: (r.updated_at_ms, r.run_id, r.position))
+        return review[:limit]

@@ -11,14 +11,23 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from durable_agents.errors import DurableError
-from durable_agents.models import Entry, RunChange, RunHeader, RunPage, RunSnapshot, RunStatus
+from durable_agents.models import (
+    EffectChange,
+    Entry,
+    RunChange,
+    RunHeader,
+    RunPage,
+    RunSnapshot,
+    RunStatus,
+    SideEffectRecord,
+)
 
 _S = RunStatus
 ALLOWED_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     _S.RUNNING: frozenset({_S.RUNNING, _S.SUSPENDED, _S.PAUSED, _S.SUCCEEDED, _S.FAILED}),
     _S.SUSPENDED: frozenset({_S.RUNNING, _S.SUSPENDED, _S.PAUSED, _S.SUCCEEDED, _S.FAILED}),
     # A paused run is re-driven by a person (back to RUNNING) or given up (FAILED).
-    _S.PAUSED: frozenset({_S.RUNNING, _S.FAILED}),
+    _S.PAUSED: frozenset({_S.RUNNING, _S.PAUSED, _S.FAILED}),
     _S.SUCCEEDED: frozenset(),
     _S.FAILED: frozenset(),
 }
@@ -58,13 +67,19 @@ class JournalStore(ABC):
         return self._create_run(header)
 
     def commit(
-        self, run_id: str, entries: Sequence[Entry], change: RunChange | None = None
+        self,
+        run_id: str,
+        entries: Sequence[Entry],
+        change: RunChange | None = None,
+        effect: EffectChange | None = None,
     ) -> None:
-        """Atomically appends ``entries`` and applies ``change`` to the run header.
+        """Atomically appends ``entries``, applies ``change`` and writes ``effect``.
 
         Raises:
             EntryConflictError: If any entry already exists (nothing is written).
             RunStateConflictError: If the header's status is not in ``change.expected``.
+            EffectConflictError: If the side-effect record exists (create) or is not in the
+                expected status and attempt (update).
             RunNotFoundError: If the run does not exist (only checked when ``change`` is given).
             InvalidTransitionError: If ``change`` asks for a transition the runtime never makes.
             PayloadError: If a value is too large for every configured store.
@@ -73,18 +88,42 @@ class JournalStore(ABC):
             for status in change.expected:
                 if change.status not in ALLOWED_TRANSITIONS[status]:
                     raise InvalidTransitionError(f"{status} -> {change.status} is not allowed")
-        if not entries and change is None:
+        if not entries and change is None and effect is None:
             return
         for entry in entries:
             if entry.run_id != run_id:
                 raise ValueError(f"entry {entry.op_id!r} belongs to another run")
-        self._commit(run_id, entries, change)
+        if effect is not None and effect.record.run_id != run_id:
+            raise ValueError(f"side effect {effect.record.operation_id!r} belongs to another run")
+        self._commit(run_id, entries, change, effect)
 
     @abstractmethod
     def _create_run(self, header: RunHeader) -> tuple[RunHeader, bool]: ...
 
     @abstractmethod
-    def _commit(self, run_id: str, entries: Sequence[Entry], change: RunChange | None) -> None: ...
+    def _commit(
+        self,
+        run_id: str,
+        entries: Sequence[Entry],
+        change: RunChange | None,
+        effect: EffectChange | None,
+    ) -> None: ...
+
+    @abstractmethod
+    def get_effect(self, run_id: str, position: str) -> SideEffectRecord:
+        """Returns one side-effect record (strongly consistent read).
+
+        Raises:
+            EffectNotFoundError: If there is none at that position.
+        """
+
+    @abstractmethod
+    def stale_effects(self, now_ms: int, *, limit: int = 100) -> list[SideEffectRecord]:
+        """Returns PREPARED records whose ``stale_at_ms`` has passed (oldest first)."""
+
+    @abstractmethod
+    def effects_in_review(self, *, limit: int = 100) -> list[SideEffectRecord]:
+        """Returns records in NEEDS_REVIEW, oldest first."""
 
     @abstractmethod
     def load(self, run_id: str) -> RunSnapshot:

@@ -1,0 +1,88 @@
+"""``ctx.tool``: a side effect through the PREPARE → EXECUTE → COMMIT protocol."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from durable_agents.errors import EffectConflictError, SuspendExecution
+from durable_agents.events import OutgoingEvent
+from durable_agents.invocation import Reason
+from durable_agents.models import EffectStatus, OpKind, RunStatus
+from durable_agents.side_effects.protocol import Settled, SideEffectProtocol
+from durable_agents.side_effects.tools import Tool
+
+if TYPE_CHECKING:
+    from durable_agents.context import DurableContext
+
+REVIEW_REQUESTED = "Review Requested"
+
+
+def run_tool(ctx: DurableContext, tool: Tool[Any, Any], request: Any, name: str) -> Any:
+    """Executes, recovers or replays one tool call (see ``DurableContext.tool``)."""
+    inv = ctx.invocation
+    position, op_id, record = ctx.next_operation(OpKind.TOOL, name)
+    if record is not None and record.result is not None:
+        return inv.replay(record.result, tool.result_type)
+    protocol = SideEffectProtocol(
+        inv.store, inv.clock, lease_ms=inv.lease_ms, hooks=inv.hooks, credentials=inv.credentials
+    )
+    protocol.resume_run = inv.header.status is RunStatus.SUSPENDED
+    effect = record.effect if record is not None else None
+    if effect is None:
+        inv.take_budget(op_id)
+        try:
+            effect = protocol.prepare(inv.run_id, position, op_id, tool, request)
+        except EffectConflictError as exc:
+            raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+        inv.executed.append(op_id)
+        settled = protocol.execute(tool, effect)
+    elif effect.status is EffectStatus.PREPARED:
+        if effect.lease_expires_at_ms > inv.now_ms():
+            # Someone holds the call, or an unclear outcome waits for its next look.
+            raise SuspendExecution(
+                Reason.CONTENDED, wake_at_ms=effect.lease_expires_at_ms, detail=op_id
+            )
+        inv.take_budget(op_id)
+        try:
+            effect = protocol.claim(effect, tool)
+        except EffectConflictError as exc:
+            raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+        inv.executed.append(op_id)
+        settled = protocol.recover(tool, effect)
+    elif effect.status is EffectStatus.ABANDONED:
+        settled = protocol.abandon(tool, effect)
+    elif effect.status is EffectStatus.NEEDS_REVIEW:
+        raise SuspendExecution(Reason.EXTERNAL, detail=f"{op_id} needs review")
+    else:
+        # COMMITTED without a result entry cannot come from one consistent read (they are
+        # written in one transaction): read again.
+        raise SuspendExecution(Reason.CONTENDED, detail=op_id)
+    return settle(ctx, settled, tool, op_id)
+
+
+def settle(ctx: DurableContext, settled: Settled, tool: Tool[Any, Any], op_id: str) -> Any:
+    """Turns a protocol outcome into the operation's return value or a suspension."""
+    inv = ctx.invocation
+    if settled.entry is not None:
+        return inv.replay(settled.entry, tool.result_type)
+    if settled.how == "retry_later":
+        raise SuspendExecution(Reason.TIMER, wake_at_ms=settled.due_ms, detail=op_id)
+    if settled.how == "review" and settled.record is not None:
+        inv.pending_events.append(review_requested(settled.record))
+        raise SuspendExecution(Reason.EXTERNAL, detail=f"{op_id} needs review")
+    raise SuspendExecution(Reason.CONTENDED, detail=op_id)
+
+
+def review_requested(record: Any) -> OutgoingEvent:
+    """The event that tells people a call waits for their decision."""
+    return OutgoingEvent(
+        REVIEW_REQUESTED,
+        {
+            "run_id": record.run_id,
+            "operation_id": record.operation_id,
+            "tool": record.tool,
+            "reason": (record.note or {}).get("reason", ""),
+            "canonical_request": record.canonical_request,
+            "review_path": f"/reviews/{record.operation_id}",
+        },
+    )

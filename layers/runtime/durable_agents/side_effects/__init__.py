@@ -1,0 +1,1 @@
+"""Side effects that never repeat: tool declarations and the PREPARE → EXECUTE → COMMIT protocol."""

@@ -1,0 +1,200 @@
+"""Human review of calls whose outcome recovery could not settle (NEEDS_REVIEW).
+
+A person resolves a call once — the decision is a conditional write on the record, with who and
+when — as ``committed`` (it did happen: here is the result/external id), ``retry`` (it did not:
+execute again with the same request and key) or ``abandon`` (give it up; the tool's
+``compensate`` runs if it has one, and the agent receives ``ToolAbandonedError``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from durable_agents.clock import Clock
+from durable_agents.errors import (
+    DurableError,
+    EffectConflictError,
+    EffectNotFoundError,
+    PayloadError,
+    RunStateConflictError,
+)
+from durable_agents.ids import POSITION_WIDTH
+from durable_agents.journal.store import JournalStore
+from durable_agents.models import (
+    EffectChange,
+    EffectStatus,
+    Entry,
+    EntryType,
+    OpKind,
+    RunChange,
+    RunStatus,
+    SideEffectRecord,
+)
+from durable_agents.serde import encode
+from durable_agents.side_effects.protocol import operation_name
+from durable_agents.side_effects.tools import ToolRegistry
+from durable_agents.views import iso
+
+_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,79}:([0-9]{1,9})$")
+
+
+class Decision(StrEnum):
+    """What a person decided about a call in review."""
+
+    COMMITTED = "committed"
+    RETRY = "retry"
+    ABANDON = "abandon"
+
+
+class ReviewAlreadyDecidedError(DurableError):
+    """The call is not (or no longer) waiting for review; carries the current record."""
+
+    def __init__(self, record: SideEffectRecord):
+        self.record = record
+        decided = (record.note or {}).get("decision")
+        detail = (
+            f"decided {decided!r} by {(record.note or {}).get('decided_by')}"
+            if decided
+            else f"status {record.status.value}"
+        )
+        super().__init__(f"{record.operation_id} is not waiting for review ({detail})")
+
+
+class ReviewResultError(DurableError):
+    """A ``committed`` decision came without a result, or with one the tool cannot accept."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewRequest:
+    """A person's decision."""
+
+    decision: Decision
+    decided_by: str
+    comment: str = ""
+    result: Any = None
+    external_id: str | None = None
+
+
+def locate(operation_id: str) -> tuple[str, str]:
+    """Returns the run id and position encoded in an operation id.
+
+    Raises:
+        EffectNotFoundError: If the id is not of the form ``<run_id>:<name>:<n>[/<name>:<n>]``.
+    """
+    run_id, sep, rest = operation_id.partition(":")
+    if not sep or not run_id:
+        raise EffectNotFoundError(operation_id)
+    positions = []
+    for segment in rest.split("/"):
+        match = _SEGMENT.match(segment)
+        if match is None:
+            raise EffectNotFoundError(operation_id)
+        positions.append(f"{int(match.group(1)):0{POSITION_WIDTH}d}")
+    return run_id, "/".join(positions)
+
+
+def resolve(
+    store: JournalStore,
+    tools: ToolRegistry,
+    clock: Clock,
+    operation_id: str,
+    request: ReviewRequest,
+) -> SideEffectRecord:
+    """Records a person's decision once and sets the run going again.
+
+    Returns:
+        The record after the decision (publish ``Step Ready`` for its run next).
+
+    Raises:
+        EffectNotFoundError: If no such call exists.
+        ReviewAlreadyDecidedError: If it is not in NEEDS_REVIEW (already decided, or never was).
+        ReviewResultError: If a ``committed`` decision has no acceptable result.
+    """
+    run_id, position = locate(operation_id)
+    record = store.get_effect(run_id, position)
+    if record.operation_id != operation_id:
+        raise EffectNotFoundError(operation_id)
+    if record.status is not EffectStatus.NEEDS_REVIEW:
+        raise ReviewAlreadyDecidedError(record)
+    now = clock.now_ms()
+    note = {
+        **(record.note or {}),
+        "decision": request.decision.value,
+        "decided_by": request.decided_by,
+        "decided_at": iso(now),
+        "comment": request.comment,
+    }
+    entries: list[Entry] = []
+    if request.decision is Decision.COMMITTED:
+        payload = _result_payload(tools, record, request.result)
+        decided = record.replace(
+            status=EffectStatus.COMMITTED,
+            updated_at_ms=now,
+            note=note,
+            result=payload,
+            external_id=request.external_id,
+        )
+        entries.append(
+            Entry(
+                run_id=run_id,
+                position=position,
+                op_id=operation_id,
+                kind=OpKind.TOOL,
+                name=operation_name(operation_id),
+                type=EntryType.SUCCEEDED,
+                attempt=record.attempt,
+                value=payload,
+                recorded_at_ms=now,
+                meta={
+                    "via": "review",
+                    "decided_by": request.decided_by,
+                    "external_id": request.external_id,
+                },
+            )
+        )
+    elif request.decision is Decision.RETRY:
+        # Back to PREPARED with the lease already expired: the next look executes it again
+        # with the stored request and key (recovery honours the "retry" decision).
+        decided = record.replace(
+            status=EffectStatus.PREPARED,
+            updated_at_ms=now,
+            note=note,
+            lease_expires_at_ms=now,
+            stale_at_ms=now,
+        )
+    else:
+        decided = record.replace(status=EffectStatus.ABANDONED, updated_at_ms=now, note=note)
+    resume = RunChange(
+        expected=frozenset({RunStatus.PAUSED}),
+        status=RunStatus.RUNNING,
+        updated_at_ms=now,
+        error=None,
+        waiting_on=None,
+    )
+    change = EffectChange(decided, frozenset({EffectStatus.NEEDS_REVIEW}), record.attempt)
+    try:
+        try:
+            store.commit(run_id, entries, resume, change)
+        except RunStateConflictError:
+            # The run is not paused (someone re-drove it): record the decision alone.
+            store.commit(run_id, entries, None, change)
+    except EffectConflictError as exc:
+        raise ReviewAlreadyDecidedError(store.get_effect(run_id, position)) from exc
+    return decided
+
+
+def _result_payload(tools: ToolRegistry, record: SideEffectRecord, result: Any) -> str:
+    if result is None:
+        raise ReviewResultError("a 'committed' decision needs the result the person confirmed")
+    tool = tools.get(record.tool)
+    hint = tool.result_type if tool is not None else None
+    try:
+        value = TypeAdapter(hint).validate_python(result) if hint is not None else result
+        return encode(value, hint)
+    except (ValidationError, PayloadError) as exc:
+        raise ReviewResultError(f"the result does not fit tool {record.tool!r}: {exc}") from exc
