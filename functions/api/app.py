@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from http import HTTPStatus
 from typing import Any
+from urllib.parse import unquote
 
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
@@ -17,15 +18,25 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from durable_agents.deployment import Settings, build_runtime
 from durable_agents.errors import (
     AgentNotFoundError,
+    EffectNotFoundError,
     IdempotencyConflictError,
     InvalidNameError,
     PayloadError,
     RunNotFoundError,
     RunStateConflictError,
 )
+from durable_agents.events import step_ready
 from durable_agents.models import RunStatus
 from durable_agents.runtime import InputValidationError, Runtime
-from durable_agents.views import history, run_view
+from durable_agents.side_effects.review import (
+    Decision,
+    ReviewAlreadyDecidedError,
+    ReviewRequest,
+    ReviewResultError,
+    resolve,
+)
+from durable_agents.side_effects.tools import default_tools
+from durable_agents.views import effect_view, history, run_view
 
 logger = Logger()
 tracer = Tracer()
@@ -41,6 +52,17 @@ def get_runtime() -> Runtime:
     if _runtime is None:
         _runtime = build_runtime(Settings.from_env(), logger=logger)
     return _runtime
+
+
+class ReviewDecisionRequest(BaseModel):
+    """Body of ``POST /reviews/{operation_id}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    decision: Decision
+    comment: str = Field(default="", max_length=2000)
+    result: Any = None
+    external_id: str | None = Field(default=None, max_length=256)
 
 
 class StartRunRequest(BaseModel):
@@ -79,6 +101,9 @@ ERROR_STATUS: dict[type[Exception], HTTPStatus] = {
     InvalidNameError: HTTPStatus.BAD_REQUEST,
     AgentNotFoundError: HTTPStatus.NOT_FOUND,
     RunNotFoundError: HTTPStatus.NOT_FOUND,
+    EffectNotFoundError: HTTPStatus.NOT_FOUND,
+    ReviewAlreadyDecidedError: HTTPStatus.CONFLICT,
+    ReviewResultError: HTTPStatus.UNPROCESSABLE_ENTITY,
     IdempotencyConflictError: HTTPStatus.CONFLICT,
     RunStateConflictError: HTTPStatus.CONFLICT,
     InputValidationError: HTTPStatus.UNPROCESSABLE_ENTITY,
@@ -103,6 +128,8 @@ def error_response(exc: Exception) -> Response[str]:
         extra["details"] = exc.errors
     elif isinstance(exc, IdempotencyConflictError):
         extra["run_id"] = exc.existing_run_id
+    elif isinstance(exc, ReviewAlreadyDecidedError):
+        extra["current"] = effect_view(exc.record)
     return _error(status, type(exc).__name__, message, **extra)
 
 
@@ -193,6 +220,43 @@ def redrive(run_id: str) -> Response[str]:
     header = get_runtime().redrive(run_id)
     logger.info("run re-driven", extra={"run_id": run_id, "caller": _caller()})
     return _ok(HTTPStatus.ACCEPTED, run_view(header))
+
+
+@app.get("/reviews")
+@tracer.capture_method(capture_response=False)
+def list_reviews() -> Response[str]:
+    """Lists tool calls waiting for a person, with the exact request that would execute."""
+    records = get_runtime().store.effects_in_review(limit=MAX_LIMIT)
+    return _ok(HTTPStatus.OK, {"reviews": [effect_view(r) for r in records]})
+
+
+@app.post("/reviews/<operation_id>")
+@tracer.capture_method(capture_response=False)
+def decide_review(operation_id: str) -> Response[str]:
+    """Records a person's decision (committed / retry / abandon) once and resumes the run."""
+    body = ReviewDecisionRequest.model_validate(_body())
+    runtime = get_runtime()
+    # Operation ids of nested scopes contain "/": clients send it percent-encoded.
+    operation_id = unquote(operation_id)
+    record = resolve(
+        runtime.store,
+        default_tools,
+        runtime.clock,
+        operation_id,
+        ReviewRequest(
+            decision=body.decision,
+            decided_by=_caller(),
+            comment=body.comment,
+            result=body.result,
+            external_id=body.external_id,
+        ),
+    )
+    runtime.publisher.publish([step_ready(record.run_id, "review-decided")])
+    logger.info(
+        "review decided",
+        extra={"operation_id": operation_id, "decision": body.decision.value, "caller": _caller()},
+    )
+    return _ok(HTTPStatus.OK, effect_view(record))
 
 
 @logger.inject_lambda_context(clear_state=True)

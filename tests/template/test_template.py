@@ -31,6 +31,8 @@ API_ROUTES = {
     "GetRun": ("GET", "/runs/{run_id}"),
     "GetRunHistory": ("GET", "/runs/{run_id}/history"),
     "RedriveRun": ("POST", "/runs/{run_id}/redrive"),
+    "ListReviews": ("GET", "/reviews"),
+    "DecideReview": ("POST", "/reviews/{operation_id}"),
 }
 TABLE_ACTIONS = {
     "dynamodb:GetItem",
@@ -156,7 +158,7 @@ def test_function_globals_python313_arm64_tracing_and_layer(template: dict[str, 
     assert env["JOURNAL_TABLE"] == {"Ref": "JournalTable"}
     assert env["PAYLOAD_BUCKET"] == {"Ref": "PayloadBucket"}
     assert env["EVENT_BUS_NAME"] == {"Ref": "EventBus"}
-    assert env["AGENT_MODULES"] == "agents.example"
+    assert env["AGENT_MODULES"] == "agents.example,agents.checkout"
     assert env["POWERTOOLS_SERVICE_NAME"] == "durable-agents"
     assert env["POWERTOOLS_METRICS_NAMESPACE"] == "DurableAgents"
     assert env["LOG_LEVEL"] == {"Ref": "LogLevel"}

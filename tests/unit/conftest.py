@@ -75,7 +75,7 @@ def deployment(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[Deploymen
         "JOURNAL_TABLE": TABLE,
         "EVENT_BUS_NAME": BUS,
         "PAYLOAD_BUCKET": BUCKET,
-        "AGENT_MODULES": "agents.example",
+        "AGENT_MODULES": "agents.example,agents.checkout",
         "POWERTOOLS_TRACE_DISABLED": "1",
         "POWERTOOLS_METRICS_NAMESPACE": "DurableAgentsTest",
         "STALL_AFTER_SECONDS": "60",

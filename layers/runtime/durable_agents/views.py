@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from durable_agents.models import Entry, EntryType, RunHeader, RunSnapshot
+from durable_agents.models import Entry, EntryType, RunHeader, RunSnapshot, SideEffectRecord
 
 
 def iso(epoch_ms: int | None) -> str | None:
@@ -77,6 +77,10 @@ def history(snapshot: RunSnapshot) -> list[dict[str, Any]]:
         }
     ]
     events += [entry_event(e) for e in snapshot.entries]
+    events += [
+        {"event": f"side_effect_{r.status.value.lower()}", **effect_view(r)}
+        for r in snapshot.effects
+    ]
     if header.status.terminal or header.status.value == "PAUSED":
         events.append(
             {
@@ -87,3 +91,23 @@ def history(snapshot: RunSnapshot) -> list[dict[str, Any]]:
             }
         )
     return events
+
+
+def effect_view(record: SideEffectRecord) -> dict[str, Any]:
+    """The public view of a side-effect record (what a reviewer needs to decide)."""
+    return {
+        "operation_id": record.operation_id,
+        "run_id": record.run_id,
+        "tool": record.tool,
+        "tool_schema_version": record.tool_schema_version,
+        "status": record.status.value,
+        "request": _json(record.canonical_request),
+        "canonical_request": record.canonical_request,
+        "idempotency_key": record.idempotency_key,
+        "attempt": record.attempt,
+        "external_id": record.external_id,
+        "result": _json(record.result),
+        "note": record.note,
+        "prepared_at": iso(record.prepared_at_ms),
+        "updated_at": iso(record.updated_at_ms),
+    }
