@@ -24,6 +24,7 @@ FUNCTIONS = {
     "StepRunnerFunction": "step_runner.app.handler",
     "ApiFunction": "api.app.handler",
     "ReconcilerFunction": "reconciler.app.handler",
+    "RelayFunction": "relay.app.handler",
 }
 API_ROUTES = {
     "StartRun": ("POST", "/runs"),
@@ -164,7 +165,7 @@ def test_function_globals_python313_arm64_tracing_and_layer(template: dict[str, 
     assert env["LOG_LEVEL"] == {"Ref": "LogLevel"}
 
 
-def test_exactly_three_functions_with_shared_code_package(resources: dict[str, Any]) -> None:
+def test_the_functions_share_one_code_package(resources: dict[str, Any]) -> None:
     functions = {k for k, v in resources.items() if v["Type"] == "AWS::Serverless::Function"}
     assert functions == set(FUNCTIONS)
     for logical_id, handler in FUNCTIONS.items():
@@ -283,7 +284,10 @@ def test_functions_use_explicit_statements_not_policy_templates(resources: dict[
             assert isinstance(policy, dict) and set(policy) == {"Statement"}, (logical_id, policy)
 
 
-@pytest.mark.parametrize("logical_id", sorted(FUNCTIONS))
+JOURNAL_FUNCTIONS = sorted(set(FUNCTIONS) - {"RelayFunction"})
+
+
+@pytest.mark.parametrize("logical_id", JOURNAL_FUNCTIONS)
 def test_least_privilege_table_access(resources: dict[str, Any], logical_id: str) -> None:
     statements = function_statements(resources, logical_id)
     table = {"Fn::GetAtt": ["JournalTable", "Arn"]}
@@ -303,7 +307,7 @@ def test_least_privilege_table_access(resources: dict[str, Any], logical_id: str
         assert forbidden not in every_action, (logical_id, forbidden)
 
 
-@pytest.mark.parametrize("logical_id", sorted(FUNCTIONS))
+@pytest.mark.parametrize("logical_id", JOURNAL_FUNCTIONS)
 def test_events_and_payload_access_are_scoped(resources: dict[str, Any], logical_id: str) -> None:
     statements = function_statements(resources, logical_id)
     assert allowed(statements, {"Fn::GetAtt": ["EventBus", "Arn"]}) == {"events:PutEvents"}
@@ -317,6 +321,26 @@ def test_events_and_payload_access_are_scoped(resources: dict[str, Any], logical
         for r in as_list(s["Resource"])
     ]
     assert s3_resources == [{"Fn::Sub": "${PayloadBucket.Arn}/runs/*"}]
+
+
+def test_relay_reads_only_the_journal_stream(resources: dict[str, Any]) -> None:
+    statements = function_statements(resources, "RelayFunction")
+    stream = {"Fn::GetAtt": ["JournalTable", "StreamArn"]}
+    assert allowed(statements, stream) == {
+        "dynamodb:DescribeStream",
+        "dynamodb:GetRecords",
+        "dynamodb:GetShardIterator",
+        "dynamodb:ListStreams",
+    }
+    assert allowed(statements, {"Fn::GetAtt": ["JournalTable", "Arn"]}) == set()
+    assert allowed(statements, {"Fn::GetAtt": ["EventBus", "Arn"]}) == {"events:PutEvents"}
+    event = props(resources, "RelayFunction")["Events"]["JournalStream"]["Properties"]
+    assert event["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert event["BisectBatchOnFunctionError"] is True
+    assert '"outbox": {"S": ["1"]}' in event["FilterCriteria"]["Filters"][0]["Pattern"]
+    assert event["DestinationConfig"]["OnFailure"]["Destination"] == {
+        "Fn::GetAtt": ["RelayDeadLetterQueue", "Arn"]
+    }
 
 
 def test_no_hardcoded_region_account_or_partition(raw: str) -> None:

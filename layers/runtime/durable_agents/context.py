@@ -128,6 +128,32 @@ class DurableContext:
         op_name = check_name(name) if name is not None else tool.name
         return run_tool(self, tool, request, op_name)  # type: ignore[no-any-return]
 
+    def emit(self, detail_type: str, detail: Any, *, name: str = "emit") -> str:
+        """Publishes an event through the transactional outbox, exactly once per position.
+
+        The event is written into the journal as this operation's record (one conditional
+        write); the relay (DynamoDB stream → Relay function → EventBridge) publishes it with
+        ``event_id`` = the operation id. A crash can neither lose the event (it is in the
+        journal before the run moves on) nor create a second one (replay returns the record);
+        the relay delivers at least once, so consumers dedupe on ``event_id``.
+
+        Args:
+            detail_type: The EventBridge detail type (1-128 characters).
+            detail: The event detail (JSON; secrets are refused).
+            name: The operation name.
+
+        Returns:
+            The event id.
+
+        Raises:
+            ValueError: If ``detail_type`` is empty or too long.
+            SecretSerializationError: If the detail holds a secret.
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        from durable_agents.operations.emit import run_emit  # noqa: PLC0415
+
+        return run_emit(self, detail_type, detail, check_name(name))
+
     def wait(self, duration: float | timedelta, *, name: str = "wait") -> None:
         """Suspends the run for ``duration`` (seconds or a timedelta) without holding compute.
 

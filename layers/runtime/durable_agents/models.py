@@ -41,6 +41,7 @@ class OpKind(StrEnum):
     PARALLEL = "parallel"
     MAP = "map"
     CONDITION = "condition"
+    EMIT = "emit"
 
 
 class EntryType(StrEnum):

@@ -137,6 +137,9 @@ class DynamoDBJournal(JournalStore):
             item["due_at_ms"] = {"N": str(entry.due_at_ms)}
         if entry.meta:
             item["meta"] = {"S": json.dumps(entry.meta, sort_keys=True)}
+            if entry.meta.get("outbox"):
+                # The relay's stream filter selects new items with this attribute only.
+                item["outbox"] = {"S": "1"}
         return item
 
     def _entry_from_item(self, run_id: str, item: dict[str, Any]) -> Entry:

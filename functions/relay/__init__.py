@@ -1,0 +1,1 @@
+"""The outbox relay Lambda function."""
