@@ -40,6 +40,9 @@ class Reason:
 class InvocationHooks:
     """Points where tests inject crashes. The default does nothing."""
 
+    def before_claim(self, op_id: str) -> None:
+        """Called before an operation writes its claim (or PREPARE record): nothing recorded."""
+
     def before_execute(self, op_id: str, attempt: int) -> None:
         """Called after the claim is recorded, before the operation's code runs."""
 

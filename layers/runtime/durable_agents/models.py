@@ -279,6 +279,9 @@ class SideEffectRecord:
     external_id: str | None = None
     result: str | None = None
     note: dict[str, Any] | None = None
+    last_attempt_at_ms: int | None = None
+    """When the previous holder last touched the call (a recovery's claim records it): a
+    provider's "not found" is trusted only once its settle time has passed since then."""
 
     @property
     def sort_key(self) -> str:

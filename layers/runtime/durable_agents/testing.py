@@ -42,7 +42,7 @@ from durable_agents.models import Entry, EntryType, ErrorInfo, RunHeader, RunSta
 from durable_agents.runtime import InvocationOutcome, OutcomeKind, Runtime
 from durable_agents.serde import decode
 
-CrashPoint = Literal["before_execute", "after_execute", "after_record"]
+CrashPoint = Literal["before_claim", "before_execute", "after_execute", "after_record"]
 
 
 class SimulatedCrash(BaseException):
@@ -55,8 +55,9 @@ class Crash:
 
     Attributes:
         operation: An operation name (``"charge"``) or full operation id.
-        point: ``before_execute`` (claimed, not run), ``after_execute`` (ran, result not
-            recorded: the dangerous window) or ``after_record`` (recorded, next event not sent).
+        point: ``before_claim`` (nothing recorded yet), ``before_execute`` (claimed or
+            PREPARED, not run), ``after_execute`` (ran, result not recorded: the dangerous
+            window) or ``after_record`` (recorded, next event not sent).
         times: How many times to crash there.
     """
 
@@ -77,6 +78,9 @@ class _CrashHooks(InvocationHooks):
                 crash.times -= 1
                 self.fired += 1
                 raise SimulatedCrash(f"crash {point} {op_id}")
+
+    def before_claim(self, op_id: str) -> None:
+        self._maybe("before_claim", op_id)
 
     def before_execute(self, op_id: str, attempt: int) -> None:
         self._maybe("before_execute", op_id)

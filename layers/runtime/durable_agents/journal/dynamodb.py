@@ -229,6 +229,8 @@ class DynamoDBJournal(JournalStore):
         item.update(self._value_attrs(record.run_id, "result", record.result))
         if record.external_id is not None:
             item["external_id"] = {"S": record.external_id}
+        if record.last_attempt_at_ms is not None:
+            item["last_attempt_at_ms"] = {"N": str(record.last_attempt_at_ms)}
         if record.note is not None:
             item["note"] = {"S": json.dumps(record.note, sort_keys=True)}
         ident = f"{record.run_id}#{record.position}"
@@ -259,6 +261,7 @@ class DynamoDBJournal(JournalStore):
             lease_expires_at_ms=int(item["lease_expires_at_ms"]["N"]),
             stale_at_ms=int(item["stale_at_ms"]["N"]),
             external_id=item["external_id"]["S"] if "external_id" in item else None,
+            last_attempt_at_ms=_opt_int(item, "last_attempt_at_ms"),
             result=self._read_value(item, "result"),
             note=json.loads(item["note"]["S"]) if "note" in item else None,
         )

@@ -77,6 +77,7 @@ def run_step(
             raise SuspendExecution(Reason.TIMER, wake_at_ms=due, detail=op_id)
 
     inv.take_budget(op_id)
+    inv.hooks.before_claim(op_id)
     attempt += 1
     claim = inv.entry(
         position,

@@ -30,6 +30,7 @@ def run_tool(ctx: DurableContext, tool: Tool[Any, Any], request: Any, name: str)
     effect = record.effect if record is not None else None
     if effect is None:
         inv.take_budget(op_id)
+        inv.hooks.before_claim(op_id)
         try:
             effect = protocol.prepare(inv.run_id, position, op_id, tool, request)
         except EffectConflictError as exc:
@@ -43,6 +44,7 @@ def run_tool(ctx: DurableContext, tool: Tool[Any, Any], request: Any, name: str)
                 Reason.CONTENDED, wake_at_ms=effect.lease_expires_at_ms, detail=op_id
             )
         inv.take_budget(op_id)
+        inv.hooks.before_claim(op_id)
         try:
             effect = protocol.claim(effect, tool)
         except EffectConflictError as exc:

@@ -169,8 +169,15 @@ class SideEffectProtocol:
         """
         now = self.clock.now_ms()
         lease = now + self.lease_ms
+        # When could the previous holder last have executed? At its last write, unless it
+        # recorded that it did not execute (it only looked up and chose to wait).
+        if (record.note or {}).get("executed") is False:
+            last_attempt = record.last_attempt_at_ms or record.prepared_at_ms
+        else:
+            last_attempt = record.updated_at_ms
         claimed = record.replace(
             attempt=record.attempt + 1,
+            last_attempt_at_ms=last_attempt,
             updated_at_ms=now,
             lease_expires_at_ms=lease,
             stale_at_ms=max(lease, now + int(tool.stale_after_seconds * 1000)),
@@ -223,6 +230,18 @@ class SideEffectProtocol:
             )
         exhausted = record.attempt > tool.max_attempts
         if isinstance(verdict, NotFound):
+            settled_at = (record.last_attempt_at_ms or record.prepared_at_ms) + int(
+                tool.stale_after_seconds * 1000
+            )
+            if not tool.idempotent and self.clock.now_ms() < settled_at:
+                # An earlier attempt may still be landing at the provider: "not found" is only
+                # certain after the tool's settle time. Look again then.
+                return self._retry_later(
+                    record,
+                    "not found yet; waiting for the settle time",
+                    not_before_ms=settled_at,
+                    executed=False,
+                )
             if exhausted:
                 gave_up = ToolGaveUpError(record.operation_id, tool.name, record.attempt - 1)
                 return self._commit_error(record, gave_up, how="gave_up")
@@ -346,16 +365,26 @@ class SideEffectProtocol:
         self.hooks.after_record(record.operation_id)
         return Settled(how, entry=entry, record=done)
 
-    def _retry_later(self, record: SideEffectRecord, reason: str) -> Settled:
+    def _retry_later(
+        self,
+        record: SideEffectRecord,
+        reason: str,
+        *,
+        not_before_ms: int = 0,
+        executed: bool = True,
+    ) -> Settled:
         now = self.clock.now_ms()
         delay_ms = int(
             UNCLEAR_BACKOFF.delay_seconds(record.attempt, seed=record.operation_id) * 1000
         )
-        due = now + delay_ms
+        due = max(now + delay_ms, not_before_ms)
         # Release the lease at ``due``: whoever looks next (this run's StepRunner or the
         # reconciler) claims the next attempt and goes through recovery.
         released = record.replace(
-            updated_at_ms=now, lease_expires_at_ms=due, stale_at_ms=due, note={"unclear": reason}
+            updated_at_ms=now,
+            lease_expires_at_ms=due,
+            stale_at_ms=due,
+            note={"unclear": reason, "executed": executed},
         )
         suspend = RunChange(
             expected=_ACTIVE,
