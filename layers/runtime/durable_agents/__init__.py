@@ -41,6 +41,20 @@ from durable_agents.models import Entry, EntryType, OpKind, RunHeader, RunStatus
 from durable_agents.retry import NO_RETRY, RetryPolicy
 from durable_agents.runtime import InputValidationError, InvocationOutcome, OutcomeKind, Runtime
 from durable_agents.semantics import StepSemantics
+from durable_agents.side_effects.tools import (
+    Found,
+    NotFound,
+    Tool,
+    ToolAbandonedError,
+    ToolCall,
+    ToolGaveUpError,
+    ToolRegistry,
+    ToolRejectedError,
+    ToolResult,
+    Unknown,
+    default_tools,
+    tool,
+)
 from durable_agents.versions import VersionBundle
 
 __all__ = [
@@ -58,6 +72,7 @@ __all__ = [
     "EntryType",
     "EventBridgePublisher",
     "EventPublisher",
+    "Found",
     "IdempotencyConflictError",
     "InMemoryJournal",
     "InputValidationError",
@@ -65,6 +80,7 @@ __all__ = [
     "InvocationOutcome",
     "JournalStore",
     "NestedOperationError",
+    "NotFound",
     "OpKind",
     "OutcomeKind",
     "OutgoingEvent",
@@ -84,8 +100,18 @@ __all__ = [
     "StepSemantics",
     "SuspendExecution",
     "SystemClock",
+    "Tool",
+    "ToolAbandonedError",
+    "ToolCall",
+    "ToolGaveUpError",
+    "ToolRegistry",
+    "ToolRejectedError",
+    "ToolResult",
+    "Unknown",
     "VersionBundle",
     "VersionNotDeployedError",
     "agent",
     "default_registry",
+    "default_tools",
+    "tool",
 ]
