@@ -1,0 +1,211 @@
+"""The ``durable-agents`` command: local mode, the moto server, and reading runs.
+
+* ``durable-agents local``: run the template's functions against moto (see ``local.worker``).
+* ``durable-agents moto``: only the moto server, in the foreground.
+* ``durable-agents runs list|show|history|redrive``: read (or nudge) runs straight from the
+  journal in a running moto server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from durable_agents.local import moto_server
+from durable_agents.local.functions import local_name
+
+EXIT_ERROR = 1
+DEFAULT_ENDPOINT = moto_server.endpoint_url(moto_server.DEFAULT_PORT)
+STATUSES = ("RUNNING", "SUSPENDED", "PAUSED", "SUCCEEDED", "FAILED")
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _timeout(text: str) -> tuple[str, float]:
+    name, _, seconds = text.rpartition("=")
+    return name or "*", _positive_float(seconds)
+
+
+def _add_local(commands: Any) -> None:
+    local = commands.add_parser(
+        "local",
+        help="run the template's functions against moto, Api on 127.0.0.1",
+        description="Run template.yaml's functions in this process against a moto server: "
+        "EventBridge rules are delivered through SQS queues, Schedule events fire every "
+        "--schedule-interval seconds, Api events are served on http://127.0.0.1:PORT.",
+    )
+    local.add_argument("--template", type=Path, default=Path("template.yaml"))
+    local.add_argument("--port", type=int, default=3000, help="Api port (default 3000)")
+    moto = local.add_mutually_exclusive_group()
+    moto.add_argument(
+        "--moto-port",
+        type=int,
+        default=moto_server.DEFAULT_PORT,
+        help="port of the moto server to start (default %(default)s)",
+    )
+    moto.add_argument(
+        "--moto-endpoint",
+        metavar="URL",
+        help="attach to a running moto server instead of starting one",
+    )
+    local.add_argument(
+        "--keep-moto",
+        action="store_true",
+        help="leave the moto server this command started running on exit",
+    )
+    local.add_argument(
+        "--schedule-interval",
+        type=_positive_float,
+        default=1.0,
+        metavar="SECONDS",
+        help="fire Schedule events this often (default 1)",
+    )
+    local.add_argument(
+        "--function-timeout",
+        type=_timeout,
+        action="append",
+        default=[],
+        metavar="[FUNCTION=]SECONDS",
+        help="override the Timeout of one function (or of all); the StepRunner's claim lease "
+        "follows it, so a short one makes crash recovery quick (repeatable)",
+    )
+    local.add_argument(
+        "--stall-after",
+        type=_positive_int,
+        default=5,
+        metavar="SECONDS",
+        help="STALL_AFTER_SECONDS for the reconciler (default 5)",
+    )
+    local.add_argument(
+        "--visibility-timeout",
+        type=_positive_int,
+        default=10,
+        metavar="SECONDS",
+        help="redeliver an unfinished event after this long",
+    )
+    local.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        default=4,
+        help="consumer threads per EventBridge rule (default 4)",
+    )
+    local.add_argument("--region", default="us-east-1")
+    local.add_argument(
+        "--log-level",
+        default="WARNING",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="LOG_LEVEL of the handlers' JSON logs on stdout (default WARNING)",
+    )
+    local.add_argument("--quiet", action="store_true", help="only warnings and errors")
+
+
+def _add_runs(commands: Any) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--endpoint",
+        default=DEFAULT_ENDPOINT,
+        help="moto server holding the journal (default %(default)s)",
+    )
+    common.add_argument("--table", default=local_name("JournalTable"), help=argparse.SUPPRESS)
+    common.add_argument("--json", action="store_true", help="print JSON")
+    runs = commands.add_parser("runs", help="list, show, trace or redrive runs")
+    actions = runs.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", parents=[common], help="list runs, newest first")
+    listing.add_argument("--status", type=str.upper, choices=STATUSES)
+    listing.add_argument("--limit", type=_positive_int, default=50)
+    for name, text in (
+        ("show", "show one run"),
+        ("history", "show a run's history"),
+        ("redrive", "resume a PAUSED run or nudge a stalled one"),
+    ):
+        action = actions.add_parser(name, parents=[common], help=text)
+        action.add_argument("run_id")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``durable-agents``."""
+    parser = argparse.ArgumentParser(
+        prog="durable-agents", description="Durable agents on AWS serverless, run locally."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_local(commands)
+    moto = commands.add_parser("moto", help="run only the moto server (foreground)")
+    moto.add_argument("--port", type=int, default=moto_server.DEFAULT_PORT)
+    _add_runs(commands)
+    return parser
+
+
+def _local(args: argparse.Namespace) -> int:
+    from durable_agents.local.worker import WorkerOptions, run_local  # noqa: PLC0415
+
+    return run_local(
+        WorkerOptions(
+            template=args.template,
+            moto_endpoint=args.moto_endpoint,
+            moto_port=args.moto_port,
+            api_port=args.port,
+            schedule_interval=args.schedule_interval,
+            function_timeouts=dict(args.function_timeout),
+            stall_after=args.stall_after,
+            visibility_timeout=args.visibility_timeout,
+            concurrency=args.concurrency,
+            region=args.region,
+            log_level=args.log_level,
+            quiet=args.quiet,
+            keep_moto=args.keep_moto,
+        )
+    )
+
+
+def _runs(args: argparse.Namespace) -> int:
+    from durable_agents.local.runs import RunsClient, RunsError  # noqa: PLC0415
+
+    client = RunsClient(args.endpoint, args.table)
+    actions: dict[str, Callable[[], tuple[Any, str]]] = {
+        "list": lambda: client.list(args.status, args.limit),
+        "show": lambda: client.show(args.run_id),
+        "history": lambda: client.history(args.run_id),
+        "redrive": lambda: client.redrive(args.run_id),
+    }
+    try:
+        data, text = actions[args.action]()
+    except RunsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    print(json.dumps(data, indent=2) if args.json else text)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``durable-agents`` console script.
+
+    Returns:
+        The exit status: 0 on success, 1 on errors (endpoint down, unknown run), 2 on usage
+        errors or when local mode cannot start.
+    """
+    args = build_parser().parse_args(argv)
+    if args.command == "local":
+        return _local(args)
+    if args.command == "moto":
+        return moto_server.main(["--port", str(args.port)])
+    return _runs(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""Compact text views of runs and their history, for the CLI and the demo."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+NOTE_WIDTH = 60
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Formats rows as left-aligned columns under ``headers``."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+        for line in [list(headers), *rows]
+    ]
+    return "\n".join(lines)
+
+
+def _clip(text: str, width: int = NOTE_WIDTH) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _time(at: str | None) -> str:
+    return at[11:23] if at else ""
+
+
+def runs_table(runs: Sequence[Mapping[str, Any]]) -> str:
+    """One line per run: id, agent, status, created and updated times."""
+    if not runs:
+        return "no runs"
+    rows = [
+        [
+            str(r["run_id"]),
+            str(r["agent"]),
+            str(r["status"]),
+            str(r.get("created_at") or ""),
+            str(r.get("updated_at") or ""),
+        ]
+        for r in runs
+    ]
+    return table(["RUN ID", "AGENT", "STATUS", "CREATED", "UPDATED"], rows)
+
+
+def run_details(run: Mapping[str, Any]) -> str:
+    """A run as ``key: value`` lines (values as compact JSON)."""
+    lines = []
+    for key in (
+        "run_id",
+        "agent",
+        "status",
+        "created_at",
+        "updated_at",
+        "wake_at",
+        "waiting_on",
+        "parent_run_id",
+        "versions",
+        "input",
+        "result",
+        "error",
+    ):
+        value = run.get(key)
+        if value is None:
+            continue
+        text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        lines.append(f"{key + ':':<14}{text}")
+    return "\n".join(lines)
+
+
+def short_op(op_id: str | None, run_id: str) -> str:
+    """An operation id without its run prefix (``gather:2/fetch-1:1``)."""
+    return (op_id or "").removeprefix(f"{run_id}:")
+
+
+def offset_seconds(at: str | None, start: datetime | None) -> float | None:
+    """Seconds from ``start`` to the ISO time ``at``."""
+    if not at or start is None:
+        return None
+    return (datetime.fromisoformat(at) - start).total_seconds()
+
+
+def _note(event: Mapping[str, Any]) -> str:
+    if event.get("error"):
+        error = event["error"]
+        return _clip(f"{error.get('type')}: {error.get('message')}")
+    if event.get("due_at"):
+        return f"due {_time(event['due_at'])}"
+    if "result" in event and event["result"] is not None:
+        return _clip(json.dumps(event["result"], separators=(",", ":")))
+    return ""
+
+
+def history_table(events: Sequence[Mapping[str, Any]]) -> str:
+    """The history as a timeline: offset from the start, event, operation, attempt, note."""
+    if not events:
+        return "no events"
+    run_id = str(events[0].get("run_id", ""))
+    first = events[0].get("at")
+    start = datetime.fromisoformat(first) if first else None
+    rows = []
+    for event in events:
+        offset = offset_seconds(event.get("at"), start)
+        rows.append(
+            [
+                f"+{offset:.2f}s".rjust(8) if offset is not None else "",
+                str(event["event"]),
+                short_op(event.get("op_id"), run_id),
+                str(event.get("attempt", "")),
+                _note(event),
+            ]
+        )
+    return table(["OFFSET", "EVENT", "OPERATION", "ATTEMPT", "NOTE"], rows)

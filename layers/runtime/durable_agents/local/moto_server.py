@@ -1,0 +1,179 @@
+"""The moto server process: local DynamoDB, S3, EventBridge and SQS on 127.0.0.1.
+
+It runs in its own process so that the journal survives the worker: kill the worker (even
+with ``kill -9``) and every recorded step is still there when it comes back.
+
+Run it with ``python -m durable_agents.local.moto_server --port 5010`` (or ``durable-agents
+moto``); :class:`MotoProcess` starts and stops it from Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from types import FrameType
+
+HOST = "127.0.0.1"
+DEFAULT_PORT = 5010
+
+
+class PortInUseError(OSError):
+    """The requested port is already taken by another process."""
+
+
+def endpoint_url(port: int, host: str = HOST) -> str:
+    """Returns the HTTP endpoint of a moto server on ``host:port``."""
+    return f"http://{host}:{port}"
+
+
+def port_is_free(port: int, host: str = HOST) -> bool:
+    """Whether ``host:port`` can be bound right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = HOST) -> int:
+    """Returns a port that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def is_listening(host: str, port: int, timeout: float = 0.5) -> bool:
+    """Whether something accepts TCP connections on ``host:port``."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def serve(port: int, *, host: str = HOST, stop: threading.Event | None = None) -> None:
+    """Serves moto on ``host:port`` until ``stop`` is set (or SIGTERM/SIGINT arrives).
+
+    Args:
+        port: The TCP port.
+        host: The address to bind (loopback by default).
+        stop: Set it to stop the server; signal handlers are installed when it is omitted.
+
+    Raises:
+        PortInUseError: If the port is already taken.
+    """
+    from moto.server import ThreadedMotoServer  # noqa: PLC0415 - moto is a local-only extra
+
+    if not port_is_free(port, host):
+        raise PortInUseError(f"{host}:{port} is already in use")
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    if stop is None:
+        stop = threading.Event()
+
+        def _stop(signum: int, frame: FrameType | None) -> None:
+            stop.set()
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+    server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
+    server.start()
+    print(f"moto server listening on {endpoint_url(port, host)}", file=sys.stderr, flush=True)
+    try:
+        stop.wait()
+    finally:
+        server.stop()
+
+
+class MotoProcess:
+    """A moto server in a child process (its own session: Ctrl-C in a terminal spares it).
+
+    Args:
+        port: The port to serve on (always on the loopback address).
+    """
+
+    def __init__(self, port: int = DEFAULT_PORT):
+        self.port = port
+        self.host = HOST
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """The server's endpoint URL."""
+        return endpoint_url(self.port, self.host)
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id (None before ``start``)."""
+        return self._process.pid if self._process else None
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Starts the process and waits until it accepts connections.
+
+        Raises:
+            PortInUseError: If the port is already taken.
+            RuntimeError: If the process exits or does not listen within ``timeout``.
+        """
+        if not port_is_free(self.port, self.host):
+            raise PortInUseError(f"{self.host}:{self.port} is already in use")
+        command = [
+            sys.executable,
+            "-m",
+            "durable_agents.local.moto_server",
+            "--port",
+            str(self.port),
+        ]
+        self._process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"moto server exited with code {self._process.returncode}")
+            if is_listening(self.host, self.port):
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"moto server did not listen on {self.endpoint} within {timeout} s")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stops the process (SIGTERM, then SIGKILL after ``timeout``); safe to call twice."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m durable_agents.local.moto_server``.
+
+    Returns:
+        The exit status (2 if the port is taken).
+    """
+    parser = argparse.ArgumentParser(description="Run the local moto server until SIGTERM.")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    args = parser.parse_args(argv)
+    try:
+        serve(args.port)
+    except PortInUseError as exc:
+        print(f"error: {exc}; is another moto server running there?", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""Driving local mode from another process: the worker as a child process, and JSON over HTTP.
+
+Used by ``scripts/demo.py`` and the integration tests, which kill the worker with SIGKILL
+while the journal lives on in the moto server process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from durable_agents.local.moto_server import HOST
+
+
+def http_json(
+    method: str, url: str, body: Any = None, *, raw: bytes | None = None, timeout: float = 10.0
+) -> tuple[int, Any]:
+    """Sends a request and decodes the JSON answer (errors included).
+
+    Args:
+        method: The HTTP method.
+        url: The full URL.
+        body: A value to send as JSON.
+        raw: Bytes to send as they are (instead of ``body``).
+        timeout: Socket timeout in seconds.
+
+    Returns:
+        The status code and the decoded body (None when empty, the text if not JSON).
+
+    Raises:
+        urllib.error.URLError: If nothing answers.
+    """
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    request = urllib.request.Request(  # noqa: S310 - loopback URLs built by the caller
+        url, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+            status, text = response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        status, text = exc.code, exc.read().decode()
+    try:
+        return status, json.loads(text) if text else None
+    except json.JSONDecodeError:
+        return status, text
+
+
+class WorkerProcess:
+    """``durable-agents local`` as a child process, attached to an existing moto server.
+
+    Args:
+        api_port: The Api port.
+        moto_endpoint: The moto server to attach to.
+        args: More ``durable-agents local`` flags.
+        cwd: Where to run (the directory holding ``template.yaml``).
+        env: Extra environment variables.
+        on_line: Called with each stderr line of the worker (its log).
+    """
+
+    def __init__(
+        self,
+        *,
+        api_port: int,
+        moto_endpoint: str,
+        args: Sequence[str] = (),
+        cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        on_line: Callable[[str], None] | None = None,
+    ):
+        self.api_port = api_port
+        self.base_url = f"http://{HOST}:{api_port}"
+        self._command = [
+            sys.executable,
+            "-m",
+            "durable_agents.cli",
+            "local",
+            "--port",
+            str(api_port),
+            "--moto-endpoint",
+            moto_endpoint,
+            *args,
+        ]
+        self._cwd = cwd
+        self._env = {**os.environ, **(env or {})}
+        self._on_line = on_line
+        self.lines: deque[str] = deque(maxlen=500)
+        self._process: subprocess.Popen[str] | None = None
+        self._reader: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int:
+        """The worker's process id.
+
+        Raises:
+            RuntimeError: If it was not started.
+        """
+        if self._process is None:
+            raise RuntimeError("the worker was not started")
+        return self._process.pid
+
+    def _read(self, stream: Any) -> None:
+        for raw in stream:
+            line = raw.rstrip("\n")
+            self.lines.append(line)
+            if self._on_line is not None:
+                self._on_line(line)
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Starts the worker and waits until its Api answers.
+
+        Raises:
+            RuntimeError: If it exits or does not answer within ``timeout``.
+        """
+        self._process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            self._command,
+            cwd=self._cwd,
+            env=self._env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self._reader = threading.Thread(
+            target=self._read, args=(self._process.stderr,), daemon=True
+        )
+        self._reader.start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(
+                    f"the worker exited with code {self._process.returncode}: "
+                    + " | ".join(list(self.lines)[-5:])
+                )
+            try:
+                status, _ = http_json("GET", f"{self.base_url}/runs?limit=1", timeout=2)
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                status = 0
+            if status == 200:
+                return
+            time.sleep(0.1)
+        self.kill()
+        raise RuntimeError(
+            f"the worker did not answer on {self.base_url} within {timeout} s: "
+            + " | ".join(list(self.lines)[-5:])
+        )
+
+    def kill(self) -> None:
+        """SIGKILL: the worker dies mid-whatever, as a crashed Lambda would."""
+        self._end(signal.SIGKILL, 10.0)
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM (a clean stop), then SIGKILL after ``timeout``; safe to call twice.
+
+        Returns:
+            The exit code (None if it was not running).
+        """
+        return self._end(signal.SIGTERM, timeout)
+
+    def _end(self, signum: int, timeout: float) -> int | None:
+        process = self._process
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.send_signal(signum)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._reader is not None:
+            self._reader.join(5)
+        return process.returncode

@@ -1,0 +1,363 @@
+"""``durable-agents local``: the template's functions, run in one process against moto.
+
+Start-up: start (or attach to) the moto server process, provision what ``template.yaml``
+declares, set the functions' environment, import their handlers; then deliver EventBridge
+events from the rules' SQS queues, fire Schedule events, and serve the Api routes on
+``http://127.0.0.1:3000``. SIGTERM/SIGINT stop it cleanly: no new work is taken, running
+handlers finish, the HTTP server closes, and the moto process it started is stopped (unless
+``keep_moto``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Protocol
+from urllib.parse import urlsplit
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from durable_agents.errors import ConfigurationError
+from durable_agents.local import moto_server
+from durable_agents.local.aws import DEFAULT_REGION, DUMMY_KEY, LocalSession
+from durable_agents.local.event_router import QueueConsumers
+from durable_agents.local.functions import FunctionSpec, make_resolver, read_functions
+from durable_agents.local.http_api import DEFAULT_PORT, HOST, ApiServer, Route
+from durable_agents.local.invoke import LocalFunction, load_handler
+from durable_agents.local.provision import DEFAULT_VISIBILITY_TIMEOUT, Clients, provision
+from durable_agents.local.scheduler import ScheduleLoop
+from durable_agents.local.stream_router import StreamPoller
+from durable_agents.local.template import load_template
+
+log = logging.getLogger("durable_agents.local")
+
+EXIT_SETUP_FAILED = 2
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    """How to run local mode (the ``durable-agents local`` flags).
+
+    Attributes:
+        template: The SAM template.
+        moto_endpoint: Attach to this moto server instead of starting one.
+        moto_port: Port of the moto server to start.
+        api_port: Port of the Api server (loopback only).
+        schedule_interval: Seconds between Schedule invocations.
+        function_timeouts: Timeout overrides by function logical id; the key ``"*"`` applies
+            to every other function. The StepRunner derives its claim lease from its timeout.
+        stall_after: ``STALL_AFTER_SECONDS`` for the reconciler.
+        visibility_timeout: Seconds before an event taken by a dead worker is redelivered.
+        concurrency: Consumer threads per rule queue (>= 2 lets duplicates race).
+        region: The local region.
+        log_level: ``LOG_LEVEL`` of the handlers' Powertools loggers (they print JSON).
+        quiet: Only warnings and errors on stderr.
+        keep_moto: Leave the moto process this worker started running on exit.
+    """
+
+    template: Path = Path("template.yaml")
+    moto_endpoint: str | None = None
+    moto_port: int = moto_server.DEFAULT_PORT
+    api_port: int = DEFAULT_PORT
+    schedule_interval: float = 1.0
+    function_timeouts: dict[str, float] = field(default_factory=dict)
+    stall_after: int = 5
+    visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT
+    concurrency: int = 4
+    region: str = DEFAULT_REGION
+    log_level: str = "WARNING"
+    quiet: bool = False
+    keep_moto: bool = False
+
+
+class _Part(Protocol):
+    """A worker thread group: event consumers, a stream poller, a schedule loop."""
+
+    def start(self) -> None: ...
+
+    def join(self, timeout: float | None = None) -> None: ...
+
+
+class _Formatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s.%(msecs)03d %(message)s", datefmt="%H:%M:%S")
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        if record.levelno >= logging.WARNING:
+            head, _, rest = text.partition(" ")
+            text = f"{head} {record.levelname}: {rest}"
+        return text
+
+
+def configure_logging(quiet: bool) -> None:
+    """Sends local mode's own log lines to stderr (one per invocation unless ``quiet``)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Formatter())
+    log.handlers[:] = [handler]
+    log.setLevel(logging.WARNING if quiet else logging.INFO)
+    log.propagate = False
+
+
+def function_environment(
+    specs: Sequence[FunctionSpec], options: WorkerOptions, endpoint: str
+) -> dict[str, str]:
+    """The process environment for the functions: theirs, resolved, plus local settings.
+
+    All functions share this process, so their variables are merged; a variable declared
+    with different values by two functions is reported and the later one wins.
+    """
+    env: dict[str, str] = {}
+    for spec in specs:
+        for key, value in spec.environment.items():
+            if key in env and env[key] != value:
+                log.warning(
+                    "%s sets %s=%s, another function %s; using %s",
+                    spec.logical_id,
+                    key,
+                    value,
+                    env[key],
+                    value,
+                )
+            env[key] = value
+    env.update(
+        AWS_ENDPOINT_URL=endpoint,
+        AWS_ACCESS_KEY_ID=DUMMY_KEY,
+        AWS_SECRET_ACCESS_KEY=DUMMY_KEY,
+        AWS_DEFAULT_REGION=options.region,
+        AWS_REGION=options.region,
+        STALL_AFTER_SECONDS=str(options.stall_after),
+        LOG_LEVEL=options.log_level,
+        POWERTOOLS_TRACE_DISABLED="1",
+        POWERTOOLS_METRICS_DISABLED="true",
+    )
+    env.setdefault("POWERTOOLS_METRICS_NAMESPACE", "DurableAgentsLocal")
+    return env
+
+
+def apply_environment(env: dict[str, str]) -> None:
+    """Sets ``env`` in this process and drops what could reach a real AWS account."""
+    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+        os.environ.pop(key, None)
+    os.environ.update(env)
+
+
+class Worker:
+    """Local mode, started and stopped (see the module docstring).
+
+    Args:
+        options: How to run.
+    """
+
+    def __init__(self, options: WorkerOptions):
+        self.options = options
+        self.stop_event = threading.Event()
+        self._moto: moto_server.MotoProcess | None = None
+        self._parts: list[_Part] = []
+        self._api: ApiServer | None = None
+        self._api_thread: threading.Thread | None = None
+        self.endpoint = ""
+
+    # -- start -------------------------------------------------------------------------------
+
+    def _start_moto(self) -> str:
+        if self.options.moto_endpoint:
+            url = urlsplit(self.options.moto_endpoint)
+            if not moto_server.is_listening(url.hostname or HOST, url.port or 80):
+                raise ConfigurationError(f"no moto server answers at {self.options.moto_endpoint}")
+            return self.options.moto_endpoint.rstrip("/")
+        self._moto = moto_server.MotoProcess(self.options.moto_port)
+        try:
+            self._moto.start()
+        except moto_server.PortInUseError as exc:
+            raise ConfigurationError(
+                f"{exc}: stop what runs there, pick another --moto-port, or attach to a "
+                f"running moto server with --moto-endpoint {self._moto.endpoint}"
+            ) from exc
+        return self._moto.endpoint
+
+    def _functions(self, specs: Sequence[FunctionSpec]) -> dict[str, LocalFunction]:
+        timeouts = self.options.function_timeouts
+        for spec in specs:
+            for unsupported in spec.unsupported:
+                log.warning("%s: event %s is not run locally", spec.logical_id, unsupported)
+        return {
+            spec.logical_id: LocalFunction(
+                spec,
+                load_handler(spec),
+                region=self.options.region,
+                timeout_seconds=timeouts.get(spec.logical_id, timeouts.get("*")),
+            )
+            for spec in specs
+        }
+
+    def _check(self, specs: Sequence[FunctionSpec]) -> None:
+        opts = self.options
+        unknown = set(opts.function_timeouts) - {"*"} - {s.logical_id for s in specs}
+        if unknown:
+            raise ConfigurationError(f"--function-timeout names unknown functions: {unknown}")
+        if not moto_server.port_is_free(opts.api_port):
+            raise ConfigurationError(
+                f"{HOST}:{opts.api_port} is already in use; pick another --port"
+            )
+
+    def start(self) -> None:
+        """Starts everything; returns once the Api server accepts requests.
+
+        Raises:
+            ConfigurationError: If the template, a handler, moto or a port is unusable.
+        """
+        opts = self.options
+        template = load_template(opts.template)
+        specs = read_functions(
+            template, opts.template.resolve().parent, make_resolver(template, opts.region)
+        )
+        self._check(specs)
+        self.endpoint = self._start_moto()
+        clients = Clients(LocalSession(self.endpoint, opts.region))
+        queues, streams = provision(
+            clients, template, specs, visibility_timeout=opts.visibility_timeout
+        )
+        apply_environment(function_environment(specs, opts, self.endpoint))
+        functions = self._functions(specs)
+        routes = [Route(a.method, a.path, functions[s.logical_id]) for s in specs for a in s.apis]
+        try:
+            self._api = ApiServer(routes, opts.api_port)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot serve the Api on {HOST}:{opts.api_port}: {exc.strerror}; "
+                "pick another --port"
+            ) from exc
+        stop = self.stop_event
+        self._parts = [
+            *(
+                QueueConsumers(
+                    clients.sqs,
+                    q,
+                    functions[q.function_id],
+                    region=opts.region,
+                    concurrency=opts.concurrency,
+                    visibility_timeout=opts.visibility_timeout,
+                    stop=stop,
+                )
+                for q in queues
+            ),
+            *(StreamPoller(clients, r, functions[r.function_id], stop) for r in streams),
+            *(
+                ScheduleLoop(
+                    functions[s.logical_id],
+                    e,
+                    interval=opts.schedule_interval,
+                    region=opts.region,
+                    stop=stop,
+                )
+                for s in specs
+                for e in s.schedules
+            ),
+        ]
+        for part in self._parts:
+            part.start()
+        self._api_thread = threading.Thread(
+            target=self._api.serve_forever, name="api-server", daemon=True
+        )
+        self._api_thread.start()
+        self._banner(
+            specs,
+            routes,
+            [q.rule_name for q in queues],
+            [f"{r.function_id}.{r.event.event_id}" for r in streams],
+        )
+
+    def _banner(
+        self,
+        specs: Sequence[FunctionSpec],
+        routes: Sequence[Route],
+        rules: Iterable[str],
+        streams: Iterable[str],
+    ) -> None:
+        opts = self.options
+        moto = (
+            f"{self.endpoint} (started, pid {self._moto.pid})"
+            if self._moto
+            else f"{self.endpoint} (attached)"
+        )
+        lines = [
+            "durable-agents local mode",
+            f"  journal   moto at {moto}",
+            f"  api       {self.api_url}  " + ", ".join(f"{r.method} {r.resource}" for r in routes),
+            f"  events    {', '.join(rules) or 'none'}: {opts.concurrency} consumers per rule, "
+            f"redelivery after {opts.visibility_timeout} s",
+            f"  streams   {', '.join(streams) or 'none'}",
+            f"  schedules {', '.join(f'{s.logical_id}.{e.event_id}' for s in specs for e in s.schedules) or 'none'}"  # noqa: E501
+            f" every {opts.schedule_interval:g} s; stall after {opts.stall_after} s",
+        ]
+        for name, seconds in sorted(opts.function_timeouts.items()):
+            target = "every function" if name == "*" else name
+            lines.append(f"  timeout   {seconds:g} s for {target}")
+        lines.append("ready (Ctrl-C stops)")
+        log.info("\n".join(lines))
+
+    @property
+    def api_url(self) -> str:
+        """The Api server's base URL."""
+        port = self._api.server_address[1] if self._api else self.options.api_port
+        return f"http://{HOST}:{port}"
+
+    # -- stop --------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stops taking work, lets running handlers finish, closes the server and moto."""
+        self.stop_event.set()
+        if self._api is not None:
+            if self._api_thread is not None:  # shutdown() waits for serve_forever to end
+                self._api.shutdown()
+            self._api.server_close()
+        for part in self._parts:
+            part.join()
+        if self._moto is not None and not self.options.keep_moto:
+            self._moto.stop()
+        elif self._moto is not None:
+            log.info("moto server left running at %s (pid %s)", self.endpoint, self._moto.pid)
+
+    def handle_signals(self) -> None:
+        """Makes SIGTERM/SIGINT stop the worker (call from the main thread)."""
+
+        def _on_signal(signum: int, frame: FrameType | None) -> None:
+            log.info("%s received: stopping", signal.Signals(signum).name)
+            self.stop_event.set()
+
+        signal.signal(signal.SIGTERM, _on_signal)
+        signal.signal(signal.SIGINT, _on_signal)
+
+    def wait(self) -> None:
+        """Blocks until ``stop_event`` is set (by a signal or another thread)."""
+        while not self.stop_event.wait(0.5):
+            pass
+
+
+def run_local(options: WorkerOptions) -> int:
+    """Runs local mode until SIGTERM/SIGINT.
+
+    Returns:
+        0 after a clean stop, 2 if it could not start.
+    """
+    configure_logging(options.quiet)
+    worker = Worker(options)
+    worker.handle_signals()
+    try:
+        try:
+            worker.start()
+        except (ConfigurationError, OSError, RuntimeError, BotoCoreError, ClientError) as exc:
+            log.error("cannot start local mode: %s", exc)
+            return EXIT_SETUP_FAILED
+        worker.wait()
+    finally:
+        worker.stop()
+    return 0
