@@ -42,8 +42,7 @@ def journal() -> Iterator[DynamoDBJournal]:
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    client = boto3.client("dynamodb", endpoint_url=f"http://{host}:{port}",
-                          region_name="us-east-1")
+    client = boto3.client("dynamodb", endpoint_url=f"http://{host}:{port}", region_name="us-east-1")
     create_journal_table(client, "journal", TEMPLATE)
     yield DynamoDBJournal(client, "journal")
     server.stop()
@@ -67,16 +66,34 @@ def test_two_reconcilers_handle_each_stale_record_once(journal: DynamoDBJournal)
     start = clock.now_ms()
     for i in range(RECORDS):
         run_id = f"run-race-{i:03d}"
-        journal.create_run(RunHeader(
-            run_id=run_id, agent="a", versions={"workflow_version": "1"},
-            status=RunStatus.RUNNING, input="null", created_at_ms=start, updated_at_ms=start,
-            input_hash=input_hash("a", "null")))
+        journal.create_run(
+            RunHeader(
+                run_id=run_id,
+                agent="a",
+                versions={"workflow_version": "1"},
+                status=RunStatus.RUNNING,
+                input="null",
+                created_at_ms=start,
+                updated_at_ms=start,
+                input_hash=input_hash("a", "null"),
+            )
+        )
         op_id = f"{run_id}:ping:1"
         record = SideEffectRecord(
-            run_id=run_id, position="00000001", operation_id=op_id, tool="ping",
-            tool_schema_version="1", canonical_request=f'{{"n":{i}}}', idempotency_key=op_id,
-            status=EffectStatus.PREPARED, attempt=1, prepared_at_ms=start, updated_at_ms=start,
-            lease_expires_at_ms=start + 1_000, stale_at_ms=start + 60_000)
+            run_id=run_id,
+            position="00000001",
+            operation_id=op_id,
+            tool="ping",
+            tool_schema_version="1",
+            canonical_request=f'{{"n":{i}}}',
+            idempotency_key=op_id,
+            status=EffectStatus.PREPARED,
+            attempt=1,
+            prepared_at_ms=start,
+            updated_at_ms=start,
+            lease_expires_at_ms=start + 1_000,
+            stale_at_ms=start + 60_000,
+        )
         journal.commit(run_id, [], None, EffectChange(record))
     clock.advance(120_000)
 
