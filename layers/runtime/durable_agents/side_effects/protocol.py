@@ -169,12 +169,17 @@ class SideEffectProtocol:
         """
         now = self.clock.now_ms()
         lease = now + self.lease_ms
-        # When could the previous holder last have executed? At its last write, unless it
-        # recorded that it did not execute (it only looked up and chose to wait).
-        if (record.note or {}).get("executed") is False:
-            last_attempt = record.last_attempt_at_ms or record.prepared_at_ms
+        # When could the previous holder last have sent the request? If it released the call
+        # itself (an unclear outcome), at that release — or never, if it only looked up and
+        # chose to wait. If it died silently, at any moment until its lease ended.
+        note = record.note or {}
+        if note.get("released_by_attempt") == record.attempt:
+            if note.get("executed") is False:
+                last_attempt = record.last_attempt_at_ms or record.prepared_at_ms
+            else:
+                last_attempt = record.updated_at_ms
         else:
-            last_attempt = record.updated_at_ms
+            last_attempt = min(now, record.lease_expires_at_ms)
         claimed = record.replace(
             attempt=record.attempt + 1,
             last_attempt_at_ms=last_attempt,
@@ -214,8 +219,10 @@ class SideEffectProtocol:
 
     def recover(self, tool: Tool[Any, Any], record: SideEffectRecord) -> Settled:
         """Settles a PREPARED call this holder has just claimed (see the module docstring)."""
-        if (record.note or {}).get("decision") == "retry":
-            return self.execute(tool, record)  # a person confirmed: same request, same key
+        note = dict(record.note or {})
+        if note.pop("retry_pending", False):
+            # A person confirmed it did not happen: same request, same key, once.
+            return self.execute(tool, record.replace(note=note))
         request = tool.request_model.model_validate_json(record.canonical_request)
         call = self._call(tool, record)
         verdict: Any = Unknown("the tool declares no lookup")
@@ -229,10 +236,10 @@ class SideEffectProtocol:
                 tool, record, verdict.value, verdict.external_id, how="found"
             )
         exhausted = record.attempt > tool.max_attempts
+        settled_at = (record.last_attempt_at_ms or record.prepared_at_ms) + int(
+            tool.stale_after_seconds * 1000
+        )
         if isinstance(verdict, NotFound):
-            settled_at = (record.last_attempt_at_ms or record.prepared_at_ms) + int(
-                tool.stale_after_seconds * 1000
-            )
             if not tool.idempotent and self.clock.now_ms() < settled_at:
                 # An earlier attempt may still be landing at the provider: "not found" is only
                 # certain after the tool's settle time. Look again then.
@@ -250,6 +257,14 @@ class SideEffectProtocol:
         if tool.idempotent and not exhausted:
             return self.execute(tool, record)
         if tool.compensate is not None and not exhausted:
+            if self.clock.now_ms() < settled_at:
+                # Undoing now could miss an earlier attempt still landing at the provider.
+                return self._retry_later(
+                    record,
+                    "waiting for the settle time to compensate",
+                    not_before_ms=settled_at,
+                    executed=False,
+                )
             try:
                 tool.compensate(request, call)
             except Exception as exc:
@@ -265,7 +280,9 @@ class SideEffectProtocol:
         """Parks the call for a person and pauses the run (one transaction)."""
         now = self.clock.now_ms()
         parked = record.replace(
-            status=EffectStatus.NEEDS_REVIEW, updated_at_ms=now, note={"reason": reason}
+            status=EffectStatus.NEEDS_REVIEW,
+            updated_at_ms=now,
+            note={**(record.note or {}), "reason": reason},
         )
         pause = RunChange(
             expected=frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED, RunStatus.PAUSED}),
@@ -384,7 +401,12 @@ class SideEffectProtocol:
             updated_at_ms=now,
             lease_expires_at_ms=due,
             stale_at_ms=due,
-            note={"unclear": reason, "executed": executed},
+            note={
+                **(record.note or {}),
+                "unclear": reason,
+                "executed": executed,
+                "released_by_attempt": record.attempt,
+            },
         )
         suspend = RunChange(
             expected=_ACTIVE,

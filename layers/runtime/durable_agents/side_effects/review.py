@@ -163,7 +163,7 @@ def resolve(
         decided = record.replace(
             status=EffectStatus.PREPARED,
             updated_at_ms=now,
-            note=note,
+            note={**note, "retry_pending": True},
             lease_expires_at_ms=now,
             stale_at_ms=now,
         )

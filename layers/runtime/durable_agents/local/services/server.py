@@ -13,6 +13,7 @@ import json
 import os
 import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -345,6 +346,12 @@ class ServicesServer(ThreadingHTTPServer):
         self.app = app
         self.verbose = verbose
         super().__init__((HOST, port), _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Stays quiet when a client hung up first (the ``slow`` fault's documented use)."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
     @property
     def url(self) -> str:
