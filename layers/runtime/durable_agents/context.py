@@ -15,7 +15,11 @@ from durable_agents.models import OpKind
 from durable_agents.observability import ReplayAwareLogger
 from durable_agents.retry import RetryPolicy
 from durable_agents.semantics import StepSemantics
+from durable_agents.serde import canonical_json
 from durable_agents.side_effects.tools import Tool
+from durable_agents.waits.approval import ApprovalDecision
+from durable_agents.waits.callback import Callback
+from durable_agents.waits.principals import check_approvers
 
 T = TypeVar("T")
 
@@ -154,6 +158,95 @@ class DurableContext:
 
         return run_emit(self, detail_type, detail, check_name(name))
 
+    def wait_for_approval(
+        self,
+        name: str,
+        *,
+        request: Any,
+        approvers: list[str],
+        summary: str = "",
+        timeout: float | timedelta | None = None,
+    ) -> ApprovalDecision:
+        """Asks people to approve ``request``; the run holds no compute while it waits.
+
+        The complete pending approval (the exact request as canonical JSON, the summary, who
+        may decide, the deadline) is recorded with the run's wait in one transaction before the
+        invocation returns, and an ``Approval Requested`` event goes out. The decision is
+        recorded once, with who and when, and returned here — on the first run and on every
+        replay alike.
+
+        Args:
+            name: The operation name.
+            request: What will happen if approved (a pydantic model or JSON value).
+            approvers: Who may decide: ``"user:<subject or email>"``, ``"group:<name>"``,
+                ``"iam:<ARN or ARN prefix ending in *>"``.
+            summary: One or two sentences for the person.
+            timeout: Seconds (or a timedelta) until the approval expires (None = never).
+
+        Returns:
+            The decision (``approved`` True or False, by whom, the comment).
+
+        Raises:
+            ApprovalTimeoutError: If nobody decided before the deadline.
+            ValueError: If ``approvers`` is empty or malformed.
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        from durable_agents.waits.approval import (  # noqa: PLC0415
+            ApprovalSpec,
+            run_wait_for_approval,
+        )
+
+        spec = ApprovalSpec(
+            request=canonical_json(request),
+            summary=summary,
+            approvers=check_approvers(approvers),
+            timeout_ms=_ms(timeout),
+        )
+        return run_wait_for_approval(self, check_name(name), spec)
+
+    def create_callback(
+        self,
+        name: str,
+        *,
+        timeout: float | timedelta | None = None,
+        heartbeat_timeout: float | timedelta | None = None,
+    ) -> Callback:
+        """Creates a callback an external system completes with ``POST /callbacks/{id}/…``.
+
+        Args:
+            name: The operation name.
+            timeout: Seconds (or a timedelta) until it expires (None = never).
+            heartbeat_timeout: The longest silence allowed between heartbeats.
+
+        Returns:
+            A handle: pass ``callback_id`` on, then call ``result()`` to wait for it.
+
+        Raises:
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        from durable_agents.waits.callback import run_create_callback  # noqa: PLC0415
+
+        return run_create_callback(self, check_name(name), _ms(timeout), _ms(heartbeat_timeout))
+
+    def wait_for_callback(
+        self,
+        name: str,
+        submitter: Callable[[str], Any],
+        *,
+        timeout: float | timedelta | None = None,
+        heartbeat_timeout: float | timedelta | None = None,
+    ) -> Any:
+        """Creates a callback, hands its id to ``submitter`` (a recorded step), and waits.
+
+        Raises:
+            CallbackFailedError: If the external system reported failure.
+            CallbackTimeoutError: If the deadline passed or heartbeats stopped first.
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        callback = self.create_callback(name, timeout=timeout, heartbeat_timeout=heartbeat_timeout)
+        self.step(submitter, callback.callback_id, name=f"{name}-submit")
+        return callback.result()
+
     def wait(self, duration: float | timedelta, *, name: str = "wait") -> None:
         """Suspends the run for ``duration`` (seconds or a timedelta) without holding compute.
 
@@ -273,3 +366,12 @@ class DurableContext:
                 requested_name="(no further operation)",
             )
             raise inv.fault
+
+
+def _ms(duration: float | timedelta | None) -> int | None:
+    if duration is None:
+        return None
+    seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
+    if seconds < 0:
+        raise ValueError("a timeout cannot be negative")
+    return int(seconds * 1000)

@@ -91,6 +91,23 @@ class EffectNotFoundError(DurableError):
         super().__init__(f"no side effect recorded for operation {operation_id!r}")
 
 
+class WaitNotFoundError(DurableError):
+    """No approval or callback with this id."""
+
+    def __init__(self, wait_id: str):
+        self.wait_id = wait_id
+        super().__init__(f"no approval or callback with id {wait_id!r}")
+
+
+class WaitConflictError(DurableError):
+    """A conditional write of a wait record lost: it was settled or changed meanwhile."""
+
+    def __init__(self, wait_id: str, current: Any | None = None):
+        self.wait_id = wait_id
+        self.current = current
+        super().__init__(f"{wait_id!r} changed meanwhile (now {getattr(current, 'status', None)})")
+
+
 class RunStateConflictError(DurableError):
     """A conditional update of the run header failed: its status is not what was expected."""
 

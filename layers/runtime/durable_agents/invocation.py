@@ -18,6 +18,7 @@ from durable_agents.models import (
     RunSnapshot,
     RunStatus,
     SideEffectRecord,
+    WaitChange,
 )
 from durable_agents.serde import decode, rebuild_error
 
@@ -192,7 +193,13 @@ class Invocation:
         """Whether another operation may execute in this invocation."""
         return self.budget is None or self.budget > 0
 
-    def commit(self, entries: Sequence[Entry], suspension: Suspension | None = None) -> None:
+    def commit(
+        self,
+        entries: Sequence[Entry],
+        suspension: Suspension | None = None,
+        *,
+        wait: WaitChange | None = None,
+    ) -> None:
         """Records entries, suspending the run or waking it up in the same write.
 
         The first write of an invocation that resumes a SUSPENDED run also sets it RUNNING, so
@@ -222,7 +229,7 @@ class Invocation:
                 waiting_on=None,
             )
         try:
-            self.store.commit(self.run_id, entries, change)
+            self.store.commit(self.run_id, entries, change, wait=wait)
         except RunStateConflictError as exc:
             raise SuspendExecution(Reason.CONTENDED, detail=str(exc)) from exc
         if change is not None:

@@ -306,6 +306,77 @@ class EffectChange:
     expected_attempt: int | None = None
 
 
+class WaitStatus(StrEnum):
+    """Where an external wait (approval, callback) is."""
+
+    PENDING = "PENDING"
+    COMPLETED = "COMPLETED"
+    """Approved, rejected, or the callback succeeded or failed: the outcome is recorded."""
+    EXPIRED = "EXPIRED"
+    """The deadline or heartbeat timeout passed first."""
+
+
+@dataclass(frozen=True, slots=True)
+class WaitRecord:
+    """Something a run waits for from outside, addressable by a global id.
+
+    Approvals and callbacks share it: the Api finds the record by ``wait_id`` (without knowing
+    the run), and settling it writes the outcome into the run's journal in the same transaction,
+    so a decision that arrives while the run is busy is kept, never lost.
+
+    Attributes:
+        wait_id: The public id (``apr-…`` for approvals, ``cb-…`` for callbacks).
+        kind: ``approval`` or ``callback``.
+        run_id: The waiting run.
+        position: The operation's position in the run.
+        operation_id: The operation id.
+        name: The operation name.
+        status: PENDING, COMPLETED or EXPIRED.
+        created_at_ms: When the wait was recorded.
+        updated_at_ms: Last change.
+        deadline_ms: When it expires (None = never).
+        heartbeat_timeout_ms: For callbacks: the longest silence allowed between heartbeats.
+        heartbeat_deadline_ms: For callbacks: when the current silence becomes too long.
+        details: Kind-specific facts (an approval's request, summary and approvers).
+        outcome: The recorded outcome (decision, callback result or error).
+    """
+
+    wait_id: str
+    kind: str
+    run_id: str
+    position: str
+    operation_id: str
+    name: str
+    status: WaitStatus
+    created_at_ms: int
+    updated_at_ms: int
+    deadline_ms: int | None = None
+    heartbeat_timeout_ms: int | None = None
+    heartbeat_deadline_ms: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    outcome: dict[str, Any] | None = None
+
+    @property
+    def due_at_ms(self) -> int | None:
+        """The earliest moment the wait expires (deadline or heartbeat), if any."""
+        times = [t for t in (self.deadline_ms, self.heartbeat_deadline_ms) if t is not None]
+        return min(times) if times else None
+
+    def replace(self, **changes: Any) -> WaitRecord:
+        """Returns a copy with ``changes`` applied."""
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitChange:
+    """A conditional write of a wait record: create (``expected=None``) or update."""
+
+    record: WaitRecord
+    expected: frozenset[WaitStatus] | None = None
+    expected_updated_at_ms: int | None = None
+    """For heartbeats: the stored record must not have changed since it was read."""
+
+
 @dataclass(frozen=True, slots=True)
 class RunSnapshot:
     """A run's header, its entries in journal (program) order, and its side-effect records."""

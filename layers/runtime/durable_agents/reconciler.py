@@ -17,6 +17,9 @@ from durable_agents.operations.tool import review_requested
 from durable_agents.runtime import Runtime
 from durable_agents.side_effects.protocol import SideEffectProtocol
 from durable_agents.side_effects.tools import ToolRegistry, default_tools
+from durable_agents.waits.approval import expire_approval
+from durable_agents.waits.callback import expire_callback
+from durable_agents.waits.records import WaitGoneError
 
 SAFETY_MARGIN_MS = 5_000
 
@@ -35,6 +38,7 @@ class SweepReport:
         effects_escalated: stale PREPARED calls sent to a person (NEEDS_REVIEW).
         effects_other: stale calls that ended otherwise (gave up, retry later).
         effects_skipped: stale calls another recoverer took first, or whose tool is unknown.
+        waits_expired: approvals and callbacks whose deadline or heartbeat timeout passed.
         stopped_early: Whether the sweep stopped because the Lambda was running out of time.
     """
 
@@ -46,6 +50,7 @@ class SweepReport:
     effects_escalated: int = 0
     effects_other: int = 0
     effects_skipped: int = 0
+    waits_expired: int = 0
     stopped_early: bool = False
 
 
@@ -72,11 +77,15 @@ def sweep(
         A report of the actions taken.
     """
     report = SweepReport()
+    worked = [False]
 
     def out_of_time() -> bool:
-        if remaining_ms is not None and remaining_ms() < SAFETY_MARGIN_MS:
+        # Checked between units of work; a sweep always does its first unit, so a short
+        # Lambda timeout slows the sweep down but never stops it.
+        if remaining_ms is not None and worked[0] and remaining_ms() < SAFETY_MARGIN_MS:
             report.stopped_early = True
             return True
+        worked[0] = True
         return False
 
     now = runtime.clock.now_ms()
@@ -84,6 +93,16 @@ def sweep(
         runtime, report, now, limit, tools or default_tools, lease_ms, out_of_time
     ):
         return report
+    for record in runtime.store.due_waits(now, limit=limit):
+        if out_of_time():
+            return report
+        expire = expire_approval if record.kind == "approval" else expire_callback
+        try:
+            expire(runtime.store, runtime.clock, record)
+        except WaitGoneError:
+            continue  # settled just now by someone else: that settlement stands
+        report.waits_expired += 1
+        runtime.publisher.publish([step_ready(record.run_id, f"{record.kind}-expired")])
     due = runtime.store.due_runs(now, limit=limit)
     for start in range(0, len(due), 10):
         if out_of_time():

@@ -29,6 +29,8 @@ from durable_agents.errors import (
     PayloadError,
     RunNotFoundError,
     RunStateConflictError,
+    WaitConflictError,
+    WaitNotFoundError,
 )
 from durable_agents.journal.payloads import INLINE_LIMIT_BYTES, S3PayloadStore
 from durable_agents.journal.store import JournalStore
@@ -46,6 +48,9 @@ from durable_agents.models import (
     RunSnapshot,
     RunStatus,
     SideEffectRecord,
+    WaitChange,
+    WaitRecord,
+    WaitStatus,
 )
 
 HEADER_SK = "#RUN"
@@ -53,6 +58,8 @@ IDEM_SK = "#IDEM"
 WAKE_PK = "WAKE"
 PREPARED_PK = "PREPARED"
 REVIEW_PK = "EFFECT#NEEDS_REVIEW"
+WAIT_SK = "#WAIT"
+WAIT_DUE_PK = "WAITDUE"
 
 # The item must not exist yet: every entry key is deterministic, so a second writer of the same
 # transition (a duplicate event, a zombie invocation) collides here instead of writing twice.
@@ -291,6 +298,87 @@ class DynamoDBJournal(JournalStore):
         put["ExpressionAttributeValues"] = values
         return put
 
+    def _wait_item(self, record: WaitRecord) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            "pk": {"S": f"WAIT#{record.wait_id}"},
+            "sk": {"S": WAIT_SK},
+            "wait_id": {"S": record.wait_id},
+            "kind": {"S": record.kind},
+            "run_id": {"S": record.run_id},
+            "position": {"S": record.position},
+            "operation_id": {"S": record.operation_id},
+            "name": {"S": record.name},
+            "status": {"S": record.status.value},
+            "created_at_ms": {"N": str(record.created_at_ms)},
+            "updated_at_ms": {"N": str(record.updated_at_ms)},
+            "gsi1pk": {"S": f"WAIT#{record.kind}#{record.status.value}"},
+            "gsi1sk": {"S": f"{_ts(record.created_at_ms)}#{record.wait_id}"},
+        }
+        for name in ("deadline_ms", "heartbeat_timeout_ms", "heartbeat_deadline_ms"):
+            value = getattr(record, name)
+            if value is not None:
+                item[name] = {"N": str(value)}
+        item.update(
+            self._value_attrs(record.run_id, "details", json.dumps(record.details, sort_keys=True))
+        )
+        if record.outcome is not None:
+            item.update(
+                self._value_attrs(
+                    record.run_id, "outcome", json.dumps(record.outcome, sort_keys=True)
+                )
+            )
+        due = record.due_at_ms
+        if record.status is WaitStatus.PENDING and due is not None:
+            # Sparse index of pending waits by expiry: the reconciler expires them even while
+            # the run sleeps on something else.
+            item["gsi2pk"] = {"S": WAIT_DUE_PK}
+            item["gsi2sk"] = {"S": f"{_ts(due)}#{record.wait_id}"}
+        return item
+
+    def _wait_from_item(self, item: dict[str, Any]) -> WaitRecord:
+        outcome = self._read_value(item, "outcome")
+        return WaitRecord(
+            wait_id=item["wait_id"]["S"],
+            kind=item["kind"]["S"],
+            run_id=item["run_id"]["S"],
+            position=item["position"]["S"],
+            operation_id=item["operation_id"]["S"],
+            name=item["name"]["S"],
+            status=WaitStatus(item["status"]["S"]),
+            created_at_ms=int(item["created_at_ms"]["N"]),
+            updated_at_ms=int(item["updated_at_ms"]["N"]),
+            deadline_ms=_opt_int(item, "deadline_ms"),
+            heartbeat_timeout_ms=_opt_int(item, "heartbeat_timeout_ms"),
+            heartbeat_deadline_ms=_opt_int(item, "heartbeat_deadline_ms"),
+            details=json.loads(self._read_value(item, "details") or "{}"),
+            outcome=json.loads(outcome) if outcome else None,
+        )
+
+    def _wait_put(self, wait: WaitChange) -> dict[str, Any]:
+        put: dict[str, Any] = {
+            "TableName": self._table,
+            "Item": self._wait_item(wait.record),
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        if wait.expected is None:
+            put["ConditionExpression"] = _NOT_EXISTS
+            return put
+        # Settled exactly once: the stored status must still be one this writer expects (a
+        # second decision, a decision racing the timeout, or a late heartbeat loses here).
+        values: dict[str, Any] = {}
+        placeholders = []
+        for i, status in enumerate(sorted(s.value for s in wait.expected)):
+            values[f":ws{i}"] = {"S": status}
+            placeholders.append(f":ws{i}")
+        condition = f"attribute_exists(pk) AND #ws IN ({', '.join(placeholders)})"
+        if wait.expected_updated_at_ms is not None:
+            condition += " AND updated_at_ms = :wu"
+            values[":wu"] = {"N": str(wait.expected_updated_at_ms)}
+        put["ConditionExpression"] = condition
+        put["ExpressionAttributeNames"] = {"#ws": "status"}
+        put["ExpressionAttributeValues"] = values
+        return put
+
     def _update_request(self, run_id: str, change: RunChange) -> dict[str, Any]:
         sets: dict[str, dict[str, Any]] = {
             "status": {"S": change.status.value},
@@ -418,8 +506,9 @@ class DynamoDBJournal(JournalStore):
         entries: Sequence[Entry],
         change: RunChange | None,
         effect: EffectChange | None,
+        wait: WaitChange | None,
     ) -> None:
-        if len(entries) == 1 and change is None and effect is None:
+        if len(entries) == 1 and change is None and effect is None and wait is None:
             item = self._entry_item(entries[0])
             try:
                 self._client.put_item(
@@ -435,7 +524,7 @@ class DynamoDBJournal(JournalStore):
                     raise EntryConflictError(entries[0].sort_key, existing) from exc
                 raise
             return
-        if not entries and change is not None and effect is None:
+        if not entries and change is not None and effect is None and wait is None:
             try:
                 self._client.update_item(**self._update_request(run_id, change))
             except ClientError as exc:
@@ -443,7 +532,7 @@ class DynamoDBJournal(JournalStore):
                     raise self._state_conflict(run_id, change) from exc
                 raise
             return
-        if not entries and change is None and effect is not None:
+        if not entries and change is None and effect is not None and wait is None:
             try:
                 self._client.put_item(**self._effect_put(effect))
             except ClientError as exc:
@@ -466,6 +555,8 @@ class DynamoDBJournal(JournalStore):
         ]
         if effect is not None:
             items.append({"Put": self._effect_put(effect)})
+        if wait is not None:
+            items.append({"Put": self._wait_put(wait)})
         if change is not None:
             update = self._update_request(run_id, change)
             update["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
@@ -483,9 +574,15 @@ class DynamoDBJournal(JournalStore):
                 if index < len(entries):
                     existing = self._entry_from_item(run_id, old) if old else None
                     raise EntryConflictError(entries[index].sort_key, existing) from exc
-                if effect is not None and index == len(entries):
-                    current = self._effect_from_item(old) if old else None
-                    raise EffectConflictError(effect.record.operation_id, current) from exc
+                position = index - len(entries)
+                if effect is not None:
+                    if position == 0:
+                        current = self._effect_from_item(old) if old else None
+                        raise EffectConflictError(effect.record.operation_id, current) from exc
+                    position -= 1
+                if wait is not None and position == 0:
+                    waiting = self._wait_from_item(old) if old else None
+                    raise WaitConflictError(wait.record.wait_id, waiting) from exc
                 assert change is not None
                 raise self._state_conflict(run_id, change) from exc
             raise
@@ -629,6 +726,48 @@ class DynamoDBJournal(JournalStore):
             Limit=limit,
         )
         return [self._effect_from_item(item) for item in items]
+
+    def get_wait(self, wait_id: str) -> WaitRecord:
+        """Reads an approval or callback record (strongly consistent).
+
+        Raises:
+            WaitNotFoundError: If there is none with that id.
+        """
+        item = self._client.get_item(
+            TableName=self._table,
+            Key={"pk": {"S": f"WAIT#{wait_id}"}, "sk": {"S": WAIT_SK}},
+            ConsistentRead=True,
+        ).get("Item")
+        if item is None:
+            raise WaitNotFoundError(wait_id)
+        return self._wait_from_item(item)
+
+    def list_waits(self, kind: str, status: WaitStatus, *, limit: int = 100) -> list[WaitRecord]:
+        """Returns waits of one kind and status, oldest first (GSI ``gsi1``)."""
+        items = _effect_pages(
+            self._client,
+            TableName=self._table,
+            IndexName="gsi1",
+            KeyConditionExpression="gsi1pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": f"WAIT#{kind}#{status.value}"}},
+            Limit=limit,
+        )
+        return [self._wait_from_item(item) for item in items]
+
+    def due_waits(self, now_ms: int, *, limit: int = 100) -> list[WaitRecord]:
+        """Returns PENDING waits past their deadline or heartbeat timeout (GSI ``gsi2``)."""
+        items = _effect_pages(
+            self._client,
+            TableName=self._table,
+            IndexName="gsi2",
+            KeyConditionExpression="gsi2pk = :pk AND gsi2sk < :upper",
+            ExpressionAttributeValues={
+                ":pk": {"S": WAIT_DUE_PK},
+                ":upper": {"S": _ts(now_ms + 1)},
+            },
+            Limit=limit,
+        )
+        return [self._wait_from_item(item) for item in items]
 
 
 def _effect_pages(client: Any, **kwargs: Any) -> list[dict[str, Any]]:

@@ -13,6 +13,8 @@ from durable_agents.errors import (
     IdempotencyConflictError,
     RunNotFoundError,
     RunStateConflictError,
+    WaitConflictError,
+    WaitNotFoundError,
 )
 from durable_agents.journal.store import JournalStore
 from durable_agents.models import (
@@ -25,6 +27,9 @@ from durable_agents.models import (
     RunSnapshot,
     RunStatus,
     SideEffectRecord,
+    WaitChange,
+    WaitRecord,
+    WaitStatus,
 )
 
 
@@ -38,6 +43,7 @@ class InMemoryJournal(JournalStore):
         self._entries: dict[str, dict[str, Entry]] = {}
         self._idempotency: dict[tuple[str, str], str] = {}
         self._effects: dict[str, dict[str, SideEffectRecord]] = {}
+        self._waits: dict[str, WaitRecord] = {}
 
     def _create_run(self, header: RunHeader) -> tuple[RunHeader, bool]:
         with self._lock:
@@ -64,6 +70,7 @@ class InMemoryJournal(JournalStore):
         entries: Sequence[Entry],
         change: RunChange | None,
         effect: EffectChange | None,
+        wait: WaitChange | None,
     ) -> None:
         with self._lock:
             existing = self._entries.get(run_id)
@@ -96,7 +103,12 @@ class InMemoryJournal(JournalStore):
                     )
                 ):
                     raise EffectConflictError(effect.record.operation_id, current)
+            if wait is not None:
+                self._check_wait(wait)
+            if effect is not None:
                 effects[effect.record.position] = effect.record
+            if wait is not None:
+                self._waits[wait.record.wait_id] = wait.record
             keys = self._keys[run_id]
             for entry in entries:
                 existing[entry.sort_key] = entry
@@ -187,3 +199,51 @@ class InMemoryJournal(JournalStore):
         review = self._all_effects(EffectStatus.NEEDS_REVIEW)
         review.sort(key=lambda r: (r.updated_at_ms, r.run_id, r.position))
         return review[:limit]
+
+    def _check_wait(self, wait: WaitChange) -> None:
+        current = self._waits.get(wait.record.wait_id)
+        if wait.expected is None:
+            if current is not None:
+                raise WaitConflictError(wait.record.wait_id, current)
+            return
+        if (
+            current is None
+            or current.status not in wait.expected
+            or (
+                wait.expected_updated_at_ms is not None
+                and current.updated_at_ms != wait.expected_updated_at_ms
+            )
+        ):
+            raise WaitConflictError(wait.record.wait_id, current)
+
+    def get_wait(self, wait_id: str) -> WaitRecord:
+        """Returns an approval or callback record.
+
+        Raises:
+            WaitNotFoundError: If there is none with that id.
+        """
+        with self._lock:
+            record = self._waits.get(wait_id)
+        if record is None:
+            raise WaitNotFoundError(wait_id)
+        return record
+
+    def list_waits(self, kind: str, status: WaitStatus, *, limit: int = 100) -> list[WaitRecord]:
+        """Returns waits of one kind and status, oldest first."""
+        with self._lock:
+            found = [w for w in self._waits.values() if w.kind == kind and w.status is status]
+        found.sort(key=lambda w: (w.created_at_ms, w.wait_id))
+        return found[:limit]
+
+    def due_waits(self, now_ms: int, *, limit: int = 100) -> list[WaitRecord]:
+        """Returns PENDING waits whose deadline or heartbeat timeout has passed."""
+        with self._lock:
+            due = [
+                w
+                for w in self._waits.values()
+                if w.status is WaitStatus.PENDING
+                and w.due_at_ms is not None
+                and w.due_at_ms <= now_ms
+            ]
+        due.sort(key=lambda w: (w.due_at_ms or 0, w.wait_id))
+        return due[:limit]

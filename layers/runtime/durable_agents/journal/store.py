@@ -20,6 +20,9 @@ from durable_agents.models import (
     RunSnapshot,
     RunStatus,
     SideEffectRecord,
+    WaitChange,
+    WaitRecord,
+    WaitStatus,
 )
 
 _S = RunStatus
@@ -72,14 +75,16 @@ class JournalStore(ABC):
         entries: Sequence[Entry],
         change: RunChange | None = None,
         effect: EffectChange | None = None,
+        wait: WaitChange | None = None,
     ) -> None:
-        """Atomically appends ``entries``, applies ``change`` and writes ``effect``.
+        """Atomically appends ``entries``, applies ``change``, writes ``effect`` and ``wait``.
 
         Raises:
             EntryConflictError: If any entry already exists (nothing is written).
             RunStateConflictError: If the header's status is not in ``change.expected``.
             EffectConflictError: If the side-effect record exists (create) or is not in the
                 expected status and attempt (update).
+            WaitConflictError: If the wait record exists (create) or changed (update).
             RunNotFoundError: If the run does not exist (only checked when ``change`` is given).
             InvalidTransitionError: If ``change`` asks for a transition the runtime never makes.
             PayloadError: If a value is too large for every configured store.
@@ -88,14 +93,16 @@ class JournalStore(ABC):
             for status in change.expected:
                 if change.status not in ALLOWED_TRANSITIONS[status]:
                     raise InvalidTransitionError(f"{status} -> {change.status} is not allowed")
-        if not entries and change is None and effect is None:
+        if not entries and change is None and effect is None and wait is None:
             return
         for entry in entries:
             if entry.run_id != run_id:
                 raise ValueError(f"entry {entry.op_id!r} belongs to another run")
         if effect is not None and effect.record.run_id != run_id:
             raise ValueError(f"side effect {effect.record.operation_id!r} belongs to another run")
-        self._commit(run_id, entries, change, effect)
+        if wait is not None and wait.record.run_id != run_id:
+            raise ValueError(f"wait {wait.record.wait_id!r} belongs to another run")
+        self._commit(run_id, entries, change, effect, wait)
 
     @abstractmethod
     def _create_run(self, header: RunHeader) -> tuple[RunHeader, bool]: ...
@@ -107,7 +114,24 @@ class JournalStore(ABC):
         entries: Sequence[Entry],
         change: RunChange | None,
         effect: EffectChange | None,
+        wait: WaitChange | None,
     ) -> None: ...
+
+    @abstractmethod
+    def get_wait(self, wait_id: str) -> WaitRecord:
+        """Returns an approval or callback record (strongly consistent read).
+
+        Raises:
+            WaitNotFoundError: If there is none with that id.
+        """
+
+    @abstractmethod
+    def list_waits(self, kind: str, status: WaitStatus, *, limit: int = 100) -> list[WaitRecord]:
+        """Returns waits of one kind and status, oldest first."""
+
+    @abstractmethod
+    def due_waits(self, now_ms: int, *, limit: int = 100) -> list[WaitRecord]:
+        """Returns PENDING waits whose deadline or heartbeat timeout has passed."""
 
     @abstractmethod
     def get_effect(self, run_id: str, position: str) -> SideEffectRecord:

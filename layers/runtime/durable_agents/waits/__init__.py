@@ -1,0 +1,1 @@
+"""Waiting on the outside world: human approvals and external callbacks."""

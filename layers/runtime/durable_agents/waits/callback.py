@@ -1,0 +1,260 @@
+"""Callbacks: an external system completes an operation (``POST /callbacks/{id}/...``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from durable_agents.errors import (
+    DurableError,
+    EntryConflictError,
+    RunStateConflictError,
+    SuspendExecution,
+    WaitConflictError,
+)
+from durable_agents.invocation import Reason
+from durable_agents.models import (
+    EntryType,
+    OpKind,
+    RunChange,
+    RunStatus,
+    WaitChange,
+    WaitRecord,
+    WaitStatus,
+)
+from durable_agents.serde import canonical_json, encode, error_info
+from durable_agents.views import iso
+from durable_agents.waits.records import WaitGoneError, settle, wait_id
+
+if TYPE_CHECKING:
+    from durable_agents.clock import Clock
+    from durable_agents.context import DurableContext
+    from durable_agents.journal.store import JournalStore
+
+KIND = "callback"
+
+
+class CallbackTimeoutError(DurableError):
+    """The callback's deadline passed, or its heartbeats stopped, before it completed."""
+
+    recorded_fields = ("callback_id", "reason")
+
+    def __init__(self, callback_id: str, reason: str):
+        self.callback_id = callback_id
+        self.reason = reason
+        super().__init__(f"callback {callback_id} timed out: {reason}")
+
+
+class CallbackFailedError(DurableError):
+    """The external system reported failure; carries its error type and message."""
+
+    recorded_fields = ("callback_id", "error_type", "error_message")
+
+    def __init__(self, callback_id: str, error_type: str, error_message: str):
+        self.callback_id = callback_id
+        self.error_type = error_type
+        self.error_message = error_message
+        super().__init__(f"callback {callback_id} failed: {error_type}: {error_message}")
+
+
+@dataclass(frozen=True)
+class Callback:
+    """A created callback: give ``callback_id`` to the external system, then ``result()``.
+
+    Several callbacks may be outstanding at once and complete in any order; each ``result()``
+    returns its own outcome.
+    """
+
+    callback_id: str
+    _ctx: Any
+    _position: str
+    _op_id: str
+    _name: str
+
+    def result(self) -> Any:
+        """Waits (durably, holding no compute) for the callback's outcome.
+
+        Returns:
+            The JSON result the external system sent.
+
+        Raises:
+            CallbackFailedError: If the external system reported failure.
+            CallbackTimeoutError: If the deadline passed or heartbeats stopped first.
+        """
+        return _await(self._ctx, self)
+
+
+def run_create_callback(
+    ctx: DurableContext, name: str, timeout_ms: int | None, heartbeat_ms: int | None
+) -> Callback:
+    """Records a new callback (or replays its creation) and returns its handle."""
+    inv = ctx.invocation
+    position, op_id, record = ctx.next_operation(OpKind.CALLBACK, name)
+    callback_id = wait_id("cb", op_id)
+    handle = Callback(callback_id, ctx, position, op_id, name)
+    if record is not None and (record.scheduled is not None or record.result is not None):
+        return handle
+    now = inv.now_ms()
+    pending = WaitRecord(
+        wait_id=callback_id,
+        kind=KIND,
+        run_id=inv.run_id,
+        position=position,
+        operation_id=op_id,
+        name=name,
+        status=WaitStatus.PENDING,
+        created_at_ms=now,
+        updated_at_ms=now,
+        deadline_ms=now + timeout_ms if timeout_ms is not None else None,
+        heartbeat_timeout_ms=heartbeat_ms,
+        heartbeat_deadline_ms=now + heartbeat_ms if heartbeat_ms is not None else None,
+    )
+    created = inv.entry(
+        position,
+        op_id,
+        OpKind.CALLBACK,
+        name,
+        EntryType.SCHEDULED,
+        due_at_ms=pending.deadline_ms,
+        value=canonical_json({"callback_id": callback_id}),
+    )
+    try:
+        inv.commit([created], wait=WaitChange(pending))
+    except (EntryConflictError, WaitConflictError) as exc:
+        raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+    return handle
+
+
+def _await(ctx: DurableContext, handle: Callback) -> Any:
+    inv = ctx.invocation
+    record = inv.records.get(handle._position)
+    if record is not None and record.result is not None:
+        return inv.replay(record.result, None)
+    inv.live = True
+    pending = inv.store.get_wait(handle.callback_id)
+    if pending.status is not WaitStatus.PENDING:
+        # Settled after this invocation read the journal: read it again.
+        raise SuspendExecution(Reason.CONTENDED, detail=handle.callback_id)
+    due = pending.due_at_ms
+    if due is not None and inv.now_ms() >= due:
+        try:
+            expire_callback(inv.store, inv.clock, pending)
+        except WaitGoneError as exc:
+            raise SuspendExecution(Reason.CONTENDED, detail=handle.callback_id) from exc
+        raise timeout_error(pending)
+    suspend = RunChange(
+        expected=frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED}),
+        status=RunStatus.SUSPENDED,
+        updated_at_ms=inv.now_ms(),
+        wake_at_ms=None,
+        waiting_on={"kind": KIND, "callback_id": handle.callback_id, "op_id": handle._op_id},
+    )
+    try:
+        inv.store.commit(inv.run_id, [], suspend)
+    except RunStateConflictError as exc:
+        raise SuspendExecution(Reason.CONTENDED, detail=handle.callback_id) from exc
+    raise SuspendExecution(Reason.EXTERNAL, detail=f"callback {handle.callback_id}")
+
+
+def timeout_error(record: WaitRecord) -> CallbackTimeoutError:
+    """The error a timed-out callback raises in the agent."""
+    now_reason = (
+        "heartbeat timeout"
+        if (
+            record.heartbeat_deadline_ms is not None
+            and (record.deadline_ms is None or record.heartbeat_deadline_ms < record.deadline_ms)
+        )
+        else f"deadline {iso(record.deadline_ms)}"
+    )
+    return CallbackTimeoutError(record.wait_id, now_reason)
+
+
+def expire_callback(store: JournalStore, clock: Clock, record: WaitRecord) -> WaitRecord:
+    """Records the timeout (once; loses to a completion recorded first).
+
+    Raises:
+        WaitGoneError: If the callback was settled first.
+    """
+    error = timeout_error(record)
+    return settle(
+        store,
+        clock,
+        record,
+        status=WaitStatus.EXPIRED,
+        outcome={"timed_out": error.reason},
+        error=error_info(error),
+        kind=OpKind.CALLBACK,
+    )
+
+
+def complete_callback(
+    store: JournalStore,
+    clock: Clock,
+    record: WaitRecord,
+    *,
+    result: Any = None,
+    error_type: str | None = None,
+    error_message: str = "",
+) -> WaitRecord:
+    """Records success (``result``) or failure (``error_type``) once and wakes the run.
+
+    Raises:
+        WaitGoneError: If the callback was already completed or has timed out.
+        PayloadError: If the result cannot be recorded.
+    """
+    due = record.due_at_ms
+    if due is not None and clock.now_ms() >= due:
+        try:
+            record = expire_callback(store, clock, record)
+        except WaitGoneError as exc:
+            record = exc.record
+        raise WaitGoneError(record)
+    if error_type is not None:
+        failure = CallbackFailedError(record.wait_id, error_type, error_message)
+        return settle(
+            store,
+            clock,
+            record,
+            status=WaitStatus.COMPLETED,
+            outcome={"failed": {"type": error_type, "message": error_message}},
+            error=error_info(failure),
+            kind=OpKind.CALLBACK,
+        )
+    payload = encode(result)
+    return settle(
+        store,
+        clock,
+        record,
+        status=WaitStatus.COMPLETED,
+        outcome={"result": json.loads(payload)},
+        value=payload,
+        kind=OpKind.CALLBACK,
+    )
+
+
+def heartbeat(store: JournalStore, clock: Clock, record: WaitRecord) -> WaitRecord:
+    """Pushes the heartbeat deadline forward.
+
+    Raises:
+        WaitGoneError: If the callback is no longer pending (or its heartbeat already lapsed).
+    """
+    now = clock.now_ms()
+    interval_ms = record.heartbeat_timeout_ms
+    if interval_ms is None:
+        return record
+    due = record.due_at_ms
+    if due is not None and now >= due:
+        try:
+            record = expire_callback(store, clock, record)
+        except WaitGoneError as exc:
+            record = exc.record
+        raise WaitGoneError(record)
+    beat = record.replace(updated_at_ms=now, heartbeat_deadline_ms=now + interval_ms)
+    try:
+        store.commit(
+            record.run_id, [], None, wait=WaitChange(beat, frozenset({WaitStatus.PENDING}))
+        )
+    except WaitConflictError as exc:
+        raise WaitGoneError(store.get_wait(record.wait_id)) from exc
+    return beat

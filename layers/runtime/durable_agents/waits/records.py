@@ -1,0 +1,101 @@
+"""Creating, settling and expiring wait records — shared by approvals and callbacks.
+
+A wait is created together with the journal entry that says the run waits for it, in one
+transaction, so there is no moment where one exists without the other. Settling writes the
+outcome into the run's journal and marks the record in one transaction, conditional on the
+record still being PENDING: a decision is recorded once, and a decision racing the deadline
+loses or wins cleanly. A settlement that arrives while the run is busy (RUNNING) is recorded
+all the same and found by the next replay.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from durable_agents.clock import Clock
+from durable_agents.errors import (
+    DurableError,
+    EntryConflictError,
+    RunStateConflictError,
+    WaitConflictError,
+)
+from durable_agents.journal.store import JournalStore
+from durable_agents.models import (
+    Entry,
+    EntryType,
+    ErrorInfo,
+    OpKind,
+    RunChange,
+    RunStatus,
+    WaitChange,
+    WaitRecord,
+    WaitStatus,
+)
+
+_PENDING = frozenset({WaitStatus.PENDING})
+
+
+class WaitGoneError(DurableError):
+    """The approval or callback can no longer be settled (already settled or expired).
+
+    Carries the current record so callers can show what happened first.
+    """
+
+    def __init__(self, record: WaitRecord):
+        self.record = record
+        super().__init__(f"{record.wait_id} is {record.status.value.lower()}")
+
+
+def wait_id(prefix: str, operation_id: str) -> str:
+    """A public id derived from the operation id (stable on replay, opaque in URLs)."""
+    return f"{prefix}-{hashlib.sha256(operation_id.encode()).hexdigest()[:24]}"
+
+
+def settle(
+    store: JournalStore,
+    clock: Clock,
+    record: WaitRecord,
+    *,
+    status: WaitStatus,
+    outcome: dict[str, Any],
+    value: str | None = None,
+    error: ErrorInfo | None = None,
+    kind: OpKind,
+) -> WaitRecord:
+    """Records the wait's outcome in the run's journal and settles the record, once.
+
+    Raises:
+        WaitGoneError: If the record is no longer PENDING (settled or expired first).
+    """
+    now = clock.now_ms()
+    entry = Entry(
+        run_id=record.run_id,
+        position=record.position,
+        op_id=record.operation_id,
+        kind=kind,
+        name=record.name,
+        type=EntryType.FAILED if error is not None else EntryType.SUCCEEDED,
+        value=value,
+        error=error,
+        recorded_at_ms=now,
+        meta={"wait_id": record.wait_id},
+    )
+    settled = record.replace(status=status, updated_at_ms=now, outcome=outcome)
+    wake = RunChange(
+        expected=frozenset({RunStatus.SUSPENDED}),
+        status=RunStatus.RUNNING,
+        updated_at_ms=now,
+        wake_at_ms=None,
+        waiting_on=None,
+    )
+    change = WaitChange(settled, _PENDING)
+    try:
+        try:
+            store.commit(record.run_id, [entry], wake, wait=change)
+        except RunStateConflictError:
+            # The run is busy (or paused): keep the outcome; the next replay uses it.
+            store.commit(record.run_id, [entry], None, wait=change)
+    except (WaitConflictError, EntryConflictError) as exc:
+        raise WaitGoneError(store.get_wait(record.wait_id)) from exc
+    return settled
