@@ -16,7 +16,7 @@ from durable_agents.observability import ReplayAwareLogger
 from durable_agents.retry import RetryPolicy
 from durable_agents.semantics import StepSemantics
 from durable_agents.serde import canonical_json
-from durable_agents.side_effects.tools import Tool
+from durable_agents.side_effects.tools import Tool, ToolNotApprovedError
 from durable_agents.waits.approval import ApprovalDecision
 from durable_agents.waits.callback import Callback
 from durable_agents.waits.principals import check_approvers
@@ -124,12 +124,27 @@ class DurableContext:
             ToolAbandonedError: A person abandoned the call in review.
             ToolGaveUpError: Every allowed attempt failed and the provider confirms nothing
                 happened.
+            ToolNotApprovedError: The tool requires approval and a person rejected the call.
+            ApprovalTimeoutError: The tool requires approval and nobody decided in time.
             pydantic.ValidationError: If ``request`` does not match the tool's request model.
             ReplayDivergedError: If the journal recorded another operation at this position.
         """
         from durable_agents.operations.tool import run_tool  # noqa: PLC0415
 
         op_name = check_name(name) if name is not None else tool.name
+        if tool.requires_approval:
+            model = tool.request_model.model_validate(request)
+            decision = self.wait_for_approval(
+                f"{op_name}-approval",
+                request=model,
+                approvers=list(tool.approvers),
+                summary=f"{tool.name} wants to run with {canonical_json(model)}",
+                timeout=tool.approval_timeout_seconds,
+            )
+            if not decision.approved:
+                raise ToolNotApprovedError(tool.name, decision.decided_by, decision.comment)
+            # Execute exactly what the person approved, whatever the code computes on replay.
+            request = tool.request_model.model_validate_json(decision.request)
         return run_tool(self, tool, request, op_name)  # type: ignore[no-any-return]
 
     def emit(self, detail_type: str, detail: Any, *, name: str = "emit") -> str:

@@ -109,6 +109,19 @@ class ToolAbandonedError(DurableError):
         super().__init__(f"{tool} call {operation_id} was abandoned in review, {state}")
 
 
+class ToolNotApprovedError(DurableError):
+    """A person rejected the call (``requires_approval``); nothing was executed."""
+
+    recorded_fields = ("tool", "decided_by", "comment")
+
+    def __init__(self, tool: str, decided_by: str, comment: str = ""):
+        self.tool = tool
+        self.decided_by = decided_by
+        self.comment = comment
+        why = f": {comment}" if comment else ""
+        super().__init__(f"{tool} was not approved by {decided_by}{why}")
+
+
 class ToolGaveUpError(DurableError):
     """The call failed on every allowed attempt and the provider confirms it never happened."""
 
@@ -137,6 +150,9 @@ class Tool(Generic[Req, Res]):
         stale_after_seconds: How long a PREPARED call may stay unresolved before the reconciler
             takes it over.
         max_attempts: Executions allowed before giving up (or asking a person).
+        requires_approval: A person approves the exact canonical request before PREPARE.
+        approvers: Who may approve (patterns, see ``durable_agents.waits.principals``).
+        approval_timeout_seconds: How long the approval may stay pending (None = forever).
     """
 
     name: str
@@ -149,6 +165,9 @@ class Tool(Generic[Req, Res]):
     compensate: Callable[[Req, ToolCall], None] | None = None
     stale_after_seconds: float = 300.0
     max_attempts: int = 3
+    requires_approval: bool = False
+    approvers: tuple[str, ...] = ()
+    approval_timeout_seconds: float | None = None
 
     @property
     def reversible(self) -> bool:
@@ -187,6 +206,9 @@ def tool(
     compensate: Callable[[Any, ToolCall], None] | None = None,
     stale_after_seconds: float = 300.0,
     max_attempts: int = 3,
+    requires_approval: bool = False,
+    approvers: tuple[str, ...] | list[str] = (),
+    approval_timeout_seconds: float | None = None,
     registry: ToolRegistry | None = None,
 ) -> Callable[[Callable[[Req, ToolCall], Any]], Tool[Req, Any]]:
     """Declares a tool.
@@ -199,6 +221,10 @@ def tool(
         compensate: Undoes the call.
         stale_after_seconds: When the reconciler may take over an unresolved call.
         max_attempts: Executions allowed.
+        requires_approval: Insert a human approval of the canonical request before PREPARE;
+            what executes is exactly what was approved.
+        approvers: Who may approve (``user:…``, ``group:…``, ``iam:…``).
+        approval_timeout_seconds: How long the approval may stay pending.
         registry: Where to register (the default tool registry if omitted).
 
     Returns:
@@ -222,6 +248,10 @@ def tool(
     check_name(name, "tool")
     if max_attempts < 1:
         raise ValueError("max_attempts must be at least 1")
+    if requires_approval:
+        from durable_agents.waits.principals import check_approvers  # noqa: PLC0415
+
+        approvers = check_approvers(approvers)
 
     def decorate(fn: Callable[[Req, ToolCall], Any]) -> Tool[Req, Any]:
         hints = typing.get_type_hints(fn)
@@ -245,6 +275,9 @@ def tool(
             compensate=compensate,
             stale_after_seconds=stale_after_seconds,
             max_attempts=max_attempts,
+            requires_approval=requires_approval,
+            approvers=tuple(approvers),
+            approval_timeout_seconds=approval_timeout_seconds,
         )
         (registry or default_tools).add(declared)
         return declared
