@@ -31,6 +31,8 @@ class StepReadyDetail(BaseModel):
 
     run_id: str = Field(min_length=1, max_length=128)
     reason: str = ""
+    target: str | None = Field(default=None, max_length=1024)
+    """A parallel branch to advance (its position), or None for the whole run."""
 
 
 def get_runtime() -> Runtime:
@@ -60,7 +62,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(run_id=detail.run_id)
     try:
         outcome = get_runtime().execute(
-            detail.run_id, budget=1, remaining_ms=context.get_remaining_time_in_millis()
+            detail.run_id,
+            budget=1,
+            remaining_ms=context.get_remaining_time_in_millis(),
+            target=detail.target,
         )
     except RunNotFoundError:
         # Retrying cannot make a missing run appear: report and drop the event.

@@ -101,3 +101,48 @@ def test_five_concurrent_deliveries_execute_each_operation_once(journal: DynamoD
     assert all(n == 1 for n in results.values())
     claims = Counter(e.op_id for e in entries if e.type is EntryType.STARTED)
     assert all(n == 1 for n in claims.values()), claims
+
+
+def test_parallel_branches_run_in_concurrent_invocations(journal: DynamoDBJournal) -> None:
+    executions: Counter[str] = Counter()
+    in_flight = {"now": 0, "max": 0}
+    lock = threading.Lock()
+
+    def slow(name: str) -> str:
+        with lock:
+            executions[name] += 1
+            in_flight["now"] += 1
+            in_flight["max"] = max(in_flight["max"], in_flight["now"])
+        threading.Event().wait(0.2)  # long enough for sibling branches to overlap
+        with lock:
+            in_flight["now"] -= 1
+        return name
+
+    registry = AgentRegistry()
+
+    @agent(name="fanout", version="1", registry=registry)
+    def fanout(ctx: DurableContext, _: None) -> list[str]:
+        def branch(i: int) -> Any:
+            return lambda child: [child.step(slow, f"b{i}-{k}", name=f"s{k}") for k in range(2)]
+
+        return ctx.parallel([branch(i) for i in range(4)], name="tools").results()
+
+    publisher = CollectingPublisher()
+    runtime = Runtime(journal, registry=registry, publisher=publisher)
+    run, _ = runtime.start_run("fanout", None)
+    for _ in range(30):
+        ready = [e for e in publisher.drain() if e.detail_type == STEP_READY]
+        if not ready:
+            break
+        # Every event is delivered twice, all at the same moment, as separate "Lambdas".
+        deliveries = [e.detail.get("target") for e in ready for _ in range(2)]
+        with ThreadPoolExecutor(len(deliveries)) as pool:
+            list(
+                pool.map(
+                    lambda t: runtime.execute(run.run_id, budget=1, remaining_ms=30_000, target=t),
+                    deliveries,
+                )
+            )
+    assert journal.get_run(run.run_id).status is RunStatus.SUCCEEDED
+    assert executions == {f"b{i}-{k}": 1 for i in range(4) for k in range(2)}
+    assert in_flight["max"] >= 2  # branches really ran at the same time

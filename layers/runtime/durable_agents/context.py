@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import random as _random
 import uuid as _uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from durable_agents.errors import NestedOperationError, ReplayDivergedError
 from durable_agents.ids import check_name, format_position, name_of
 from durable_agents.invocation import Invocation, OpRecord
+from durable_agents.llm.types import LlmRequest, LlmResponse, ModelConfig
 from durable_agents.models import OpKind
 from durable_agents.observability import ReplayAwareLogger
+from durable_agents.operations.parallel import BatchResult, CompletionPolicy
 from durable_agents.retry import RetryPolicy
 from durable_agents.semantics import StepSemantics
 from durable_agents.serde import canonical_json
@@ -172,6 +174,101 @@ class DurableContext:
         from durable_agents.operations.emit import run_emit  # noqa: PLC0415
 
         return run_emit(self, detail_type, detail, check_name(name))
+
+    def llm(
+        self,
+        name: str,
+        request: LlmRequest,
+        *,
+        config: ModelConfig,
+        stream: bool = False,
+        retry: RetryPolicy | None = None,
+    ) -> LlmResponse:
+        """Calls the model once; the whole response is recorded and replayed, never re-asked.
+
+        Args:
+            name: The operation name (for example ``turn-3``).
+            request: The messages and tool specs.
+            config: The versioned model configuration (model id, temperature, prompt, …).
+            stream: Stream text chunks to the stream cache while the call runs.
+            retry: The retry policy for transient provider errors.
+
+        Returns:
+            The recorded response: content blocks, tool calls, stop reason, usage, model id.
+
+        Raises:
+            ConfigurationError: If no provider serves ``config.provider``.
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        from durable_agents.operations.llm import run_llm  # noqa: PLC0415
+
+        return run_llm(self, check_name(name), request, config, stream=stream, retry=retry)
+
+    def parallel(
+        self,
+        branches: Sequence[Callable[[DurableContext], Any]],
+        *,
+        name: str = "parallel",
+        completion: CompletionPolicy | None = None,
+        max_concurrency: int | None = None,
+    ) -> BatchResult[Any]:
+        """Runs branches as independent child scopes; on Lambda, each in its own invocation.
+
+        Args:
+            branches: Functions ``fn(child_ctx)``; results must be JSON values.
+            name: The operation name.
+            completion: When the batch is done (default: all branches, failing on the first
+                failure).
+            max_concurrency: At most this many branches in progress at a time.
+
+        Returns:
+            A ``BatchResult`` with every branch's outcome in index order (call
+            ``raise_on_failure()`` to turn an exceeded failure tolerance into an error).
+
+        Raises:
+            ValueError: If ``max_concurrency`` is below 1.
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        from durable_agents.operations.parallel import ALL_SUCCESSFUL, run_batch  # noqa: PLC0415
+
+        return run_batch(
+            self,
+            OpKind.PARALLEL,
+            check_name(name),
+            list(branches),
+            completion or ALL_SUCCESSFUL,
+            max_concurrency,
+        )
+
+    def map(
+        self,
+        items: Sequence[Any],
+        fn: Callable[[DurableContext, Any, int], Any],
+        *,
+        name: str = "map",
+        completion: CompletionPolicy | None = None,
+        max_concurrency: int | None = None,
+    ) -> BatchResult[Any]:
+        """Runs ``fn(child_ctx, item, index)`` for every item, like ``parallel``.
+
+        Raises:
+            ValueError: If ``max_concurrency`` is below 1.
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        from durable_agents.operations.parallel import ALL_SUCCESSFUL, run_batch  # noqa: PLC0415
+
+        branches = [
+            (lambda child, item=item, index=index: fn(child, item, index))
+            for index, item in enumerate(items)
+        ]
+        return run_batch(
+            self,
+            OpKind.MAP,
+            check_name(name),
+            branches,
+            completion or ALL_SUCCESSFUL,
+            max_concurrency,
+        )
 
     def wait_for_approval(
         self,

@@ -203,8 +203,16 @@ class SuspendExecution(BaseException):
     A ``BaseException`` so that ``except Exception`` in agent code cannot swallow it.
     """
 
-    def __init__(self, reason: str, *, wake_at_ms: int | None = None, detail: str = ""):
+    def __init__(
+        self,
+        reason: str,
+        *,
+        wake_at_ms: int | None = None,
+        detail: str = "",
+        targets: tuple[str, ...] = (),
+    ):
         self.reason = reason
         self.wake_at_ms = wake_at_ms
         self.detail = detail
+        self.targets = targets
         super().__init__(f"{reason}: {detail}" if detail else reason)

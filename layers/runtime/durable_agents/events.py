@@ -32,9 +32,16 @@ class OutgoingEvent:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-def step_ready(run_id: str, reason: str = "") -> OutgoingEvent:
-    """The event that makes a StepRunner execute the run's next operation."""
-    return OutgoingEvent(STEP_READY, {"run_id": run_id, "reason": reason})
+def step_ready(run_id: str, reason: str = "", target: str | None = None) -> OutgoingEvent:
+    """The event that makes a StepRunner execute the run's next operation.
+
+    ``target`` names a parallel branch (its position) when the event is meant to advance that
+    branch only, so sibling branches run in separate invocations.
+    """
+    detail: dict[str, Any] = {"run_id": run_id, "reason": reason}
+    if target is not None:
+        detail["target"] = target
+    return OutgoingEvent(STEP_READY, detail)
 
 
 class EventPublisher(Protocol):

@@ -32,6 +32,8 @@ class Reason:
     """The step budget is spent and more work is ready: publish ``Step Ready``."""
     TIMER = "timer"
     """Waiting for a timer or a retry delay (``wake_at_ms``)."""
+    DISPATCH = "dispatch"
+    """Parallel branches are ready: publish one ``Step Ready`` per branch (``targets``)."""
     CONTENDED = "contended"
     """Another invocation holds or already recorded the frontier; it publishes what follows."""
     EXTERNAL = "external"
@@ -137,12 +139,23 @@ class Invocation:
         lease_ms: int,
         hooks: InvocationHooks = NO_HOOKS,
         credentials: Any = None,
+        providers: dict[str, Any] | None = None,
+        stream_sink: Any = None,
+        target: str | None = None,
+        registry: Any = None,
     ):
         self.store = store
         self.header: RunHeader = snapshot.header
         self.run_id = snapshot.header.run_id
         self.records = group_entries(snapshot.entries, snapshot.effects)
         self.credentials = credentials
+        self.providers: dict[str, Any] = providers or {}
+        self.stream_sink = stream_sink
+        # A parallel branch this invocation was sent to advance (its position), if any.
+        self.target = target
+        # The positions of the parallel branches being executed, innermost last.
+        self.branches: list[str] = []
+        self.registry = registry
         self.pending_events: list[Any] = []
         self.clock = clock
         self.budget = budget
@@ -186,7 +199,11 @@ class Invocation:
         """
         if self.budget is not None:
             if self.budget <= 0:
-                raise SuspendExecution(Reason.CONTINUE, detail=f"next operation {op_id}")
+                # Inside a parallel branch, the next invocation should continue that branch.
+                targets = (self.branches[-1],) if self.branches else ()
+                raise SuspendExecution(
+                    Reason.CONTINUE, detail=f"next operation {op_id}", targets=targets
+                )
             self.budget -= 1
 
     def has_budget(self) -> bool:

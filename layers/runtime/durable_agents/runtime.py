@@ -32,6 +32,7 @@ from durable_agents.events import (
 from durable_agents.ids import check_run_id
 from durable_agents.invocation import NO_HOOKS, Invocation, InvocationHooks, Reason
 from durable_agents.journal.store import JournalStore, input_hash
+from durable_agents.llm.types import LlmProvider, StreamSink
 from durable_agents.models import ErrorInfo, RunChange, RunHeader, RunStatus
 from durable_agents.observability import ReplayAwareLogger
 from durable_agents.serde import decode, encode, error_info
@@ -77,6 +78,10 @@ class InvocationOutcome:
         executed: Operation ids executed (not replayed) by this invocation.
         wake_at_ms: For SUSPENDED/CONTENDED: when the run should be looked at again.
         detail: A human-readable reason.
+        targets: For CONTINUE: the parallel branches to advance in separate invocations
+            (empty = one untargeted invocation).
+        external: For SUSPENDED: the run waits on something outside (a person, a callback,
+            a child run, its branches) rather than only a timer.
     """
 
     run_id: str
@@ -84,6 +89,8 @@ class InvocationOutcome:
     executed: list[str] = field(default_factory=list)
     wake_at_ms: int | None = None
     detail: str = ""
+    targets: tuple[str, ...] = ()
+    external: bool = False
 
 
 def new_run_id() -> str:
@@ -101,6 +108,10 @@ class Runtime:
         clock: The time source (the wall clock if omitted).
         logger: The base logger for agents' replay-aware loggers.
         run_id_factory: Makes run ids (``run-<16 hex>`` by default).
+        hooks: Crash-injection points used by ``execute`` when it is given none (tests and
+            ``durable-agents local --crash-at``); the default does nothing.
+        providers: Model providers by name (``ModelConfig.provider``), for ``ctx.llm``.
+        stream_sink: The stream cache streamed model text goes to (optional).
     """
 
     def __init__(
@@ -113,6 +124,9 @@ class Runtime:
         logger: Any = None,
         run_id_factory: Callable[[], str] = new_run_id,
         credentials: CredentialProvider | None = None,
+        hooks: InvocationHooks = NO_HOOKS,
+        providers: dict[str, LlmProvider] | None = None,
+        stream_sink: StreamSink | None = None,
     ):
         self.store = store
         self.registry = registry or default_registry
@@ -121,6 +135,9 @@ class Runtime:
         self.logger = logger or logging.getLogger("durable_agents.agent")
         self._new_run_id = run_id_factory
         self.credentials = credentials
+        self.hooks = hooks
+        self.providers: dict[str, LlmProvider] = dict(providers or {})
+        self.stream_sink = stream_sink
 
     # -- starting ----------------------------------------------------------------------------
 
@@ -188,8 +205,9 @@ class Runtime:
         *,
         budget: int | None = 1,
         remaining_ms: int | None = None,
-        hooks: InvocationHooks = NO_HOOKS,
+        hooks: InvocationHooks | None = None,
         publish: bool = True,
+        target: str | None = None,
     ) -> InvocationOutcome:
         """Replays the run and executes up to ``budget`` new operations (one by default).
 
@@ -199,8 +217,10 @@ class Runtime:
             remaining_ms: The Lambda's remaining time; bounds the claim lease. ``0`` means
                 the invocation is about to end (a lease of only the safety margin), ``None``
                 means unknown (the 15-minute Lambda maximum).
-            hooks: Crash-injection points for tests.
+            hooks: Crash-injection points for tests (``self.hooks`` when None).
             publish: Whether to publish the follow-up events (the harness may route itself).
+            target: Advance only this parallel branch (from a ``Step Ready`` event's
+                ``target``); None advances the run wherever it stands.
 
         Returns:
             What the invocation did.
@@ -226,8 +246,12 @@ class Runtime:
             clock=self.clock,
             budget=budget,
             lease_ms=lease_ms + LEASE_MARGIN_MS,
-            hooks=hooks,
+            hooks=self.hooks if hooks is None else hooks,
             credentials=self.credentials,
+            providers=self.providers,
+            stream_sink=self.stream_sink,
+            target=target,
+            registry=self.registry,
         )
         ctx = DurableContext(
             inv,
@@ -269,11 +293,18 @@ class Runtime:
     ) -> InvocationOutcome:
         kind = {
             Reason.CONTINUE: OutcomeKind.CONTINUE,
+            Reason.DISPATCH: OutcomeKind.CONTINUE,
             Reason.TIMER: OutcomeKind.SUSPENDED,
             Reason.EXTERNAL: OutcomeKind.SUSPENDED,
         }.get(signal.reason, OutcomeKind.CONTENDED)
         return InvocationOutcome(
-            run_id, kind, list(inv.executed), wake_at_ms=signal.wake_at_ms, detail=str(signal)
+            run_id,
+            kind,
+            list(inv.executed),
+            wake_at_ms=signal.wake_at_ms,
+            detail=str(signal),
+            targets=signal.targets,
+            external=signal.reason == Reason.EXTERNAL,
         )
 
     def _finish(
@@ -328,7 +359,10 @@ class Runtime:
     ) -> None:
         events: list[OutgoingEvent] = list(pending)
         if outcome.kind is OutcomeKind.CONTINUE:
-            events.append(step_ready(outcome.run_id, "continue"))
+            if outcome.targets:  # parallel branches: one invocation each
+                events += [step_ready(outcome.run_id, "branch", t) for t in outcome.targets]
+            else:
+                events.append(step_ready(outcome.run_id, "continue"))
         elif outcome.kind is OutcomeKind.SUSPENDED and outcome.wake_at_ms is not None:
             if outcome.wake_at_ms <= self.clock.now_ms():  # a zero delay: no need to wait
                 events.append(step_ready(outcome.run_id, "timer"))

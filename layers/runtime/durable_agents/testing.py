@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -41,6 +42,8 @@ from durable_agents.journal.store import JournalStore
 from durable_agents.models import Entry, EntryType, ErrorInfo, RunHeader, RunStatus
 from durable_agents.runtime import InvocationOutcome, OutcomeKind, Runtime
 from durable_agents.serde import decode
+
+_SETTLED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.PAUSED)
 
 CrashPoint = Literal["before_claim", "before_execute", "after_execute", "after_record"]
 
@@ -228,25 +231,37 @@ class AgentTestRunner:
         hooks = _CrashHooks(crashes)
         budget = 1 if self.mode == "faithful" else None
         outcomes: list[InvocationOutcome] = []
+        # Pending invocations, as the bus would deliver them: None = untargeted, else the
+        # parallel branch a Step Ready event was sent to advance.
+        queue: deque[str | None] = deque([None])
+        timers: list[int] = []
         for _ in range(self.max_invocations):
+            if not queue:
+                if self.journal.get_run(run_id).status in _SETTLED or not timers:
+                    break  # finished, paused, or waiting for something outside
+                self.clock.advance_to(min(timers))
+                timers.clear()
+                queue.append(None)
+                continue
+            target = queue.popleft()
             try:
                 outcome = self.runtime.execute(
-                    run_id, budget=budget, remaining_ms=self.lease_ms, hooks=hooks
+                    run_id, budget=budget, remaining_ms=self.lease_ms, hooks=hooks, target=target
                 )
             except SimulatedCrash:
                 # The platform's view of a dead process: its lease runs out, the event is
                 # delivered again.
                 self.clock.advance(self.lease_ms + 10_000)
+                queue.append(target)
                 continue
             outcomes.append(outcome)
             if outcome.kind is OutcomeKind.CONTINUE:
-                continue
-            if outcome.kind in (OutcomeKind.SUSPENDED, OutcomeKind.CONTENDED):
-                if outcome.wake_at_ms is None:
-                    break  # waiting for something outside: the test decides what comes next
-                self.clock.advance_to(outcome.wake_at_ms)
-                continue
-            break
+                queue.extend(outcome.targets or (None,))
+            elif outcome.kind in (OutcomeKind.SUSPENDED, OutcomeKind.CONTENDED):
+                if outcome.wake_at_ms is not None:
+                    timers.append(outcome.wake_at_ms)
+            elif outcome.kind is not OutcomeKind.NOOP:
+                break
         else:
             raise RuntimeError(f"run {run_id} did not settle in {self.max_invocations} invocations")
         return self.inspect(run_id, outcomes=outcomes, crashes=hooks.fired)

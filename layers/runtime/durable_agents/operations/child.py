@@ -15,10 +15,20 @@ if TYPE_CHECKING:
     from durable_agents.context import DurableContext
 
 
-def run_child(ctx: DurableContext, fn: Callable[[Any], Any], name: str, result_type: Any) -> Any:
-    """Executes or replays one child scope (see ``DurableContext.run_in_child_context``)."""
+def run_child(
+    ctx: DurableContext,
+    fn: Callable[[Any], Any],
+    name: str,
+    result_type: Any,
+    *,
+    kind: OpKind = OpKind.CHILD,
+) -> Any:
+    """Executes or replays one child scope (see ``DurableContext.run_in_child_context``).
+
+    Composite operations built from a scope (durable polling) reuse it with their own kind.
+    """
     inv = ctx.invocation
-    position, op_id, record = ctx.next_operation(OpKind.CHILD, name)
+    position, op_id, record = ctx.next_operation(kind, name)
     hint = result_type if result_type is not None else return_hint(fn)
     if record is not None and record.result is not None:
         return inv.replay(record.result, hint)
@@ -31,13 +41,11 @@ def run_child(ctx: DurableContext, fn: Callable[[Any], Any], name: str, result_t
         if inv.fault is not None:
             raise
         info = error_info(exc)
-        _commit(
-            ctx, inv.entry(position, op_id, OpKind.CHILD, name, EntryType.FAILED, error=info), op_id
-        )
+        _commit(ctx, inv.entry(position, op_id, kind, name, EntryType.FAILED, error=info), op_id)
         raise rebuild_error(info) from exc
     _commit(
         ctx,
-        inv.entry(position, op_id, OpKind.CHILD, name, EntryType.SUCCEEDED, value=payload),
+        inv.entry(position, op_id, kind, name, EntryType.SUCCEEDED, value=payload),
         op_id,
     )
     return decode(payload, hint)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,14 @@ def return_hint(fn: Callable[..., Any]) -> Any:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class StepInfo:
+    """What an operation's code may know about its own execution."""
+
+    operation_id: str
+    attempt: int
+
+
 def run_step(
     ctx: DurableContext,
     fn: Callable[..., Any],
@@ -50,10 +59,17 @@ def run_step(
     retry: RetryPolicy | None,
     semantics: StepSemantics,
     result_type: Any,
+    *,
+    kind: OpKind = OpKind.STEP,
+    pass_info: bool = False,
 ) -> Any:
-    """Executes or replays one step (see ``DurableContext.step``)."""
+    """Executes or replays one step (see ``DurableContext.step``).
+
+    Other leaf operations (model calls) reuse it with their own ``kind``; with ``pass_info``
+    the code receives a ``StepInfo`` (operation id, attempt) as its first argument.
+    """
     inv = ctx.invocation
-    position, op_id, record = ctx.next_operation(OpKind.STEP, name)
+    position, op_id, record = ctx.next_operation(kind, name)
     hint = result_type if result_type is not None else return_hint(fn)
     if record is not None and record.result is not None:
         return inv.replay(record.result, hint)
@@ -69,7 +85,9 @@ def run_step(
             if lease > now:
                 # Another invocation claimed this attempt and may still be running it.
                 raise SuspendExecution(Reason.CONTENDED, wake_at_ms=lease, detail=op_id)
-            _handle_interrupted(ctx, position, op_id, name, started.attempt, policy, semantics)
+            _handle_interrupted(
+                ctx, position, op_id, name, started.attempt, policy, semantics, kind
+            )
     last_failed = record.last_failed if record is not None else None
     if last_failed is not None and last_failed.attempt == attempt:
         due = last_failed.due_at_ms or 0
@@ -82,7 +100,7 @@ def run_step(
     claim = inv.entry(
         position,
         op_id,
-        OpKind.STEP,
+        kind,
         name,
         EntryType.STARTED,
         attempt=attempt,
@@ -98,17 +116,17 @@ def run_step(
     inv.hooks.before_execute(op_id, attempt)
     inv.in_step = True
     try:
-        value = fn(*args)
+        value = fn(StepInfo(op_id, attempt), *args) if pass_info else fn(*args)
         payload = encode(value, hint)
     except Exception as exc:
         inv.in_step = False
-        return _record_failure(ctx, position, op_id, name, attempt, exc, policy)
+        return _record_failure(ctx, position, op_id, name, attempt, exc, policy, kind)
     finally:
         inv.in_step = False
     inv.hooks.after_execute(op_id, attempt)
 
     result = inv.entry(
-        position, op_id, OpKind.STEP, name, EntryType.SUCCEEDED, attempt=attempt, value=payload
+        position, op_id, kind, name, EntryType.SUCCEEDED, attempt=attempt, value=payload
     )
     _record_result(ctx, result, op_id)
     return decode(payload, hint)
@@ -133,6 +151,7 @@ def _record_failure(
     attempt: int,
     exc: Exception,
     policy: RetryPolicy,
+    kind: OpKind,
 ) -> Any:
     inv = ctx.invocation
     info = error_info(exc)
@@ -143,7 +162,7 @@ def _record_failure(
         failed = inv.entry(
             position,
             op_id,
-            OpKind.STEP,
+            kind,
             name,
             EntryType.ATTEMPT_FAILED,
             attempt=attempt,
@@ -160,9 +179,7 @@ def _record_failure(
         except EntryConflictError as conflict:
             raise SuspendExecution(Reason.CONTENDED, detail=op_id) from conflict
         raise SuspendExecution(Reason.TIMER, wake_at_ms=due, detail=f"retry {op_id}") from exc
-    final = inv.entry(
-        position, op_id, OpKind.STEP, name, EntryType.FAILED, attempt=attempt, error=info
-    )
+    final = inv.entry(position, op_id, kind, name, EntryType.FAILED, attempt=attempt, error=info)
     _record_result(ctx, final, op_id)
     raise rebuild_error(info) from exc
 
@@ -175,6 +192,7 @@ def _handle_interrupted(
     attempt: int,
     policy: RetryPolicy,
     semantics: StepSemantics,
+    kind: OpKind,
 ) -> None:
     """Decides what to do with an attempt whose claimant died (its lease expired)."""
     interrupted = StepInterruptedError(op_id, attempt)
@@ -188,7 +206,7 @@ def _handle_interrupted(
     final = inv.entry(
         position,
         op_id,
-        OpKind.STEP,
+        kind,
         name,
         EntryType.FAILED,
         attempt=attempt,

@@ -1,0 +1,95 @@
+"""``ctx.llm``: one model call = one recorded operation; replays never call the model."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import TYPE_CHECKING, Any
+
+from durable_agents.errors import ConfigurationError
+from durable_agents.llm.types import LlmRequest, LlmResponse, ModelConfig, StreamSink
+from durable_agents.models import OpKind
+from durable_agents.operations.step import StepInfo, run_step
+from durable_agents.retry import RetryPolicy
+from durable_agents.semantics import StepSemantics
+
+if TYPE_CHECKING:
+    from durable_agents.context import DurableContext
+
+_log = logging.getLogger("durable_agents.streams")
+
+# Model calls fail transiently (throttling, timeouts); they are safe to repeat (at least once).
+LLM_RETRY = RetryPolicy(max_attempts=4, initial_delay_seconds=2, backoff_rate=2, jitter=0.5)
+
+
+class _SafeSink:
+    """Forwards chunks to the stream cache; a failing cache never fails the model call."""
+
+    def __init__(self, sink: StreamSink | None, run_id: str, op_id: str, attempt: int):
+        self._sink = sink
+        self._key = (run_id, op_id, attempt)
+        self._seq = itertools.count(1)
+        self.failed = False
+
+    def _call(self, method: str, *args: Any) -> None:
+        if self._sink is None or self.failed:
+            return
+        try:
+            getattr(self._sink, method)(*self._key, *args)
+        except Exception:
+            self.failed = True
+            _log.warning("stream cache unavailable for %s; the step goes on", self._key[1])
+
+    def begin(self) -> None:
+        self._call("begin")
+
+    def text(self, chunk: str) -> None:
+        self._call("append", next(self._seq), chunk)
+
+    def end(self) -> None:
+        self._call("end")
+
+
+def run_llm(
+    ctx: DurableContext,
+    name: str,
+    request: LlmRequest,
+    config: ModelConfig,
+    *,
+    stream: bool,
+    retry: RetryPolicy | None,
+) -> LlmResponse:
+    """Calls the model once per recorded operation (see ``DurableContext.llm``).
+
+    Raises:
+        ConfigurationError: If no provider is registered for ``config.provider``.
+    """
+    inv = ctx.invocation
+    provider = inv.providers.get(config.provider)
+
+    def call(info: StepInfo) -> LlmResponse:
+        if provider is None:
+            raise ConfigurationError(
+                f"no model provider {config.provider!r}; registered: {sorted(inv.providers)}"
+            )
+        if not stream:
+            answer: LlmResponse = provider.converse(config, request)
+            return answer
+        sink = _SafeSink(inv.stream_sink, inv.run_id, info.operation_id, info.attempt)
+        sink.begin()
+        streamed: LlmResponse = provider.converse_stream(config, request, sink.text)
+        sink.end()
+        return streamed
+
+    response: LlmResponse = run_step(
+        ctx,
+        call,
+        (),
+        name,
+        retry or LLM_RETRY,
+        StepSemantics.AT_LEAST_ONCE,
+        LlmResponse,
+        kind=OpKind.LLM,
+        pass_info=True,
+    )
+    return response

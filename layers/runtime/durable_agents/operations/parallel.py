@@ -1,0 +1,295 @@
+"""``ctx.parallel`` and ``ctx.map``: fan-out with completion policies, one Lambda per branch.
+
+Each branch is a child scope under the batch operation, so branch ids are deterministic and
+independent of scheduling (``<batch op>/branch-<i>:<i+1>``). Within one invocation branches are
+visited in index order; when the step budget runs out in several branches, the invocation ends
+with one ``Step Ready`` event per ready branch (``target`` = the branch), so their next
+operations run in separate StepRunner invocations — really in parallel. An invocation sent to
+one branch advances only that branch; when a branch finishes it asks for an untargeted look, and
+whichever invocation sees every needed branch finished records the batch result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel
+
+from durable_agents.errors import DurableError, EntryConflictError, SuspendExecution
+from durable_agents.ids import format_position
+from durable_agents.invocation import Reason
+from durable_agents.models import EntryType, ErrorInfo, OpKind
+from durable_agents.serde import decode, encode, error_info
+
+if TYPE_CHECKING:
+    from durable_agents.context import DurableContext
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionPolicy:
+    """When a batch is done.
+
+    With no field set, every branch must finish, and the batch fails on the first failure.
+
+    Attributes:
+        min_successful: Done as soon as this many branches succeeded (the rest are not started
+            or their results are ignored).
+        tolerated_failure_count: Fails once failures are strictly greater than this.
+        tolerated_failure_percentage: Fails once the failed share of all branches is strictly
+            greater than this percentage.
+    """
+
+    min_successful: int | None = None
+    tolerated_failure_count: int | None = None
+    tolerated_failure_percentage: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.min_successful is not None and self.min_successful < 0:
+            raise ValueError("min_successful cannot be negative")
+        if self.tolerated_failure_count is not None and self.tolerated_failure_count < 0:
+            raise ValueError("tolerated_failure_count cannot be negative")
+        pct = self.tolerated_failure_percentage
+        if pct is not None and not 0 <= pct <= 100:
+            raise ValueError("tolerated_failure_percentage must be between 0 and 100")
+
+    def _fails(self, failed: int, total: int) -> bool:
+        if self.tolerated_failure_count is not None and failed > self.tolerated_failure_count:
+            return True
+        pct = self.tolerated_failure_percentage
+        if pct is not None and total and failed * 100 / total > pct:
+            return True
+        no_tolerance = (
+            self.tolerated_failure_count is None
+            and self.tolerated_failure_percentage is None
+            and self.min_successful is None
+        )
+        return no_tolerance and failed > 0
+
+    def decide(self, succeeded: int, failed: int, total: int) -> str | None:
+        """Returns the completion reason once the batch is done, else None."""
+        if self._fails(failed, total):
+            return "failure_tolerance_exceeded"
+        if self.min_successful is not None and succeeded >= self.min_successful:
+            return "min_successful_reached"
+        remaining = total - succeeded - failed
+        if self.min_successful is not None and succeeded + remaining < self.min_successful:
+            return "failure_tolerance_exceeded"  # not enough branches left to reach it
+        if remaining == 0:
+            return "all_completed"
+        return None
+
+
+ALL_SUCCESSFUL = CompletionPolicy()
+
+
+class BatchItem(BaseModel):
+    """One branch's outcome."""
+
+    index: int
+    status: Literal["succeeded", "failed", "not_started"]
+    result: Any = None
+    error: dict[str, Any] | None = None
+
+
+class BatchFailedError(DurableError):
+    """A batch ended by its failure tolerance; carries the failed branches' errors."""
+
+    recorded_fields = ("completion_reason", "errors")
+
+    def __init__(self, completion_reason: str, errors: list[dict[str, Any]]):
+        self.completion_reason = completion_reason
+        self.errors = errors
+        super().__init__(f"batch ended with {completion_reason}: {len(errors)} branch(es) failed")
+
+
+class BatchResult(BaseModel, Generic[T]):
+    """The outcome of a batch, items in index order.
+
+    Attributes:
+        items: Every branch, in index order.
+        completion_reason: ``all_completed``, ``min_successful_reached`` or
+            ``failure_tolerance_exceeded``.
+    """
+
+    items: list[BatchItem]
+    completion_reason: str
+
+    @property
+    def successes(self) -> list[BatchItem]:
+        """The branches that succeeded, in index order."""
+        return [i for i in self.items if i.status == "succeeded"]
+
+    @property
+    def failures(self) -> list[BatchItem]:
+        """The branches that failed, in index order."""
+        return [i for i in self.items if i.status == "failed"]
+
+    def results(self) -> list[Any]:
+        """The successful results, in index order."""
+        return [i.result for i in self.successes]
+
+    def raise_on_failure(self) -> BatchResult[T]:
+        """Returns self, or raises if the failure tolerance was exceeded.
+
+        Raises:
+            BatchFailedError: If ``completion_reason`` is ``failure_tolerance_exceeded``.
+        """
+        if self.completion_reason == "failure_tolerance_exceeded":
+            raise BatchFailedError(self.completion_reason, [i.error or {} for i in self.failures])
+        return self
+
+
+@dataclass
+class _Branch:
+    index: int
+    position: str
+    op_id: str
+    name: str
+    status: str = "pending"  # pending / succeeded / failed / skipped
+    result: Any = None
+    error: ErrorInfo | None = None
+    started: bool = False
+
+
+def run_batch(
+    ctx: DurableContext,
+    kind: OpKind,
+    name: str,
+    branches: Sequence[Callable[[DurableContext], Any]],
+    policy: CompletionPolicy,
+    max_concurrency: int | None,
+) -> BatchResult[Any]:
+    """Executes, dispatches or replays one batch (see ``DurableContext.parallel``/``map``)."""
+    if max_concurrency is not None and max_concurrency < 1:
+        raise ValueError("max_concurrency must be at least 1")
+    inv = ctx.invocation
+    position, op_id, record = ctx.next_operation(kind, name)
+    if record is not None and record.result is not None:
+        return BatchResult[Any].model_validate(inv.replay(record.result, None))
+    scope = ctx.child(op_id, position)
+    states = [
+        _Branch(
+            i, format_position(f"{position}/", i + 1), f"{op_id}/branch-{i}:{i + 1}", f"branch-{i}"
+        )
+        for i in range(len(branches))
+    ]
+    for state in states:  # what the journal already says
+        child = inv.records.get(state.position)
+        if child is not None and child.result is not None:
+            state.status = "succeeded" if child.result.type is EntryType.SUCCEEDED else "failed"
+            state.result = decode(child.result.value) if child.result.value else None
+            state.error = child.result.error
+        state.started = state.status != "pending" or any(
+            key.startswith(f"{state.position}/") for key in inv.records
+        )
+
+    dispatch: list[str] = []
+    finished_here = False
+    for state, branch in zip(states, branches, strict=True):
+        if _decided(policy, states) is not None:
+            break
+        if state.status != "pending":
+            continue
+        if inv.target is not None and not _on_path(inv.target, state.position):
+            state.status = "skipped"  # another invocation advances this branch
+            continue
+        active = sum(1 for s in states if s.started and s.status == "pending")
+        if max_concurrency is not None and not state.started and active >= max_concurrency:
+            break  # later branches start when a slot frees up
+        state.started = True
+        inv.branches.append(state.position)
+        try:
+            _run_branch(ctx, scope, state, branch)
+            finished_here = True
+        except SuspendExecution as signal:
+            if inv.fault is not None:
+                raise
+            if signal.reason == Reason.CONTINUE:
+                dispatch.extend(signal.targets or (state.position,))
+            elif signal.reason == Reason.DISPATCH:
+                dispatch.extend(signal.targets)
+            elif signal.reason == Reason.CONTENDED:
+                pass  # someone else advances it
+            else:
+                pass  # waiting on a timer or the outside; its wake-up event looks again
+        finally:
+            inv.branches.pop()
+
+    reason = _decided(policy, states)
+    if reason is not None and (inv.target is None or _all_known(states)):
+        return _complete(ctx, position, op_id, kind, name, states, reason)
+    if dispatch:
+        raise SuspendExecution(
+            Reason.DISPATCH,
+            targets=tuple(dict.fromkeys(dispatch)),
+            detail=f"{len(dispatch)} branch(es) of {op_id}",
+        )
+    if finished_here and inv.target is not None:
+        # This invocation finished a branch; an untargeted look decides the batch.
+        raise SuspendExecution(Reason.CONTINUE, detail=f"branch of {op_id} finished")
+    raise SuspendExecution(Reason.EXTERNAL, detail=f"{op_id} waits for its branches")
+
+
+def _on_path(target: str, branch_position: str) -> bool:
+    return target == branch_position or target.startswith(f"{branch_position}/")
+
+
+def _all_known(states: list[_Branch]) -> bool:
+    return all(s.status in ("succeeded", "failed") for s in states)
+
+
+def _decided(policy: CompletionPolicy, states: list[_Branch]) -> str | None:
+    succeeded = sum(1 for s in states if s.status == "succeeded")
+    failed = sum(1 for s in states if s.status == "failed")
+    return policy.decide(succeeded, failed, len(states))
+
+
+def _run_branch(
+    ctx: DurableContext, scope: DurableContext, state: _Branch, branch: Callable[..., Any]
+) -> None:
+    from durable_agents.operations.child import run_child  # noqa: PLC0415
+
+    scope._counter = state.index
+    try:
+        value = run_child(scope, branch, state.name, None)
+    except SuspendExecution:
+        raise
+    except Exception as exc:
+        if ctx.invocation.fault is not None:
+            raise
+        state.status, state.error = "failed", error_info(exc)
+        return
+    state.status, state.result = "succeeded", value
+
+
+def _complete(
+    ctx: DurableContext,
+    position: str,
+    op_id: str,
+    kind: OpKind,
+    name: str,
+    states: list[_Branch],
+    reason: str,
+) -> BatchResult[Any]:
+    inv = ctx.invocation
+    items = [
+        BatchItem(
+            index=s.index,
+            status=s.status if s.status in ("succeeded", "failed") else "not_started",  # type: ignore[arg-type]
+            result=s.result,
+            error=s.error.to_dict() if s.error else None,
+        )
+        for s in states
+    ]
+    outcome: BatchResult[Any] = BatchResult(items=items, completion_reason=reason)
+    payload = encode(outcome.model_dump(mode="json"))
+    entry = inv.entry(position, op_id, kind, name, EntryType.SUCCEEDED, value=payload)
+    try:
+        inv.commit([entry])
+    except EntryConflictError as exc:
+        raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+    return BatchResult[Any].model_validate(decode(payload))

@@ -1,0 +1,200 @@
+"""Fan-out: parallel branches and map items, completion policies, one invocation per branch."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from durable_agents import AgentRegistry, DurableContext, agent
+from durable_agents.journal.store import JournalStore
+from durable_agents.operations.parallel import BatchFailedError, BatchResult, CompletionPolicy
+from durable_agents.testing import AgentTestRunner, Crash
+
+
+def counting() -> tuple[Counter[str], Any]:
+    calls: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def work(name: str, value: Any) -> Any:
+        with lock:
+            calls[name] += 1
+        return value
+
+    return calls, work
+
+
+@pytest.mark.parametrize("mode", ["continuous", "faithful"])
+def test_branches_run_once_and_results_come_in_index_order(
+    journal: JournalStore, mode: str
+) -> None:
+    calls, work = counting()
+
+    def branch(i: int) -> Any:
+        def run(child: DurableContext) -> str:
+            a = child.step(work, f"b{i}-fetch", i, name="fetch")
+            b = child.step(work, f"b{i}-score", a * 10, name="score")
+            return f"branch {i}: {b}"
+
+        return run
+
+    @agent(name="fan", version="1", registry=AgentRegistry())
+    def fan(ctx: DurableContext, _: None) -> list[str]:
+        batch = ctx.parallel([branch(i) for i in range(3)], name="lookups")
+        return ctx.step(lambda: batch.results(), name="collect")
+
+    result = AgentTestRunner(fan, journal=journal, mode=mode).run(None)  # type: ignore[arg-type]
+    assert result.status == "SUCCEEDED"
+    assert result.output == ["branch 0: 0", "branch 1: 10", "branch 2: 20"]
+    assert all(n == 1 for n in calls.values()) and len(calls) == 6
+    ids = [op.op_id for op in result.operations]
+    assert f"{result.run_id}:lookups:1/branch-1:2/score:2" in ids
+    if mode == "faithful":
+        # The first invocation dispatched the three branches to three invocations.
+        dispatched = [o.targets for o in result.outcomes if len(o.targets) > 1]
+        assert dispatched and len(dispatched[0]) == 3
+        assert all(len(o.executed) <= 1 for o in result.outcomes)
+
+
+def test_map_with_a_crash_in_one_branch(journal: JournalStore) -> None:
+    calls, work = counting()
+
+    @agent(name="mapper", version="1", registry=AgentRegistry())
+    def mapper(ctx: DurableContext, items: list[int]) -> list[int]:
+        batch = ctx.map(
+            items,
+            lambda c, item, i: c.step(work, f"sq{i}", item * item, name="square"),
+            name="squares",
+        )
+        return batch.results()
+
+    result = AgentTestRunner(mapper, journal=journal, mode="faithful").run(
+        [1, 2, 3, 4], crash=Crash("square", "after_record")
+    )
+    assert result.output == [1, 4, 9, 16]
+    assert all(n == 1 for n in calls.values())
+
+
+def policy_agent(
+    outcomes: list[bool], policy: CompletionPolicy | None, max_concurrency: int | None = None
+) -> Any:
+    @agent(name="policy", version="1", registry=AgentRegistry())
+    def run(ctx: DurableContext, _: None) -> dict[str, Any]:
+        def item(child: DurableContext, ok: bool, index: int) -> int:
+            def act() -> int:
+                if not ok:
+                    raise ValueError(f"item {index} failed")
+                return index
+
+            return child.step(act, name="act", retry=None if ok else _no_retry())
+
+        batch: BatchResult[Any] = ctx.map(
+            outcomes, item, completion=policy, max_concurrency=max_concurrency
+        )
+        return {
+            "reason": batch.completion_reason,
+            "statuses": [i.status for i in batch.items],
+            "results": batch.results(),
+        }
+
+    return run
+
+
+def _no_retry() -> Any:
+    from durable_agents import NO_RETRY
+
+    return NO_RETRY
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "policy", "reason", "statuses"),
+    [
+        ([True, True, True], None, "all_completed", ["succeeded"] * 3),
+        (
+            [True, False, True],
+            None,
+            "failure_tolerance_exceeded",
+            ["succeeded", "failed", "not_started"],
+        ),
+        (
+            [True, True, True, True],
+            CompletionPolicy(min_successful=2),
+            "min_successful_reached",
+            ["succeeded", "succeeded", "not_started", "not_started"],
+        ),
+        (
+            [False, True, False, True],
+            CompletionPolicy(tolerated_failure_count=2),
+            "all_completed",
+            ["failed", "succeeded", "failed", "succeeded"],
+        ),
+        (
+            [False, False, False, True],
+            CompletionPolicy(tolerated_failure_count=2),
+            "failure_tolerance_exceeded",
+            ["failed", "failed", "failed", "not_started"],
+        ),
+        # exactly at the boundary: 2 of 4 = 50 % is not strictly greater than 50 %
+        (
+            [False, True, False, True],
+            CompletionPolicy(tolerated_failure_percentage=50),
+            "all_completed",
+            ["failed", "succeeded", "failed", "succeeded"],
+        ),
+        (
+            [False, False, True, False],
+            CompletionPolicy(tolerated_failure_percentage=50),
+            "failure_tolerance_exceeded",
+            ["failed", "failed", "succeeded", "failed"],
+        ),
+        ([], None, "all_completed", []),
+        ([], CompletionPolicy(min_successful=0), "min_successful_reached", []),
+        (
+            [False, False],
+            CompletionPolicy(min_successful=1),
+            "failure_tolerance_exceeded",
+            ["failed", "failed"],
+        ),
+    ],
+)
+def test_completion_policies(
+    journal: JournalStore,
+    outcomes: list[bool],
+    policy: CompletionPolicy | None,
+    reason: str,
+    statuses: list[str],
+) -> None:
+    result = AgentTestRunner(
+        policy_agent(outcomes, policy), journal=journal, mode="continuous"
+    ).run(None)
+    assert result.status == "SUCCEEDED", result.error
+    assert result.output["reason"] == reason
+    assert result.output["statuses"] == statuses
+
+
+def test_max_concurrency_limits_branches_in_progress(journal: JournalStore) -> None:
+    active = {"now": 0, "max": 0}
+
+    @agent(name="limited", version="1", registry=AgentRegistry())
+    def limited(ctx: DurableContext, _: None) -> list[int]:
+        def item(child: DurableContext, value: int, index: int) -> int:
+            child.step(lambda: active.__setitem__("now", active["now"] + 1), name="enter")
+            active["max"] = max(active["max"], active["now"])
+            child.step(lambda: active.__setitem__("now", active["now"] - 1), name="leave")
+            return value
+
+        return ctx.map([1, 2, 3, 4], item, max_concurrency=2).results()
+
+    result = AgentTestRunner(limited, journal=journal, mode="faithful").run(None)
+    assert result.output == [1, 2, 3, 4]
+    assert active["max"] <= 2
+
+
+def test_raise_on_failure_and_invalid_arguments() -> None:
+    batch: BatchResult[Any] = BatchResult(items=[], completion_reason="failure_tolerance_exceeded")
+    with pytest.raises(BatchFailedError):
+        batch.raise_on_failure()
+    with pytest.raises(ValueError):
+        CompletionPolicy(tolerated_failure_percentage=120)
