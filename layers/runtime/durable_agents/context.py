@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from durable_agents.agent import AgentDefinition
 from durable_agents.errors import NestedOperationError, ReplayDivergedError
 from durable_agents.ids import check_name, format_position, name_of
 from durable_agents.invocation import Invocation, OpRecord
@@ -203,6 +204,66 @@ class DurableContext:
         from durable_agents.operations.llm import run_llm  # noqa: PLC0415
 
         return run_llm(self, check_name(name), request, config, stream=stream, retry=retry)
+
+    def invoke(self, agent: AgentDefinition[Any, T], value: Any, *, name: str | None = None) -> T:
+        """Runs a sub-agent as a child run and waits for its output (holding no compute).
+
+        The child is started exactly once, however often this run replays: its id comes from
+        this operation's position and creating it is a conditional write.
+
+        Args:
+            agent: The sub-agent (what ``@agent`` returned); it must be deployed too.
+            value: Its input.
+            name: The operation name (defaults to the agent name).
+
+        Returns:
+            The child's output.
+
+        Raises:
+            ChildRunFailedError: If the child run failed (its error type and message inside).
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        from durable_agents.operations.invoke import run_invoke  # noqa: PLC0415
+
+        return run_invoke(self, agent, value, check_name(name or agent.name))  # type: ignore[no-any-return]
+
+    def wait_for_condition(
+        self,
+        check: Callable[[Any], Any],
+        *,
+        initial_state: Any,
+        until: Callable[[Any], bool],
+        name: str = "condition",
+        max_attempts: int = 60,
+        delay_seconds: float = 5.0,
+        backoff_rate: float = 1.5,
+        max_delay_seconds: float = 300.0,
+    ) -> Any:
+        """Polls durably: ``state = check(state)`` until ``until(state)``, sleeping in between.
+
+        Each check is a recorded step and each pause a durable timer, so the state threads
+        through suspensions and crashes; nothing is held while waiting.
+
+        Returns:
+            The first state for which ``until`` is true.
+
+        Raises:
+            ConditionNotMetError: If ``max_attempts`` checks did not satisfy ``until``.
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        from durable_agents.operations.condition import run_condition  # noqa: PLC0415
+
+        return run_condition(
+            self,
+            check_name(name),
+            check,
+            initial_state,
+            until,
+            max_attempts,
+            delay_seconds,
+            backoff_rate,
+            max_delay_seconds,
+        )
 
     def parallel(
         self,

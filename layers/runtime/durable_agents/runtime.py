@@ -378,6 +378,8 @@ class Runtime:
                     },
                 )
             )
+            if header.parent_run_id:  # a sub-agent finished: wake its parent
+                events.append(step_ready(header.parent_run_id, "child-finished"))
         if events:
             self.publisher.publish(events)
 

@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from durable_agents.agent import AgentDefinition, AgentRegistry
 from durable_agents.clock import SkipClock
-from durable_agents.events import CollectingPublisher, OutgoingEvent
+from durable_agents.events import STEP_READY, CollectingPublisher, OutgoingEvent
 from durable_agents.invocation import InvocationHooks, group_entries
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.store import JournalStore
@@ -174,6 +174,7 @@ class AgentTestRunner:
         clock: The skip-clock (a new one by default).
         lease_seconds: The claim lease a crashed invocation leaves behind.
         max_invocations: A safety bound against agents that never finish.
+        agents: Sub-agents the agent calls with ``ctx.invoke`` (driven like the main run).
     """
 
     __test__ = False
@@ -187,6 +188,7 @@ class AgentTestRunner:
         clock: SkipClock | None = None,
         lease_seconds: float = 60.0,
         max_invocations: int = 100_000,
+        agents: Sequence[AgentDefinition[Any, Any]] = (),
     ):
         if mode not in ("continuous", "faithful"):
             raise ValueError("mode is 'continuous' or 'faithful'")
@@ -198,6 +200,8 @@ class AgentTestRunner:
         self.max_invocations = max_invocations
         self.registry = AgentRegistry()
         self.registry.add(agent_definition)
+        for sub_agent in agents:  # sub-agents the agent invokes
+            self.registry.add(sub_agent)
         self.publisher = CollectingPublisher()
         self.runtime = Runtime(
             self.journal, registry=self.registry, publisher=self.publisher, clock=self.clock
@@ -231,36 +235,49 @@ class AgentTestRunner:
         hooks = _CrashHooks(crashes)
         budget = 1 if self.mode == "faithful" else None
         outcomes: list[InvocationOutcome] = []
-        # Pending invocations, as the bus would deliver them: None = untargeted, else the
-        # parallel branch a Step Ready event was sent to advance.
-        queue: deque[str | None] = deque([None])
-        timers: list[int] = []
+        # Invocations to make, as EventBridge would deliver the published Step Ready events:
+        # (run id, parent branch target or None). Sub-agent runs are driven too.
+        queue: deque[tuple[str, str | None]] = deque([(run_id, None)])
+        seen = len(self.publisher.events)
+        timers: list[tuple[int, str]] = []
         for _ in range(self.max_invocations):
             if not queue:
                 if self.journal.get_run(run_id).status in _SETTLED or not timers:
                     break  # finished, paused, or waiting for something outside
-                self.clock.advance_to(min(timers))
-                timers.clear()
-                queue.append(None)
+                due = min(t for t, _ in timers)
+                self.clock.advance_to(due)
+                queue.extend((rid, None) for t, rid in timers if t <= due)
+                timers = [(t, rid) for t, rid in timers if t > due]
                 continue
-            target = queue.popleft()
+            current, target = queue.popleft()
             try:
                 outcome = self.runtime.execute(
-                    run_id, budget=budget, remaining_ms=self.lease_ms, hooks=hooks, target=target
+                    current,
+                    budget=budget,
+                    remaining_ms=self.lease_ms,
+                    hooks=hooks,
+                    target=target,
                 )
             except SimulatedCrash:
                 # The platform's view of a dead process: its lease runs out, the event is
                 # delivered again.
                 self.clock.advance(self.lease_ms + 10_000)
-                queue.append(target)
+                queue.append((current, target))
                 continue
-            outcomes.append(outcome)
-            if outcome.kind is OutcomeKind.CONTINUE:
-                queue.extend(outcome.targets or (None,))
-            elif outcome.kind in (OutcomeKind.SUSPENDED, OutcomeKind.CONTENDED):
+            if current == run_id:
+                outcomes.append(outcome)
+            for event in self.publisher.events[seen:]:
+                if event.detail_type == STEP_READY:
+                    queue.append((event.detail["run_id"], event.detail.get("target")))
+            seen = len(self.publisher.events)
+            if outcome.kind in (OutcomeKind.SUSPENDED, OutcomeKind.CONTENDED):
                 if outcome.wake_at_ms is not None:
-                    timers.append(outcome.wake_at_ms)
-            elif outcome.kind is not OutcomeKind.NOOP:
+                    timers.append((outcome.wake_at_ms, current))
+            elif current == run_id and outcome.kind in (
+                OutcomeKind.SUCCEEDED,
+                OutcomeKind.FAILED,
+                OutcomeKind.PAUSED,
+            ):
                 break
         else:
             raise RuntimeError(f"run {run_id} did not settle in {self.max_invocations} invocations")

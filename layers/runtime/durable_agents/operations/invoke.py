@@ -1,0 +1,126 @@
+"""``ctx.invoke``: a sub-agent as a child run, started exactly once however often it replays.
+
+The child's run id is derived from the parent's operation id, and creating a run is a
+conditional write: a replay (or a duplicate invocation) that tries to start it again adopts the
+existing child instead of creating a second worker. The parent suspends; when the child
+finishes, the runtime publishes ``Step Ready`` for the parent, whose replay records the child's
+outcome as this operation's result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from durable_agents.errors import (
+    DurableError,
+    EntryConflictError,
+    RunStateConflictError,
+    SuspendExecution,
+)
+from durable_agents.events import step_ready
+from durable_agents.invocation import Reason, Suspension
+from durable_agents.models import EntryType, OpKind, RunStatus
+from durable_agents.serde import canonical_json, decode, error_info
+
+if TYPE_CHECKING:
+    from durable_agents.agent import AgentDefinition
+    from durable_agents.context import DurableContext
+
+
+class ChildRunFailedError(DurableError):
+    """A sub-agent's run failed; carries its id and its error's type and message."""
+
+    recorded_fields = ("child_run_id", "error_type", "error_message")
+
+    def __init__(self, child_run_id: str, error_type: str, error_message: str):
+        self.child_run_id = child_run_id
+        self.error_type = error_type
+        self.error_message = error_message
+        super().__init__(f"sub-agent run {child_run_id} failed: {error_type}: {error_message}")
+
+
+def child_run_id(parent_run_id: str, operation_id: str, name: str) -> str:
+    """The child's run id: readable, deterministic, within the run-id alphabet and length."""
+    digest = hashlib.sha256(operation_id.encode()).hexdigest()[:12]
+    return f"{parent_run_id[:80]}.{name[:30]}.{digest}"
+
+
+def run_invoke(ctx: DurableContext, agent: AgentDefinition[Any, Any], value: Any, name: str) -> Any:
+    """Starts, awaits or replays one sub-agent run (see ``DurableContext.invoke``)."""
+    from durable_agents.runtime import Runtime  # noqa: PLC0415 - the runtime imports operations
+
+    inv = ctx.invocation
+    position, op_id, record = ctx.next_operation(OpKind.INVOKE, name)
+    if record is not None and record.result is not None:
+        return inv.replay(record.result, agent.output_type)
+    child_id = child_run_id(inv.run_id, op_id, name)
+    if record is None or record.scheduled is None:
+        inv.take_budget(op_id)
+        runtime = Runtime(inv.store, registry=inv.registry, clock=inv.clock)
+        # Creating the child is idempotent by id: a second attempt adopts the existing run.
+        with contextlib.suppress(EntryConflictError):
+            runtime.start_run(agent.name, value, run_id=child_id, parent_run_id=inv.run_id)
+        inv.pending_events.append(step_ready(child_id, "started"))
+        started = inv.entry(
+            position,
+            op_id,
+            OpKind.INVOKE,
+            name,
+            EntryType.SCHEDULED,
+            value=canonical_json({"child_run_id": child_id}),
+        )
+        try:
+            inv.commit(
+                [started],
+                Suspension(None, {"kind": "invoke", "op_id": op_id, "child_run_id": child_id}),
+            )
+        except EntryConflictError as exc:
+            raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+        inv.executed.append(op_id)
+        raise SuspendExecution(Reason.EXTERNAL, detail=f"sub-agent {child_id}")
+    child = inv.store.get_run(child_id)
+    if not child.status.terminal:
+        if inv.header.status is not RunStatus.SUSPENDED:
+            try:  # a replay found the child still running: sleep again
+                inv.commit(
+                    [],
+                    Suspension(None, {"kind": "invoke", "op_id": op_id, "child_run_id": child_id}),
+                )
+            except RunStateConflictError as exc:
+                raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+        raise SuspendExecution(Reason.EXTERNAL, detail=f"sub-agent {child_id}")
+    if child.status is RunStatus.SUCCEEDED:
+        done = inv.entry(
+            position,
+            op_id,
+            OpKind.INVOKE,
+            name,
+            EntryType.SUCCEEDED,
+            value=child.result,
+            meta={"child_run_id": child_id},
+        )
+    else:
+        error = child.error
+        failure = ChildRunFailedError(
+            child_id, error.type if error else "Unknown", error.message if error else ""
+        )
+        done = inv.entry(
+            position,
+            op_id,
+            OpKind.INVOKE,
+            name,
+            EntryType.FAILED,
+            error=error_info(failure),
+            meta={"child_run_id": child_id},
+        )
+    try:
+        inv.commit([done])
+    except EntryConflictError as exc:
+        raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+    return (
+        inv.replay(done, agent.output_type)
+        if done.type is EntryType.FAILED
+        else decode(done.value, agent.output_type)
+    )
