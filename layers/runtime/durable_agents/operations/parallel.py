@@ -188,6 +188,7 @@ def run_batch(
         )
 
     dispatch: list[str] = []
+    wakes: list[int] = []
     finished_here = False
     for state, branch in zip(states, branches, strict=True):
         if _decided(policy, states) is not None:
@@ -212,10 +213,9 @@ def run_batch(
                 dispatch.extend(signal.targets or (state.position,))
             elif signal.reason == Reason.DISPATCH:
                 dispatch.extend(signal.targets)
-            elif signal.reason == Reason.CONTENDED:
-                pass  # someone else advances it
-            else:
-                pass  # waiting on a timer or the outside; its wake-up event looks again
+            elif signal.wake_at_ms is not None:
+                wakes.append(signal.wake_at_ms)  # a timer, a retry delay, a held claim
+            # otherwise: someone else advances it, or it waits on the outside
         finally:
             inv.branches.pop()
 
@@ -231,6 +231,10 @@ def run_batch(
     if finished_here and inv.target is not None:
         # This invocation finished a branch; an untargeted look decides the batch.
         raise SuspendExecution(Reason.CONTINUE, detail=f"branch of {op_id} finished")
+    if wakes:
+        raise SuspendExecution(
+            Reason.TIMER, wake_at_ms=min(wakes), detail=f"{op_id} waits for its branches"
+        )
     raise SuspendExecution(Reason.EXTERNAL, detail=f"{op_id} waits for its branches")
 
 
