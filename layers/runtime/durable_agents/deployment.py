@@ -13,6 +13,9 @@ from durable_agents.errors import ConfigurationError
 from durable_agents.events import EventBridgePublisher
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.payloads import S3PayloadStore
+from durable_agents.llm.bedrock import BedrockProvider
+from durable_agents.llm.scripted import ScriptedProvider
+from durable_agents.llm.types import LlmProvider
 from durable_agents.runtime import Runtime
 
 
@@ -27,6 +30,12 @@ class Settings:
         agent_modules: ``AGENT_MODULES``: comma-separated modules whose agents to register.
         stall_after_seconds: ``STALL_AFTER_SECONDS``: when the reconciler re-drives a quiet
             RUNNING run.
+        scripted_model_file: ``SCRIPTED_MODEL_FILE``: a model script; when set, the
+            ``scripted`` provider answers ``ModelConfig(provider="scripted")`` calls.
+        bedrock_region: ``BEDROCK_REGION``: the region of the ``bedrock-runtime`` client (the
+            function's own region if unset).
+        bedrock_read_timeout_seconds: ``BEDROCK_READ_TIMEOUT``: how long one model call may
+            take to answer (botocore's default of 60 s cuts off long generations).
     """
 
     journal_table: str
@@ -34,6 +43,9 @@ class Settings:
     payload_bucket: str | None
     agent_modules: tuple[str, ...]
     stall_after_seconds: int = 300
+    scripted_model_file: str | None = None
+    bedrock_region: str | None = None
+    bedrock_read_timeout_seconds: int = 120
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -50,6 +62,10 @@ class Settings:
             stall = int(env.get("STALL_AFTER_SECONDS", "300"))
         except ValueError as exc:
             raise ConfigurationError("STALL_AFTER_SECONDS must be an integer") from exc
+        try:
+            read_timeout = int(env.get("BEDROCK_READ_TIMEOUT", "120"))
+        except ValueError as exc:
+            raise ConfigurationError("BEDROCK_READ_TIMEOUT must be an integer") from exc
         return cls(
             journal_table=env["JOURNAL_TABLE"],
             event_bus_name=env["EVENT_BUS_NAME"],
@@ -58,7 +74,45 @@ class Settings:
                 m.strip() for m in env.get("AGENT_MODULES", "").split(",") if m.strip()
             ),
             stall_after_seconds=stall,
+            scripted_model_file=env.get("SCRIPTED_MODEL_FILE") or None,
+            bedrock_region=env.get("BEDROCK_REGION") or None,
+            bedrock_read_timeout_seconds=read_timeout,
         )
+
+
+def build_providers(settings: Settings, session: Any) -> dict[str, LlmProvider]:
+    """The model providers: ``bedrock`` always, ``scripted`` when a script file is configured.
+
+    The ``bedrock-runtime`` client is made here, once per process; making it sends no request.
+    A real boto3 session gets the region and read timeout from the settings; other sessions
+    (the local one) are asked for a plain client.
+
+    Args:
+        settings: The deployment settings.
+        session: A boto3 session, or anything with ``client(service_name)``.
+
+    Raises:
+        ConfigurationError: If the model script cannot be read or is invalid.
+    """
+    import boto3  # noqa: PLC0415 - keep boto3 out of the import path of pure library use
+    from botocore.config import Config  # noqa: PLC0415
+
+    if isinstance(session, boto3.session.Session):
+        client = session.client(
+            "bedrock-runtime",
+            region_name=settings.bedrock_region,
+            config=Config(
+                read_timeout=settings.bedrock_read_timeout_seconds,
+                connect_timeout=5,
+                retries={"mode": "standard", "max_attempts": 3},
+            ),
+        )
+    else:
+        client = session.client("bedrock-runtime")
+    providers: dict[str, LlmProvider] = {"bedrock": BedrockProvider(client)}
+    if settings.scripted_model_file:
+        providers["scripted"] = ScriptedProvider.from_file(settings.scripted_model_file)
+    return providers
 
 
 def build_runtime(
@@ -69,7 +123,7 @@ def build_runtime(
     clock: Clock | None = None,
     logger: Any = None,
 ) -> Runtime:
-    """Builds a Runtime on DynamoDB, S3 and EventBridge.
+    """Builds a Runtime on DynamoDB, S3 and EventBridge, with the model providers.
 
     Args:
         settings: The deployment settings.
@@ -79,7 +133,8 @@ def build_runtime(
         logger: The base logger for agents.
 
     Raises:
-        ConfigurationError: If an agent module cannot be imported.
+        ConfigurationError: If an agent module cannot be imported or the model script is
+            invalid.
     """
     import boto3  # noqa: PLC0415 - keep boto3 out of the import path of pure library use
 
@@ -93,4 +148,11 @@ def build_runtime(
     publisher = EventBridgePublisher(session.client("events"), settings.event_bus_name)
     registry = registry or default_registry
     registry.import_modules(settings.agent_modules)
-    return Runtime(store, registry=registry, publisher=publisher, clock=clock, logger=logger)
+    return Runtime(
+        store,
+        registry=registry,
+        publisher=publisher,
+        clock=clock,
+        logger=logger,
+        providers=build_providers(settings, session),
+    )

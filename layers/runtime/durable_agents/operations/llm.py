@@ -7,6 +7,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from durable_agents.errors import ConfigurationError
+from durable_agents.llm.bedrock import ModelRequestError
 from durable_agents.llm.types import LlmRequest, LlmResponse, ModelConfig, StreamSink
 from durable_agents.models import OpKind
 from durable_agents.operations.step import StepInfo, run_step
@@ -19,7 +20,14 @@ if TYPE_CHECKING:
 _log = logging.getLogger("durable_agents.streams")
 
 # Model calls fail transiently (throttling, timeouts); they are safe to repeat (at least once).
-LLM_RETRY = RetryPolicy(max_attempts=4, initial_delay_seconds=2, backoff_rate=2, jitter=0.5)
+# A bad request or a missing provider fails the same way every time: never retried.
+LLM_RETRY = RetryPolicy(
+    max_attempts=4,
+    initial_delay_seconds=2,
+    backoff_rate=2,
+    jitter=0.5,
+    non_retryable=(ModelRequestError, ConfigurationError),
+)
 
 
 class _SafeSink:
