@@ -135,8 +135,8 @@ class DurableContext:
         from durable_agents.operations.tool import run_tool  # noqa: PLC0415
 
         op_name = check_name(name) if name is not None else tool.name
-        if tool.requires_approval:
-            model = tool.request_model.model_validate(request)
+        model = tool.request_model.model_validate(request)
+        if tool.needs_approval(model):
             decision = self.wait_for_approval(
                 f"{op_name}-approval",
                 request=model,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.resources
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -111,7 +112,8 @@ def build_providers(settings: Settings, session: Any) -> dict[str, LlmProvider]:
         client = session.client("bedrock-runtime")
     providers: dict[str, LlmProvider] = {"bedrock": BedrockProvider(client)}
     if settings.scripted_model_file:
-        providers["scripted"] = ScriptedProvider.from_file(settings.scripted_model_file)
+        path = resolve_resource(settings.scripted_model_file)
+        providers["scripted"] = ScriptedProvider.from_file(path)
     return providers
 
 
@@ -156,3 +158,25 @@ def build_runtime(
         logger=logger,
         providers=build_providers(settings, session),
     )
+
+
+def resolve_resource(spec: str) -> str:
+    """Resolves a file path, or ``package:relative/path`` inside an importable package.
+
+    The package form works the same in Lambda (``/var/task``) and in local mode (the repo),
+    whatever the working directory.
+
+    Raises:
+        ConfigurationError: If neither form names an existing file.
+    """
+    if os.path.exists(spec):
+        return spec
+    package, sep, relative = spec.partition(":")
+    if sep and package and relative:
+        try:
+            candidate = importlib.resources.files(package).joinpath(relative)
+        except ModuleNotFoundError as exc:
+            raise ConfigurationError(f"no package {package!r} for {spec!r}") from exc
+        if candidate.is_file():
+            return str(candidate)
+    raise ConfigurationError(f"file {spec!r} not found (use a path or package:relative/path)")

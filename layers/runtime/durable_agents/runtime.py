@@ -291,6 +291,8 @@ class Runtime:
     def _suspended(
         self, run_id: str, signal: SuspendExecution, inv: Invocation
     ) -> InvocationOutcome:
+        if signal.reason in (Reason.TIMER, Reason.EXTERNAL):
+            self._mark_suspended(inv, signal)
         kind = {
             Reason.CONTINUE: OutcomeKind.CONTINUE,
             Reason.DISPATCH: OutcomeKind.CONTINUE,
@@ -306,6 +308,30 @@ class Runtime:
             targets=signal.targets,
             external=signal.reason == Reason.EXTERNAL,
         )
+
+    def _mark_suspended(self, inv: Invocation, signal: SuspendExecution) -> None:
+        """Makes the header say the run waits, when nothing in this invocation said so.
+
+        Needed when the waiting happens inside parallel branches: a sibling's commit may have
+        set the run RUNNING after a branch suspended it. A wait's own commit normally did it
+        already (no extra write then).
+        """
+        header = inv.header
+        if header.status is RunStatus.SUSPENDED and header.wake_at_ms == signal.wake_at_ms:
+            return
+        waiting = header.waiting_on if header.status is RunStatus.SUSPENDED else None
+        change = RunChange(
+            expected=_ACTIVE,
+            status=RunStatus.SUSPENDED,
+            updated_at_ms=self.clock.now_ms(),
+            wake_at_ms=signal.wake_at_ms,
+            waiting_on=waiting or {"kind": "branches", "detail": signal.detail},
+        )
+        try:
+            self.store.commit(inv.run_id, [], change)
+        except RunStateConflictError:
+            return  # paused or finished meanwhile: that status stands
+        inv.header = change.apply(header)
 
     def _finish(
         self,

@@ -58,6 +58,7 @@ def run_invoke(ctx: DurableContext, agent: AgentDefinition[Any, Any], value: Any
     child_id = child_run_id(inv.run_id, op_id, name)
     if record is None or record.scheduled is None:
         inv.take_budget(op_id)
+        inv.hooks.before_claim(op_id)
         runtime = Runtime(inv.store, registry=inv.registry, clock=inv.clock)
         # Creating the child is idempotent by id: a second attempt adopts the existing run.
         with contextlib.suppress(EntryConflictError):
@@ -79,8 +80,13 @@ def run_invoke(ctx: DurableContext, agent: AgentDefinition[Any, Any], value: Any
         except EntryConflictError as exc:
             raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
         inv.executed.append(op_id)
+        inv.hooks.after_record(op_id)
         raise SuspendExecution(Reason.EXTERNAL, detail=f"sub-agent {child_id}")
     child = inv.store.get_run(child_id)
+    if child.status is RunStatus.RUNNING:
+        # The child's first Step Ready may have been lost with a crashed parent invocation:
+        # nudging it again is harmless (its claims make duplicates no-ops).
+        inv.pending_events.append(step_ready(child_id, "parent-replayed"))
     if not child.status.terminal:
         if inv.header.status is not RunStatus.SUSPENDED:
             try:  # a replay found the child still running: sleep again

@@ -152,6 +152,7 @@ class Tool(Generic[Req, Res]):
         max_attempts: Executions allowed before giving up (or asking a person).
         requires_approval: A person approves the exact canonical request before PREPARE.
         approvers: Who may approve (patterns, see ``durable_agents.waits.principals``).
+        approval_when: When set, approval is needed only if it returns true for the request.
         approval_timeout_seconds: How long the approval may stay pending (None = forever).
     """
 
@@ -168,6 +169,13 @@ class Tool(Generic[Req, Res]):
     requires_approval: bool = False
     approvers: tuple[str, ...] = ()
     approval_timeout_seconds: float | None = None
+    approval_when: Callable[[Req], bool] | None = None
+
+    def needs_approval(self, request: Req) -> bool:
+        """Whether this call must be approved first (``approval_when`` decides, if given)."""
+        if not self.requires_approval:
+            return False
+        return self.approval_when is None or bool(self.approval_when(request))
 
     @property
     def reversible(self) -> bool:
@@ -209,6 +217,7 @@ def tool(
     requires_approval: bool = False,
     approvers: tuple[str, ...] | list[str] = (),
     approval_timeout_seconds: float | None = None,
+    approval_when: Callable[[Any], bool] | None = None,
     registry: ToolRegistry | None = None,
 ) -> Callable[[Callable[[Req, ToolCall], Any]], Tool[Req, Any]]:
     """Declares a tool.
@@ -225,6 +234,8 @@ def tool(
             what executes is exactly what was approved.
         approvers: Who may approve (``user:…``, ``group:…``, ``iam:…``).
         approval_timeout_seconds: How long the approval may stay pending.
+        approval_when: Ask only when this is true of the request (for example refunds above
+            a threshold); it must be a pure function of the request.
         registry: Where to register (the default tool registry if omitted).
 
     Returns:
@@ -278,6 +289,7 @@ def tool(
             requires_approval=requires_approval,
             approvers=tuple(approvers),
             approval_timeout_seconds=approval_timeout_seconds,
+            approval_when=approval_when,
         )
         (registry or default_tools).add(declared)
         return declared

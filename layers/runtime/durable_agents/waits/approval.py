@@ -138,6 +138,7 @@ def run_wait_for_approval(ctx: DurableContext, name: str, spec: ApprovalSpec) ->
         inv.store.commit(inv.run_id, [waiting], suspend, wait=WaitChange(pending))
     except (EntryConflictError, WaitConflictError, RunStateConflictError) as exc:
         raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+    inv.header = suspend.apply(inv.header)
     inv.pending_events.append(approval_requested(pending))
     raise SuspendExecution(Reason.EXTERNAL, detail=f"approval {approval_id}")
 

@@ -154,6 +154,7 @@ def _await(ctx: DurableContext, handle: Callback) -> Any:
         inv.store.commit(inv.run_id, [], suspend)
     except RunStateConflictError as exc:
         raise SuspendExecution(Reason.CONTENDED, detail=handle.callback_id) from exc
+    inv.header = suspend.apply(inv.header)
     raise SuspendExecution(Reason.EXTERNAL, detail=f"callback {handle.callback_id}")
 
 
