@@ -39,7 +39,15 @@ from durable_agents.events import STEP_READY, CollectingPublisher, OutgoingEvent
 from durable_agents.invocation import InvocationHooks, group_entries
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import Entry, EntryType, ErrorInfo, RunHeader, RunStatus
+from durable_agents.models import (
+    Entry,
+    EntryType,
+    ErrorInfo,
+    RunHeader,
+    RunStatus,
+    WaitRecord,
+    WaitStatus,
+)
 from durable_agents.runtime import InvocationOutcome, OutcomeKind, Runtime
 from durable_agents.serde import decode
 
@@ -282,6 +290,63 @@ class AgentTestRunner:
         else:
             raise RuntimeError(f"run {run_id} did not settle in {self.max_invocations} invocations")
         return self.inspect(run_id, outcomes=outcomes, crashes=hooks.fired)
+
+    def pending_waits(self, run_id: str, kind: str) -> list[WaitRecord]:
+        """The run's pending approvals (``kind="approval"``) or callbacks (``"callback"``)."""
+        return [w for w in self.journal.list_waits(kind, WaitStatus.PENDING) if w.run_id == run_id]
+
+    def decide(
+        self, run_id: str, *, approved: bool, decided_by: str = "user:test", comment: str = ""
+    ) -> TestResult:
+        """Decides the run's one pending approval as a person would, then drives the run on.
+
+        Raises:
+            ValueError: If the run has no pending approval, or several.
+        """
+        from durable_agents.waits.approval import record_decision  # noqa: PLC0415
+
+        pending = self.pending_waits(run_id, "approval")
+        if len(pending) != 1:
+            raise ValueError(f"run {run_id} has {len(pending)} pending approvals, not one")
+        record_decision(
+            self.journal,
+            self.clock,
+            pending[0],
+            approved=approved,
+            decided_by=decided_by,
+            comment=comment,
+            via="test",
+        )
+        return self.resume(run_id)
+
+    def complete_callback(
+        self,
+        run_id: str,
+        name: str,
+        *,
+        result: Any = None,
+        error_type: str | None = None,
+        error_message: str = "",
+    ) -> TestResult:
+        """Completes the run's pending callback called ``name``, then drives the run on.
+
+        Raises:
+            ValueError: If the run has no pending callback with that name.
+        """
+        from durable_agents.waits.callback import complete_callback  # noqa: PLC0415
+
+        matching = [w for w in self.pending_waits(run_id, "callback") if w.name == name]
+        if not matching:
+            raise ValueError(f"run {run_id} has no pending callback {name!r}")
+        complete_callback(
+            self.journal,
+            self.clock,
+            matching[0],
+            result=result,
+            error_type=error_type,
+            error_message=error_message,
+        )
+        return self.resume(run_id)
 
     def inspect(
         self,
