@@ -1,0 +1,1 @@
+"""The Api's route groups (Powertools ``Router``s included by ``api.app``)."""

@@ -1,0 +1,363 @@
+"""Approvals: list, show and decide — as an IAM caller, a person with a JWT, or a signed link.
+
+* ``/approvals…`` (IAM, SigV4): operators and services; they also mint signed links.
+* ``/people/approvals/{id}`` (API Gateway auth NONE; the JWT is verified here).
+* ``/links/approvals/{id}`` (API Gateway auth NONE; the link's HMAC is verified here).
+
+Every path ends in ``approval.record_decision``, which records a decision once: the first one
+wins, a second gets 409 with the first, and one after the deadline gets 410.
+"""
+
+from __future__ import annotations
+
+import os
+from http import HTTPStatus
+from typing import Literal
+from urllib.parse import quote
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.approval_page import render_approval_page, render_message_page
+from api.routes.common import (
+    BadRequest,
+    UnprocessableRequest,
+    approval_view,
+    find_wait,
+    form_or_json_body,
+    header,
+    html,
+    ok,
+    prefers_html,
+    public_base_url,
+    runtime,
+    wake,
+)
+from durable_agents.models import WaitRecord, WaitStatus
+from durable_agents.views import iso
+from durable_agents.waits.approval import KIND, expire_approval, record_decision
+from durable_agents.waits.auth import (
+    LINK_TTL_RANGE,
+    MAX_LINK_CHARS,
+    AuthUnavailableError,
+    JwtVerifier,
+    LinkClaims,
+    LinkSigner,
+    NotAnApproverError,
+    SecretsManagerKey,
+    bearer_token,
+    jwt_verifier_from_env,
+    principal_from_iam,
+)
+from durable_agents.waits.principals import Principal, may_decide
+from durable_agents.waits.records import WaitGoneError
+
+logger = Logger(child=True)
+router = Router()  # type: ignore[no-untyped-call]
+
+MAX_LIST = 100
+STATES: dict[str, tuple[WaitStatus, bool | None]] = {
+    "pending": (WaitStatus.PENDING, None),
+    "approved": (WaitStatus.COMPLETED, True),
+    "rejected": (WaitStatus.COMPLETED, False),
+    "expired": (WaitStatus.EXPIRED, None),
+}
+
+# Built on first use, once per execution environment (configuration is read at this edge).
+_jwt_verifier: JwtVerifier | None = None
+_link_signer: LinkSigner | None = None
+
+
+def jwt_verifier() -> JwtVerifier:
+    """The verifier for ``JWT_ISSUER`` / ``JWT_AUDIENCE`` / ``JWT_JWKS_URL``.
+
+    Raises:
+        AuthUnavailableError: If JWT sign-in is not configured.
+    """
+    global _jwt_verifier  # noqa: PLW0603 - one verifier (and JWKS cache) per environment
+    if _jwt_verifier is None:
+        _jwt_verifier = jwt_verifier_from_env(os.environ)
+    return _jwt_verifier
+
+
+def link_signer() -> LinkSigner:
+    """The signer keyed by the secret ``APPROVAL_LINK_SECRET_ARN`` names.
+
+    Raises:
+        AuthUnavailableError: If signed links are not configured.
+    """
+    global _link_signer  # noqa: PLW0603 - one signer (and key cache) per environment
+    if _link_signer is None:
+        arn = os.environ.get("APPROVAL_LINK_SECRET_ARN", "").strip()
+        if not arn:
+            raise AuthUnavailableError(
+                "signed links are not configured for this deployment "
+                "(APPROVAL_LINK_SECRET_ARN is not set)"
+            )
+        import boto3  # noqa: PLC0415 - only link routes need Secrets Manager
+
+        _link_signer = LinkSigner(SecretsManagerKey(boto3.client("secretsmanager"), arn))
+    return _link_signer
+
+
+class DecisionRequest(BaseModel):
+    """Body of a decision: ``POST /approvals/{id}`` and ``POST /people/approvals/{id}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    decision: Literal["approve", "reject"]
+    comment: str = Field(default="", max_length=2000)
+
+
+class LinkDecisionRequest(DecisionRequest):
+    """Body of ``POST /links/approvals/{id}`` (JSON or an HTML form)."""
+
+    token: str = Field(min_length=1, max_length=MAX_LINK_CHARS)
+
+
+class MintLinkRequest(BaseModel):
+    """Body of ``POST /approvals/{id}/links``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    approver: str = Field(min_length=1, max_length=512)
+    ttl_seconds: int = Field(default=86_400, ge=LINK_TTL_RANGE[0], le=LINK_TTL_RANGE[1])
+
+
+def _event() -> APIGatewayProxyEvent:
+    event = router.current_event
+    assert isinstance(event, APIGatewayProxyEvent)
+    return event
+
+
+def _authorize(principal: Principal, record: WaitRecord) -> None:
+    if not may_decide(principal, record.details.get("approvers", [])):
+        who = (
+            f"the link's approver {principal.identity}"
+            if principal.via == "link"
+            else principal.display
+        )
+        raise NotAnApproverError(f"{who} is not among the approvers of {record.wait_id}")
+
+
+def _ensure_open(record: WaitRecord) -> None:
+    """Raises WaitGoneError if the approval was decided or its deadline passed (expiring it)."""
+    if record.status is not WaitStatus.PENDING:
+        raise WaitGoneError(record)
+    rt = runtime()
+    if record.deadline_ms is not None and rt.clock.now_ms() >= record.deadline_ms:
+        try:
+            record = expire_approval(rt.store, rt.clock, record)
+        except WaitGoneError as exc:
+            record = exc.record
+        if record.status is WaitStatus.EXPIRED:
+            wake(record.run_id, "approval-expired")
+        raise WaitGoneError(record)
+
+
+def _decide(
+    record: WaitRecord, request: DecisionRequest, *, decided_by: str, via: str
+) -> WaitRecord:
+    _ensure_open(record)
+    rt = runtime()
+    try:
+        settled = record_decision(
+            rt.store,
+            rt.clock,
+            record,
+            approved=request.decision == "approve",
+            decided_by=decided_by,
+            comment=request.comment,
+            via=via,
+        )
+    except WaitGoneError as exc:
+        if exc.record.status is WaitStatus.EXPIRED:
+            wake(exc.record.run_id, "approval-expired")
+        raise
+    wake(settled.run_id, "approval-decided")
+    logger.info(
+        "approval decided",
+        extra={
+            "approval_id": settled.wait_id,
+            "run_id": settled.run_id,
+            "approved": request.decision == "approve",
+            "via": via,
+            "decided_by": decided_by,
+        },
+    )
+    return settled
+
+
+def _show(record: WaitRecord, *, token: str | None = None) -> Response[str]:
+    if prefers_html(_event()):
+        # Relative: the form posts to the page's own path, whatever the stage or domain.
+        page = render_approval_page(record, action_url=quote(record.wait_id), token=token)
+        return html(HTTPStatus.OK, page)
+    return ok(HTTPStatus.OK, approval_view(record))
+
+
+def _decided(record: WaitRecord) -> Response[str]:
+    if prefers_html(_event()):
+        state = "approved" if (record.outcome or {}).get("approved") else "rejected"
+        return html(
+            HTTPStatus.OK,
+            render_message_page(
+                "Decision recorded", f"You {state} this request. The agent continues now."
+            ),
+        )
+    return ok(HTTPStatus.OK, approval_view(record))
+
+
+# -------------------------------------------------------------------------------- IAM (SigV4)
+@router.get("/approvals")
+def list_approvals() -> Response[str]:
+    """Lists approvals by ``status`` (pending, approved, rejected, expired), oldest first."""
+    event = _event()
+    principal_from_iam(event.raw_event)
+    params = event.query_string_parameters or {}
+    state = (params.get("status") or "pending").lower()
+    if state not in STATES:
+        raise BadRequest(f"unknown status {state!r}; use one of {', '.join(STATES)}")
+    try:
+        limit = int(params.get("limit", str(MAX_LIST)))
+    except ValueError as exc:
+        raise BadRequest("limit must be an integer") from exc
+    if not 1 <= limit <= MAX_LIST:
+        raise BadRequest(f"limit must be between 1 and {MAX_LIST}")
+    status, approved = STATES[state]
+    records = runtime().store.list_waits(KIND, status, limit=MAX_LIST)
+    if approved is not None:
+        records = [r for r in records if bool((r.outcome or {}).get("approved")) is approved]
+    return ok(HTTPStatus.OK, {"approvals": [approval_view(r) for r in records[:limit]]})
+
+
+@router.get("/approvals/<approval_id>")
+def get_approval(approval_id: str) -> Response[str]:
+    """Shows one approval (JSON, or HTML when the ``Accept`` header prefers it)."""
+    principal_from_iam(_event().raw_event)
+    return _show(find_wait(KIND, approval_id))
+
+
+@router.post("/approvals/<approval_id>")
+def decide_approval(approval_id: str) -> Response[str]:
+    """Records the SigV4 caller's decision, if an ``iam:`` approver pattern matches it."""
+    event = _event()
+    principal = principal_from_iam(event.raw_event)
+    record = find_wait(KIND, approval_id)
+    _authorize(principal, record)
+    request = DecisionRequest.model_validate(form_or_json_body(event))
+    settled = _decide(record, request, decided_by=principal.display, via="iam")
+    return _decided(settled)
+
+
+@router.post("/approvals/<approval_id>/links")
+def mint_link(approval_id: str) -> Response[str]:
+    """Mints a signed, expiring link for one of the approval's approver patterns.
+
+    The link is a credential: whoever holds it decides as that approver. Grant
+    ``execute-api:Invoke`` on this route only to the service that delivers links.
+    """
+    event = _event()
+    caller = principal_from_iam(event.raw_event)
+    record = find_wait(KIND, approval_id)
+    request = MintLinkRequest.model_validate(form_or_json_body(event))
+    if request.approver not in record.details.get("approvers", []):
+        raise UnprocessableRequest(
+            f"{request.approver!r} is not one of the approvers of {record.wait_id}"
+        )
+    _ensure_open(record)
+    token, claims = link_signer().mint(
+        record.wait_id, request.approver, request.ttl_seconds, now_ms=runtime().clock.now_ms()
+    )
+    url = f"{public_base_url(event)}/links/approvals/{quote(record.wait_id)}?token={token}"
+    logger.info(
+        "approval link minted",
+        extra={
+            "approval_id": record.wait_id,
+            "approver": claims.approver,
+            "link_id": claims.link_id,
+            "expires_at": iso(claims.expires_at_s * 1000),
+            "caller": caller.identity,
+        },
+    )
+    return ok(
+        HTTPStatus.CREATED,
+        {
+            "url": url,
+            "approval_id": record.wait_id,
+            "approver": claims.approver,
+            "link_id": claims.link_id,
+            "expires_at": iso(claims.expires_at_s * 1000),
+        },
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+# ------------------------------------------------------------------------- people with a JWT
+def _person() -> Principal:
+    verifier = jwt_verifier()
+    token = bearer_token(header(_event(), "Authorization"))
+    return verifier.verify(token, now_ms=runtime().clock.now_ms())
+
+
+@router.get("/people/approvals/<approval_id>")
+def person_get_approval(approval_id: str) -> Response[str]:
+    """Shows an approval to a signed-in person who is one of its approvers."""
+    principal = _person()
+    record = find_wait(KIND, approval_id)
+    _authorize(principal, record)
+    return _show(record)
+
+
+@router.post("/people/approvals/<approval_id>")
+def person_decide_approval(approval_id: str) -> Response[str]:
+    """Records a signed-in person's decision (``user:`` or ``group:`` approver patterns)."""
+    principal = _person()
+    record = find_wait(KIND, approval_id)
+    _authorize(principal, record)
+    request = DecisionRequest.model_validate(form_or_json_body(_event()))
+    settled = _decide(record, request, decided_by=principal.display, via="jwt")
+    return _decided(settled)
+
+
+# ------------------------------------------------------------------------------- signed links
+def _link(approval_id: str, token: str | None) -> tuple[LinkClaims, WaitRecord]:
+    signer = link_signer()
+    claims = signer.verify(token or "", approval_id, now_ms=runtime().clock.now_ms())
+    record = find_wait(KIND, approval_id)
+    _authorize(claims.principal, record)
+    return claims, record
+
+
+@router.get("/links/approvals/<approval_id>")
+def link_get_approval(approval_id: str) -> Response[str]:
+    """The page a signed link opens: the request, and Approve/Reject (JSON if asked)."""
+    token = (_event().query_string_parameters or {}).get("token")
+    _, record = _link(approval_id, token)
+    return _show(record, token=token)
+
+
+@router.post("/links/approvals/<approval_id>")
+def link_decide_approval(approval_id: str) -> Response[str]:
+    """Records the decision of a signed link's holder (form-encoded or JSON body).
+
+    The link is single-use in effect: an approval takes one decision, so once one is recorded
+    every further use gets 409. Only a recorded decision uses it up.
+    """
+    event = _event()
+    body = form_or_json_body(event)
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object or a form")
+    token = body.get("token") or (event.query_string_parameters or {}).get("token")
+    claims, record = _link(approval_id, token if isinstance(token, str) else None)
+    request = LinkDecisionRequest.model_validate({**body, "token": token})
+    settled = _decide(
+        record,
+        DecisionRequest(decision=request.decision, comment=request.comment),
+        decided_by=claims.decided_by,
+        via="link",
+    )
+    return _decided(settled)

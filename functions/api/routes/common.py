@@ -1,0 +1,283 @@
+"""What every route group shares: responses, request parsing, content negotiation, views."""
+
+from __future__ import annotations
+
+import json
+import os
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
+
+from api.approval_page import HTML_HEADERS, approval_state
+from durable_agents.errors import WaitNotFoundError
+from durable_agents.events import EventPublishError, step_ready
+from durable_agents.models import WaitRecord
+from durable_agents.views import iso
+
+if TYPE_CHECKING:
+    from durable_agents.runtime import Runtime
+
+logger = Logger(child=True)
+
+MAX_WAIT_ID_CHARS = 128
+
+
+class BadRequest(Exception):
+    """The request is malformed (not JSON, wrong parameter)."""
+
+
+class UnprocessableRequest(Exception):
+    """The request is well-formed but asks for something this resource cannot do (422)."""
+
+
+def runtime() -> Runtime:
+    """The execution environment's runtime (built once, by ``api.app.get_runtime``)."""
+    from api.app import get_runtime  # noqa: PLC0415 - api.app owns the per-environment runtime
+
+    return get_runtime()
+
+
+def ok(status: HTTPStatus, body: Any, headers: dict[str, str] | None = None) -> Response[str]:
+    """A JSON response."""
+    return Response(
+        status_code=status.value,
+        content_type="application/json",
+        body=json.dumps(body),
+        headers=headers,
+    )
+
+
+def error(
+    status: HTTPStatus,
+    error_type: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+    **extra: Any,
+) -> Response[str]:
+    """A JSON error: ``{"error": {"type": ..., "message": ..., **extra}}``."""
+    body = {"error": {"type": error_type, "message": message, **extra}}
+    return Response(
+        status_code=status.value,
+        content_type="application/json",
+        body=json.dumps(body),
+        headers=headers,
+    )
+
+
+def html(status: HTTPStatus, page: str, headers: dict[str, str] | None = None) -> Response[str]:
+    """An HTML response with the Api's strict browser headers."""
+    return Response(
+        status_code=status.value,
+        content_type="text/html; charset=utf-8",
+        body=page,
+        headers={**HTML_HEADERS, **(headers or {})},
+    )
+
+
+def header(event: APIGatewayProxyEvent, name: str) -> str | None:
+    """A request header, whatever its case."""
+    wanted = name.lower()
+    for key, value in (event.headers or {}).items():
+        if key.lower() == wanted:
+            return str(value)
+    return None
+
+
+def _quality(accept: str, media_type: str) -> float:
+    """The q-value ``accept`` gives ``media_type`` (the most specific matching range wins)."""
+    kind, _, _subtype = media_type.partition("/")
+    best: tuple[int, float] = (-1, 0.0)
+    for item in accept.split(","):
+        range_, *params = (p.strip() for p in item.split(";"))
+        q = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        range_ = range_.lower()
+        specificity = (
+            2
+            if range_ == media_type
+            else 1
+            if range_ == f"{kind}/*"
+            else 0
+            if range_ == "*/*"
+            else -1
+        )
+        if specificity > best[0]:
+            best = (specificity, q)
+    return best[1] if best[0] >= 0 else 0.0
+
+
+def wants_html(event: APIGatewayProxyEvent, *, default: bool = False) -> bool:
+    """Whether the ``Accept`` header prefers HTML to JSON (``default`` on a tie or no header)."""
+    accept = header(event, "Accept")
+    if not accept:
+        return default
+    page, data = _quality(accept, "text/html"), _quality(accept, "application/json")
+    return default if page == data else page > data
+
+
+def is_form(event: APIGatewayProxyEvent) -> bool:
+    """Whether the body is an HTML form submission."""
+    content_type = (header(event, "Content-Type") or "").split(";")[0].strip().lower()
+    return content_type == "application/x-www-form-urlencoded"
+
+
+def prefers_html(event: APIGatewayProxyEvent) -> bool:
+    """Whether to answer with a page rather than JSON.
+
+    ``Accept`` decides; without a preference, opening a signed link (``GET /links/...``) and
+    submitting a form get HTML, everything else JSON.
+    """
+    browsing = (event.http_method == "GET" and event.path.startswith("/links/")) or is_form(event)
+    return wants_html(event, default=browsing)
+
+
+def json_body(event: APIGatewayProxyEvent, *, required: bool = True) -> Any:
+    """The JSON body (None when empty and not ``required``).
+
+    Raises:
+        BadRequest: If it is missing (and required) or not JSON.
+    """
+    raw = event.decoded_body if event.is_base64_encoded else event.body
+    if raw is None or raw == "":
+        if required:
+            raise BadRequest("the request needs a JSON body")
+        return None
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"the body is not valid JSON: {exc.msg} at position {exc.pos}") from exc
+
+
+def form_or_json_body(event: APIGatewayProxyEvent) -> Any:
+    """A JSON body, or an HTML form's fields as a dict.
+
+    Raises:
+        BadRequest: If the body is missing, not JSON, or a form field is repeated.
+    """
+    if not is_form(event):
+        return json_body(event)
+    raw = event.decoded_body if event.is_base64_encoded else (event.body or "")
+    fields: dict[str, str] = {}
+    for key, value in parse_qsl(raw, keep_blank_values=True, max_num_fields=20):
+        if key in fields:
+            raise BadRequest(f"the form field {key!r} is repeated")
+        fields[key] = value
+    return fields
+
+
+def check_wait_id(wait_id: str) -> str:
+    """Rejects ids that cannot be ours before reading the table.
+
+    Raises:
+        WaitNotFoundError: If the id is empty, too long or has unexpected characters.
+    """
+    if (
+        not wait_id
+        or len(wait_id) > MAX_WAIT_ID_CHARS
+        or not all(c.isalnum() or c in "-_" for c in wait_id)
+    ):
+        raise WaitNotFoundError(wait_id[:MAX_WAIT_ID_CHARS])
+    return wait_id
+
+
+def find_wait(kind: str, wait_id: str) -> WaitRecord:
+    """The approval or callback with this id.
+
+    Raises:
+        WaitNotFoundError: If there is none of this kind.
+    """
+    record = runtime().store.get_wait(check_wait_id(wait_id))
+    if record.kind != kind:
+        raise WaitNotFoundError(wait_id)
+    return record
+
+
+def wake(run_id: str, reason: str) -> None:
+    """Publishes ``Step Ready`` for a run whose wait was settled.
+
+    A failed publish is logged, not raised: the outcome is already recorded and the run is
+    RUNNING, so the reconciler re-drives it once it has been idle for ``STALL_AFTER_SECONDS``.
+    """
+    try:
+        runtime().publisher.publish([step_ready(run_id, reason)])
+    except EventPublishError:
+        logger.warning(
+            "Step Ready not published; the reconciler will resume the run",
+            extra={"run_id": run_id, "reason": reason},
+        )
+
+
+def public_base_url(event: APIGatewayProxyEvent) -> str:
+    """Where this Api is reachable: ``PUBLIC_BASE_URL``, else the request's host and stage."""
+    configured = os.environ.get("PUBLIC_BASE_URL", "").strip().rstrip("/")
+    if configured:
+        return configured
+    context = event.raw_event.get("requestContext") or {}
+    host = context.get("domainName") or header(event, "Host") or "localhost"
+    scheme = (header(event, "X-Forwarded-Proto") or "https").split(",")[0].strip()
+    full_path = str(context.get("path") or "")
+    prefix = full_path[: -len(event.path)] if event.path and full_path.endswith(event.path) else ""
+    return f"{scheme}://{host}{prefix.rstrip('/')}"
+
+
+def approval_view(record: WaitRecord) -> dict[str, Any]:
+    """The public view of an approval: what is asked, of whom, until when, and the decision."""
+    details = record.details
+    try:
+        request = json.loads(str(details.get("request", "null")))
+    except ValueError:
+        request = details.get("request")
+    outcome = record.outcome or {}
+    state = approval_state(record)
+    decision = (
+        {k: outcome.get(k) for k in ("approved", "decided_by", "comment", "decided_at", "via")}
+        if state in ("approved", "rejected")
+        else None
+    )
+    return {
+        "approval_id": record.wait_id,
+        "status": state,
+        "run_id": record.run_id,
+        "operation_id": record.operation_id,
+        "name": record.name,
+        "agent": details.get("agent"),
+        "summary": details.get("summary", ""),
+        "request": request,
+        "approvers": list(details.get("approvers", [])),
+        "created_at": iso(record.created_at_ms),
+        "deadline": iso(record.deadline_ms),
+        "decision": decision,
+    }
+
+
+def callback_view(record: WaitRecord) -> dict[str, Any]:
+    """The public view of a callback: its state, deadlines and outcome."""
+    return {
+        "callback_id": record.wait_id,
+        "status": record.status.value.lower(),
+        "run_id": record.run_id,
+        "operation_id": record.operation_id,
+        "name": record.name,
+        "created_at": iso(record.created_at_ms),
+        "deadline": iso(record.deadline_ms),
+        "heartbeat_timeout_seconds": (
+            record.heartbeat_timeout_ms / 1000 if record.heartbeat_timeout_ms else None
+        ),
+        "heartbeat_deadline": iso(record.heartbeat_deadline_ms),
+        "outcome": record.outcome,
+    }
+
+
+def wait_view(record: WaitRecord) -> dict[str, Any]:
+    """The view of an approval or a callback."""
+    return approval_view(record) if record.kind == "approval" else callback_view(record)
