@@ -1,13 +1,16 @@
 """Local mode end to end: a moto server process, worker processes, real HTTP, SIGKILL.
 
 Each test talks to the worker the way a user does (HTTP on 127.0.0.1, the ``durable-agents``
-CLI); the crash test kills the worker with SIGKILL in the middle of a step and checks from
-the journal that no recorded step ran again.
+CLI); the crash tests kill the worker with SIGKILL in the middle of a step (or let it kill
+itself with ``--crash-at`` between a provider's charge and the COMMIT) and check from the
+journal and the providers' ledgers that nothing recorded ran again and nothing was charged
+twice.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -22,6 +25,7 @@ from durable_agents.cli import main as cli_main
 from durable_agents.clock import SystemClock
 from durable_agents.events import EventBridgePublisher, step_ready
 from durable_agents.local.aws import LocalSession
+from durable_agents.local.crash import CrashHooks, CrashSpec
 from durable_agents.local.functions import (
     FunctionSpec,
     StreamEvent,
@@ -33,9 +37,19 @@ from durable_agents.local.invoke import LocalFunction
 from durable_agents.local.moto_server import MotoProcess, free_port
 from durable_agents.local.patterns import matches, matches_any
 from durable_agents.local.processes import WorkerProcess, http_json
+from durable_agents.local.runs import RunsClient
+from durable_agents.local.services import ServicesHandle
 from durable_agents.local.stream_router import StreamPoller, StreamRoute
 from durable_agents.local.template import load_template
-from durable_agents.local.verify import crash_recovery_failures, is_result, step_starts
+from durable_agents.local.verify import (
+    crash_recovery_failures,
+    is_result,
+    prepared_at_crash_failures,
+    recovered_by,
+    sandwich_failures,
+    step_starts,
+)
+from durable_agents.local.worker import services_environment
 
 pytestmark = pytest.mark.slow
 
@@ -64,13 +78,15 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def start_worker(moto: MotoProcess) -> WorkerProcess:
+def start_worker(
+    moto: MotoProcess, args: list[str] | None = None, env: dict[str, str] | None = None
+) -> WorkerProcess:
     worker = WorkerProcess(
         api_port=free_port(),
         moto_endpoint=moto.endpoint,
-        args=WORKER_ARGS,
+        args=WORKER_ARGS + (args or []),
         cwd=ROOT,
-        env={"EXAMPLE_WORK_SECONDS": WORK_SECONDS},
+        env={"EXAMPLE_WORK_SECONDS": WORK_SECONDS, **(env or {})},
     )
     worker.start()
     return worker
@@ -95,9 +111,9 @@ def get(worker: WorkerProcess, path: str) -> tuple[int, Any]:
     return http_json("GET", f"{worker.base_url}{path}")
 
 
-def start_run(worker: WorkerProcess, input_value: Any) -> str:
+def start_run(worker: WorkerProcess, input_value: Any, agent: str = AGENT) -> str:
     status, body = http_json(
-        "POST", f"{worker.base_url}/runs", {"agent": AGENT, "input": input_value}
+        "POST", f"{worker.base_url}/runs", {"agent": agent, "input": input_value}
     )
     assert status == 201, body
     return str(body["run"]["run_id"])
@@ -339,7 +355,116 @@ def test_sigkill_mid_step_then_restart_runs_each_recorded_step_once() -> None:
         moto.stop()
 
 
+def test_crash_at_after_the_charge_then_restart_charges_exactly_once(tmp_path: Path) -> None:
+    moto = MotoProcess(free_port())
+    services = ServicesHandle.start_in_thread(state_file=tmp_path / "ledgers.json")
+    workers: list[WorkerProcess] = []
+    env = services.env()  # PAYMENTS_URL, ...: the worker passes them on to the handlers
+    try:
+        moto.start()
+        workers.append(start_worker(moto, ["--crash-at", "charge-card:after_execute"], env))
+        doomed = workers[0]
+        run_id = start_run(
+            doomed,
+            {
+                "order_id": "T-1",
+                "customer": "cus_test",
+                "email": "test@example.com",
+                "items": {"tea": 2, "scone": 1},
+            },
+            agent="example-checkout",
+        )
+
+        # The hook kills the worker after the provider charged, before the COMMIT.
+        assert doomed.wait(30) == -signal.SIGKILL
+        assert any("--crash-at charge-card:after_execute: SIGKILL" in x for x in doomed.lines)
+        journal = RunsClient(moto.endpoint).store
+        at_crash = journal.load(run_id)
+        assert prepared_at_crash_failures(at_crash, services.ledger("payments")) == []
+        assert services.ledger("tickets") == services.ledger("email") == []
+
+        workers.append(start_worker(moto, env=env))
+        second = workers[1]
+        wait_for_status(second, run_id, "SUCCEEDED", timeout=45)
+        final = journal.load(run_id)
+        assert (
+            sandwich_failures(
+                final,
+                payments=services.ledger("payments"),
+                tickets=services.ledger("tickets"),
+                email=services.ledger("email"),
+            )
+            == []
+        )
+        [charge] = [e for e in final.entries if e.name == "charge-card" and e.type.is_result]
+        # The tool's stale time (60 s) is far off: the StepRunner recovered it, not the sweep.
+        assert recovered_by(second.lines, charge.op_id.removeprefix(f"{run_id}:")) == "StepRunner"
+        assert second.stop() == 0
+    except BaseException:
+        for index, process in enumerate(workers, start=1):
+            print(f"--- worker {index} log ---", *process.lines, sep="\n")
+        raise
+    finally:
+        for process in workers:
+            process.stop()
+        services.stop()
+        moto.stop()
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("charge-card", "expected OPERATION:POINT (e.g. charge-card:after_execute)"),
+        (":after_execute", "expected OPERATION:POINT"),
+        ("charge-card:during", "unknown crash point 'during': use one of before_claim, "),
+    ],
+)
+def test_crash_at_with_a_bad_spec_is_a_usage_error(
+    spec: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli_main(["local", "--crash-at", spec])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "durable-agents local: error: argument --crash-at:" in err
+    assert message in err
+
+
 # -- the pieces, without processes -------------------------------------------------------------
+
+
+def test_crash_hooks_fire_once_at_the_named_point_of_the_named_operation() -> None:
+    kills: list[str] = []
+    hooks = CrashHooks(CrashSpec.parse("charge-card:after_execute"), kill=lambda: kills.append("x"))
+    hooks.before_execute("run-1:charge-card:2", 1)  # another point
+    hooks.after_execute("run-1:price:1", 1)  # another operation
+    assert kills == []
+    hooks.after_execute("run-1:charge-card:2", 1)
+    hooks.after_execute("run-1:charge-card:2", 2)
+    assert kills == ["x"]
+    assert hooks.fired == "run-1:charge-card:2"
+
+    def fires(spec: str, op_id: str) -> bool:
+        return CrashSpec.parse(spec).matches(op_id)
+
+    assert fires("gather:2/fetch-1:1:before_claim", "run-1:gather:2/fetch-1:1")  # id in the run
+    assert fires("fetch-1:before_claim", "run-1:gather:2/fetch-1:1")  # name, nested
+    assert fires("run-1:price:1:after_record", "run-1:price:1")  # full id
+    assert not fires("price:after_record", "run-1:price-2:3")
+    assert CrashSpec.parse("run-1:price:1:after_record") == CrashSpec(
+        "run-1:price:1", "after_record"
+    )
+
+
+def test_services_urls_come_from_the_flag_or_the_environment() -> None:
+    assert services_environment("http://127.0.0.1:8900/") == {
+        "PAYMENTS_URL": "http://127.0.0.1:8900/payments",
+        "EMAIL_URL": "http://127.0.0.1:8900/email",
+        "TICKETS_URL": "http://127.0.0.1:8900/tickets",
+    }
+    assert services_environment(None, {"EMAIL_URL": "http://x/email", "HOME": "/"}) == {
+        "EMAIL_URL": "http://x/email"
+    }
 
 
 def test_filter_patterns_match_like_lambda_event_filters() -> None:

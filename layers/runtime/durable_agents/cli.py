@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from durable_agents.local import moto_server
+from durable_agents.local.crash import CRASH_POINTS, CrashSpec
 from durable_agents.local.functions import local_name
 
 EXIT_ERROR = 1
@@ -40,6 +41,19 @@ def _positive_int(text: str) -> int:
 def _timeout(text: str) -> tuple[str, float]:
     name, _, seconds = text.rpartition("=")
     return name or "*", _positive_float(seconds)
+
+
+def _crash_spec(text: str) -> CrashSpec:
+    try:
+        return CrashSpec.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _http_url(text: str) -> str:
+    if not text.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"expected an http:// URL, got {text!r}")
+    return text.rstrip("/")
 
 
 def _add_local(commands: Any) -> None:
@@ -113,6 +127,21 @@ def _add_local(commands: Any) -> None:
         help="LOG_LEVEL of the handlers' JSON logs on stdout (default WARNING)",
     )
     local.add_argument("--quiet", action="store_true", help="only warnings and errors")
+    local.add_argument(
+        "--services-url",
+        type=_http_url,
+        metavar="URL",
+        help="base URL of the fake services (python -m durable_agents.local.services): sets "
+        "PAYMENTS_URL, EMAIL_URL and TICKETS_URL for the handlers (default: those variables "
+        "as set in this environment)",
+    )
+    local.add_argument(
+        "--crash-at",
+        type=_crash_spec,
+        metavar="OPERATION:POINT",
+        help="SIGKILL this worker once, when the operation (a name like charge-card, or an "
+        f"operation id) reaches POINT: one of {', '.join(CRASH_POINTS)}",
+    )
 
 
 def _add_runs(commands: Any) -> None:
@@ -169,6 +198,8 @@ def _local(args: argparse.Namespace) -> int:
             log_level=args.log_level,
             quiet=args.quiet,
             keep_moto=args.keep_moto,
+            crash_at=args.crash_at,
+            services_url=args.services_url,
         )
     )
 

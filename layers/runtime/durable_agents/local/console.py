@@ -7,6 +7,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from durable_agents.models import EffectStatus, OpKind, RunSnapshot
+from durable_agents.views import entry_event, history, iso
+
 NOTE_WIDTH = 60
 
 
@@ -85,6 +88,8 @@ def offset_seconds(at: str | None, start: datetime | None) -> float | None:
 
 
 def _note(event: Mapping[str, Any]) -> str:
+    if isinstance(event.get("comment"), str):
+        return _clip(event["comment"])
     if event.get("error"):
         error = event["error"]
         return _clip(f"{error.get('type')}: {error.get('message')}")
@@ -115,3 +120,59 @@ def history_table(events: Sequence[Mapping[str, Any]]) -> str:
             ]
         )
     return table(["OFFSET", "EVENT", "OPERATION", "ATTEMPT", "NOTE"], rows)
+
+
+def _when(event: Mapping[str, Any]) -> datetime:
+    return datetime.fromisoformat(str(event["at"]))
+
+
+def side_effect_timeline(
+    snapshot: RunSnapshot, extra: Sequence[Mapping[str, Any]] = ()
+) -> list[dict[str, Any]]:
+    """A run's history with its tool calls' PREPARE and COMMIT in time order, for a timeline.
+
+    Unlike ``views.history`` (which lists side-effect records at the end, as they are now),
+    each record becomes ``side_effect_prepared`` at its prepare time and, once settled,
+    ``side_effect_<status>`` at its last change; a tool's result says how it was reached
+    (``via executed``: the call returned; ``via found``: a recovery's lookup found it).
+
+    Args:
+        snapshot: The run as loaded from the journal.
+        extra: More events with an ISO ``at`` (and ``event``, ``comment``), e.g. what the
+            providers' ledgers recorded or when a worker died.
+
+    Returns:
+        Events sorted by time, ready for ``history_table``.
+    """
+    framed = history(snapshot)
+    events = [framed[0]]
+    finished = [framed[-1]] if framed[-1]["event"].startswith("run_") and len(framed) > 1 else []
+    for entry in snapshot.entries:
+        event = entry_event(entry)
+        if entry.kind is OpKind.TOOL and entry.type.is_result and entry.meta.get("via"):
+            external = entry.meta.get("external_id")
+            event["comment"] = f"via {entry.meta['via']}" + (f", {external}" if external else "")
+        events.append(event)
+    for record in snapshot.effects:
+        op = {"op_id": record.operation_id, "kind": "tool", "name": record.tool}
+        events.append(
+            {
+                **op,
+                "event": "side_effect_prepared",
+                "at": iso(record.prepared_at_ms),
+                "attempt": 1,
+                "comment": f"key {record.idempotency_key}",
+            }
+        )
+        if record.status is not EffectStatus.PREPARED:
+            events.append(
+                {
+                    **op,
+                    "event": f"side_effect_{record.status.value.lower()}",
+                    "at": iso(record.updated_at_ms),
+                    "attempt": record.attempt,
+                    "comment": record.external_id or "",
+                }
+            )
+    events.extend(dict(e) for e in extra)
+    return [events[0], *sorted(events[1:], key=_when), *finished]

@@ -23,7 +23,14 @@ LAMBDA_DEFAULT_MEMORY = 128
 LAMBDA_DEFAULT_RETRIES = 2
 
 # Resource types local mode creates in moto, and the fixed local names of the usual ones.
-PROVISIONED_TYPES = ("AWS::DynamoDB::Table", "AWS::S3::Bucket", "AWS::Events::EventBus")
+# A secret's ``!Ref`` (its ARN on AWS) resolves to its local name until the worker has created
+# it in moto and knows its ARN (``local.secrets``); Secrets Manager accepts either.
+PROVISIONED_TYPES = (
+    "AWS::DynamoDB::Table",
+    "AWS::S3::Bucket",
+    "AWS::Events::EventBus",
+    "AWS::SecretsManager::Secret",
+)
 KNOWN_NAMES = {
     "JournalTable": f"{STACK_NAME}-journal",
     "PayloadBucket": f"{STACK_NAME}-payloads",
@@ -171,8 +178,8 @@ class Resolver:
         value = self.refs.get(name, self.pseudo().get(name))
         if value is None:
             raise ConfigurationError(
-                f"local mode cannot resolve !Ref {name}: only tables, buckets, event buses "
-                "and parameters with a Default are available locally"
+                f"local mode cannot resolve !Ref {name}: only tables, buckets, event buses, "
+                "secrets and parameters with a Default are available locally"
             )
         return value
 

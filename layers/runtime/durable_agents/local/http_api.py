@@ -141,7 +141,10 @@ def build_event(
                 "sourceIp": source_ip,
                 "caller": "local",
                 "user": "local",
-                "userArn": None,
+                # API Gateway authenticates IAM callers on AWS; locally every caller is this
+                # local principal (or the one an X-Local-Caller-Arn header names, for tests).
+                "userArn": single_headers.get("X-Local-Caller-Arn")
+                or f"arn:aws:iam::{LOCAL_ACCOUNT_ID}:user/local",
                 "accountId": LOCAL_ACCOUNT_ID,
                 "accessKey": None,
                 "userAgent": single_headers.get("User-Agent"),

@@ -63,7 +63,15 @@ def summarize(event: Mapping[str, Any], result: Any) -> str | None:
         failed = len(result.get("batchItemFailures") or []) if isinstance(result, Mapping) else 0
         return f"{len(event['Records'])} stream records" + (f", {failed} failed" if failed else "")
     if isinstance(result, Mapping) and "timers_fired" in result:
-        keys = ("timers_fired", "stalled_redriven", "stopped_early")
+        keys = (
+            "timers_fired",
+            "stalled_redriven",
+            "effects_found",
+            "effects_retried",
+            "effects_escalated",
+            "effects_other",
+            "stopped_early",
+        )
         acted = {k: result[k] for k in keys if result.get(k)}
         if not acted:
             return None  # an idle sweep: nothing to report

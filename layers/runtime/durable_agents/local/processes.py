@@ -1,7 +1,8 @@
-"""Driving local mode from another process: the worker as a child process, and JSON over HTTP.
+"""Child processes for the demo and the tests: the worker, the fake services; JSON over HTTP.
 
 Used by ``scripts/demo.py`` and the integration tests, which kill the worker with SIGKILL
-while the journal lives on in the moto server process.
+(or let it kill itself with ``--crash-at``) while the journal lives on in the moto server
+process and the providers' ledgers in the services process.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from durable_agents.local.moto_server import HOST
+from durable_agents.local.services import ServicesHandle
 
 
 def http_json(
@@ -155,6 +157,30 @@ class WorkerProcess:
             + " | ".join(list(self.lines)[-5:])
         )
 
+    @property
+    def returncode(self) -> int | None:
+        """The exit code (negative: killed by that signal); None while it runs."""
+        return None if self._process is None else self._process.poll()
+
+    def wait(self, timeout: float) -> int:
+        """Waits for the worker to exit on its own (``--crash-at``).
+
+        Returns:
+            The exit code (``-9`` after a SIGKILL).
+
+        Raises:
+            RuntimeError: If it was not started or is still running after ``timeout``.
+        """
+        if self._process is None:
+            raise RuntimeError("the worker was not started")
+        try:
+            code = self._process.wait(timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise RuntimeError(f"the worker is still running after {timeout} s") from exc
+        if self._reader is not None:
+            self._reader.join(5)
+        return code
+
     def kill(self) -> None:
         """SIGKILL: the worker dies mid-whatever, as a crashed Lambda would."""
         self._end(signal.SIGKILL, 10.0)
@@ -180,4 +206,95 @@ class WorkerProcess:
                 process.wait()
         if self._reader is not None:
             self._reader.join(5)
+        return process.returncode
+
+
+class ServicesProcess:
+    """The fake services (``python -m durable_agents.local.services``) as a child process.
+
+    Args:
+        state_file: Where the services persist their ledgers.
+        port: The port on 127.0.0.1 (0 picks a free one).
+    """
+
+    def __init__(self, state_file: Path, port: int = 0):
+        self._command = [
+            sys.executable,
+            "-m",
+            "durable_agents.local.services",
+            "--port",
+            str(port),
+            "--state-file",
+            str(state_file),
+        ]
+        self._process: subprocess.Popen[str] | None = None
+        self.url = ""
+        self.errors: deque[str] = deque(maxlen=200)
+
+    @property
+    def pid(self) -> int:
+        """The services' process id.
+
+        Raises:
+            RuntimeError: If they were not started.
+        """
+        if self._process is None:
+            raise RuntimeError("the services were not started")
+        return self._process.pid
+
+    def start(self, timeout: float = 30.0) -> ServicesHandle:
+        """Starts the services and waits for the URL they print once they accept connections.
+
+        Returns:
+            A client for them (ledgers, faults).
+
+        Raises:
+            RuntimeError: If they exit or print nothing within ``timeout``.
+        """
+        process = self._process = subprocess.Popen(  # noqa: S603 - our own interpreter
+            self._command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        # Drain stderr all along (tracebacks must never fill the pipe and block the server).
+        threading.Thread(target=self._drain, args=(process.stderr,), daemon=True).start()
+        first: list[str] = []
+        reader = threading.Thread(
+            target=lambda: first.append(process.stdout.readline() if process.stdout else ""),
+            daemon=True,
+        )
+        reader.start()
+        reader.join(timeout)
+        url = first[0].strip() if first else ""
+        if not url.startswith("http://"):
+            self.stop()
+            raise RuntimeError(
+                f"the services did not start within {timeout} s (exit code "
+                f"{process.returncode}): " + " | ".join(list(self.errors)[-5:])
+            )
+        self.url = url
+        return ServicesHandle(url)
+
+    def _drain(self, stream: Any) -> None:
+        for line in stream:
+            self.errors.append(line.rstrip("\n"))
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM (a clean stop), then SIGKILL after ``timeout``; safe to call twice.
+
+        Returns:
+            The exit code (None if it was not started).
+        """
+        process = self._process
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
         return process.returncode

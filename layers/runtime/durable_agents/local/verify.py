@@ -1,11 +1,14 @@
-"""Checks on a run's history after a crash: nothing recorded ran twice (demo and tests)."""
+"""Checks after a crash (demo and tests): nothing recorded ran twice, no side effect twice."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
+
+from durable_agents.models import EffectStatus, Entry, OpKind, RunSnapshot, RunStatus
 
 
 def _ms(at: str) -> int:
@@ -77,3 +80,139 @@ def crash_recovery_failures(
                 f"{event['op_id']} was recorded before the kill but has {event['event']} after it"
             )
     return failures
+
+
+# -- the side-effect sandwich: a worker killed between the provider's act and COMMIT ----------
+
+
+def ledger_events(ledger: Sequence[Mapping[str, Any]], event: str) -> list[Mapping[str, Any]]:
+    """The entries of a provider's ledger (``ServicesHandle.ledger``) of one kind."""
+    return [e for e in ledger if e.get("event") == event]
+
+
+def _tool_results(snapshot: RunSnapshot, tool: str) -> list[Entry]:
+    return [
+        e for e in snapshot.entries if e.kind is OpKind.TOOL and e.name == tool and e.type.is_result
+    ]
+
+
+def prepared_at_crash_failures(
+    snapshot: RunSnapshot, payments: Sequence[Mapping[str, Any]], *, tool: str = "charge-card"
+) -> list[str]:
+    """What is wrong with the state right after a crash at ``<tool>:after_execute``.
+
+    Expected: the provider charged once; the journal holds the call PREPARED (attempt 1)
+    and no result for it.
+
+    Args:
+        snapshot: The run, loaded from the journal after the kill.
+        payments: The payment provider's ledger.
+        tool: The tool whose call was interrupted.
+
+    Returns:
+        Human-readable failures; empty when every check holds.
+    """
+    failures: list[str] = []
+    charges = ledger_events(payments, "charge.created")
+    if len(charges) != 1:
+        failures.append(f"the payments ledger has {len(charges)} charges at the crash, expected 1")
+    records = [r for r in snapshot.effects if r.tool == tool]
+    if len(records) != 1 or records[0].status is not EffectStatus.PREPARED:
+        states = [f"{r.status.value} (attempt {r.attempt})" for r in records] or ["none"]
+        failures.append(f"{tool} record at the crash: {', '.join(states)}, expected PREPARED")
+    if _tool_results(snapshot, tool):
+        failures.append(f"{tool} already has a result in the journal at the crash")
+    return failures
+
+
+def sandwich_failures(
+    snapshot: RunSnapshot,
+    *,
+    payments: Sequence[Mapping[str, Any]],
+    tickets: Sequence[Mapping[str, Any]],
+    email: Sequence[Mapping[str, Any]],
+    tool: str = "charge-card",
+) -> list[str]:
+    """What is wrong after an ``example-checkout`` run recovered from a crash in ``tool``.
+
+    Expected: the run succeeded; every side-effect record is COMMITTED; the interrupted call's
+    result was recorded by attempt 2 ``via found`` (the lookup found the charge) with the
+    provider's charge id; the providers hold exactly one charge (never refunded), one ticket
+    and one email, and the run's result names them.
+
+    Args:
+        snapshot: The finished run, loaded from the journal.
+        payments: The payment provider's ledger.
+        tickets: The ticket system's ledger.
+        email: The email provider's ledger.
+        tool: The tool whose call was interrupted.
+
+    Returns:
+        Human-readable failures; empty when every check holds.
+    """
+    failures: list[str] = []
+    header = snapshot.header
+    if header.status is not RunStatus.SUCCEEDED:
+        failures.append(f"the run is {header.status.value}, expected SUCCEEDED")
+    for record in snapshot.effects:
+        if record.status is not EffectStatus.COMMITTED:
+            failures.append(f"{record.tool} is {record.status.value}, expected COMMITTED")
+    charges = ledger_events(payments, "charge.created")
+    counts = {
+        "charges": len(charges),
+        "refunds": len(ledger_events(payments, "charge.refunded")),
+        "tickets": len(ledger_events(tickets, "ticket.created")),
+        "emails": len(ledger_events(email, "message.sent")),
+    }
+    for what, count in counts.items():
+        expected = 0 if what == "refunds" else 1
+        if count != expected:
+            failures.append(f"the providers hold {count} {what}, expected {expected}")
+    results = _tool_results(snapshot, tool)
+    charge_id = charges[0]["data"]["charge"]["charge_id"] if charges else None
+    if len(results) != 1:
+        failures.append(f"{tool} has {len(results)} results, expected 1")
+    else:
+        meta, attempt = results[0].meta, results[0].attempt
+        if meta.get("via") != "found" or attempt != 2:
+            failures.append(
+                f"{tool} was recorded via {meta.get('via')} by attempt {attempt}, expected "
+                "via found (the recovery's lookup) by attempt 2"
+            )
+        if meta.get("external_id") != charge_id:
+            failures.append(f"{tool} recorded {meta.get('external_id')}, the provider {charge_id}")
+    if header.status is RunStatus.SUCCEEDED and header.result is not None:
+        result = json.loads(header.result)
+        expected_ids = {
+            "charge_id": charge_id,
+            "ticket_id": _first_id(tickets, "ticket.created", "ticket", "ticket_id"),
+            "message_id": _first_id(email, "message.sent", "message", "message_id"),
+        }
+        for key, value in expected_ids.items():
+            if result.get(key) != value:
+                failures.append(f"the run's {key} is {result.get(key)}, the provider's {value}")
+    return failures
+
+
+def _first_id(ledger: Sequence[Mapping[str, Any]], event: str, kind: str, key: str) -> Any:
+    found = ledger_events(ledger, event)
+    return found[0]["data"][kind][key] if found else None
+
+
+def recovered_by(lines: Iterable[str], op_id: str) -> str | None:
+    """Who settled a PREPARED call, from a worker's log lines (``durable-agents local``).
+
+    Args:
+        lines: The worker's stderr lines, oldest first.
+        op_id: The call's operation id without its run prefix (``charge-card:1``).
+
+    Returns:
+        ``"StepRunner"`` (a ``Step Ready`` invocation claimed the call once its lease expired),
+        ``"reconciler"`` (its sweep of stale PREPARED calls), or None if neither is logged.
+    """
+    for line in lines:
+        if "ReconcilerFunction" in line and "effects_" in line:
+            return "reconciler"
+        if "StepRunnerFunction" in line and f"executed {op_id}" in line:
+            return "StepRunner"
+    return None

@@ -15,8 +15,8 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import Protocol
@@ -27,16 +27,22 @@ from botocore.exceptions import BotoCoreError, ClientError
 from durable_agents.errors import ConfigurationError
 from durable_agents.local import moto_server
 from durable_agents.local.aws import DEFAULT_REGION, DUMMY_KEY, LocalSession
+from durable_agents.local.crash import CrashHooks, CrashSpec, install
 from durable_agents.local.event_router import QueueConsumers
 from durable_agents.local.functions import FunctionSpec, make_resolver, read_functions
 from durable_agents.local.http_api import DEFAULT_PORT, HOST, ApiServer, Route
 from durable_agents.local.invoke import LocalFunction, load_handler
 from durable_agents.local.provision import DEFAULT_VISIBILITY_TIMEOUT, Clients, provision
 from durable_agents.local.scheduler import ScheduleLoop
+from durable_agents.local.secrets import create_secrets
+from durable_agents.local.services import SERVICE_NAMES
 from durable_agents.local.stream_router import StreamPoller
 from durable_agents.local.template import load_template
 
 log = logging.getLogger("durable_agents.local")
+
+# The example tools' base URLs (``functions/agents/tools.py``); see ``services_environment``.
+SERVICE_URL_VARIABLES = {f"{name.upper()}_URL": name for name in SERVICE_NAMES}
 
 EXIT_SETUP_FAILED = 2
 
@@ -60,6 +66,10 @@ class WorkerOptions:
         log_level: ``LOG_LEVEL`` of the handlers' Powertools loggers (they print JSON).
         quiet: Only warnings and errors on stderr.
         keep_moto: Leave the moto process this worker started running on exit.
+        crash_at: SIGKILL this process once, at this point of this operation.
+        services_url: Base URL of the fake services (``python -m
+            durable_agents.local.services``): sets ``PAYMENTS_URL``, ``EMAIL_URL`` and
+            ``TICKETS_URL`` for the handlers.
     """
 
     template: Path = Path("template.yaml")
@@ -75,6 +85,8 @@ class WorkerOptions:
     log_level: str = "WARNING"
     quiet: bool = False
     keep_moto: bool = False
+    crash_at: CrashSpec | None = None
+    services_url: str | None = None
 
 
 class _Part(Protocol):
@@ -106,13 +118,35 @@ def configure_logging(quiet: bool) -> None:
     log.propagate = False
 
 
+def services_environment(
+    services_url: str | None, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """``PAYMENTS_URL``, ``EMAIL_URL`` and ``TICKETS_URL`` for the handlers.
+
+    Args:
+        services_url: The fake services' base URL (``--services-url``): each variable
+            becomes ``<url>/<service>``.
+        environ: Without a URL, those of the three variables set here (the worker's own
+            environment by default) are passed on, over any value the template declares.
+
+    Returns:
+        The variables to set (possibly none).
+    """
+    if services_url:
+        base = services_url.rstrip("/")
+        return {name: f"{base}/{service}" for name, service in SERVICE_URL_VARIABLES.items()}
+    source = os.environ if environ is None else environ
+    return {name: source[name] for name in SERVICE_URL_VARIABLES if source.get(name)}
+
+
 def function_environment(
     specs: Sequence[FunctionSpec], options: WorkerOptions, endpoint: str
 ) -> dict[str, str]:
     """The process environment for the functions: theirs, resolved, plus local settings.
 
     All functions share this process, so their variables are merged; a variable declared
-    with different values by two functions is reported and the later one wins.
+    with different values by two functions is reported and the later one wins. The services'
+    URLs (``services_environment``) come last.
     """
     env: dict[str, str] = {}
     for spec in specs:
@@ -137,8 +171,11 @@ def function_environment(
         LOG_LEVEL=options.log_level,
         POWERTOOLS_TRACE_DISABLED="1",
         POWERTOOLS_METRICS_DISABLED="true",
+        # Signed approval links must point at this local server (no https, no stage).
+        PUBLIC_BASE_URL=f"http://{HOST}:{options.api_port}",
     )
     env.setdefault("POWERTOOLS_METRICS_NAMESPACE", "DurableAgentsLocal")
+    env.update(services_environment(options.services_url))
     return env
 
 
@@ -164,6 +201,7 @@ class Worker:
         self._api: ApiServer | None = None
         self._api_thread: threading.Thread | None = None
         self.endpoint = ""
+        self._crash_modules: list[str] = []
 
     # -- start -------------------------------------------------------------------------------
 
@@ -198,6 +236,18 @@ class Worker:
             for spec in specs
         }
 
+    def _install_crash(self, specs: Sequence[FunctionSpec]) -> None:
+        spec = self.options.crash_at
+        if spec is None:
+            return
+        modules = [sys.modules[s.handler.rpartition(".")[0]] for s in specs]
+        installed = install(dict.fromkeys(modules), CrashHooks(spec))
+        if not installed:
+            raise ConfigurationError(
+                "--crash-at needs a handler module with get_runtime() (the StepRunner's)"
+            )
+        self._crash_modules = installed
+
     def _check(self, specs: Sequence[FunctionSpec]) -> None:
         opts = self.options
         unknown = set(opts.function_timeouts) - {"*"} - {s.logical_id for s in specs}
@@ -216,17 +266,24 @@ class Worker:
         """
         opts = self.options
         template = load_template(opts.template)
-        specs = read_functions(
-            template, opts.template.resolve().parent, make_resolver(template, opts.region)
-        )
+        template_dir = opts.template.resolve().parent
+        resolver = make_resolver(template, opts.region)
+        specs = read_functions(template, template_dir, resolver)
         self._check(specs)
         self.endpoint = self._start_moto()
-        clients = Clients(LocalSession(self.endpoint, opts.region))
+        session = LocalSession(self.endpoint, opts.region)
+        # ``!Ref`` of a secret is its ARN, known once moto has created it: read them again.
+        arns = create_secrets(template, session)
+        if arns:
+            resolver = replace(resolver, refs={**resolver.refs, **arns})
+            specs = read_functions(template, template_dir, resolver)
+        clients = Clients(session)
         queues, streams = provision(
             clients, template, specs, visibility_timeout=opts.visibility_timeout
         )
         apply_environment(function_environment(specs, opts, self.endpoint))
         functions = self._functions(specs)
+        self._install_crash(specs)
         routes = [Route(a.method, a.path, functions[s.logical_id]) for s in specs for a in s.apis]
         try:
             self._api = ApiServer(routes, opts.api_port)
@@ -301,6 +358,14 @@ class Worker:
         for name, seconds in sorted(opts.function_timeouts.items()):
             target = "every function" if name == "*" else name
             lines.append(f"  timeout   {seconds:g} s for {target}")
+        services = services_environment(opts.services_url)
+        if services:
+            lines.append("  services  " + ", ".join(f"{k}={v}" for k, v in services.items()))
+        if opts.crash_at is not None:
+            lines.append(
+                f"  crash-at  {opts.crash_at}: SIGKILL to this process, once "
+                f"(hooks in {', '.join(self._crash_modules)})"
+            )
         lines.append("ready (Ctrl-C stops)")
         log.info("\n".join(lines))
 
