@@ -1,20 +1,37 @@
-"""Api: thin HTTP handlers over the runtime (one Powertools resolver, IAM-authorised routes).
+"""Api: thin HTTP handlers over the runtime (one Powertools resolver and its route groups).
 
-Every rejection is a 4xx with ``{"error": {"type": ..., "message": ...}}`` saying what is wrong.
+Runs and reviews are here; approvals (IAM, JWT, signed links) and callbacks are in
+``api.routes``. Every rejection is a 4xx with ``{"error": {"type": ..., "message": ...}}``
+saying what is wrong (an HTML page instead when a browser asked for one).
 """
 
 from __future__ import annotations
 
-import json
+import threading
+from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote
 
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
+from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from api.approval_page import render_message_page
+from api.routes import approvals, callbacks, streams
+from api.routes.common import (
+    BadRequest,
+    UnprocessableRequest,
+    html,
+    prefers_html,
+    wait_view,
+)
+from api.routes.common import error as _error
+from api.routes.common import json_body as _json_body
+from api.routes.common import ok as _ok
 from durable_agents.deployment import Settings, build_runtime
 from durable_agents.errors import (
     AgentNotFoundError,
@@ -24,9 +41,10 @@ from durable_agents.errors import (
     PayloadError,
     RunNotFoundError,
     RunStateConflictError,
+    WaitNotFoundError,
 )
 from durable_agents.events import step_ready
-from durable_agents.models import RunStatus
+from durable_agents.models import RunStatus, WaitStatus
 from durable_agents.runtime import InputValidationError, Runtime
 from durable_agents.side_effects.review import (
     Decision,
@@ -37,10 +55,85 @@ from durable_agents.side_effects.review import (
 )
 from durable_agents.side_effects.tools import default_tools
 from durable_agents.views import effect_view, history, run_view
+from durable_agents.waits.auth import AuthenticationError, AuthUnavailableError, NotAnApproverError
+from durable_agents.waits.records import WaitGoneError
+
+
+class ThreadSafeRestResolver(APIGatewayRestResolver):
+    """``APIGatewayRestResolver`` whose per-request state is per thread.
+
+    Powertools keeps the current event and lambda context on ``BaseRouter`` class attributes
+    and the route arguments in an instance dict: fine in Lambda (one request per process at a
+    time), wrong when one process serves requests from several threads (local mode's
+    threaded server, concurrency tests). Here each thread sees its own request.
+    """
+
+    _state = threading.local()
+
+    @property
+    def current_event(self) -> APIGatewayProxyEvent:
+        """The request this thread is resolving."""
+        event: APIGatewayProxyEvent = self._state.event
+        return event
+
+    @current_event.setter
+    def current_event(self, value: BaseProxyEvent) -> None:
+        self._state.event = value
+
+    @property
+    def lambda_context(self) -> LambdaContext:
+        """The Lambda context of this thread's request."""
+        context: LambdaContext = self._state.lambda_context
+        return context
+
+    @lambda_context.setter
+    def lambda_context(self, value: LambdaContext) -> None:
+        self._state.lambda_context = value
+
+    @property
+    def context(self) -> dict[str, Any]:
+        """Routing context (route arguments among it) of this thread's request."""
+        if not hasattr(self._state, "context"):
+            self._state.context = {}
+        routing: dict[str, Any] = self._state.context
+        return routing
+
+    @context.setter
+    def context(self, value: dict[str, Any]) -> None:
+        self._state.context = value
+
+    _build_lock = threading.Lock()
+    _stacks_built = False
+
+    def build_route_stacks(self) -> None:
+        """Builds every route's middleware stack once, before any request uses one.
+
+        Powertools builds a route's stack lazily on its first request, unguarded: two threads
+        doing that at once would wrap the route twice, for good.
+        """
+        with self._build_lock:
+            if self._stacks_built:
+                return
+            for route in self._static_routes + self._dynamic_routes:
+                if not route._middleware_stack_built:
+                    route._build_middleware_stack(
+                        router_middlewares=self._router_middlewares, app=self
+                    )
+            self._stacks_built = True
+
+    def resolve(self, event: Mapping[str, Any], context: LambdaContext) -> dict[str, Any]:
+        """Resolves one request with this thread's state."""
+        if not self._stacks_built:
+            self.build_route_stacks()
+        self._state.event = self._to_proxy_event(dict(event))
+        self._state.lambda_context = context
+        self._state.context = {}
+        return super().resolve(event, context)
+
 
 logger = Logger()
 tracer = Tracer()
-app = APIGatewayRestResolver()
+app = ThreadSafeRestResolver()
 
 _runtime: Runtime | None = None
 MAX_LIMIT = 100
@@ -75,29 +168,16 @@ class StartRunRequest(BaseModel):
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
 
 
-def _error(status: HTTPStatus, error_type: str, message: str, **extra: Any) -> Response[str]:
-    body = {"error": {"type": error_type, "message": message, **extra}}
-    return Response(
-        status_code=status.value, content_type="application/json", body=json.dumps(body)
-    )
-
-
-def _ok(status: HTTPStatus, body: Any, headers: dict[str, str] | None = None) -> Response[str]:
-    return Response(
-        status_code=status.value,
-        content_type="application/json",
-        body=json.dumps(body),
-        headers=headers,
-    )
-
-
-class BadRequest(Exception):
-    """The request is malformed (not JSON, wrong parameter)."""
-
-
 # What each domain error means for an HTTP caller. Domain exceptions carry no status codes.
 ERROR_STATUS: dict[type[Exception], HTTPStatus] = {
     BadRequest: HTTPStatus.BAD_REQUEST,
+    UnprocessableRequest: HTTPStatus.UNPROCESSABLE_ENTITY,
+    AuthenticationError: HTTPStatus.UNAUTHORIZED,
+    NotAnApproverError: HTTPStatus.FORBIDDEN,
+    AuthUnavailableError: HTTPStatus.SERVICE_UNAVAILABLE,
+    WaitNotFoundError: HTTPStatus.NOT_FOUND,
+    # 409 when it was already decided or completed, 410 when it expired (see error_response).
+    WaitGoneError: HTTPStatus.CONFLICT,
     InvalidNameError: HTTPStatus.BAD_REQUEST,
     AgentNotFoundError: HTTPStatus.NOT_FOUND,
     RunNotFoundError: HTTPStatus.NOT_FOUND,
@@ -112,13 +192,28 @@ ERROR_STATUS: dict[type[Exception], HTTPStatus] = {
 }
 
 
+def _gone_message(record: Any) -> str:
+    noun = "approval" if record.kind == "approval" else "callback"
+    if record.status is WaitStatus.EXPIRED:
+        return f"{noun} {record.wait_id} expired: its deadline passed before it was settled"
+    if record.kind == "approval":
+        outcome = record.outcome or {}
+        verb = "approved" if outcome.get("approved") else "rejected"
+        return (
+            f"approval {record.wait_id} was already {verb} by {outcome.get('decided_by')} "
+            f"at {outcome.get('decided_at')}"
+        )
+    return f"callback {record.wait_id} was already completed"
+
+
 def error_response(exc: Exception) -> Response[str]:
-    """Turns a known error into a 4xx response that says what is wrong."""
+    """Turns a known error into a 4xx (or 503) response that says what is wrong."""
     status = next(
         (code for cls, code in ERROR_STATUS.items() if isinstance(exc, cls)),
         HTTPStatus.BAD_REQUEST,
     )
     extra: dict[str, Any] = {}
+    headers: dict[str, str] = {}
     message = str(exc)
     if isinstance(exc, ValidationError):
         message = "the request body does not match the schema"
@@ -130,7 +225,17 @@ def error_response(exc: Exception) -> Response[str]:
         extra["run_id"] = exc.existing_run_id
     elif isinstance(exc, ReviewAlreadyDecidedError):
         extra["current"] = effect_view(exc.record)
-    return _error(status, type(exc).__name__, message, **extra)
+    elif isinstance(exc, WaitGoneError):
+        if exc.record.status is WaitStatus.EXPIRED:
+            status = HTTPStatus.GONE
+        message = _gone_message(exc.record)
+        extra["current"] = wait_view(exc.record)
+    elif isinstance(exc, AuthenticationError) and exc.scheme == "Bearer":
+        headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
+    if prefers_html(app.current_event):
+        page = render_message_page(status.phrase, message)
+        return html(status, page, headers=headers or None)
+    return _error(status, type(exc).__name__, message, headers=headers or None, **extra)
 
 
 for _error_type in ERROR_STATUS:
@@ -138,13 +243,7 @@ for _error_type in ERROR_STATUS:
 
 
 def _body() -> Any:
-    raw = app.current_event.body
-    if raw is None or raw == "":
-        raise BadRequest("the request needs a JSON body")
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise BadRequest(f"the body is not valid JSON: {exc.msg} at position {exc.pos}") from exc
+    return _json_body(app.current_event)
 
 
 def _caller() -> str:
@@ -257,6 +356,11 @@ def decide_review(operation_id: str) -> Response[str]:
         extra={"operation_id": operation_id, "decision": body.decision.value, "caller": _caller()},
     )
     return _ok(HTTPStatus.OK, effect_view(record))
+
+
+app.include_router(approvals.router)
+app.include_router(callbacks.router)
+app.include_router(streams.router)
 
 
 @logger.inject_lambda_context(clear_state=True)

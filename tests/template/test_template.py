@@ -31,9 +31,29 @@ API_ROUTES = {
     "ListRuns": ("GET", "/runs"),
     "GetRun": ("GET", "/runs/{run_id}"),
     "GetRunHistory": ("GET", "/runs/{run_id}/history"),
+    "GetRunStream": ("GET", "/runs/{run_id}/stream"),
     "RedriveRun": ("POST", "/runs/{run_id}/redrive"),
     "ListReviews": ("GET", "/reviews"),
     "DecideReview": ("POST", "/reviews/{operation_id}"),
+    "ListApprovals": ("GET", "/approvals"),
+    "GetApproval": ("GET", "/approvals/{approval_id}"),
+    "DecideApproval": ("POST", "/approvals/{approval_id}"),
+    "MintApprovalLink": ("POST", "/approvals/{approval_id}/links"),
+    "PersonGetApproval": ("GET", "/people/approvals/{approval_id}"),
+    "PersonDecideApproval": ("POST", "/people/approvals/{approval_id}"),
+    "LinkGetApproval": ("GET", "/links/approvals/{approval_id}"),
+    "LinkDecideApproval": ("POST", "/links/approvals/{approval_id}"),
+    "CallbackSuccess": ("POST", "/callbacks/{callback_id}/success"),
+    "CallbackFailure": ("POST", "/callbacks/{callback_id}/failure"),
+    "CallbackHeartbeat": ("POST", "/callbacks/{callback_id}/heartbeat"),
+}
+# The only methods API Gateway does not authenticate: people (JWT) and signed links (HMAC) cannot
+# sign with SigV4, so ApiFunction verifies their credentials itself (api/routes/approvals.py).
+LAMBDA_AUTHENTICATED_ROUTES = {
+    "PersonGetApproval",
+    "PersonDecideApproval",
+    "LinkGetApproval",
+    "LinkDecideApproval",
 }
 TABLE_ACTIONS = {
     "dynamodb:GetItem",
@@ -159,7 +179,8 @@ def test_function_globals_python313_arm64_tracing_and_layer(template: dict[str, 
     assert env["JOURNAL_TABLE"] == {"Ref": "JournalTable"}
     assert env["PAYLOAD_BUCKET"] == {"Ref": "PayloadBucket"}
     assert env["EVENT_BUS_NAME"] == {"Ref": "EventBus"}
-    assert env["AGENT_MODULES"] == "agents.example,agents.checkout"
+    assert env["AGENT_MODULES"] == "agents.example,agents.checkout,agents.support"
+    assert env["STREAM_TABLE"] == {"Ref": "StreamTable"}
     assert env["POWERTOOLS_SERVICE_NAME"] == "durable-agents"
     assert env["POWERTOOLS_METRICS_NAMESPACE"] == "DurableAgents"
     assert env["LOG_LEVEL"] == {"Ref": "LogLevel"}
@@ -241,7 +262,9 @@ def test_api_is_iam_authorised_by_default(resources: dict[str, Any]) -> None:
     assert api["AccessLogSetting"]["DestinationArn"] == {"Fn::GetAtt": ["ApiAccessLogGroup", "Arn"]}
 
 
-def test_api_routes_all_on_durable_api_without_auth_override(resources: dict[str, Any]) -> None:
+def test_api_routes_all_on_durable_api_iam_except_people_and_links(
+    resources: dict[str, Any],
+) -> None:
     events = props(resources, "ApiFunction")["Events"]
     routes = {
         name: (e["Properties"]["Method"].upper(), e["Properties"]["Path"])
@@ -251,13 +274,73 @@ def test_api_routes_all_on_durable_api_without_auth_override(resources: dict[str
     assert routes == API_ROUTES
     for name, e in events.items():
         assert e["Properties"]["RestApiId"] == {"Ref": "DurableApi"}, name
-        # A per-route Auth block could switch IAM off (Authorizer: NONE).
-        assert "Auth" not in e["Properties"], name
+        if name in LAMBDA_AUTHENTICATED_ROUTES:
+            # Exactly this override, and only on /people and /links paths.
+            assert e["Properties"]["Auth"] == {"Authorizer": "NONE"}, name
+            assert e["Properties"]["Path"].startswith(("/people/", "/links/")), name
+        else:
+            # A per-route Auth block could switch IAM off (Authorizer: NONE).
+            assert "Auth" not in e["Properties"], name
     # No other function is reachable over HTTP.
     for logical_id in set(FUNCTIONS) - {"ApiFunction"}:
         for e in props(resources, logical_id).get("Events", {}).values():
             assert e["Type"] not in {"Api", "HttpApi"}
         assert "FunctionUrlConfig" not in props(resources, logical_id)
+
+
+@pytest.mark.parametrize("route", sorted(LAMBDA_AUTHENTICATED_ROUTES))
+def test_each_unauthenticated_method_is_served_by_a_lambda_that_authenticates(
+    resources: dict[str, Any], route: str
+) -> None:
+    """API Gateway passes these through; the handler must verify a JWT or a signed link."""
+    event = props(resources, "ApiFunction")["Events"][route]["Properties"]
+    assert event["Auth"] == {"Authorizer": "NONE"}
+    source = (ROOT / "functions" / "api" / "routes" / "approvals.py").read_text()
+    method, path = API_ROUTES[route]
+    declared = path.replace("{approval_id}", "<approval_id>")
+    decorator = f'@router.{method.lower()}("{declared}")'
+    assert decorator in source, decorator
+    body = source.split(decorator, 1)[1].split("\n@router.", 1)[0]
+    check = "_person()" if path.startswith("/people/") else "_link("
+    assert check in body, f"{route} does not authenticate with {check}"
+
+
+def test_approval_link_secret_is_generated_and_read_only_by_the_api(
+    resources: dict[str, Any],
+) -> None:
+    secret = resources["ApprovalLinkSecret"]
+    assert secret["Type"] == "AWS::SecretsManager::Secret"
+    p = secret["Properties"]
+    assert "SecretString" not in p, "the link key must never be in the template"
+    assert p["GenerateSecretString"]["PasswordLength"] >= 32
+    ref = {"Ref": "ApprovalLinkSecret"}
+    api = function_statements(resources, "ApiFunction")
+    assert allowed(api, ref) == {"secretsmanager:GetSecretValue"}
+    env = props(resources, "ApiFunction")["Environment"]["Variables"]
+    assert env["APPROVAL_LINK_SECRET_ARN"] == ref
+    for where, s in iter_statements(resources):
+        actions = [a for a in as_list(s.get("Action", [])) if str(a).startswith("secretsmanager:")]
+        if actions:
+            assert where == "ApiFunction" and as_list(s["Resource"]) == [ref], (where, s)
+            assert actions == ["secretsmanager:GetSecretValue"], (where, actions)
+
+
+def test_jwt_parameters_reach_the_api_and_default_to_off(
+    template: dict[str, Any], resources: dict[str, Any]
+) -> None:
+    env = props(resources, "ApiFunction")["Environment"]["Variables"]
+    for parameter, variable in (
+        ("JwtIssuer", "JWT_ISSUER"),
+        ("JwtAudience", "JWT_AUDIENCE"),
+        ("JwtJwksUrl", "JWT_JWKS_URL"),
+        ("PublicBaseUrl", "PUBLIC_BASE_URL"),
+    ):
+        assert template["Parameters"][parameter] == {
+            **template["Parameters"][parameter],
+            "Type": "String",
+            "Default": "",
+        }
+        assert env[variable] == {"Ref": parameter}
 
 
 def test_no_wildcard_resources_or_actions_in_allow_statements(resources: dict[str, Any]) -> None:
@@ -323,6 +406,17 @@ def test_events_and_payload_access_are_scoped(resources: dict[str, Any], logical
     assert s3_resources == [{"Fn::Sub": "${PayloadBucket.Arn}/runs/*"}]
 
 
+def test_stream_cache_is_its_own_table_with_ttl(resources: dict[str, Any]) -> None:
+    table = props(resources, "StreamTable")
+    assert table["TimeToLiveSpecification"] == {"AttributeName": "ttl", "Enabled": True}
+    assert "StreamSpecification" not in table  # no outbox here: it is not run state
+    writer = function_statements(resources, "StepRunnerFunction")
+    reader = function_statements(resources, "ApiFunction")
+    stream = {"Fn::GetAtt": ["StreamTable", "Arn"]}
+    assert allowed(writer, stream) == {"dynamodb:PutItem"}
+    assert allowed(reader, stream) == {"dynamodb:Query"}
+
+
 def test_relay_reads_only_the_journal_stream(resources: dict[str, Any]) -> None:
     statements = function_statements(resources, "RelayFunction")
     stream = {"Fn::GetAtt": ["JournalTable", "StreamArn"]}
@@ -361,6 +455,7 @@ def test_no_fixed_physical_names(resources: dict[str, Any]) -> None:
         "AWS::IAM::Role": "RoleName",
         "AWS::Events::EventBus": "Name",
         "AWS::Logs::LogGroup": "LogGroupName",
+        "AWS::SecretsManager::Secret": "Name",
     }
     for logical_id, res in resources.items():
         key = name_props.get(res["Type"])

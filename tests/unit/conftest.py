@@ -10,10 +10,10 @@ from typing import Any
 import boto3
 import pytest
 
-from durable_agents.local.template import create_journal_table
+from durable_agents.local.template import create_journal_table, load_template, table_definition
 from tests.conftest import TEMPLATE
 
-TABLE, BUS, BUCKET = "journal", "durable-bus", "payloads"
+TABLE, BUS, BUCKET, STREAMS = "journal", "durable-bus", "payloads", "streams"
 
 
 class FakeLambdaContext:
@@ -59,6 +59,9 @@ class Deployment:
 def deployment(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
     dynamodb = boto3.client("dynamodb", region_name="us-east-1")
     create_journal_table(dynamodb, TABLE, TEMPLATE)
+    dynamodb.create_table(
+        TableName=STREAMS, **table_definition(load_template(TEMPLATE), "StreamTable")
+    )
     boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=BUCKET)
     events = boto3.client("events", region_name="us-east-1")
     events.create_event_bus(Name=BUS)
@@ -73,6 +76,7 @@ def deployment(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[Deploymen
     events.put_targets(Rule="tap", EventBusName=BUS, Targets=[{"Id": "q", "Arn": queue_arn}])
     for name, value in {
         "JOURNAL_TABLE": TABLE,
+        "STREAM_TABLE": STREAMS,
         "EVENT_BUS_NAME": BUS,
         "PAYLOAD_BUCKET": BUCKET,
         "AGENT_MODULES": "agents.example,agents.checkout",

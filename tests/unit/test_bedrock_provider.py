@@ -495,7 +495,7 @@ def test_providers_bedrock_always_scripted_when_configured() -> None:
 
 def test_a_bad_script_file_fails_at_wiring() -> None:
     settings = Settings.from_env({**BASE_ENV, "SCRIPTED_MODEL_FILE": "/nonexistent/script.json"})
-    with pytest.raises(ConfigurationError, match="cannot read model script"):
+    with pytest.raises(ConfigurationError, match="not found"):
         build_providers(settings, boto3.session.Session(region_name="us-east-1"))
 
 

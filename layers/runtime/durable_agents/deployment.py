@@ -18,6 +18,7 @@ from durable_agents.llm.bedrock import BedrockProvider
 from durable_agents.llm.scripted import ScriptedProvider
 from durable_agents.llm.types import LlmProvider
 from durable_agents.runtime import Runtime
+from durable_agents.streams import DynamoDBStreamCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,7 @@ class Settings:
         agent_modules: ``AGENT_MODULES``: comma-separated modules whose agents to register.
         stall_after_seconds: ``STALL_AFTER_SECONDS``: when the reconciler re-drives a quiet
             RUNNING run.
+        stream_table: ``STREAM_TABLE``: the stream cache table (streamed model text).
         scripted_model_file: ``SCRIPTED_MODEL_FILE``: a model script; when set, the
             ``scripted`` provider answers ``ModelConfig(provider="scripted")`` calls.
         bedrock_region: ``BEDROCK_REGION``: the region of the ``bedrock-runtime`` client (the
@@ -45,6 +47,7 @@ class Settings:
     agent_modules: tuple[str, ...]
     stall_after_seconds: int = 300
     scripted_model_file: str | None = None
+    stream_table: str | None = None
     bedrock_region: str | None = None
     bedrock_read_timeout_seconds: int = 120
 
@@ -71,6 +74,7 @@ class Settings:
             journal_table=env["JOURNAL_TABLE"],
             event_bus_name=env["EVENT_BUS_NAME"],
             payload_bucket=env.get("PAYLOAD_BUCKET") or None,
+            stream_table=env.get("STREAM_TABLE") or None,
             agent_modules=tuple(
                 m.strip() for m in env.get("AGENT_MODULES", "").split(",") if m.strip()
             ),
@@ -146,7 +150,13 @@ def build_runtime(
         if settings.payload_bucket
         else None
     )
-    store = DynamoDBJournal(session.client("dynamodb"), settings.journal_table, payloads=payloads)
+    dynamodb = session.client("dynamodb")
+    store = DynamoDBJournal(dynamodb, settings.journal_table, payloads=payloads)
+    streams = (
+        DynamoDBStreamCache(dynamodb, settings.stream_table, clock=clock)
+        if (settings.stream_table)
+        else None
+    )
     publisher = EventBridgePublisher(session.client("events"), settings.event_bus_name)
     registry = registry or default_registry
     registry.import_modules(settings.agent_modules)
@@ -157,6 +167,7 @@ def build_runtime(
         clock=clock,
         logger=logger,
         providers=build_providers(settings, session),
+        stream_sink=streams,
     )
 
 
