@@ -274,29 +274,13 @@ class DynamoDBJournal(JournalStore):
         )
 
     def _effect_put(self, effect: EffectChange) -> dict[str, Any]:
-        put: dict[str, Any] = {
-            "TableName": self._table,
-            "Item": self._effect_item(effect.record),
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }
-        if effect.expected_status is None:
-            put["ConditionExpression"] = _NOT_EXISTS
-            return put
         # The record must still be in the state this writer read: a second recoverer, a
         # reconciler racing the StepRunner, or a late zombie loses here instead of acting twice.
-        values: dict[str, Any] = {}
-        placeholders = []
-        for i, status in enumerate(sorted(s.value for s in effect.expected_status)):
-            values[f":es{i}"] = {"S": status}
-            placeholders.append(f":es{i}")
-        condition = f"attribute_exists(pk) AND #es IN ({', '.join(placeholders)})"
-        if effect.expected_attempt is not None:
-            condition += " AND attempt = :ea"
-            values[":ea"] = {"N": str(effect.expected_attempt)}
-        put["ConditionExpression"] = condition
-        put["ExpressionAttributeNames"] = {"#es": "status"}
-        put["ExpressionAttributeValues"] = values
-        return put
+        expected = (
+            None if effect.expected_status is None else {s.value for s in effect.expected_status}
+        )
+        extra = None if effect.expected_attempt is None else ("attempt", effect.expected_attempt)
+        return self._conditional_put(self._effect_item(effect.record), expected, extra)
 
     def _wait_item(self, record: WaitRecord) -> dict[str, Any]:
         item: dict[str, Any] = {
@@ -355,27 +339,48 @@ class DynamoDBJournal(JournalStore):
         )
 
     def _wait_put(self, wait: WaitChange) -> dict[str, Any]:
-        put: dict[str, Any] = {
-            "TableName": self._table,
-            "Item": self._wait_item(wait.record),
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }
-        if wait.expected is None:
-            put["ConditionExpression"] = _NOT_EXISTS
-            return put
         # Settled exactly once: the stored status must still be one this writer expects (a
         # second decision, a decision racing the timeout, or a late heartbeat loses here).
+        expected = None if wait.expected is None else {s.value for s in wait.expected}
+        extra = (
+            None
+            if wait.expected_updated_at_ms is None
+            else ("updated_at_ms", wait.expected_updated_at_ms)
+        )
+        return self._conditional_put(self._wait_item(wait.record), expected, extra)
+
+    def _conditional_put(
+        self,
+        item: dict[str, Any],
+        expected_statuses: set[str] | None,
+        expected_number: tuple[str, int] | None,
+    ) -> dict[str, Any]:
+        """A conditional Put of a mutable record (side effect, wait).
+
+        With ``expected_statuses=None`` the item must not exist yet; otherwise it must still be
+        in one of those statuses (and hold ``expected_number``).
+        """
+        put: dict[str, Any] = {
+            "TableName": self._table,
+            "Item": item,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+        if expected_statuses is None:
+            put["ConditionExpression"] = _NOT_EXISTS
+            return put
         values: dict[str, Any] = {}
         placeholders = []
-        for i, status in enumerate(sorted(s.value for s in wait.expected)):
-            values[f":ws{i}"] = {"S": status}
-            placeholders.append(f":ws{i}")
-        condition = f"attribute_exists(pk) AND #ws IN ({', '.join(placeholders)})"
-        if wait.expected_updated_at_ms is not None:
-            condition += " AND updated_at_ms = :wu"
-            values[":wu"] = {"N": str(wait.expected_updated_at_ms)}
+        for i, status in enumerate(sorted(expected_statuses)):
+            values[f":st{i}"] = {"S": status}
+            placeholders.append(f":st{i}")
+        condition = f"attribute_exists(pk) AND #st IN ({', '.join(placeholders)})"
+        names = {"#st": "status"}
+        if expected_number is not None:
+            condition += " AND #num = :num"
+            names["#num"] = expected_number[0]
+            values[":num"] = {"N": str(expected_number[1])}
         put["ConditionExpression"] = condition
-        put["ExpressionAttributeNames"] = {"#ws": "status"}
+        put["ExpressionAttributeNames"] = names
         put["ExpressionAttributeValues"] = values
         return put
 
