@@ -10,7 +10,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from durable_agents.deployment import Settings, build_runtime
-from durable_agents.reconciler import sweep
+from durable_agents.reconciler import expire_wait, sweep
 from durable_agents.runtime import Runtime
 
 logger = Logger()
@@ -36,14 +36,23 @@ def get_runtime() -> tuple[Runtime, Settings]:
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Runs one sweep and reports what it did."""
     runtime, settings = get_runtime()
+    if isinstance(event.get("wait_id"), str):  # a deadline's one-time schedule fired
+        expired = expire_wait(runtime, event["wait_id"])
+        metrics.add_metric(name="WaitsExpired", unit=MetricUnit.Count, value=int(expired))
+        return {"wait_id": event["wait_id"], "expired": expired}
     report = sweep(
         runtime,
         stall_after_ms=settings.stall_after_seconds * 1000,
         remaining_ms=context.get_remaining_time_in_millis,
     )
-    metrics.add_metric(name="TimersFired", unit=MetricUnit.Count, value=report.timers_fired)
-    metrics.add_metric(
-        name="StalledRunsRedriven", unit=MetricUnit.Count, value=report.stalled_redriven
-    )
+    for name, value in (
+        ("TimersFired", report.timers_fired),
+        ("StalledRunsRedriven", report.stalled_redriven),
+        ("EffectsFound", report.effects_found),
+        ("EffectsRetried", report.effects_retried),
+        ("EffectsEscalated", report.effects_escalated),
+        ("WaitsExpired", report.waits_expired),
+    ):
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
     logger.info("sweep finished", extra=asdict(report))
     return asdict(report)

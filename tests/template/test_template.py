@@ -417,6 +417,27 @@ def test_stream_cache_is_its_own_table_with_ttl(resources: dict[str, Any]) -> No
     assert allowed(reader, stream) == {"dynamodb:Query"}
 
 
+def test_wait_deadlines_use_one_time_schedules_on_the_reconciler(
+    resources: dict[str, Any],
+) -> None:
+    assert resources["WaitScheduleGroup"]["Type"] == "AWS::Scheduler::ScheduleGroup"
+    role = props(resources, "WaitSchedulerRole")
+    (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "scheduler.amazonaws.com"}
+    (invoke,) = role["Policies"][0]["PolicyDocument"]["Statement"]
+    assert invoke["Action"] == "lambda:InvokeFunction"
+    assert invoke["Resource"] == {"Fn::GetAtt": ["ReconcilerFunction", "Arn"]}
+    for fn in ("StepRunnerFunction", "ApiFunction"):
+        env = props(resources, fn)["Environment"]["Variables"]
+        assert env["SCHEDULER_TARGET_ARN"] == {"Fn::GetAtt": ["ReconcilerFunction", "Arn"]}
+        statements = function_statements(resources, fn)
+        passes = [s for s in statements if "iam:PassRole" in as_list(s["Action"])]
+        assert passes and all(
+            s["Condition"]["StringEquals"]["iam:PassedToService"] == "scheduler.amazonaws.com"
+            for s in passes
+        )
+
+
 def test_relay_reads_only_the_journal_stream(resources: dict[str, Any]) -> None:
     statements = function_statements(resources, "RelayFunction")
     stream = {"Fn::GetAtt": ["JournalTable", "StreamArn"]}

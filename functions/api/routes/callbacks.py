@@ -98,4 +98,6 @@ def callback_heartbeat(callback_id: str) -> Response[str]:
         if exc.record.status is WaitStatus.EXPIRED:
             wake(exc.record.run_id, "callback-timed-out")
         raise
+    if rt.wait_scheduler is not None and beat.due_at_ms is not None:
+        rt.wait_scheduler.schedule(beat.wait_id, beat.due_at_ms)  # the deadline moved
     return ok(HTTPStatus.OK, callback_view(beat))

@@ -19,6 +19,7 @@ from durable_agents.llm.scripted import ScriptedProvider
 from durable_agents.llm.types import LlmProvider
 from durable_agents.runtime import Runtime
 from durable_agents.streams import DynamoDBStreamCache
+from durable_agents.waits.schedules import EventBridgeWaitScheduler
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,10 @@ class Settings:
         stall_after_seconds: ``STALL_AFTER_SECONDS``: when the reconciler re-drives a quiet
             RUNNING run.
         stream_table: ``STREAM_TABLE``: the stream cache table (streamed model text).
+        schedule_group: ``SCHEDULE_GROUP``: EventBridge Scheduler group for wait deadlines.
+        scheduler_role_arn: ``SCHEDULER_ROLE_ARN``: the role Scheduler assumes.
+        scheduler_target_arn: ``SCHEDULER_TARGET_ARN``: the Reconciler it invokes. The three
+            together enable precise deadlines; without them the minute sweep expires waits.
         scripted_model_file: ``SCRIPTED_MODEL_FILE``: a model script; when set, the
             ``scripted`` provider answers ``ModelConfig(provider="scripted")`` calls.
         bedrock_region: ``BEDROCK_REGION``: the region of the ``bedrock-runtime`` client (the
@@ -48,6 +53,9 @@ class Settings:
     stall_after_seconds: int = 300
     scripted_model_file: str | None = None
     stream_table: str | None = None
+    schedule_group: str | None = None
+    scheduler_role_arn: str | None = None
+    scheduler_target_arn: str | None = None
     bedrock_region: str | None = None
     bedrock_read_timeout_seconds: int = 120
 
@@ -75,6 +83,9 @@ class Settings:
             event_bus_name=env["EVENT_BUS_NAME"],
             payload_bucket=env.get("PAYLOAD_BUCKET") or None,
             stream_table=env.get("STREAM_TABLE") or None,
+            schedule_group=env.get("SCHEDULE_GROUP") or None,
+            scheduler_role_arn=env.get("SCHEDULER_ROLE_ARN") or None,
+            scheduler_target_arn=env.get("SCHEDULER_TARGET_ARN") or None,
             agent_modules=tuple(
                 m.strip() for m in env.get("AGENT_MODULES", "").split(",") if m.strip()
             ),
@@ -168,6 +179,21 @@ def build_runtime(
         logger=logger,
         providers=build_providers(settings, session),
         stream_sink=streams,
+        wait_scheduler=build_wait_scheduler(settings, session),
+    )
+
+
+def build_wait_scheduler(settings: Settings, session: Any) -> EventBridgeWaitScheduler | None:
+    """The Scheduler-backed wait scheduler, when the deployment configures one."""
+    if not (
+        settings.schedule_group and settings.scheduler_role_arn and settings.scheduler_target_arn
+    ):
+        return None
+    return EventBridgeWaitScheduler(
+        session.client("scheduler"),
+        group=settings.schedule_group,
+        target_arn=settings.scheduler_target_arn,
+        role_arn=settings.scheduler_role_arn,
     )
 
 

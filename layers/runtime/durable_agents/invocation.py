@@ -143,6 +143,7 @@ class Invocation:
         stream_sink: Any = None,
         target: str | None = None,
         registry: Any = None,
+        wait_scheduler: Any = None,
     ):
         self.store = store
         self.header: RunHeader = snapshot.header
@@ -156,6 +157,8 @@ class Invocation:
         # The positions of the parallel branches being executed, innermost last.
         self.branches: list[str] = []
         self.registry = registry
+        self.wait_scheduler = wait_scheduler
+
         self.pending_events: list[Any] = []
         self.clock = clock
         self.budget = budget
@@ -165,6 +168,11 @@ class Invocation:
         self.executed: list[str] = []
         self.fault: BaseException | None = None
         self.in_step = False
+
+    def schedule_wait(self, wait_id: str, due_at_ms: int | None) -> None:
+        """Asks the wait scheduler (if any) to look at ``wait_id`` when it is due."""
+        if self.wait_scheduler is not None and due_at_ms is not None:
+            self.wait_scheduler.schedule(wait_id, due_at_ms)
 
     def now_ms(self) -> int:
         """The injected clock's time."""

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from durable_agents.errors import EffectConflictError
+from durable_agents.errors import EffectConflictError, WaitNotFoundError
 from durable_agents.events import step_ready
 from durable_agents.invocation import group_entries
-from durable_agents.models import EntryType, RunStatus
+from durable_agents.models import EntryType, RunStatus, WaitStatus
 from durable_agents.operations.tool import review_requested
 from durable_agents.runtime import Runtime
 from durable_agents.side_effects.protocol import SideEffectProtocol
@@ -184,3 +184,26 @@ def _is_stalled(runtime: Runtime, run_id: str, now_ms: int, stall_after_ms: int)
             if lease > now_ms:
                 return False  # a claimant may still be working on it
     return now_ms - last >= stall_after_ms
+
+
+def expire_wait(runtime: Runtime, wait_id: str) -> bool:
+    """Expires one approval or callback if it is due (a Scheduler one-time schedule fired).
+
+    Returns:
+        Whether it expired now (False if it was settled first or is not due yet — a heartbeat
+        moved its deadline, and its schedule with it).
+    """
+    try:
+        record = runtime.store.get_wait(wait_id)
+    except WaitNotFoundError:
+        return False
+    due = record.due_at_ms
+    if record.status is not WaitStatus.PENDING or due is None or due > runtime.clock.now_ms():
+        return False
+    expire = expire_approval if record.kind == "approval" else expire_callback
+    try:
+        expire(runtime.store, runtime.clock, record)
+    except WaitGoneError:
+        return False
+    runtime.publisher.publish([step_ready(record.run_id, f"{record.kind}-expired")])
+    return True

@@ -36,6 +36,7 @@ from durable_agents.llm.types import LlmProvider, StreamSink
 from durable_agents.models import ErrorInfo, RunChange, RunHeader, RunStatus
 from durable_agents.observability import ReplayAwareLogger
 from durable_agents.serde import decode, encode, error_info
+from durable_agents.waits.schedules import WaitScheduler
 
 _ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
 LEASE_MARGIN_MS = 5_000
@@ -112,6 +113,8 @@ class Runtime:
             ``durable-agents local --crash-at``); the default does nothing.
         providers: Model providers by name (``ModelConfig.provider``), for ``ctx.llm``.
         stream_sink: The stream cache streamed model text goes to (optional).
+        wait_scheduler: Schedules precise deadlines of approvals and callbacks (optional; the
+            reconciler's sweep expires them anyway).
     """
 
     def __init__(
@@ -127,6 +130,7 @@ class Runtime:
         hooks: InvocationHooks = NO_HOOKS,
         providers: dict[str, LlmProvider] | None = None,
         stream_sink: StreamSink | None = None,
+        wait_scheduler: WaitScheduler | None = None,
     ):
         self.store = store
         self.registry = registry or default_registry
@@ -138,6 +142,7 @@ class Runtime:
         self.hooks = hooks
         self.providers: dict[str, LlmProvider] = dict(providers or {})
         self.stream_sink = stream_sink
+        self.wait_scheduler = wait_scheduler
 
     # -- starting ----------------------------------------------------------------------------
 
@@ -252,6 +257,7 @@ class Runtime:
             stream_sink=self.stream_sink,
             target=target,
             registry=self.registry,
+            wait_scheduler=self.wait_scheduler,
         )
         ctx = DurableContext(
             inv,

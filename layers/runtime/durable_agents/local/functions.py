@@ -7,6 +7,7 @@ patterns, the same Api paths, the same environment (with ``!Ref`` resolved to lo
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ LAMBDA_DEFAULT_RETRIES = 2
 # Resource types local mode creates in moto, and the fixed local names of the usual ones.
 # A secret's ``!Ref`` (its ARN on AWS) resolves to its local name until the worker has created
 # it in moto and knows its ARN (``local.secrets``); Secrets Manager accepts either.
+log = logging.getLogger("durable_agents.local")
+
 PROVISIONED_TYPES = (
     "AWS::DynamoDB::Table",
     "AWS::S3::Bucket",
@@ -204,6 +207,21 @@ class Resolver:
         raise ConfigurationError(f"local mode cannot resolve {value!r}")
 
 
+def _local_environment(variables: Mapping[str, Any], resolver: Resolver) -> dict[str, str]:
+    """Resolves a function's variables; ``!GetAtt`` of AWS-only resources is left out.
+
+    Those (the Scheduler role and target, for example) configure AWS features that local mode
+    replaces itself; every other variable must resolve, so a typo still fails loudly.
+    """
+    env: dict[str, str] = {}
+    for key, value in variables.items():
+        if isinstance(value, Mapping) and set(value) == {"Fn::GetAtt"}:
+            log.debug("%s=%r is AWS-only: not set in local mode", key, value)
+            continue
+        env[key] = resolver.resolve(value)
+    return env
+
+
 def make_resolver(template: Mapping[str, Any], region: str = DEFAULT_REGION) -> Resolver:
     """Builds the resolver: provisioned resources get local names, parameters their Default.
 
@@ -271,7 +289,7 @@ def read_functions(
                 timeout_seconds=float(merged.get("Timeout", LAMBDA_DEFAULT_TIMEOUT)),
                 memory_mb=int(merged.get("MemorySize", LAMBDA_DEFAULT_MEMORY)),
                 max_retries=int(invoke_config.get("MaximumRetryAttempts", LAMBDA_DEFAULT_RETRIES)),
-                environment={k: resolver.resolve(v) for k, v in variables.items()},
+                environment=_local_environment(variables, resolver),
                 rules=tuple(events.rules),
                 schedules=tuple(events.schedules),
                 apis=tuple(events.apis),

@@ -139,6 +139,7 @@ def run_wait_for_approval(ctx: DurableContext, name: str, spec: ApprovalSpec) ->
     except (EntryConflictError, WaitConflictError, RunStateConflictError) as exc:
         raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
     inv.header = suspend.apply(inv.header)
+    inv.schedule_wait(approval_id, deadline_ms)
     inv.pending_events.append(approval_requested(pending))
     raise SuspendExecution(Reason.EXTERNAL, detail=f"approval {approval_id}")
 

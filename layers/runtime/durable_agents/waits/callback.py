@@ -123,6 +123,7 @@ def run_create_callback(
         inv.commit([created], wait=WaitChange(pending))
     except (EntryConflictError, WaitConflictError) as exc:
         raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+    inv.schedule_wait(callback_id, pending.due_at_ms)
     return handle
 
 
