@@ -697,3 +697,21 @@ def test_reconciler_event_is_a_scheduled_event() -> None:
     ev = _event("reconciler_schedule.json")
     assert ev["source"] == "aws.events"
     assert ev["detail-type"] == "Scheduled Event"
+
+
+def test_every_function_has_a_sample_event() -> None:
+    names = {p.name for p in (ROOT / "events").glob("*.json")}
+    assert {
+        "step_ready.json",
+        "api_start_run.json",
+        "reconciler_schedule.json",
+        "reconciler_wait_due.json",
+        "relay_stream.json",
+    } <= names
+
+
+def test_relay_sample_event_carries_one_outbox_event() -> None:
+    from durable_agents.outbox import events_from_stream
+
+    (event,) = events_from_stream(_event("relay_stream.json")["Records"])
+    assert (event.detail_type, event.event_id) == ("Order Placed", "run-demo-1:emit:3")
