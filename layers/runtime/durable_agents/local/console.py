@@ -176,3 +176,25 @@ def side_effect_timeline(
             )
     events.extend(dict(e) for e in extra)
     return [events[0], *sorted(events[1:], key=_when), *finished]
+
+
+def streamed_texts(chunks: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """What a reader of a run's stream shows: each streaming operation's text, in order.
+
+    A ``begin`` chunk (re)starts an operation's text — a ``begin`` of attempt 2 means the step
+    crashed mid-stream and its text starts over; ``text`` chunks append to it.
+
+    Args:
+        chunks: Stream chunks (``GET /runs/{id}/stream``: ``operation_id``, ``kind``, ``text``).
+
+    Returns:
+        ``(operation_id, text)`` pairs in the order the operations began.
+    """
+    texts: dict[str, str] = {}
+    for chunk in chunks:
+        op = str(chunk.get("operation_id") or "")
+        if chunk.get("kind") == "begin":
+            texts[op] = ""
+        elif chunk.get("kind") == "text":
+            texts[op] = texts.get(op, "") + str(chunk.get("text") or "")
+    return list(texts.items())

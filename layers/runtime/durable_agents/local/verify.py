@@ -216,3 +216,146 @@ def recovered_by(lines: Iterable[str], op_id: str) -> str | None:
         if "StepRunnerFunction" in line and f"executed {op_id}" in line:
             return "StepRunner"
     return None
+
+
+# -- the agent layer: model turns recorded once, a refund approved through a signed link -----
+
+
+def model_calls(events: Sequence[Mapping[str, Any]]) -> Counter[str]:
+    """How many times each ``llm`` operation (by op id) asked the model (``llm_started``)."""
+    return Counter(str(e["op_id"]) for e in events if e["event"] == "llm_started")
+
+
+def model_once_failures(events: Sequence[Mapping[str, Any]], *, turns: int) -> list[str]:
+    """What is wrong if the model was not asked exactly once per recorded turn.
+
+    Expected: ``turns`` ``llm`` operations; each has one ``llm_started`` (attempt 1), no failed
+    attempt, and exactly one result.
+
+    Args:
+        events: A run's history (``views.history``).
+        turns: How many model calls the run should have recorded.
+
+    Returns:
+        Human-readable failures; empty when every check holds.
+    """
+    failures: list[str] = []
+    llm = [e for e in events if e.get("kind") == "llm"]
+    ops = list(dict.fromkeys(str(e["op_id"]) for e in llm))
+    if len(ops) != turns:
+        failures.append(f"{len(ops)} model calls recorded, expected {turns}")
+    calls = model_calls(llm)
+    results = Counter(str(e["op_id"]) for e in llm if is_result(e))
+    for op_id in ops:
+        if calls[op_id] != 1 or results[op_id] != 1:
+            failures.append(
+                f"{op_id}: the model was asked {calls[op_id]} times for {results[op_id]} "
+                "results, expected once for one"
+            )
+    for event in llm:
+        if event["event"] == "llm_attempt_failed" or event.get("attempt", 1) != 1:
+            failures.append(f"{event['op_id']}: {event['event']} attempt {event.get('attempt')}")
+    return failures
+
+
+def refund_payouts(payments: Sequence[Mapping[str, Any]], order_id: str) -> list[dict[str, Any]]:
+    """The payouts (charges) the payments ledger holds for refunds of ``order_id``."""
+    prefix = f"refund for order {order_id}"
+    charges = [dict(e["data"]["charge"]) for e in ledger_events(payments, "charge.created")]
+    return [c for c in charges if str(c.get("description") or "").startswith(prefix)]
+
+
+def approved_refund_failures(
+    snapshot: RunSnapshot,
+    *,
+    order_id: str,
+    amount_cents: int,
+    payments: Sequence[Mapping[str, Any]],
+    tickets: Sequence[Mapping[str, Any]],
+    approval: Mapping[str, Any],
+    approver: str,
+    link_id: str,
+    tool: str = "issue-refund",
+) -> list[str]:
+    """What is wrong after an ``example-support`` run whose refund a signed link approved.
+
+    Expected: the run succeeded; the payments ledger holds exactly one payout for the order's
+    refund, of ``amount_cents``, never refunded, and it is the one the tool's result names; the
+    tickets ledger holds one ticket; the approval is approved, recorded via the link, by the
+    link's approver (``<pattern> (signed link <id>)``).
+
+    Args:
+        snapshot: The finished run, loaded from the journal.
+        order_id: The refunded order.
+        amount_cents: The refund's amount.
+        payments: The payment provider's ledger.
+        tickets: The ticket system's ledger.
+        approval: The approval as ``GET /approvals/{id}`` shows it.
+        approver: The approver pattern the link was minted for.
+        link_id: The link's id (``POST /approvals/{id}/links`` answers it).
+        tool: The refund tool.
+
+    Returns:
+        Human-readable failures; empty when every check holds.
+    """
+    failures: list[str] = []
+    if snapshot.header.status is not RunStatus.SUCCEEDED:
+        failures.append(f"the run is {snapshot.header.status.value}, expected SUCCEEDED")
+    payouts = refund_payouts(payments, order_id)
+    if len(payouts) != 1:
+        failures.append(f"the payments ledger holds {len(payouts)} refund payouts, expected 1")
+    for payout in payouts:
+        if payout.get("amount_cents") != amount_cents or payout.get("refunded"):
+            failures.append(
+                f"payout {payout.get('charge_id')}: {payout.get('amount_cents')} cents, refunded "
+                f"{payout.get('refunded')}; expected {amount_cents} cents, not refunded"
+            )
+    results = _tool_results(snapshot, tool)
+    if len(results) != 1:
+        failures.append(f"{tool} has {len(results)} results, expected 1")
+    elif payouts and results[0].meta.get("external_id") != payouts[0].get("charge_id"):
+        failures.append(
+            f"{tool} recorded {results[0].meta.get('external_id')}, the provider "
+            f"{payouts[0].get('charge_id')}"
+        )
+    created = ledger_events(tickets, "ticket.created")
+    if len(created) != 1:
+        failures.append(f"the tickets ledger holds {len(created)} tickets, expected 1")
+    decision = approval.get("decision") or {}
+    expected_by = f"{approver} (signed link {link_id})"
+    if approval.get("status") != "approved" or decision.get("approved") is not True:
+        failures.append(f"the approval is {approval.get('status')}, expected approved")
+    if decision.get("decided_by") != expected_by or decision.get("via") != "link":
+        failures.append(
+            f"the decision was recorded by {decision.get('decided_by')!r} via "
+            f"{decision.get('via')!r}, expected {expected_by!r} via 'link'"
+        )
+    return failures
+
+
+def stream_resume_failures(
+    full: Sequence[Mapping[str, Any]],
+    before: Sequence[Mapping[str, Any]],
+    after: Sequence[Mapping[str, Any]],
+) -> list[str]:
+    """What is wrong if a reader that reconnected after a cursor did not continue exactly.
+
+    Args:
+        full: Every chunk of the run's stream, read from the start (each with a ``cursor``).
+        before: What the first connection received.
+        after: What the reconnection (``Last-Event-ID``: the last cursor of ``before``) received.
+
+    Returns:
+        Human-readable failures (a gap or a repeated chunk); empty when the two connections
+        together received exactly ``full``, in order.
+    """
+    seen = [str(c["cursor"]) for c in [*before, *after]]
+    everything = [str(c["cursor"]) for c in full]
+    if seen == everything:
+        return []
+    repeated = len(seen) - len(set(seen))
+    missing = len(set(everything) - set(seen))
+    return [
+        f"the two connections received {len(seen)} chunks ({repeated} repeated, {missing} "
+        f"missing); the stream has {len(everything)}"
+    ]

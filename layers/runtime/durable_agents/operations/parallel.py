@@ -189,6 +189,7 @@ def run_batch(
 
     dispatch: list[str] = []
     wakes: list[int] = []
+    waiting: list[str] = []  # what suspended branches wait for (an approval, a callback, …)
     finished_here = False
     for state, branch in zip(states, branches, strict=True):
         if _decided(policy, states) is not None:
@@ -215,6 +216,8 @@ def run_batch(
                 dispatch.extend(signal.targets)
             elif signal.wake_at_ms is not None:
                 wakes.append(signal.wake_at_ms)  # a timer, a retry delay, a held claim
+            if signal.reason in (Reason.TIMER, Reason.EXTERNAL) and signal.detail:
+                waiting.append(signal.detail)
             # otherwise: someone else advances it, or it waits on the outside
         finally:
             inv.branches.pop()
@@ -231,11 +234,10 @@ def run_batch(
     if finished_here and inv.target is not None:
         # This invocation finished a branch; an untargeted look decides the batch.
         raise SuspendExecution(Reason.CONTINUE, detail=f"branch of {op_id} finished")
+    detail = f"{op_id} waits for " + ("; ".join(waiting) if waiting else "its branches")
     if wakes:
-        raise SuspendExecution(
-            Reason.TIMER, wake_at_ms=min(wakes), detail=f"{op_id} waits for its branches"
-        )
-    raise SuspendExecution(Reason.EXTERNAL, detail=f"{op_id} waits for its branches")
+        raise SuspendExecution(Reason.TIMER, wake_at_ms=min(wakes), detail=detail)
+    raise SuspendExecution(Reason.EXTERNAL, detail=detail)
 
 
 def _on_path(target: str, branch_position: str) -> bool:
