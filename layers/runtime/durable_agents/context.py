@@ -141,7 +141,7 @@ class DurableContext:
                 f"{op_name}-approval",
                 request=model,
                 approvers=list(tool.approvers),
-                summary=f"{tool.name} wants to run with {canonical_json(model)}",
+                summary=f"Run {tool.name} with the request below?",
                 timeout=tool.approval_timeout_seconds,
             )
             if not decision.approved:

@@ -207,6 +207,8 @@ class ApiServer(ThreadingHTTPServer):
 class _RequestHandler(BaseHTTPRequestHandler):
     server: ApiServer
     server_version = "durable-agents-local"
+    # A browser keeps idle connections open; without a timeout a clean shutdown waits for them.
+    timeout = 5
 
     def log_message(self, format: str, *args: Any) -> None:
         """Silenced: the invoked function logs one line per request."""

@@ -1,0 +1,232 @@
+"""Approvals in local mode over real HTTP: a pending approval survives a restart; racing decisions.
+
+The support agent's refund waits for ``group:support-leads``; locally nobody signs in, so the
+decision goes through a signed link (the IAM routes' local principal is not an approver). The
+journal and the link key live in the moto server process, so a new worker on the same moto
+carries on with a link minted by the one before it.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from durable_agents.local.moto_server import MotoProcess, free_port
+from durable_agents.local.processes import ServicesProcess, WorkerProcess, http_json
+from durable_agents.local.services import ServicesHandle
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+MESSAGE = {"customer": "cus-ada", "message": "My order A-1001 arrived broken, I want a refund"}
+LEADS = "group:support-leads"
+RACERS = 10
+
+
+@pytest.fixture(scope="module")
+def moto() -> Iterator[MotoProcess]:
+    server = MotoProcess(free_port())
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def services_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServicesProcess]:
+    process = ServicesProcess(tmp_path_factory.mktemp("services") / "ledgers.json")
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def services(services_process: ServicesProcess) -> ServicesHandle:
+    handle = ServicesHandle(services_process.url)
+    handle.reset()
+    return handle
+
+
+@contextmanager
+def workers(moto: MotoProcess, services: ServicesHandle) -> Iterator[Callable[[], WorkerProcess]]:
+    """Starts workers on demand; stops them all at the end and prints their logs on failure."""
+    started: list[WorkerProcess] = []
+
+    def start() -> WorkerProcess:
+        worker = WorkerProcess(
+            api_port=free_port(),
+            moto_endpoint=moto.endpoint,
+            args=["--services-url", services.url, "--log-level", "ERROR"],
+            cwd=ROOT,
+        )
+        started.append(worker)
+        worker.start()
+        return worker
+
+    try:
+        yield start
+    except BaseException:
+        for index, worker in enumerate(started, start=1):
+            print(f"--- worker {index} log ---", *worker.lines, sep="\n")
+        raise
+    finally:
+        for worker in started:
+            worker.stop()
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def run_status(worker: WorkerProcess, run_id: str) -> dict[str, Any]:
+    status, run = http_json("GET", f"{worker.base_url}/runs/{run_id}")
+    assert status == 200, run
+    assert run["status"] not in ("FAILED", "PAUSED"), run
+    return dict(run)
+
+
+def suspended_on_approval(worker: WorkerProcess) -> tuple[str, str]:
+    """Starts a support run and waits until it is SUSPENDED on its refund approval."""
+    status, body = http_json(
+        "POST", f"{worker.base_url}/runs", {"agent": "example-support", "input": MESSAGE}
+    )
+    assert status == 201, body
+    run_id = body["run"]["run_id"]
+
+    def settled() -> str | None:
+        # SUSPENDED is transient while the parallel create-ticket branch still runs: wait for
+        # the approval, the ticket and the suspension.
+        status, listed = http_json("GET", f"{worker.base_url}/approvals?status=pending")
+        assert status == 200, listed
+        mine = [a["approval_id"] for a in listed["approvals"] if a["run_id"] == run_id]
+        if not mine or run_status(worker, run_id)["status"] != "SUSPENDED":
+            return None
+        status, history = http_json("GET", f"{worker.base_url}/runs/{run_id}/history")
+        assert status == 200, history
+        done = {(e["event"], e.get("name")) for e in history["events"]}
+        return mine[0] if ("tool_succeeded", "create-ticket") in done else None
+
+    return run_id, wait_until(settled, 30, f"run {run_id} to wait for its approval")
+
+
+def mint_link(worker: WorkerProcess, approval_id: str) -> str:
+    """A signed link's token for the support leads."""
+    status, minted = http_json(
+        "POST", f"{worker.base_url}/approvals/{approval_id}/links", {"approver": LEADS}
+    )
+    assert status == 201, minted
+    return parse_qs(urlsplit(minted["url"]).query)["token"][0]
+
+
+def refunds(services: ServicesHandle) -> list[dict[str, Any]]:
+    return [e for e in services.ledger("payments") if e["event"] == "charge.created"]
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_a_pending_approval_survives_a_restart_and_resumes_the_run(
+    moto: MotoProcess, services: ServicesHandle, how: str
+) -> None:
+    with workers(moto, services) as start_worker:
+        first = start_worker()
+        run_id, aid = suspended_on_approval(first)
+        token = mint_link(first, aid)
+        # The IAM route exists, but the local IAM principal is not among the approvers.
+        status, refused = http_json(
+            "POST", f"{first.base_url}/approvals/{aid}", {"decision": "approve"}
+        )
+        assert status == 403, refused
+        assert refused["error"]["type"] == "NotAnApproverError"
+
+        if how == "SIGTERM":
+            assert first.stop() == 0
+        else:
+            first.kill()
+            assert first.returncode == -signal.SIGKILL
+
+        second = start_worker()
+        assert run_status(second, run_id)["status"] == "SUSPENDED"
+        status, shown = http_json("GET", f"{second.base_url}/approvals/{aid}")
+        assert status == 200 and shown["status"] == "pending", shown
+        assert refunds(services) == []
+
+        # Decided after the restart, with the link the first worker minted.
+        status, decided = http_json(
+            "POST",
+            f"{second.base_url}/links/approvals/{aid}",
+            {"token": token, "decision": "approve", "comment": f"after a {how}"},
+        )
+        assert status == 200, decided
+        assert decided["status"] == "approved"
+        assert decided["decision"]["comment"] == f"after a {how}"
+        assert decided["decision"]["via"] == "link"
+
+        run = wait_until(
+            lambda: (r := run_status(second, run_id))["status"] == "SUCCEEDED" and r,
+            30,
+            f"run {run_id} to succeed",
+        )
+        assert "refunded 65.00 EUR" in run["result"]["answer"]
+        [refund] = refunds(services)
+        assert refund["data"]["charge"]["amount_cents"] == 6500
+        assert second.stop() == 0
+
+
+def test_ten_racing_decisions_over_http_one_wins(
+    moto: MotoProcess, services: ServicesHandle
+) -> None:
+    with workers(moto, services) as start_worker:
+        worker = start_worker()
+        run_id, aid = suspended_on_approval(worker)
+        tokens = [mint_link(worker, aid) for _ in range(RACERS)]
+        barrier = threading.Barrier(RACERS)
+        answers: list[tuple[int, int, Any]] = []
+        lock = threading.Lock()
+
+        def decide(index: int) -> None:
+            body = {
+                "token": tokens[index],
+                "decision": "approve" if index % 2 == 0 else "reject",
+                "comment": f"racer {index}",
+            }
+            barrier.wait()
+            answer = http_json("POST", f"{worker.base_url}/links/approvals/{aid}", body)
+            with lock:
+                answers.append((index, *answer))
+
+        threads = [threading.Thread(target=decide, args=(i,)) for i in range(RACERS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+
+        assert sorted(status for _, status, _ in answers) == [200] + [409] * (RACERS - 1)
+        [(winner, _, won)] = [a for a in answers if a[1] == 200]
+        decision = won["decision"]
+        print(f"racer {winner} won: approved={decision['approved']}")
+        assert decision["comment"] == f"racer {winner}"
+        assert decision["approved"] is (winner % 2 == 0)
+        for _, status, body in answers:
+            if status == 409:  # every loser is told the first (winning) decision
+                assert body["error"]["current"]["decision"] == decision, body
+        status, shown = http_json("GET", f"{worker.base_url}/approvals/{aid}")
+        assert status == 200 and shown["decision"] == decision
+
+        wait_until(
+            lambda: run_status(worker, run_id)["status"] == "SUCCEEDED",
+            30,
+            f"run {run_id} to succeed",
+        )
+        assert len(refunds(services)) == (1 if decision["approved"] else 0)
