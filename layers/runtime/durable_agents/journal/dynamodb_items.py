@@ -1,0 +1,303 @@
+"""Translating records to DynamoDB items and back (the journal table's item layout).
+
+Kept apart from the store (``dynamodb.py``), which decides *when* to write and under which
+conditions; this module only knows *what* an item looks like. See ADR 0001 for the layout.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from durable_agents.errors import PayloadError
+from durable_agents.journal.payloads import INLINE_LIMIT_BYTES, S3PayloadStore
+from durable_agents.models import (
+    EffectStatus,
+    Entry,
+    EntryType,
+    ErrorInfo,
+    OpKind,
+    RunHeader,
+    RunStatus,
+    SideEffectRecord,
+    WaitRecord,
+    WaitStatus,
+)
+
+HEADER_SK = "#RUN"
+IDEM_SK = "#IDEM"
+WAKE_PK = "WAKE"
+PREPARED_PK = "PREPARED"
+REVIEW_PK = "EFFECT#NEEDS_REVIEW"
+WAIT_SK = "#WAIT"
+WAIT_DUE_PK = "WAITDUE"
+
+
+def pk(run_id: str) -> dict[str, str]:
+    """The partition key of a run."""
+    return {"S": f"RUN#{run_id}"}
+
+
+def ts(ms: int) -> str:
+    """Epoch milliseconds as a fixed-width, sortable string."""
+    return f"{ms:013d}"
+
+
+def opt_int(item: dict[str, Any], name: str) -> int | None:
+    """A numeric attribute, or None if absent."""
+    return int(item[name]["N"]) if name in item else None
+
+
+class ItemCodec:
+    """Converts records to items and back; spills values over the inline limit to S3.
+
+    Args:
+        payloads: Where values over the inline limit go (required to record them).
+        inline_limit_bytes: Values larger than this are spilled to ``payloads``.
+    """
+
+    def __init__(
+        self, payloads: S3PayloadStore | None, inline_limit_bytes: int = INLINE_LIMIT_BYTES
+    ):
+        self._payloads = payloads
+        self._limit = inline_limit_bytes
+
+    def value_attrs(self, run_id: str, name: str, text: str | None) -> dict[str, Any]:
+        """The attributes holding a value: inline, or a reference to its S3 copy."""
+        if text is None:
+            return {}
+        if len(text.encode()) <= self._limit:
+            return {name: {"S": text}}
+        if self._payloads is None:
+            raise PayloadError(
+                f"value of {len(text.encode())} bytes exceeds the {self._limit}-byte inline "
+                "limit and no payload bucket is configured"
+            )
+        ref = self._payloads.put(run_id, text)
+        return {f"{name}_ref": {"S": json.dumps(ref, sort_keys=True)}}
+
+    def read_value(self, item: dict[str, Any], name: str) -> str | None:
+        """Reads a value back, from the item or from S3."""
+        if name in item:
+            return str(item[name]["S"])
+        ref = item.get(f"{name}_ref")
+        if ref is None:
+            return None
+        if self._payloads is None:
+            raise PayloadError(f"{name} is stored in S3 but no payload bucket is configured")
+        return self._payloads.get(json.loads(ref["S"]))
+
+    # -- items -------------------------------------------------------------------------------
+
+    def entry_item(self, entry: Entry) -> dict[str, Any]:
+        """A journal entry as an item."""
+        item: dict[str, Any] = {
+            "pk": pk(entry.run_id),
+            "sk": {"S": entry.sort_key},
+            "op_id": {"S": entry.op_id},
+            "kind": {"S": entry.kind.value},
+            "name": {"S": entry.name},
+            "type": {"S": entry.type.value},
+            "attempt": {"N": str(entry.attempt)},
+            "recorded_at_ms": {"N": str(entry.recorded_at_ms)},
+        }
+        item.update(self.value_attrs(entry.run_id, "value", entry.value))
+        if entry.error is not None:
+            item["error"] = {"S": json.dumps(entry.error.to_dict())}
+        if entry.lease_expires_at_ms is not None:
+            item["lease_expires_at_ms"] = {"N": str(entry.lease_expires_at_ms)}
+        if entry.due_at_ms is not None:
+            item["due_at_ms"] = {"N": str(entry.due_at_ms)}
+        if entry.meta:
+            item["meta"] = {"S": json.dumps(entry.meta, sort_keys=True)}
+            if entry.meta.get("outbox"):
+                # The relay's stream filter selects new items with this attribute only.
+                item["outbox"] = {"S": "1"}
+        return item
+
+    def entry_from_item(self, run_id: str, item: dict[str, Any]) -> Entry:
+        """An item as a journal entry."""
+        sk = item["sk"]["S"]
+        position = sk[2 : sk.index("|")]
+        return Entry(
+            run_id=run_id,
+            position=position,
+            op_id=item["op_id"]["S"],
+            kind=OpKind(item["kind"]["S"]),
+            name=item["name"]["S"],
+            type=EntryType(item["type"]["S"]),
+            attempt=int(item["attempt"]["N"]),
+            value=self.read_value(item, "value"),
+            error=ErrorInfo.from_dict(json.loads(item["error"]["S"])) if "error" in item else None,
+            recorded_at_ms=int(item["recorded_at_ms"]["N"]),
+            lease_expires_at_ms=opt_int(item, "lease_expires_at_ms"),
+            due_at_ms=opt_int(item, "due_at_ms"),
+            meta=json.loads(item["meta"]["S"]) if "meta" in item else {},
+        )
+
+    def header_item(self, header: RunHeader) -> dict[str, Any]:
+        """A run header as an item (with its index keys)."""
+        item: dict[str, Any] = {
+            "pk": pk(header.run_id),
+            "sk": {"S": HEADER_SK},
+            "run_id": {"S": header.run_id},
+            "agent": {"S": header.agent},
+            "versions": {"M": {k: {"S": v} for k, v in header.versions.items()}},
+            "status": {"S": header.status.value},
+            "created_at_ms": {"N": str(header.created_at_ms)},
+            "updated_at_ms": {"N": str(header.updated_at_ms)},
+            "input_hash": {"S": header.input_hash},
+            "gsi1pk": {"S": f"STATUS#{header.status.value}"},
+            "gsi1sk": {"S": f"{ts(header.updated_at_ms)}#{header.run_id}"},
+        }
+        item.update(self.value_attrs(header.run_id, "input", header.input))
+        item.update(self.value_attrs(header.run_id, "result", header.result))
+        if header.error is not None:
+            item["error"] = {"S": json.dumps(header.error.to_dict())}
+        if header.wake_at_ms is not None:
+            item["wake_at_ms"] = {"N": str(header.wake_at_ms)}
+            if header.status is RunStatus.SUSPENDED:
+                item["gsi2pk"] = {"S": WAKE_PK}
+                item["gsi2sk"] = {"S": f"{ts(header.wake_at_ms)}#{header.run_id}"}
+        if header.waiting_on is not None:
+            item["waiting_on"] = {"S": json.dumps(header.waiting_on, sort_keys=True)}
+        if header.parent_run_id is not None:
+            item["parent_run_id"] = {"S": header.parent_run_id}
+        if header.idempotency_key is not None:
+            item["idempotency_key"] = {"S": header.idempotency_key}
+        return item
+
+    def header_from_item(self, item: dict[str, Any]) -> RunHeader:
+        """An item as a run header."""
+        return RunHeader(
+            run_id=item["run_id"]["S"],
+            agent=item["agent"]["S"],
+            versions={k: v["S"] for k, v in item["versions"]["M"].items()},
+            status=RunStatus(item["status"]["S"]),
+            input=self.read_value(item, "input") or "null",
+            created_at_ms=int(item["created_at_ms"]["N"]),
+            updated_at_ms=int(item["updated_at_ms"]["N"]),
+            result=self.read_value(item, "result"),
+            error=ErrorInfo.from_dict(json.loads(item["error"]["S"])) if "error" in item else None,
+            wake_at_ms=opt_int(item, "wake_at_ms"),
+            waiting_on=json.loads(item["waiting_on"]["S"]) if "waiting_on" in item else None,
+            parent_run_id=item["parent_run_id"]["S"] if "parent_run_id" in item else None,
+            idempotency_key=item["idempotency_key"]["S"] if "idempotency_key" in item else None,
+            input_hash=item.get("input_hash", {}).get("S", ""),
+        )
+
+    def effect_item(self, record: SideEffectRecord) -> dict[str, Any]:
+        """A side-effect record as an item (in the sparse indexes while it matters)."""
+        item: dict[str, Any] = {
+            "pk": pk(record.run_id),
+            "sk": {"S": record.sort_key},
+            "operation_id": {"S": record.operation_id},
+            "tool": {"S": record.tool},
+            "tool_schema_version": {"S": record.tool_schema_version},
+            "idempotency_key": {"S": record.idempotency_key},
+            "status": {"S": record.status.value},
+            "attempt": {"N": str(record.attempt)},
+            "prepared_at_ms": {"N": str(record.prepared_at_ms)},
+            "updated_at_ms": {"N": str(record.updated_at_ms)},
+            "lease_expires_at_ms": {"N": str(record.lease_expires_at_ms)},
+            "stale_at_ms": {"N": str(record.stale_at_ms)},
+        }
+        item.update(self.value_attrs(record.run_id, "canonical_request", record.canonical_request))
+        item.update(self.value_attrs(record.run_id, "result", record.result))
+        if record.external_id is not None:
+            item["external_id"] = {"S": record.external_id}
+        if record.last_attempt_at_ms is not None:
+            item["last_attempt_at_ms"] = {"N": str(record.last_attempt_at_ms)}
+        if record.note is not None:
+            item["note"] = {"S": json.dumps(record.note, sort_keys=True)}
+        ident = f"{record.run_id}#{record.position}"
+        if record.status is EffectStatus.PREPARED:
+            # Sparse index of unresolved calls by the time the reconciler may take them over;
+            # COMMIT/review rewrite the item without these attributes, removing it from the index.
+            item["gsi2pk"] = {"S": PREPARED_PK}
+            item["gsi2sk"] = {"S": f"{ts(record.stale_at_ms)}#{ident}"}
+        elif record.status is EffectStatus.NEEDS_REVIEW:
+            item["gsi1pk"] = {"S": REVIEW_PK}
+            item["gsi1sk"] = {"S": f"{ts(record.updated_at_ms)}#{ident}"}
+        return item
+
+    def effect_from_item(self, item: dict[str, Any]) -> SideEffectRecord:
+        """An item as a side-effect record."""
+        run_id = item["pk"]["S"].removeprefix("RUN#")
+        return SideEffectRecord(
+            run_id=run_id,
+            position=item["sk"]["S"].removeprefix("S#"),
+            operation_id=item["operation_id"]["S"],
+            tool=item["tool"]["S"],
+            tool_schema_version=item["tool_schema_version"]["S"],
+            canonical_request=self.read_value(item, "canonical_request") or "null",
+            idempotency_key=item["idempotency_key"]["S"],
+            status=EffectStatus(item["status"]["S"]),
+            attempt=int(item["attempt"]["N"]),
+            prepared_at_ms=int(item["prepared_at_ms"]["N"]),
+            updated_at_ms=int(item["updated_at_ms"]["N"]),
+            lease_expires_at_ms=int(item["lease_expires_at_ms"]["N"]),
+            stale_at_ms=int(item["stale_at_ms"]["N"]),
+            external_id=item["external_id"]["S"] if "external_id" in item else None,
+            last_attempt_at_ms=opt_int(item, "last_attempt_at_ms"),
+            result=self.read_value(item, "result"),
+            note=json.loads(item["note"]["S"]) if "note" in item else None,
+        )
+
+    def wait_item(self, record: WaitRecord) -> dict[str, Any]:
+        """A wait record as an item (in the due index while pending)."""
+        item: dict[str, Any] = {
+            "pk": {"S": f"WAIT#{record.wait_id}"},
+            "sk": {"S": WAIT_SK},
+            "wait_id": {"S": record.wait_id},
+            "kind": {"S": record.kind},
+            "run_id": {"S": record.run_id},
+            "position": {"S": record.position},
+            "operation_id": {"S": record.operation_id},
+            "name": {"S": record.name},
+            "status": {"S": record.status.value},
+            "created_at_ms": {"N": str(record.created_at_ms)},
+            "updated_at_ms": {"N": str(record.updated_at_ms)},
+            "gsi1pk": {"S": f"WAIT#{record.kind}#{record.status.value}"},
+            "gsi1sk": {"S": f"{ts(record.created_at_ms)}#{record.wait_id}"},
+        }
+        for name in ("deadline_ms", "heartbeat_timeout_ms", "heartbeat_deadline_ms"):
+            value = getattr(record, name)
+            if value is not None:
+                item[name] = {"N": str(value)}
+        item.update(
+            self.value_attrs(record.run_id, "details", json.dumps(record.details, sort_keys=True))
+        )
+        if record.outcome is not None:
+            item.update(
+                self.value_attrs(
+                    record.run_id, "outcome", json.dumps(record.outcome, sort_keys=True)
+                )
+            )
+        due = record.due_at_ms
+        if record.status is WaitStatus.PENDING and due is not None:
+            # Sparse index of pending waits by expiry: the reconciler expires them even while
+            # the run sleeps on something else.
+            item["gsi2pk"] = {"S": WAIT_DUE_PK}
+            item["gsi2sk"] = {"S": f"{ts(due)}#{record.wait_id}"}
+        return item
+
+    def wait_from_item(self, item: dict[str, Any]) -> WaitRecord:
+        """An item as a wait record."""
+        outcome = self.read_value(item, "outcome")
+        return WaitRecord(
+            wait_id=item["wait_id"]["S"],
+            kind=item["kind"]["S"],
+            run_id=item["run_id"]["S"],
+            position=item["position"]["S"],
+            operation_id=item["operation_id"]["S"],
+            name=item["name"]["S"],
+            status=WaitStatus(item["status"]["S"]),
+            created_at_ms=int(item["created_at_ms"]["N"]),
+            updated_at_ms=int(item["updated_at_ms"]["N"]),
+            deadline_ms=opt_int(item, "deadline_ms"),
+            heartbeat_timeout_ms=opt_int(item, "heartbeat_timeout_ms"),
+            heartbeat_deadline_ms=opt_int(item, "heartbeat_deadline_ms"),
+            details=json.loads(self.read_value(item, "details") or "{}"),
+            outcome=json.loads(outcome) if outcome else None,
+        )
