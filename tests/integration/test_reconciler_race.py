@@ -10,13 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 from pydantic import BaseModel
 
 from durable_agents import Runtime, SkipClock
 from durable_agents.events import CollectingPublisher
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.store import input_hash
+from durable_agents.local.isolated_moto import IsolatedMotoServer as ThreadedMotoServer
 from durable_agents.local.template import create_journal_table
 from durable_agents.models import (
     EffectChange,

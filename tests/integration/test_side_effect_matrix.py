@@ -37,11 +37,11 @@ from typing import Any, Literal
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 from pydantic import BaseModel
 
 from durable_agents import AgentRegistry, DurableContext, agent
 from durable_agents.journal.dynamodb import DynamoDBJournal
+from durable_agents.local.isolated_moto import IsolatedMotoServer as ThreadedMotoServer
 from durable_agents.local.services import ServicesHandle
 from durable_agents.local.template import create_journal_table
 from durable_agents.models import EffectStatus, EntryType

@@ -635,7 +635,7 @@ DECIDERS = 10
 
 @pytest.fixture(scope="module")
 def moto_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
+    from durable_agents.local.isolated_moto import IsolatedMotoServer as ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)

@@ -69,7 +69,8 @@ def serve(port: int, *, host: str = HOST, stop: threading.Event | None = None) -
     Raises:
         PortInUseError: If the port is already taken.
     """
-    from moto.server import ThreadedMotoServer  # noqa: PLC0415 - moto is a local-only extra
+    # moto is a local-only extra; its isolated variant behaves like DynamoDB under races.
+    from durable_agents.local.isolated_moto import IsolatedMotoServer  # noqa: PLC0415
 
     if not port_is_free(port, host):
         raise PortInUseError(f"{host}:{port} is already in use")
@@ -82,7 +83,7 @@ def serve(port: int, *, host: str = HOST, stop: threading.Event | None = None) -
 
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
-    server = ThreadedMotoServer(ip_address=host, port=port, verbose=False)
+    server = IsolatedMotoServer(ip_address=host, port=port, verbose=False)
     server.start()
     print(f"moto server listening on {endpoint_url(port, host)}", file=sys.stderr, flush=True)
     try:
