@@ -438,17 +438,8 @@ class DynamoDBJournal(JournalStore):
 
     def due_runs(self, now_ms: int, *, limit: int = 100) -> list[RunHeader]:
         """Returns SUSPENDED runs whose timer is due (sparse GSI ``gsi2``)."""
-        page = self._client.query(
-            TableName=self._table,
-            IndexName="gsi2",
-            KeyConditionExpression="gsi2pk = :pk AND gsi2sk < :upper",
-            ExpressionAttributeValues={
-                ":pk": {"S": WAKE_PK},
-                ":upper": {"S": ts(now_ms + 1)},
-            },
-            Limit=limit,
-        )
-        return [self._items.header_from_item(item) for item in page.get("Items", [])]
+        items = self._query_index("gsi2", WAKE_PK, before_ms=now_ms, limit=limit)
+        return [self._items.header_from_item(item) for item in items]
 
     def get_effect(self, run_id: str, position: str) -> SideEffectRecord:
         """Reads one side-effect record (strongly consistent).
@@ -467,29 +458,12 @@ class DynamoDBJournal(JournalStore):
 
     def stale_effects(self, now_ms: int, *, limit: int = 100) -> list[SideEffectRecord]:
         """Returns PREPARED records past their stale time (sparse GSI ``gsi2``), oldest first."""
-        items = _effect_pages(
-            self._client,
-            TableName=self._table,
-            IndexName="gsi2",
-            KeyConditionExpression="gsi2pk = :pk AND gsi2sk < :upper",
-            ExpressionAttributeValues={
-                ":pk": {"S": PREPARED_PK},
-                ":upper": {"S": ts(now_ms + 1)},
-            },
-            Limit=limit,
-        )
+        items = self._query_index("gsi2", PREPARED_PK, before_ms=now_ms, limit=limit)
         return [self._items.effect_from_item(item) for item in items]
 
     def effects_in_review(self, *, limit: int = 100) -> list[SideEffectRecord]:
         """Returns records in NEEDS_REVIEW, oldest first (GSI ``gsi1``)."""
-        items = _effect_pages(
-            self._client,
-            TableName=self._table,
-            IndexName="gsi1",
-            KeyConditionExpression="gsi1pk = :pk",
-            ExpressionAttributeValues={":pk": {"S": REVIEW_PK}},
-            Limit=limit,
-        )
+        items = self._query_index("gsi1", REVIEW_PK, limit=limit)
         return [self._items.effect_from_item(item) for item in items]
 
     def get_wait(self, wait_id: str) -> WaitRecord:
@@ -509,37 +483,31 @@ class DynamoDBJournal(JournalStore):
 
     def list_waits(self, kind: str, status: WaitStatus, *, limit: int = 100) -> list[WaitRecord]:
         """Returns waits of one kind and status, oldest first (GSI ``gsi1``)."""
-        items = _effect_pages(
-            self._client,
-            TableName=self._table,
-            IndexName="gsi1",
-            KeyConditionExpression="gsi1pk = :pk",
-            ExpressionAttributeValues={":pk": {"S": f"WAIT#{kind}#{status.value}"}},
-            Limit=limit,
-        )
+        items = self._query_index("gsi1", f"WAIT#{kind}#{status.value}", limit=limit)
         return [self._items.wait_from_item(item) for item in items]
 
     def due_waits(self, now_ms: int, *, limit: int = 100) -> list[WaitRecord]:
         """Returns PENDING waits past their deadline or heartbeat timeout (GSI ``gsi2``)."""
-        items = _effect_pages(
-            self._client,
-            TableName=self._table,
-            IndexName="gsi2",
-            KeyConditionExpression="gsi2pk = :pk AND gsi2sk < :upper",
-            ExpressionAttributeValues={
-                ":pk": {"S": WAIT_DUE_PK},
-                ":upper": {"S": ts(now_ms + 1)},
-            },
-            Limit=limit,
-        )
+        items = self._query_index("gsi2", WAIT_DUE_PK, before_ms=now_ms, limit=limit)
         return [self._items.wait_from_item(item) for item in items]
 
-
-def _effect_pages(client: Any, **kwargs: Any) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    page = client.query(**kwargs)
-    items += page.get("Items", [])
-    return items
+    def _query_index(
+        self, index: str, partition: str, *, before_ms: int | None = None, limit: int
+    ) -> list[dict[str, Any]]:
+        """One page of a GSI partition, oldest first, optionally only keys before a time."""
+        condition = f"{index}pk = :pk"
+        values: dict[str, Any] = {":pk": {"S": partition}}
+        if before_ms is not None:
+            condition += f" AND {index}sk < :upper"
+            values[":upper"] = {"S": ts(before_ms + 1)}
+        page = self._client.query(
+            TableName=self._table,
+            IndexName=index,
+            KeyConditionExpression=condition,
+            ExpressionAttributeValues=values,
+            Limit=limit,
+        )
+        return list(page.get("Items", []))
 
 
 def _code(exc: ClientError) -> str:
