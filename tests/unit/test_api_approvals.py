@@ -29,7 +29,8 @@ from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.local.template import create_journal_table
 from durable_agents.testing import AgentTestRunner
 from durable_agents.waits.approval import ApprovalTimeoutError
-from durable_agents.waits.auth import JwtVerifier, LinkSigner
+from durable_agents.waits.auth import JwtVerifier
+from durable_agents.waits.links import LinkSigner
 from tests.conftest import TEMPLATE
 from tests.unit.conftest import TABLE, Deployment, FakeLambdaContext
 from tests.unit.test_auth import AUDIENCE, ISSUER, Keys, claims

@@ -24,12 +24,14 @@ from durable_agents.waits.auth import (
     AuthenticationError,
     AuthUnavailableError,
     JwtVerifier,
-    LinkSigner,
-    SecretsManagerKey,
     bearer_token,
     fetch_json,
     jwt_verifier_from_env,
     principal_from_iam,
+)
+from durable_agents.waits.links import (
+    LinkSigner,
+    SecretsManagerKey,
 )
 from durable_agents.waits.principals import may_decide
 from tests.conftest import TEMPLATE

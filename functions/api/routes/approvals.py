@@ -40,17 +40,19 @@ from durable_agents.models import WaitRecord, WaitStatus
 from durable_agents.views import iso
 from durable_agents.waits.approval import KIND, expire_approval, record_decision
 from durable_agents.waits.auth import (
-    LINK_TTL_RANGE,
-    MAX_LINK_CHARS,
     AuthUnavailableError,
     JwtVerifier,
-    LinkClaims,
-    LinkSigner,
     NotAnApproverError,
-    SecretsManagerKey,
     bearer_token,
     jwt_verifier_from_env,
     principal_from_iam,
+)
+from durable_agents.waits.links import (
+    LINK_TTL_RANGE,
+    MAX_LINK_CHARS,
+    LinkClaims,
+    LinkSigner,
+    SecretsManagerKey,
 )
 from durable_agents.waits.principals import Principal, may_decide
 from durable_agents.waits.records import WaitGoneError
