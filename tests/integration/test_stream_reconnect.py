@@ -15,20 +15,18 @@ import json
 import signal
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from durable_agents.local.moto_server import MotoProcess, free_port
-from durable_agents.local.processes import ServicesProcess, WorkerProcess, http_json
+from durable_agents.local.moto_server import MotoProcess
+from durable_agents.local.processes import WorkerProcess, http_json
 from durable_agents.local.services import ServicesHandle
+from tests.integration.local_stack import ROOT, workers
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 MESSAGE = {"customer": "cus-ada", "message": "My order A-1001 arrived broken, I want a refund"}
 # A 1 s StepRunner timeout gives a 6 s claim lease: the crashed turn is retried soon after.
 FAST_RECOVERY = ["--function-timeout", "StepRunnerFunction=1", "--stall-after", "1"]
@@ -47,56 +45,6 @@ def scripted_answers() -> list[str]:
 
 
 ANSWERS = scripted_answers()
-
-
-@pytest.fixture(scope="module")
-def moto() -> Iterator[MotoProcess]:
-    server = MotoProcess(free_port())
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def services_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServicesProcess]:
-    process = ServicesProcess(tmp_path_factory.mktemp("services") / "ledgers.json")
-    process.start()
-    yield process
-    process.stop()
-
-
-@pytest.fixture
-def services(services_process: ServicesProcess) -> ServicesHandle:
-    handle = ServicesHandle(services_process.url)
-    handle.reset()
-    return handle
-
-
-@contextmanager
-def workers(moto: MotoProcess, services: ServicesHandle) -> Iterator[Callable[..., WorkerProcess]]:
-    """Starts workers on demand; stops them all at the end and prints their logs on failure."""
-    started: list[WorkerProcess] = []
-
-    def start(*args: str) -> WorkerProcess:
-        worker = WorkerProcess(
-            api_port=free_port(),
-            moto_endpoint=moto.endpoint,
-            args=["--services-url", services.url, "--log-level", "ERROR", *args],
-            cwd=ROOT,
-        )
-        started.append(worker)
-        worker.start()
-        return worker
-
-    try:
-        yield start
-    except BaseException:
-        for index, worker in enumerate(started, start=1):
-            print(f"--- worker {index} log ---", *worker.lines, sep="\n")
-        raise
-    finally:
-        for worker in started:
-            worker.stop()
 
 
 # -- a small SSE client ------------------------------------------------------------------------
