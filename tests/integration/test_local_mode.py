@@ -93,14 +93,6 @@ def start_worker(
 
 
 @pytest.fixture(scope="module")
-def moto() -> Iterator[MotoProcess]:
-    server = MotoProcess(free_port())
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def worker(moto: MotoProcess) -> Iterator[WorkerProcess]:
     process = start_worker(moto)
     yield process
