@@ -10,7 +10,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from durable_agents.deployment import Settings, build_runtime
-from durable_agents.reconciler import expire_wait, sweep
+from durable_agents.reconciler import expire_wait, sweep, wake_run
 from durable_agents.runtime import Runtime
 
 logger = Logger()
@@ -36,6 +36,10 @@ def get_runtime() -> tuple[Runtime, Settings]:
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Runs one sweep and reports what it did."""
     runtime, settings = get_runtime()
+    if isinstance(event.get("run_id"), str):  # a run timer's one-time schedule fired
+        woken = wake_run(runtime, event["run_id"])
+        metrics.add_metric(name="TimersFired", unit=MetricUnit.Count, value=int(woken))
+        return {"run_id": event["run_id"], "woken": woken}
     if isinstance(event.get("wait_id"), str):  # a deadline's one-time schedule fired
         expired = expire_wait(runtime, event["wait_id"])
         metrics.add_metric(name="WaitsExpired", unit=MetricUnit.Count, value=int(expired))

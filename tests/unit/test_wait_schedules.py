@@ -94,3 +94,27 @@ def test_scheduler_failures_are_not_fatal(aws: None) -> None:
     client = boto3.client("scheduler", region_name="us-east-1")  # no group: every call fails
     runner = runner_for(asker, client)
     assert runner.run(None).status == "SUSPENDED"  # the sweep is the safety net
+
+
+@agent(name="napper", version="1", registry=AgentRegistry())
+def napper(ctx: DurableContext, _: None) -> str:
+    ctx.wait(120, name="nap")
+    return "rested"
+
+
+def test_a_run_timer_gets_a_wake_up_schedule(scheduler: Any) -> None:
+    from durable_agents.reconciler import wake_run
+
+    runner = runner_for(napper, scheduler)
+    runtime = runner.runtime
+    run, _ = runtime.start_run("napper", None)
+    assert runtime.execute(run.run_id).kind.value == "suspended"  # the timer is armed
+    (schedule,) = schedules(scheduler).values()
+    assert schedule["Name"].startswith("wake-")
+    assert json.loads(schedule["Target"]["Input"]) == {"run_id": run.run_id}
+    assert wake_run(runtime, run.run_id) is False  # not due yet
+    runner.clock.advance(120_000)
+    assert wake_run(runtime, run.run_id) is True
+    assert runner.publisher.events[-1].detail == {"run_id": run.run_id, "reason": "timer"}
+    assert runtime.execute(run.run_id).kind.value == "succeeded"
+    assert wake_run(runtime, run.run_id) is False  # finished: nothing to wake

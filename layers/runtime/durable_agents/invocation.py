@@ -169,6 +169,11 @@ class Invocation:
         self.fault: BaseException | None = None
         self.in_step = False
 
+    def schedule_run_wake(self, due_at_ms: int) -> None:
+        """Asks the wait scheduler (if any) to wake this run at ``due_at_ms``."""
+        if self.wait_scheduler is not None:
+            self.wait_scheduler.schedule_run(self.run_id, due_at_ms)
+
     def schedule_wait(self, wait_id: str, due_at_ms: int | None) -> None:
         """Asks the wait scheduler (if any) to look at ``wait_id`` when it is due."""
         if self.wait_scheduler is not None and due_at_ms is not None:
@@ -259,6 +264,8 @@ class Invocation:
             raise SuspendExecution(Reason.CONTENDED, detail=str(exc)) from exc
         if change is not None:
             self.header = change.apply(self.header)
+        if suspension is not None and suspension.wake_at_ms is not None:
+            self.schedule_run_wake(suspension.wake_at_ms)
 
     def replay(self, entry: Entry, hint: Any) -> Any:
         """Returns a recorded result, or raises the recorded error.

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from durable_agents.errors import EffectConflictError, WaitNotFoundError
+from durable_agents.errors import EffectConflictError, RunNotFoundError, WaitNotFoundError
 from durable_agents.events import step_ready
 from durable_agents.invocation import group_entries
 from durable_agents.models import EntryType, RunStatus, WaitStatus
@@ -206,4 +206,22 @@ def expire_wait(runtime: Runtime, wait_id: str) -> bool:
     except WaitGoneError:
         return False
     runtime.publisher.publish([step_ready(record.run_id, f"{record.kind}-expired")])
+    return True
+
+
+def wake_run(runtime: Runtime, run_id: str) -> bool:
+    """Wakes a run whose timer is due (a Scheduler one-time schedule fired).
+
+    Returns:
+        Whether a ``Step Ready`` was published (False if the run is not suspended on a due
+        timer — already woken, or a later suspension moved its wake-up).
+    """
+    try:
+        header = runtime.store.get_run(run_id)
+    except RunNotFoundError:
+        return False
+    due = header.wake_at_ms
+    if header.status is not RunStatus.SUSPENDED or due is None or due > runtime.clock.now_ms():
+        return False
+    runtime.publisher.publish([step_ready(run_id, "timer")])
     return True

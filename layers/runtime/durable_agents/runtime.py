@@ -338,6 +338,8 @@ class Runtime:
         except RunStateConflictError:
             return  # paused or finished meanwhile: that status stands
         inv.header = change.apply(header)
+        if signal.wake_at_ms is not None:
+            inv.schedule_run_wake(signal.wake_at_ms)
 
     def _finish(
         self,

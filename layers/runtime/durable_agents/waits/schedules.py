@@ -1,14 +1,16 @@
-"""Precise deadlines on AWS: one EventBridge Scheduler one-time schedule per wait.
+"""Precise deadlines on AWS: EventBridge Scheduler one-time schedules for waits and timers.
 
-The reconciler's minute sweep expires due approvals and callbacks anyway; a schedule at the exact
-deadline (or heartbeat deadline) makes it fire on time. The schedule invokes the Reconciler with
-``{"wait_id": ...}``; it deletes itself after running, and if the wait was settled first the
-Reconciler finds nothing to do. Scheduling is best effort: a failure is logged, never fatal,
+The reconciler's minute sweep expires due approvals and callbacks and wakes due runs anyway; a
+schedule at the exact time makes it happen on time. A wait's schedule invokes the Reconciler
+with ``{"wait_id": ...}``, a run's timer (``ctx.wait``, a retry delay) with ``{"run_id": ...}``;
+schedules delete themselves after running, and if the wait was settled or the run woken first,
+the Reconciler finds nothing to do. Scheduling is best effort: a failure is logged, never fatal,
 because the sweep is the safety net.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from datetime import UTC, datetime
@@ -22,6 +24,10 @@ class WaitScheduler(Protocol):
 
     def schedule(self, wait_id: str, due_at_ms: int) -> None:
         """Creates or moves the one-time schedule of ``wait_id`` to ``due_at_ms``."""
+        ...
+
+    def schedule_run(self, run_id: str, due_at_ms: int) -> None:
+        """Creates or moves the one-time wake-up of a run's timer to ``due_at_ms``."""
         ...
 
 
@@ -42,11 +48,23 @@ class EventBridgeWaitScheduler:
         self._role = role_arn
 
     def schedule(self, wait_id: str, due_at_ms: int) -> None:
-        """Creates (or updates) the schedule; logs and carries on if Scheduler refuses."""
+        """Creates (or updates) a wait's schedule; logs and carries on if Scheduler refuses."""
+        self._put(wait_id, due_at_ms, {"wait_id": wait_id})
+
+    def schedule_run(self, run_id: str, due_at_ms: int) -> None:
+        """Creates (or updates) the wake-up of a run's timer (a ``ctx.wait``, a retry delay).
+
+        One schedule per run, named from a hash of the run id (schedule names stop at 64
+        characters); a later suspension moves it.
+        """
+        name = "wake-" + hashlib.sha256(run_id.encode()).hexdigest()[:32]
+        self._put(name, due_at_ms, {"run_id": run_id})
+
+    def _put(self, name: str, due_at_ms: int, payload: dict[str, str]) -> None:
         # Scheduler's at() has one-second resolution: round up so it never fires early.
         when = datetime.fromtimestamp(-(-due_at_ms // 1000), tz=UTC)
         request = {
-            "Name": wait_id,
+            "Name": name,
             "GroupName": self._group,
             "ScheduleExpression": f"at({when.strftime('%Y-%m-%dT%H:%M:%S')})",
             "ScheduleExpressionTimezone": "UTC",
@@ -55,7 +73,7 @@ class EventBridgeWaitScheduler:
             "Target": {
                 "Arn": self._target,
                 "RoleArn": self._role,
-                "Input": json.dumps({"wait_id": wait_id}),
+                "Input": json.dumps(payload),
                 "RetryPolicy": {"MaximumRetryAttempts": 10},
             },
         }
@@ -66,5 +84,5 @@ class EventBridgeWaitScheduler:
                 self._client.update_schedule(**request)  # a heartbeat moved the deadline
         except Exception:
             _log.warning(
-                "could not schedule the deadline of %s; the sweep will", wait_id, exc_info=True
+                "could not schedule %s; the reconciler's sweep acts instead", name, exc_info=True
             )
