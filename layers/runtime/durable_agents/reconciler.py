@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from durable_agents.errors import EffectConflictError, RunNotFoundError, WaitNotFoundError
 from durable_agents.events import step_ready
 from durable_agents.invocation import group_entries
-from durable_agents.models import EntryType, RunStatus, WaitStatus
+from durable_agents.models import EntryType, RunStatus, WaitRecord, WaitStatus
 from durable_agents.operations.tool import review_requested
 from durable_agents.runtime import Runtime
 from durable_agents.side_effects.protocol import SideEffectProtocol
@@ -96,10 +96,7 @@ def sweep(
     for record in runtime.store.due_waits(now, limit=limit):
         if out_of_time():
             return report
-        expire = expire_approval if record.kind == "approval" else expire_callback
-        try:
-            expire(runtime.store, runtime.clock, record)
-        except WaitGoneError:
+        if not _expire(runtime, record):
             continue  # settled just now by someone else: that settlement stands
         report.waits_expired += 1
         runtime.publisher.publish([step_ready(record.run_id, f"{record.kind}-expired")])
@@ -200,10 +197,7 @@ def expire_wait(runtime: Runtime, wait_id: str) -> bool:
     due = record.due_at_ms
     if record.status is not WaitStatus.PENDING or due is None or due > runtime.clock.now_ms():
         return False
-    expire = expire_approval if record.kind == "approval" else expire_callback
-    try:
-        expire(runtime.store, runtime.clock, record)
-    except WaitGoneError:
+    if not _expire(runtime, record):
         return False
     runtime.publisher.publish([step_ready(record.run_id, f"{record.kind}-expired")])
     return True
@@ -224,4 +218,14 @@ def wake_run(runtime: Runtime, run_id: str) -> bool:
     if header.status is not RunStatus.SUSPENDED or due is None or due > runtime.clock.now_ms():
         return False
     runtime.publisher.publish([step_ready(run_id, "timer")])
+    return True
+
+
+def _expire(runtime: Runtime, record: WaitRecord) -> bool:
+    """Records a due wait's timeout; False if it was settled first (that settlement stands)."""
+    expire = expire_approval if record.kind == "approval" else expire_callback
+    try:
+        expire(runtime.store, runtime.clock, record)
+    except WaitGoneError:
+        return False
     return True

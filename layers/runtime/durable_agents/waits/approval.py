@@ -27,7 +27,7 @@ from durable_agents.models import (
 )
 from durable_agents.serde import canonical_json, decode, encode, error_info
 from durable_agents.views import iso
-from durable_agents.waits.records import WaitGoneError, settle, wait_id
+from durable_agents.waits.records import WaitGoneError, refuse_if_due, settle, wait_id
 
 if TYPE_CHECKING:
     from durable_agents.clock import Clock
@@ -191,13 +191,8 @@ def record_decision(
     Raises:
         WaitGoneError: If it was already decided or has expired.
     """
+    refuse_if_due(store, clock, record, expire_approval)
     now = clock.now_ms()
-    if record.deadline_ms is not None and now >= record.deadline_ms:
-        try:
-            record = expire_approval(store, clock, record)
-        except WaitGoneError as exc:
-            record = exc.record
-        raise WaitGoneError(record)
     decision = ApprovalDecision(
         approved=approved,
         decided_by=decided_by,

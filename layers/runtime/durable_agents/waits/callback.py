@@ -25,7 +25,7 @@ from durable_agents.models import (
 )
 from durable_agents.serde import canonical_json, encode, error_info
 from durable_agents.views import iso
-from durable_agents.waits.records import WaitGoneError, settle, wait_id
+from durable_agents.waits.records import WaitGoneError, refuse_if_due, settle, wait_id
 
 if TYPE_CHECKING:
     from durable_agents.clock import Clock
@@ -205,13 +205,7 @@ def complete_callback(
         WaitGoneError: If the callback was already completed or has timed out.
         PayloadError: If the result cannot be recorded.
     """
-    due = record.due_at_ms
-    if due is not None and clock.now_ms() >= due:
-        try:
-            record = expire_callback(store, clock, record)
-        except WaitGoneError as exc:
-            record = exc.record
-        raise WaitGoneError(record)
+    refuse_if_due(store, clock, record, expire_callback)
     if error_type is not None:
         failure = CallbackFailedError(record.wait_id, error_type, error_message)
         return settle(
@@ -245,13 +239,7 @@ def heartbeat(store: JournalStore, clock: Clock, record: WaitRecord) -> WaitReco
     interval_ms = record.heartbeat_timeout_ms
     if interval_ms is None:
         return record
-    due = record.due_at_ms
-    if due is not None and now >= due:
-        try:
-            record = expire_callback(store, clock, record)
-        except WaitGoneError as exc:
-            record = exc.record
-        raise WaitGoneError(record)
+    refuse_if_due(store, clock, record, expire_callback)
     beat = record.replace(updated_at_ms=now, heartbeat_deadline_ms=now + interval_ms)
     try:
         store.commit(

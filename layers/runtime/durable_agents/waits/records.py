@@ -11,6 +11,7 @@ all the same and found by the next replay.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 from durable_agents.clock import Clock
@@ -50,6 +51,30 @@ class WaitGoneError(DurableError):
 def wait_id(prefix: str, operation_id: str) -> str:
     """A public id derived from the operation id (stable on replay, opaque in URLs)."""
     return f"{prefix}-{hashlib.sha256(operation_id.encode()).hexdigest()[:24]}"
+
+
+def refuse_if_due(
+    store: JournalStore,
+    clock: Clock,
+    record: WaitRecord,
+    expire: Callable[[JournalStore, Clock, WaitRecord], WaitRecord],
+) -> None:
+    """Expires a wait whose deadline (or heartbeat) has passed, then refuses the caller.
+
+    Whoever settles a due wait first wins: this call records the expiry, or finds what was
+    recorded just before it.
+
+    Raises:
+        WaitGoneError: If the wait is due (with the record as it now stands).
+    """
+    due = record.due_at_ms
+    if due is None or clock.now_ms() < due:
+        return
+    try:
+        record = expire(store, clock, record)
+    except WaitGoneError as exc:
+        record = exc.record
+    raise WaitGoneError(record)
 
 
 def settle(
