@@ -216,3 +216,24 @@ class SuspendExecution(BaseException):
         self.detail = detail
         self.targets = targets
         super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+class InfrastructureError(BaseException):
+    """A storage or messaging failure that is not the protocol's own conflict.
+
+    Throttling after the SDK's retries, a ``TransactionConflict``, a 500, a timeout, an S3 or
+    EventBridge failure: none of these is the agent's doing, and none may be recorded as the
+    run's outcome. A ``BaseException`` (like ``SuspendExecution``) so that agent code's
+    ``except Exception`` cannot catch it and record the wrong branch: it aborts the invocation,
+    the Lambda fails, and the platform delivers the event again.
+
+    Attributes:
+        operation: What was being done (``PutItem``, ``TransactWriteItems``, ``PutEvents``, …).
+        code: The service's error code, or the botocore exception's name.
+    """
+
+    def __init__(self, operation: str, code: str, message: str = ""):
+        self.operation = operation
+        self.code = code
+        detail = f": {message}" if message else ""
+        super().__init__(f"{operation} failed with {code}{detail} (the invocation is retried)")
