@@ -7,6 +7,7 @@ saying what is wrong (an HTML page instead when a browser asked for one).
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Mapping
 from http import HTTPStatus
@@ -37,6 +38,7 @@ from durable_agents.errors import (
     AgentNotFoundError,
     EffectNotFoundError,
     IdempotencyConflictError,
+    InfrastructureError,
     InvalidNameError,
     PayloadError,
     RunNotFoundError,
@@ -366,5 +368,25 @@ app.include_router(streams.router)
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler(capture_response=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """The API Gateway (REST, proxy) entry point."""
-    return app.resolve(event, context)
+    """The API Gateway (REST, proxy) entry point.
+
+    A journal or bus failure (throttling, a 500, a timeout) answers 503 with ``Retry-After``:
+    nothing was recorded for the request, so the caller may simply send it again.
+    """
+    try:
+        return app.resolve(event, context)
+    except InfrastructureError as exc:
+        logger.warning(
+            "request aborted by an infrastructure failure",
+            extra={"operation": exc.operation, "code": exc.code},
+        )
+        return {
+            "statusCode": HTTPStatus.SERVICE_UNAVAILABLE.value,
+            "headers": {"Content-Type": "application/json", "Retry-After": "1"},
+            "body": json.dumps(
+                {
+                    "error": "ServiceUnavailable",
+                    "message": "the journal is temporarily unavailable; retry the request",
+                }
+            ),
+        }

@@ -15,7 +15,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
 from durable_agents.deployment import Settings, build_runtime
-from durable_agents.errors import RunNotFoundError
+from durable_agents.errors import InfrastructureError, InvocationRetryError, RunNotFoundError
 from durable_agents.events import STEP_READY
 from durable_agents.runtime import Runtime
 
@@ -54,6 +54,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         ValueError: If the event is not a ``Step Ready`` event.
         EventPublishError: If the follow-up event could not be published (Lambda retries;
             nothing recorded is repeated).
+        InvocationRetryError: If the journal or the bus failed (throttling, a 500, a timeout):
+            nothing was recorded as the run's outcome and Lambda delivers the event again.
     """
     envelope = EventBridgeModel.model_validate(event)
     if envelope.detail_type != STEP_READY:
@@ -67,6 +69,13 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             remaining_ms=context.get_remaining_time_in_millis(),
             target=detail.target,
         )
+    except InfrastructureError as exc:
+        logger.warning(
+            "invocation aborted by an infrastructure failure; it is retried",
+            extra={"operation": exc.operation, "code": exc.code},
+        )
+        metrics.add_metric(name="InfrastructureAborts", unit=MetricUnit.Count, value=1)
+        raise InvocationRetryError(exc) from exc
     except RunNotFoundError:
         # Retrying cannot make a missing run appear: report and drop the event.
         logger.warning("Step Ready for an unknown run", extra={"reason": detail.reason})

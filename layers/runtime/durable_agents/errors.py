@@ -237,3 +237,17 @@ class InfrastructureError(BaseException):
         self.code = code
         detail = f": {message}" if message else ""
         super().__init__(f"{operation} failed with {code}{detail} (the invocation is retried)")
+
+
+class InvocationRetryError(DurableError):
+    """A Lambda invocation was aborted by an ``InfrastructureError``; the platform retries it.
+
+    Handlers turn the ``BaseException`` into this ordinary error at their edge, so the Lambda
+    runtime reports a function error (and the event source retries) instead of the process
+    exiting.
+    """
+
+    def __init__(self, cause: InfrastructureError):
+        self.operation = cause.operation
+        self.code = cause.code
+        super().__init__(str(cause))

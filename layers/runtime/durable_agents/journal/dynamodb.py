@@ -21,6 +21,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from durable_agents.aws_faults import GuardedClient, cancellation_reasons, error_code
 from durable_agents.errors import (
     EffectConflictError,
     EffectNotFoundError,
@@ -83,7 +84,9 @@ class DynamoDBJournal(JournalStore):
         payloads: S3PayloadStore | None = None,
         inline_limit_bytes: int = INLINE_LIMIT_BYTES,
     ):
-        self._client = client
+        # Throttling, 500s, timeouts and TransactionConflict abort the invocation
+        # (InfrastructureError); only the protocol's own condition failures reach the code below.
+        self._client = client if isinstance(client, GuardedClient) else GuardedClient(client)
         self._table = table_name
         self._items = ItemCodec(payloads, inline_limit_bytes)
 
@@ -510,10 +513,5 @@ class DynamoDBJournal(JournalStore):
         return list(page.get("Items", []))
 
 
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def _reasons(exc: ClientError) -> list[dict[str, Any]]:
-    reasons: Any = exc.response.get("CancellationReasons", [])
-    return list(reasons)
+_code = error_code
+_reasons = cancellation_reasons

@@ -10,6 +10,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from botocore.exceptions import ClientError
+
+from durable_agents.aws_faults import GuardedClient
 from durable_agents.errors import PayloadError
 
 INLINE_LIMIT_BYTES = 350_000
@@ -25,7 +28,7 @@ class S3PayloadStore:
     """
 
     def __init__(self, client: Any, bucket: str, prefix: str = "runs/"):
-        self._client = client
+        self._client = client if isinstance(client, GuardedClient) else GuardedClient(client)
         self._bucket = bucket
         self._prefix = prefix
 
@@ -47,7 +50,7 @@ class S3PayloadStore:
         """
         try:
             body = self._client.get_object(Bucket=ref["bucket"], Key=ref["key"])["Body"].read()
-        except Exception as exc:
+        except ClientError as exc:  # NoSuchKey and the like; throttling is InfrastructureError
             raise PayloadError(f"cannot read spilled payload {ref['key']!r}: {exc}") from exc
         if hashlib.sha256(body).hexdigest() != ref["sha256"]:
             raise PayloadError(f"spilled payload {ref['key']!r} does not match its hash")
