@@ -118,6 +118,24 @@ class RunStateConflictError(DurableError):
         super().__init__(f"run {run_id!r} is in status {actual!r}, expected one of {expected!r}")
 
 
+class RunRevisionConflictError(RunStateConflictError):
+    """The run header changed since it was read: the change decided on that read is refused.
+
+    The status may still be one the change accepts; what moved is the revision (someone
+    settled a wait, another invocation suspended the run with a timer, …). The writer reloads
+    and decides again instead of overwriting.
+    """
+
+    def __init__(self, run_id: str, expected_revision: int, actual_revision: int, status: Any):
+        self.expected_revision = expected_revision
+        self.actual_revision = actual_revision
+        super().__init__(run_id, [status], status)
+        self.args = (
+            f"run {run_id!r} changed meanwhile (revision {actual_revision}, "
+            f"expected {expected_revision})",
+        )
+
+
 class PayloadError(DurableError):
     """A value cannot be recorded: not serialisable, a secret, or too large for any store.
 

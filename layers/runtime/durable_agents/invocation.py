@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from durable_agents.clock import Clock
-from durable_agents.errors import RunStateConflictError, SuspendExecution
+from durable_agents.errors import (
+    EntryConflictError,
+    RunRevisionConflictError,
+    RunStateConflictError,
+    SuspendExecution,
+    WaitConflictError,
+)
 from durable_agents.models import (
     Entry,
     EntryType,
@@ -168,6 +174,26 @@ class Invocation:
         self.executed: list[str] = []
         self.fault: BaseException | None = None
         self.in_step = False
+        self._scopes: frozenset[str] | None = None
+
+    def scopes_with_records(self) -> frozenset[str]:
+        """Every position that has at least one recorded operation nested below it.
+
+        Computed once per invocation (one pass over the journal), so a batch tells which of
+        its branches have started without scanning the journal once per branch.
+        """
+        if self._scopes is None:
+            scopes: set[str] = set()
+            for position in self.records:
+                cut = position.rfind("/")
+                while cut > 0:
+                    prefix = position[:cut]
+                    if prefix in scopes:
+                        break  # its ancestors are in already
+                    scopes.add(prefix)
+                    cut = position.rfind("/", 0, cut)
+            self._scopes = frozenset(scopes)
+        return self._scopes
 
     def schedule_run_wake(self, due_at_ms: int) -> None:
         """Asks the wait scheduler (if any) to wake this run at ``due_at_ms``."""
@@ -243,12 +269,16 @@ class Invocation:
         now = self.now_ms()
         change: RunChange | None = None
         if suspension is not None:
+            # What the run waits for was decided on this invocation's read of the header: the
+            # write is fenced by that read's revision, so it cannot land after a newer change
+            # (another invocation's timer, a settled wait) and undo it.
             change = RunChange(
                 expected=_ACTIVE,
                 status=RunStatus.SUSPENDED,
                 updated_at_ms=now,
                 wake_at_ms=suspension.wake_at_ms,
                 waiting_on=suspension.waiting_on,
+                expected_revision=self.header.revision,
             )
         elif self.header.status is RunStatus.SUSPENDED:
             change = RunChange(
@@ -260,12 +290,49 @@ class Invocation:
             )
         try:
             self.store.commit(self.run_id, entries, change, wait=wait)
+        except RunRevisionConflictError as exc:
+            self._record_without_suspending(entries, wait, exc)
         except RunStateConflictError as exc:
             raise SuspendExecution(Reason.CONTENDED, detail=str(exc)) from exc
         if change is not None:
             self.header = change.apply(self.header)
         if suspension is not None and suspension.wake_at_ms is not None:
             self.schedule_run_wake(suspension.wake_at_ms)
+
+    def _record_without_suspending(
+        self, entries: Sequence[Entry], wait: WaitChange | None, conflict: Exception
+    ) -> NoReturn:
+        """Keeps the facts of a refused suspension, then asks for a fresh look at the run.
+
+        The entries (an attempt that failed, a timer armed, a wait created) are true whatever
+        the header says; only the decision of what the run now waits for was taken on a stale
+        read. It is taken again by the next invocation, on a fresh read.
+
+        Raises:
+            SuspendExecution: CONTINUE (publish ``Step Ready``: reload and decide again), or
+                CONTENDED if another writer recorded the same entries first.
+        """
+        if entries or wait is not None:
+            try:
+                self.store.commit(self.run_id, entries, None, wait=wait)
+            except (EntryConflictError, WaitConflictError) as exc:
+                raise SuspendExecution(Reason.CONTENDED, detail=str(exc)) from exc
+        targets = (self.branches[-1],) if self.branches else ()
+        raise SuspendExecution(
+            Reason.CONTINUE, detail=f"run header changed meanwhile: {conflict}", targets=targets
+        )
+
+    def contended(self, op_id: str, conflict: EntryConflictError) -> SuspendExecution:
+        """The suspension for a claim this invocation lost to another writer.
+
+        The winner may die before it records anything: the loser says when to look again —
+        when the winner's lease ends — so a run is never left waiting on a mere contention
+        with nothing that wakes it.
+        """
+        existing = conflict.existing
+        lease = getattr(existing, "lease_expires_at_ms", None)
+        wake = lease if isinstance(lease, int) else self.now_ms() + self.lease_ms
+        return SuspendExecution(Reason.CONTENDED, wake_at_ms=wake, detail=op_id)
 
     def replay(self, entry: Entry, hint: Any) -> Any:
         """Returns a recorded result, or raises the recorded error.

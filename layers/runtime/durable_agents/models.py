@@ -163,6 +163,10 @@ class RunHeader:
         parent_run_id: The parent run for sub-agent runs.
         idempotency_key: The client's idempotency key, if one was given at start.
         input_hash: SHA-256 of agent + input, to tell a replayed start from a conflicting one.
+        revision: How many times the header was changed in place. Every change adds one; a
+            change that was decided on what an earlier read showed names that revision
+            (``RunChange.expected_revision``), so a write that lands late cannot undo a newer
+            one (a delayed suspension erasing a later timer, say).
     """
 
     run_id: str
@@ -179,6 +183,7 @@ class RunHeader:
     parent_run_id: str | None = None
     idempotency_key: str | None = None
     input_hash: str = ""
+    revision: int = 0
 
     def replace(self, **changes: Any) -> RunHeader:
         """Returns a copy with ``changes`` applied."""
@@ -207,6 +212,12 @@ class RunChange:
     """A conditional change of the run header, applied only if its status is in ``expected``.
 
     Attributes left as ``UNSET`` are not touched; ``None`` removes an optional attribute.
+    Every applied change adds one to the header's ``revision``.
+
+    Attributes:
+        expected_revision: If set, the header must still be at this revision: the change was
+            decided on what that read showed (what the run waits for, when it wakes) and is
+            refused if anyone changed the header since (``RunRevisionConflictError``).
     """
 
     expected: frozenset[RunStatus]
@@ -216,10 +227,15 @@ class RunChange:
     error: Any = UNSET
     wake_at_ms: Any = UNSET
     waiting_on: Any = UNSET
+    expected_revision: int | None = None
 
     def apply(self, header: RunHeader) -> RunHeader:
         """Returns ``header`` with this change applied (no condition check)."""
-        changes: dict[str, Any] = {"status": self.status, "updated_at_ms": self.updated_at_ms}
+        changes: dict[str, Any] = {
+            "status": self.status,
+            "updated_at_ms": self.updated_at_ms,
+            "revision": header.revision + 1,
+        }
         for name in ("result", "error", "wake_at_ms", "waiting_on"):
             value = getattr(self, name)
             if value is not UNSET:

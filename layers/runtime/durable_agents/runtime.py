@@ -18,6 +18,7 @@ from durable_agents.credentials import CredentialProvider
 from durable_agents.errors import (
     AgentNotFoundError,
     DurableError,
+    RunRevisionConflictError,
     RunStateConflictError,
     SuspendExecution,
     VersionNotDeployedError,
@@ -297,8 +298,14 @@ class Runtime:
     def _suspended(
         self, run_id: str, signal: SuspendExecution, inv: Invocation
     ) -> InvocationOutcome:
-        if signal.reason in (Reason.TIMER, Reason.EXTERNAL):
-            self._mark_suspended(inv, signal)
+        if signal.reason in (Reason.TIMER, Reason.EXTERNAL) and not self._mark_suspended(
+            inv, signal
+        ):
+            # The header changed after this invocation read it: what the run waits for must be
+            # decided again on a fresh read, by the next invocation.
+            return InvocationOutcome(
+                run_id, OutcomeKind.CONTINUE, list(inv.executed), detail="run changed; reload"
+            )
         kind = {
             Reason.CONTINUE: OutcomeKind.CONTINUE,
             Reason.DISPATCH: OutcomeKind.CONTINUE,
@@ -315,31 +322,39 @@ class Runtime:
             external=signal.reason == Reason.EXTERNAL,
         )
 
-    def _mark_suspended(self, inv: Invocation, signal: SuspendExecution) -> None:
+    def _mark_suspended(self, inv: Invocation, signal: SuspendExecution) -> bool:
         """Makes the header say the run waits, when nothing in this invocation said so.
 
         Needed when the waiting happens inside parallel branches: a sibling's commit may have
         set the run RUNNING after a branch suspended it. A wait's own commit normally did it
         already (no extra write then).
+
+        Returns:
+            False if the header changed since this invocation read it (the write is fenced by
+            that revision and was refused): the caller asks for a fresh look instead.
         """
         header = inv.header
         if header.status is RunStatus.SUSPENDED and header.wake_at_ms == signal.wake_at_ms:
-            return
+            return True
         waiting = header.waiting_on if header.status is RunStatus.SUSPENDED else None
         change = RunChange(
             expected=_ACTIVE,
             status=RunStatus.SUSPENDED,
             updated_at_ms=self.clock.now_ms(),
             wake_at_ms=signal.wake_at_ms,
-            waiting_on=waiting or {"kind": "branches", "detail": signal.detail},
+            waiting_on=waiting or {"kind": "branches", "detail": signal.detail[:200]},
+            expected_revision=header.revision,
         )
         try:
             self.store.commit(inv.run_id, [], change)
+        except RunRevisionConflictError:
+            return False
         except RunStateConflictError:
-            return  # paused or finished meanwhile: that status stands
+            return True  # paused or finished meanwhile: that status stands
         inv.header = change.apply(header)
         if signal.wake_at_ms is not None:
             inv.schedule_run_wake(signal.wake_at_ms)
+        return True
 
     def _finish(
         self,

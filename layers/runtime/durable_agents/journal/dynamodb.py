@@ -28,6 +28,7 @@ from durable_agents.errors import (
     EntryConflictError,
     IdempotencyConflictError,
     RunNotFoundError,
+    RunRevisionConflictError,
     RunStateConflictError,
     WaitConflictError,
     WaitNotFoundError,
@@ -200,18 +201,32 @@ class DynamoDBJournal(JournalStore):
         for i, status in enumerate(sorted(s.value for s in change.expected)):
             values[f":expected{i}"] = {"S": status}
             placeholders.append(f":expected{i}")
+        # Every in-place change moves the revision on (headers written before revisions
+        # existed start from 0), so a writer that decided on an earlier read can be refused.
+        names["#rev"] = "revision"
+        values[":zero"] = {"N": "0"}
+        values[":one"] = {"N": "1"}
+        set_parts.append("#rev = if_not_exists(#rev, :zero) + :one")
         expression = "SET " + ", ".join(set_parts)
         if remove_parts:
             expression += " REMOVE " + ", ".join(remove_parts)
+        # The header must exist and be in one of the statuses this change starts from: a run
+        # that was paused or finished meanwhile is never overwritten. A change decided on a read
+        # (a suspension: what the run waits for, when it wakes) also needs the header still at
+        # that read's revision — a delayed write from an earlier invocation then loses instead
+        # of erasing the timer a later invocation set.
+        condition = f"attribute_exists(pk) AND #status IN ({', '.join(placeholders)})"
+        if change.expected_revision is not None:
+            values[":rev"] = {"N": str(change.expected_revision)}
+            if change.expected_revision == 0:
+                condition += " AND (attribute_not_exists(#rev) OR #rev = :rev)"
+            else:
+                condition += " AND #rev = :rev"
         return {
             "TableName": self._table,
             "Key": {"pk": pk(run_id), "sk": {"S": HEADER_SK}},
             "UpdateExpression": expression,
-            # The header must exist and be in one of the statuses this change starts from:
-            # a run that was paused, cancelled or finished meanwhile is never overwritten.
-            "ConditionExpression": (
-                f"attribute_exists(pk) AND #status IN ({', '.join(placeholders)})"
-            ),
+            "ConditionExpression": condition,
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": values,
         }
@@ -357,10 +372,14 @@ class DynamoDBJournal(JournalStore):
 
     def _state_conflict(self, run_id: str, change: RunChange) -> Exception:
         try:
-            actual = self.get_run(run_id).status
+            actual = self.get_run(run_id)
         except RunNotFoundError as missing:
             return missing
-        return RunStateConflictError(run_id, sorted(change.expected), actual)
+        if actual.status in change.expected and change.expected_revision is not None:
+            return RunRevisionConflictError(
+                run_id, change.expected_revision, actual.revision, actual.status
+            )
+        return RunStateConflictError(run_id, sorted(change.expected), actual.status)
 
     def load(self, run_id: str) -> RunSnapshot:
         """Reads the header and all entries with strongly consistent Query pages.

@@ -147,6 +147,7 @@ class ItemCodec:
             "created_at_ms": {"N": str(header.created_at_ms)},
             "updated_at_ms": {"N": str(header.updated_at_ms)},
             "input_hash": {"S": header.input_hash},
+            "revision": {"N": str(header.revision)},
             "gsi1pk": {"S": f"STATUS#{header.status.value}"},
             "gsi1sk": {"S": f"{ts(header.updated_at_ms)}#{header.run_id}"},
         }
@@ -184,6 +185,7 @@ class ItemCodec:
             parent_run_id=item["parent_run_id"]["S"] if "parent_run_id" in item else None,
             idempotency_key=item["idempotency_key"]["S"] if "idempotency_key" in item else None,
             input_hash=item.get("input_hash", {}).get("S", ""),
+            revision=opt_int(item, "revision") or 0,  # headers written before revisions: 0
         )
 
     def effect_item(self, record: SideEffectRecord) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from durable_agents.errors import (
     EntryConflictError,
     IdempotencyConflictError,
     RunNotFoundError,
+    RunRevisionConflictError,
     RunStateConflictError,
     WaitConflictError,
     WaitNotFoundError,
@@ -80,6 +81,13 @@ class InMemoryJournal(JournalStore):
                     raise RunNotFoundError(run_id)
                 if header.status not in change.expected:
                     raise RunStateConflictError(run_id, sorted(change.expected), header.status)
+                if (
+                    change.expected_revision is not None
+                    and header.revision != change.expected_revision
+                ):
+                    raise RunRevisionConflictError(
+                        run_id, change.expected_revision, header.revision, header.status
+                    )
             if existing is None:
                 raise RunNotFoundError(run_id)
             seen: set[str] = set()

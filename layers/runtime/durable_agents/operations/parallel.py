@@ -177,31 +177,35 @@ def run_batch(
         )
         for i in range(len(branches))
     ]
-    for state in states:  # what the journal already says
+    # What the journal already says, in one pass over the records (replaying a batch stays
+    # linear in its size: no scan of the journal per branch, no recount per branch).
+    scopes = inv.scopes_with_records()
+    tally = _Tally(total=len(states))
+    for state in states:
         child = inv.records.get(state.position)
         if child is not None and child.result is not None:
             state.status = "succeeded" if child.result.type is EntryType.SUCCEEDED else "failed"
             state.result = decode(child.result.value) if child.result.value else None
             state.error = child.result.error
-        state.started = state.status != "pending" or any(
-            key.startswith(f"{state.position}/") for key in inv.records
-        )
+        state.started = state.status != "pending" or state.position in scopes
+        tally.count(state, +1)
 
     dispatch: list[str] = []
     wakes: list[int] = []
     waiting: list[str] = []  # what suspended branches wait for (an approval, a callback, …)
     finished_here = False
     for state, branch in zip(states, branches, strict=True):
-        if _decided(policy, states) is not None:
+        if tally.decided(policy) is not None:
             break
         if state.status != "pending":
             continue
         if inv.target is not None and not _on_path(inv.target, state.position):
+            tally.count(state, -1)
             state.status = "skipped"  # another invocation advances this branch
             continue
-        active = sum(1 for s in states if s.started and s.status == "pending")
-        if max_concurrency is not None and not state.started and active >= max_concurrency:
+        if max_concurrency is not None and not state.started and tally.active >= max_concurrency:
             break  # later branches start when a slot frees up
+        tally.count(state, -1)
         state.started = True
         inv.branches.append(state.position)
         try:
@@ -216,13 +220,19 @@ def run_batch(
                 dispatch.extend(signal.targets)
             elif signal.wake_at_ms is not None:
                 wakes.append(signal.wake_at_ms)  # a timer, a retry delay, a held claim
+            elif signal.reason == Reason.CONTENDED:
+                # Another invocation holds this branch and may die holding it: look again when
+                # its lease would be over. A merely contended branch never leaves the run
+                # suspended with nothing to wake it.
+                wakes.append(inv.now_ms() + inv.lease_ms)
             if signal.reason in (Reason.TIMER, Reason.EXTERNAL) and signal.detail:
                 waiting.append(signal.detail)
             # otherwise: someone else advances it, or it waits on the outside
         finally:
             inv.branches.pop()
+            tally.count(state, +1)
 
-    reason = _decided(policy, states)
+    reason = tally.decided(policy)
     if reason is not None and (inv.target is None or _all_known(states)):
         return _complete(ctx, position, op_id, kind, name, states, reason)
     if dispatch:
@@ -234,10 +244,47 @@ def run_batch(
     if finished_here and inv.target is not None:
         # This invocation finished a branch; an untargeted look decides the batch.
         raise SuspendExecution(Reason.CONTINUE, detail=f"branch of {op_id} finished")
-    detail = f"{op_id} waits for " + ("; ".join(waiting) if waiting else "its branches")
+    detail = f"{op_id} waits for " + _summary(waiting)
     if wakes:
         raise SuspendExecution(Reason.TIMER, wake_at_ms=min(wakes), detail=detail)
     raise SuspendExecution(Reason.EXTERNAL, detail=detail)
+
+
+@dataclass
+class _Tally:
+    """Running counts of a batch's branches, kept up to date as branches change."""
+
+    total: int
+    succeeded: int = 0
+    failed: int = 0
+    active: int = 0  # started and still pending
+
+    def count(self, state: _Branch, sign: int) -> None:
+        if state.status == "succeeded":
+            self.succeeded += sign
+        elif state.status == "failed":
+            self.failed += sign
+        elif state.started and state.status == "pending":
+            self.active += sign
+
+    def decided(self, policy: CompletionPolicy) -> str | None:
+        return policy.decide(self.succeeded, self.failed, self.total)
+
+
+_SUMMARY_IDS = 3
+
+
+def _summary(waiting: list[str]) -> str:
+    """What suspended branches wait for: a count and a few of them, never all.
+
+    The summary goes into the run header (``waiting_on``); a map of thousands of branches
+    waiting for approvals must still fit in one item.
+    """
+    if not waiting:
+        return "its branches"
+    shown = "; ".join(waiting[:_SUMMARY_IDS])
+    more = len(waiting) - _SUMMARY_IDS
+    return f"{len(waiting)} branch wait(s): {shown}" + (f"; and {more} more" if more > 0 else "")
 
 
 def _on_path(target: str, branch_position: str) -> bool:
@@ -246,12 +293,6 @@ def _on_path(target: str, branch_position: str) -> bool:
 
 def _all_known(states: list[_Branch]) -> bool:
     return all(s.status in ("succeeded", "failed") for s in states)
-
-
-def _decided(policy: CompletionPolicy, states: list[_Branch]) -> str | None:
-    succeeded = sum(1 for s in states if s.status == "succeeded")
-    failed = sum(1 for s in states if s.status == "failed")
-    return policy.decide(succeeded, failed, len(states))
 
 
 def _run_branch(

@@ -110,7 +110,7 @@ def run_step(
     try:
         inv.commit([claim])
     except EntryConflictError as exc:
-        raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+        raise inv.contended(op_id, exc) from exc
     inv.executed.append(op_id)
 
     inv.hooks.before_execute(op_id, attempt)

@@ -10,17 +10,14 @@ from pydantic import BaseModel
 from durable_agents.errors import (
     DurableError,
     EntryConflictError,
-    RunStateConflictError,
     SuspendExecution,
     WaitConflictError,
 )
 from durable_agents.events import OutgoingEvent
-from durable_agents.invocation import Reason
+from durable_agents.invocation import Reason, Suspension
 from durable_agents.models import (
     EntryType,
     OpKind,
-    RunChange,
-    RunStatus,
     WaitChange,
     WaitRecord,
     WaitStatus,
@@ -122,23 +119,16 @@ def run_wait_for_approval(ctx: DurableContext, name: str, spec: ApprovalSpec) ->
         due_at_ms=deadline_ms,
         value=canonical_json({"approval_id": approval_id}),
     )
-    suspend = RunChange(
-        expected=frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED}),
-        status=RunStatus.SUSPENDED,
-        updated_at_ms=now,
-        wake_at_ms=None,
-        waiting_on={
-            "kind": KIND,
-            "approval_id": approval_id,
-            "op_id": op_id,
-            **({"until_ms": deadline_ms} if deadline_ms is not None else {}),
-        },
-    )
+    waiting_on = {
+        "kind": KIND,
+        "approval_id": approval_id,
+        "op_id": op_id,
+        **({"until_ms": deadline_ms} if deadline_ms is not None else {}),
+    }
     try:
-        inv.store.commit(inv.run_id, [waiting], suspend, wait=WaitChange(pending))
-    except (EntryConflictError, WaitConflictError, RunStateConflictError) as exc:
+        inv.commit([waiting], Suspension(None, waiting_on), wait=WaitChange(pending))
+    except (EntryConflictError, WaitConflictError) as exc:
         raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
-    inv.header = suspend.apply(inv.header)
     inv.schedule_wait(approval_id, deadline_ms)
     inv.pending_events.append(approval_requested(pending))
     raise SuspendExecution(Reason.EXTERNAL, detail=f"approval {approval_id}")

@@ -9,16 +9,13 @@ from typing import TYPE_CHECKING, Any
 from durable_agents.errors import (
     DurableError,
     EntryConflictError,
-    RunStateConflictError,
     SuspendExecution,
     WaitConflictError,
 )
-from durable_agents.invocation import Reason
+from durable_agents.invocation import Reason, Suspension
 from durable_agents.models import (
     EntryType,
     OpKind,
-    RunChange,
-    RunStatus,
     WaitChange,
     WaitRecord,
     WaitStatus,
@@ -144,18 +141,8 @@ def _await(ctx: DurableContext, handle: Callback) -> Any:
         except WaitGoneError as exc:
             raise SuspendExecution(Reason.CONTENDED, detail=handle.callback_id) from exc
         raise timeout_error(pending)
-    suspend = RunChange(
-        expected=frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED}),
-        status=RunStatus.SUSPENDED,
-        updated_at_ms=inv.now_ms(),
-        wake_at_ms=None,
-        waiting_on={"kind": KIND, "callback_id": handle.callback_id, "op_id": handle._op_id},
-    )
-    try:
-        inv.store.commit(inv.run_id, [], suspend)
-    except RunStateConflictError as exc:
-        raise SuspendExecution(Reason.CONTENDED, detail=handle.callback_id) from exc
-    inv.header = suspend.apply(inv.header)
+    waiting_on = {"kind": KIND, "callback_id": handle.callback_id, "op_id": handle._op_id}
+    inv.commit([], Suspension(None, waiting_on))  # fenced by the revision this replay read
     raise SuspendExecution(Reason.EXTERNAL, detail=f"callback {handle.callback_id}")
 
 
