@@ -8,15 +8,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from durable_agents.crash_budget import CRASH_BUDGET, CrashBudgetExhaustedError
 from durable_agents.errors import (
     EntryConflictError,
     PayloadError,
     StepInterruptedError,
     SuspendExecution,
 )
-from durable_agents.invocation import Reason, Suspension
+from durable_agents.invocation import OpRecord, Reason, Suspension
 from durable_agents.models import EntryType, OpKind
-from durable_agents.retry import DEFAULT_RETRY, RetryPolicy
+from durable_agents.retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy
 from durable_agents.semantics import StepSemantics
 from durable_agents.serde import decode, encode, error_info, rebuild_error
 
@@ -85,9 +86,7 @@ def run_step(
             if lease > now:
                 # Another invocation claimed this attempt and may still be running it.
                 raise SuspendExecution(Reason.CONTENDED, wake_at_ms=lease, detail=op_id)
-            _handle_interrupted(
-                ctx, position, op_id, name, started.attempt, policy, semantics, kind
-            )
+            _handle_interrupted(ctx, position, op_id, name, record, policy, semantics, kind)
     last_failed = record.last_failed if record is not None else None
     if last_failed is not None and last_failed.attempt == attempt:
         due = last_failed.due_at_ms or 0
@@ -120,7 +119,8 @@ def run_step(
         payload = encode(value, hint)
     except Exception as exc:
         inv.in_step = False
-        return _record_failure(ctx, position, op_id, name, attempt, exc, policy, kind)
+        failures = _failures(record) + 1  # crashes before this attempt do not count
+        return _record_failure(ctx, position, op_id, name, attempt, failures, exc, policy, kind)
     finally:
         inv.in_step = False
     inv.hooks.after_execute(op_id, attempt)
@@ -149,15 +149,23 @@ def _record_failure(
     op_id: str,
     name: str,
     attempt: int,
+    failures: int,
     exc: Exception,
     policy: RetryPolicy,
     kind: OpKind,
+    *,
+    interrupted: bool = False,
 ) -> Any:
+    """Records a failed attempt: a retry after the policy's delay, or the final error.
+
+    ``attempt`` numbers the claim; ``failures`` counts the attempts that failed (this one
+    included) — what the retry policy's ``max_attempts`` and backoff are about.
+    """
     inv = ctx.invocation
     info = error_info(exc)
     # A payload that cannot be recorded fails the same way on every attempt: never retry it.
-    if not isinstance(exc, PayloadError) and policy.should_retry(exc, attempt):
-        delay_ms = int(policy.delay_seconds(attempt, seed=op_id) * 1000)
+    if not isinstance(exc, PayloadError) and policy.should_retry(exc, failures):
+        delay_ms = int(policy.delay_seconds(failures, seed=op_id) * 1000)
         due = inv.now_ms() + delay_ms
         failed = inv.entry(
             position,
@@ -168,6 +176,7 @@ def _record_failure(
             attempt=attempt,
             error=info,
             due_at_ms=due,
+            meta={"interrupted": True} if interrupted else {},
         )
         try:
             inv.commit(
@@ -184,33 +193,93 @@ def _record_failure(
     raise rebuild_error(info) from exc
 
 
+def _failures(record: OpRecord | None) -> int:
+    """How many attempts failed (a crash pause is not a failure)."""
+    if record is None:
+        return 0
+    return sum(
+        1
+        for e in record.entries
+        if e.type is EntryType.ATTEMPT_FAILED and not e.meta.get("crash_pause")
+    )
+
+
+def _interruptions(record: OpRecord) -> int:
+    """Claimed attempts that never finished, since the last crash pause was redriven."""
+    failed = {e.attempt: e for e in record.entries if e.type is EntryType.ATTEMPT_FAILED}
+    last = record.last_started.attempt if record.last_started is not None else 0
+    count = 0
+    for attempt in range(1, last + 1):
+        entry = failed.get(attempt)
+        if entry is None:
+            count += 1  # claimed, then nothing: its worker died
+        elif entry.meta.get("crash_pause"):
+            count = 0  # a person redrove the run after this pause: a fresh budget
+    return count
+
+
 def _handle_interrupted(
     ctx: DurableContext,
     position: str,
     op_id: str,
     name: str,
-    attempt: int,
+    record: OpRecord,
     policy: RetryPolicy,
     semantics: StepSemantics,
     kind: OpKind,
 ) -> None:
-    """Decides what to do with an attempt whose claimant died (its lease expired)."""
+    """Decides what to do with an attempt whose claimant died (its lease expired).
+
+    At-least-once: the work runs again, and the crash does not count as a failed attempt —
+    only the crash budget (``durable_agents.crash_budget``) bounds how often, and exhausting
+    it pauses the run for a person. At-most-once: the interruption is a failed attempt like
+    an error (the work may have happened), recorded and retried only as the policy says.
+
+    Raises:
+        SuspendExecution: To wait for the policy's delay before the next attempt.
+        StepInterruptedError: If the policy does not retry the interruption.
+        CrashBudgetExhaustedError: If workers died too often (the run is paused).
+    """
+    assert record.last_started is not None
+    attempt = record.last_started.attempt
     interrupted = StepInterruptedError(op_id, attempt)
     if semantics is StepSemantics.AT_MOST_ONCE:
-        may_retry = StepInterruptedError in policy.retryable and attempt < policy.max_attempts
-    else:
-        may_retry = attempt < policy.max_attempts
-    if may_retry:
+        failures = _failures(record) + 1
+        # The work may have happened: retried only where the policy names the interruption
+        # itself, never merely because it retries every ``Exception``.
+        listed = StepInterruptedError in policy.retryable
+        _record_failure(
+            ctx,
+            position,
+            op_id,
+            name,
+            attempt,
+            failures,
+            interrupted,
+            policy if listed else NO_RETRY,
+            kind,
+            interrupted=True,
+        )
+        return  # not reached: _record_failure suspends or raises
+    count = _interruptions(record)
+    if count <= CRASH_BUDGET:
         return  # the caller claims attempt + 1
     inv = ctx.invocation
-    final = inv.entry(
+    exhausted = CrashBudgetExhaustedError(op_id, count)
+    marker = inv.entry(
         position,
         op_id,
         kind,
         name,
-        EntryType.FAILED,
+        EntryType.ATTEMPT_FAILED,
         attempt=attempt,
-        error=error_info(interrupted),
+        error=error_info(exhausted),
+        due_at_ms=inv.now_ms(),
+        meta={"interrupted": True, "crash_pause": True},
     )
-    _record_result(ctx, final, op_id)
-    raise rebuild_error(error_info(interrupted))
+    try:
+        inv.commit([marker])
+    except EntryConflictError as exc:
+        raise inv.contended(op_id, exc) from exc
+    inv.fault = exhausted  # the runtime pauses the run; agent code cannot carry on past it
+    raise exhausted
