@@ -18,9 +18,11 @@ from durable_agents import AgentRegistry, DurableContext, agent
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.item_size import ITEM_LIMIT_BYTES, item_size
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import EffectStatus
+from durable_agents.models import EffectStatus, OpKind, WaitStatus
 from durable_agents.side_effects.tools import ToolCall, ToolRegistry, tool
 from durable_agents.testing import AgentTestRunner
+from durable_agents.waits.approval import ApprovedRequestMismatchError, record_decision
+from durable_agents.waits.records import settle
 
 KB = 1000
 
@@ -91,6 +93,96 @@ def test_large_input_and_large_result_finish(journal: JournalStore) -> None:
     header = journal.get_run(result.run_id)
     assert header.input == json.dumps(text(300 * KB, "i"))
     assert_every_item_fits(journal)
+
+
+class Payment(BaseModel):
+    order_id: str
+    memo: str
+
+
+def test_approval_of_a_large_request_is_decided_and_executes_exactly_it(
+    journal: JournalStore,
+) -> None:
+    executed: list[Payment] = []
+
+    @tool(name="pay", registry=ToolRegistry(), requires_approval=True, approvers=["group:f"])
+    def pay(request: Payment, call: ToolCall) -> str:
+        executed.append(request)
+        return "paid"
+
+    @agent(name="payer", version="1", registry=AgentRegistry())
+    def payer(ctx: DurableContext, memo: str) -> str:
+        return ctx.tool(pay, Payment(order_id="o-1", memo=memo))
+
+    runner = AgentTestRunner(payer, journal=journal, mode="faithful")
+    memo = text(210 * KB, "m")
+    result = runner.run(memo)
+    assert result.status == "SUSPENDED"
+    (pending,) = journal.list_waits("approval", WaitStatus.PENDING)
+    decided = record_decision(
+        journal, runner.clock, pending, approved=True, decided_by="user:a", comment="", via="jwt"
+    )
+    assert "request" not in (decided.outcome or {})  # the outcome never repeats the request
+    assert_every_item_fits(journal)
+    final = runner.resume(result.run_id)
+    assert final.status == "SUCCEEDED", final.header.error
+    assert executed == [Payment(order_id="o-1", memo=memo)]
+    assert journal.get_wait(pending.wait_id).status is WaitStatus.COMPLETED
+    assert_every_item_fits(journal)
+
+
+def _refund_agent(executed: list[Payment]) -> Any:
+    @tool(name="pay", registry=ToolRegistry(), requires_approval=True, approvers=["group:f"])
+    def pay(request: Payment, call: ToolCall) -> str:
+        executed.append(request)
+        return "paid"
+
+    memos = iter(["approved memo", "another memo on replay", "and another"])
+
+    @agent(name="payer", version="1", registry=AgentRegistry())
+    def payer(ctx: DurableContext, _: None) -> str:
+        return ctx.tool(pay, Payment(order_id="o-1", memo=next(memos)))
+
+    return payer
+
+
+def _settle_as(journal: JournalStore, runner: AgentTestRunner, decision: dict[str, Any]) -> None:
+    (pending,) = journal.list_waits("approval", WaitStatus.PENDING)
+    payload = json.dumps(decision, separators=(",", ":"))
+    settle(
+        journal,
+        runner.clock,
+        pending,
+        status=WaitStatus.COMPLETED,
+        outcome=decision,
+        value=payload,
+        kind=OpKind.APPROVAL,
+    )
+
+
+def test_decisions_recorded_with_the_request_still_replay(journal: JournalStore) -> None:
+    # How decisions were recorded before they named the request by hash.
+    executed: list[Payment] = []
+    runner = AgentTestRunner(_refund_agent(executed), journal=journal, mode="faithful")
+    result = runner.run(None)
+    approved = '{"memo":"approved memo","order_id":"o-1"}'
+    old = {"approved": True, "decided_by": "user:a", "comment": "", "decided_at": "t", "via": "jwt"}
+    _settle_as(journal, runner, {**old, "request": approved})
+    assert runner.resume(result.run_id).status == "SUCCEEDED"
+    assert executed == [Payment(order_id="o-1", memo="approved memo")]
+
+
+def test_a_decision_naming_another_request_is_refused(journal: JournalStore) -> None:
+    executed: list[Payment] = []
+    runner = AgentTestRunner(_refund_agent(executed), journal=journal, mode="faithful")
+    result = runner.run(None)
+    decision = {"approved": True, "decided_by": "user:a", "decided_at": "t", "via": "jwt"}
+    _settle_as(journal, runner, {**decision, "request_sha256": "0" * 64})
+    final = runner.resume(result.run_id)
+    assert final.status == "FAILED"
+    assert final.header.error is not None
+    assert final.header.error.type == ApprovedRequestMismatchError.__name__
+    assert executed == []
 
 
 class Lookup(BaseModel):
