@@ -12,17 +12,21 @@ import json
 from decimal import Decimal
 from typing import Any
 
+import boto3
+import pytest
 from pydantic import BaseModel
 
 from durable_agents import AgentRegistry, DurableContext, agent
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.item_size import ITEM_LIMIT_BYTES, item_size
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import EffectStatus, OpKind, WaitStatus
+from durable_agents.local.template import create_journal_table
+from durable_agents.models import EffectStatus, OpKind, RunStatus, WaitStatus
 from durable_agents.side_effects.tools import ToolCall, ToolRegistry, tool
 from durable_agents.testing import AgentTestRunner
 from durable_agents.waits.approval import ApprovedRequestMismatchError, record_decision
 from durable_agents.waits.records import settle
+from tests.conftest import TEMPLATE
 
 KB = 1000
 
@@ -205,4 +209,37 @@ def test_large_tool_result_commits_with_its_effect_record(journal: JournalStore)
     (effect,) = journal.load(result.run_id).effects
     assert effect.status is EffectStatus.COMMITTED
     assert effect.result == json.dumps(text(300 * KB, "f"))
+    assert_every_item_fits(journal)
+
+
+@pytest.fixture
+def journal_without_bucket(aws: None) -> DynamoDBJournal:
+    client = boto3.client("dynamodb", region_name="us-east-1")
+    create_journal_table(client, "journal", TEMPLATE)
+    return DynamoDBJournal(client, "journal")
+
+
+def test_a_result_no_store_can_take_goes_to_review(journal_without_bucket: DynamoDBJournal) -> None:
+    calls: list[str] = []
+
+    @tool(name="export", registry=ToolRegistry())
+    def export(request: Lookup, call: ToolCall) -> str:
+        calls.append(request.query)
+        return text(500 * KB, "e")
+
+    @agent(name="exporter", version="1", registry=AgentRegistry())
+    def exporter(ctx: DurableContext, query: str) -> int:
+        return len(ctx.tool(export, Lookup(query=query)))
+
+    journal = journal_without_bucket
+    runner = AgentTestRunner(exporter, journal=journal)
+    result = runner.run("all")
+    # It happened, but nothing can hold the result: a person decides; it is never left PREPARED.
+    assert calls == ["all"]
+    assert result.status == "PAUSED"
+    (parked,) = journal.effects_in_review()
+    assert parked.status is EffectStatus.NEEDS_REVIEW
+    assert "cannot be recorded" in str((parked.note or {}).get("reason"))
+    assert journal.stale_effects(runner.clock.now_ms() + 10**12) == []
+    assert journal.get_run(result.run_id).status is RunStatus.PAUSED
     assert_every_item_fits(journal)
