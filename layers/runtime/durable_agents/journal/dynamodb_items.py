@@ -94,17 +94,17 @@ class ItemCodec:
         values: dict[str, str | None],
         budget: int,
         *,
-        value_limit: int | None = None,
         pinned: frozenset[str] = frozenset(),
     ) -> dict[str, Any]:
         """Adds ``values`` to ``item``, spilling the largest until the item is under ``budget``.
+
+        ``pinned`` values stay inline whatever their size.
 
         Raises:
             ItemTooLargeError: If the item cannot get under ``budget`` (nothing left to spill,
                 or a spill is needed and no payload bucket is configured).
         """
         key = f"{item['pk']['S']} {item['sk']['S']}"
-        limit = min(self._limit, value_limit) if value_limit is not None else self._limit
         out = dict(item)
         inline = {name: text for name, text in values.items() if text is not None}
         for name, text in inline.items():
@@ -112,7 +112,7 @@ class ItemCodec:
         size = item_size(out)
         # Largest first: the fewest S3 round trips that get the item under its budget.
         for name in sorted(inline, key=lambda n: len(inline[n].encode()), reverse=True):
-            over_limit = len(inline[name].encode()) > limit
+            over_limit = len(inline[name].encode()) > self._limit
             if name in pinned or (size <= budget and not over_limit):
                 continue
             size -= attribute_size(name, out.pop(name))
