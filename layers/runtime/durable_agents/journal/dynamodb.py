@@ -45,6 +45,7 @@ from durable_agents.journal.dynamodb_items import (
     pk,
     ts,
 )
+from durable_agents.journal.item_size import ITEM_BUDGET_BYTES, transaction_put_budget
 from durable_agents.journal.payloads import INLINE_LIMIT_BYTES, S3PayloadStore
 from durable_agents.journal.store import JournalStore
 from durable_agents.models import (
@@ -73,8 +74,9 @@ class DynamoDBJournal(JournalStore):
     Args:
         client: A boto3 ``dynamodb`` client (injected; create it once per process).
         table_name: The journal table.
-        payloads: Where values over the inline limit go (required to record them).
-        inline_limit_bytes: Values larger than this are spilled to ``payloads``.
+        payloads: Where spilled values go (required to record items over the size budget).
+        inline_limit_bytes: Values larger than this are always spilled to ``payloads``; smaller
+            ones are spilled, largest first, when their item would exceed its budget.
     """
 
     def __init__(
@@ -93,16 +95,17 @@ class DynamoDBJournal(JournalStore):
 
     # -- values ------------------------------------------------------------------------------
 
-    def _effect_put(self, effect: EffectChange) -> dict[str, Any]:
+    def _effect_put(self, effect: EffectChange, budget: int = ITEM_BUDGET_BYTES) -> dict[str, Any]:
         # The record must still be in the state this writer read: a second recoverer, a
         # reconciler racing the StepRunner, or a late zombie loses here instead of acting twice.
         expected = (
             None if effect.expected_status is None else {s.value for s in effect.expected_status}
         )
         extra = None if effect.expected_attempt is None else ("attempt", effect.expected_attempt)
-        return self._conditional_put(self._items.effect_item(effect.record), expected, extra)
+        item = self._items.effect_item(effect.record, budget)
+        return self._conditional_put(item, expected, extra)
 
-    def _wait_put(self, wait: WaitChange) -> dict[str, Any]:
+    def _wait_put(self, wait: WaitChange, budget: int = ITEM_BUDGET_BYTES) -> dict[str, Any]:
         # Settled exactly once: the stored status must still be one this writer expects (a
         # second decision, a decision racing the timeout, or a late heartbeat loses here).
         expected = None if wait.expected is None else {s.value for s in wait.expected}
@@ -111,7 +114,7 @@ class DynamoDBJournal(JournalStore):
             if wait.expected_updated_at_ms is None
             else ("updated_at_ms", wait.expected_updated_at_ms)
         )
-        return self._conditional_put(self._items.wait_item(wait.record), expected, extra)
+        return self._conditional_put(self._items.wait_item(wait.record, budget), expected, extra)
 
     def _conditional_put(
         self,
@@ -163,10 +166,12 @@ class DynamoDBJournal(JournalStore):
                     sets[attr] = value
                     removes.remove(attr)
         if change.error is not UNSET:
-            if change.error is None:
-                removes.append("error")
-            else:
-                sets["error"] = {"S": json.dumps(change.error.to_dict())}
+            removes += ["error", "error_ref"]
+            if change.error is not None:
+                text = json.dumps(change.error.to_dict())
+                for attr, value in self._items.value_attrs(run_id, "error", text).items():
+                    sets[attr] = value
+                    removes.remove(attr)
         if change.waiting_on is not UNSET:
             if change.waiting_on is None:
                 removes.append("waiting_on")
@@ -183,6 +188,7 @@ class DynamoDBJournal(JournalStore):
             sets["gsi2sk"] = {"S": f"{ts(change.wake_at_ms)}#{run_id}"}
         elif change.status is not RunStatus.SUSPENDED or change.wake_at_ms is None:
             removes += ["gsi2pk", "gsi2sk"]
+        self._items.check_header_update(run_id, sets)
         # Attribute names go through placeholders: "status", "result" and "error" are
         # reserved words in DynamoDB expressions.
         names: dict[str, str] = {}
@@ -325,11 +331,14 @@ class DynamoDBJournal(JournalStore):
                     raise EffectConflictError(effect.record.operation_id, current) from exc
                 raise
             return
+        budget = transaction_put_budget(
+            len(entries) + (effect is not None) + (wait is not None), with_update=change is not None
+        )
         items: list[dict[str, Any]] = [
             {
                 "Put": {
                     "TableName": self._table,
-                    "Item": self._items.entry_item(entry),
+                    "Item": self._items.entry_item(entry, budget),
                     "ConditionExpression": _NOT_EXISTS,
                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }
@@ -337,9 +346,9 @@ class DynamoDBJournal(JournalStore):
             for entry in entries
         ]
         if effect is not None:
-            items.append({"Put": self._effect_put(effect)})
+            items.append({"Put": self._effect_put(effect, budget)})
         if wait is not None:
-            items.append({"Put": self._wait_put(wait)})
+            items.append({"Put": self._wait_put(wait, budget)})
         if change is not None:
             update = self._update_request(run_id, change)
             update["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"

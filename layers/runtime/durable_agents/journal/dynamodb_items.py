@@ -10,6 +10,14 @@ import json
 from typing import Any
 
 from durable_agents.errors import PayloadError
+from durable_agents.journal.item_size import (
+    HEADER_REST_BUDGET_BYTES,
+    HEADER_VALUE_BUDGET_BYTES,
+    ITEM_BUDGET_BYTES,
+    ItemTooLargeError,
+    attribute_size,
+    item_size,
+)
 from durable_agents.journal.payloads import INLINE_LIMIT_BYTES, S3PayloadStore
 from durable_agents.models import (
     EffectStatus,
@@ -31,6 +39,8 @@ PREPARED_PK = "PREPARED"
 REVIEW_PK = "EFFECT#NEEDS_REVIEW"
 WAIT_SK = "#WAIT"
 WAIT_DUE_PK = "WAITDUE"
+# The header's large values: each inline up to HEADER_VALUE_BUDGET_BYTES, or spilled.
+_HEADER_VALUES = frozenset({"input", "input_ref", "result", "result_ref", "error", "error_ref"})
 
 
 def pk(run_id: str) -> dict[str, str]:
@@ -49,11 +59,15 @@ def opt_int(item: dict[str, Any], name: str) -> int | None:
 
 
 class ItemCodec:
-    """Converts records to items and back; spills values over the inline limit to S3.
+    """Converts records to items and back; spills values to S3 so every item fits.
+
+    Spilling is decided per item (see ``item_size``): a value over ``inline_limit_bytes`` is
+    always spilled, and then the largest values are spilled until the item is under its budget.
+    Reading accepts both forms, so items written under any earlier rule read back the same.
 
     Args:
-        payloads: Where values over the inline limit go (required to record them).
-        inline_limit_bytes: Values larger than this are spilled to ``payloads``.
+        payloads: Where spilled values go (required to spill).
+        inline_limit_bytes: Values larger than this are always spilled to ``payloads``.
     """
 
     def __init__(
@@ -62,22 +76,86 @@ class ItemCodec:
         self._payloads = payloads
         self._limit = inline_limit_bytes
 
-    def value_attrs(self, run_id: str, name: str, text: str | None) -> dict[str, Any]:
-        """The attributes holding a value: inline, or a reference to its S3 copy."""
-        if text is None:
-            return {}
-        if len(text.encode()) <= self._limit:
-            return {name: {"S": text}}
+    def _spill(self, run_id: str, key: str, name: str, text: str) -> dict[str, Any]:
         if self._payloads is None:
-            raise PayloadError(
-                f"value of {len(text.encode())} bytes exceeds the {self._limit}-byte inline "
-                "limit and no payload bucket is configured"
+            raise ItemTooLargeError(
+                key,
+                len(text.encode()),
+                self._limit,
+                f"{name} must go to S3 and no payload bucket is configured",
             )
         ref = self._payloads.put(run_id, text)
         return {f"{name}_ref": {"S": json.dumps(ref, sort_keys=True)}}
 
+    def _fit(
+        self,
+        run_id: str,
+        item: dict[str, Any],
+        values: dict[str, str | None],
+        budget: int,
+        *,
+        pinned: frozenset[str] = frozenset(),
+    ) -> dict[str, Any]:
+        """Adds ``values`` to ``item``, spilling the largest until the item is under ``budget``.
+
+        ``pinned`` values stay inline whatever their size.
+
+        Raises:
+            ItemTooLargeError: If the item cannot get under ``budget`` (nothing left to spill,
+                or a spill is needed and no payload bucket is configured).
+        """
+        key = f"{item['pk']['S']} {item['sk']['S']}"
+        out = dict(item)
+        inline = {name: text for name, text in values.items() if text is not None}
+        for name, text in inline.items():
+            out[name] = {"S": text}
+        size = item_size(out)
+        # Largest first: the fewest S3 round trips that get the item under its budget.
+        for name in sorted(inline, key=lambda n: len(inline[n].encode()), reverse=True):
+            over_limit = len(inline[name].encode()) > self._limit
+            if name in pinned or (size <= budget and not over_limit):
+                continue
+            size -= attribute_size(name, out.pop(name))
+            ref = self._spill(run_id, key, name, inline[name])
+            out.update(ref)
+            size += item_size(ref)
+        if size > budget:
+            raise ItemTooLargeError(key, size, budget, "what is left cannot be spilled")
+        return out
+
+    def value_attrs(self, run_id: str, name: str, text: str | None) -> dict[str, Any]:
+        """The attributes holding a run header value: inline, or a reference to its S3 copy.
+
+        The header is updated in place without being read, so each of its large values stays
+        inline only up to ``HEADER_VALUE_BUDGET_BYTES`` (see ``item_size``).
+
+        Raises:
+            ItemTooLargeError: If the value must be spilled and no payload bucket is configured.
+        """
+        if text is None:
+            return {}
+        if len(text.encode()) <= min(self._limit, HEADER_VALUE_BUDGET_BYTES):
+            return {name: {"S": text}}
+        return self._spill(run_id, f"RUN#{run_id} {HEADER_SK}", name, text)
+
+    def check_header_update(self, run_id: str, sets: dict[str, Any]) -> None:
+        """Refuses a header update whose small attributes could push the header over its budget.
+
+        Raises:
+            ItemTooLargeError: If they are over half of ``HEADER_REST_BUDGET_BYTES``.
+        """
+        rest = sum(attribute_size(k, v) for k, v in sets.items() if k not in _HEADER_VALUES)
+        if rest > HEADER_REST_BUDGET_BYTES // 2:
+            raise ItemTooLargeError(
+                f"RUN#{run_id} {HEADER_SK}", rest, HEADER_REST_BUDGET_BYTES // 2, "update"
+            )
+
     def read_value(self, item: dict[str, Any], name: str) -> str | None:
-        """Reads a value back, from the item or from S3."""
+        """Reads a value back, from the item or from S3.
+
+        Raises:
+            PayloadError: If it is in S3 and cannot be read back (or no bucket is configured).
+        """
         if name in item:
             return str(item[name]["S"])
         ref = item.get(f"{name}_ref")
@@ -87,10 +165,22 @@ class ItemCodec:
             raise PayloadError(f"{name} is stored in S3 but no payload bucket is configured")
         return self._payloads.get(json.loads(ref["S"]))
 
+    def _read_json(self, item: dict[str, Any], name: str) -> Any:
+        text = self.read_value(item, name)
+        return None if text is None else json.loads(text)
+
+    def _read_error(self, item: dict[str, Any]) -> ErrorInfo | None:
+        data = self._read_json(item, "error")
+        return None if data is None else ErrorInfo.from_dict(data)
+
     # -- items -------------------------------------------------------------------------------
 
-    def entry_item(self, entry: Entry) -> dict[str, Any]:
-        """A journal entry as an item."""
+    def entry_item(self, entry: Entry, budget: int = ITEM_BUDGET_BYTES) -> dict[str, Any]:
+        """A journal entry as an item (under ``budget`` bytes).
+
+        Raises:
+            ItemTooLargeError: If it cannot be made to fit.
+        """
         item: dict[str, Any] = {
             "pk": pk(entry.run_id),
             "sk": {"S": entry.sort_key},
@@ -101,9 +191,6 @@ class ItemCodec:
             "attempt": {"N": str(entry.attempt)},
             "recorded_at_ms": {"N": str(entry.recorded_at_ms)},
         }
-        item.update(self.value_attrs(entry.run_id, "value", entry.value))
-        if entry.error is not None:
-            item["error"] = {"S": json.dumps(entry.error.to_dict())}
         if entry.lease_expires_at_ms is not None:
             item["lease_expires_at_ms"] = {"N": str(entry.lease_expires_at_ms)}
         if entry.due_at_ms is not None:
@@ -113,7 +200,13 @@ class ItemCodec:
             if entry.meta.get("outbox"):
                 # The relay's stream filter selects new items with this attribute only.
                 item["outbox"] = {"S": "1"}
-        return item
+        error = None if entry.error is None else json.dumps(entry.error.to_dict())
+        # The relay reads an outbox event from the stream image: it never goes to S3 (events
+        # are bounded well under the budget by ``emit``).
+        pinned = frozenset({"value"}) if "outbox" in item else frozenset()
+        return self._fit(
+            entry.run_id, item, {"value": entry.value, "error": error}, budget, pinned=pinned
+        )
 
     def entry_from_item(self, run_id: str, item: dict[str, Any]) -> Entry:
         """An item as a journal entry."""
@@ -128,7 +221,7 @@ class ItemCodec:
             type=EntryType(item["type"]["S"]),
             attempt=int(item["attempt"]["N"]),
             value=self.read_value(item, "value"),
-            error=ErrorInfo.from_dict(json.loads(item["error"]["S"])) if "error" in item else None,
+            error=self._read_error(item),
             recorded_at_ms=int(item["recorded_at_ms"]["N"]),
             lease_expires_at_ms=opt_int(item, "lease_expires_at_ms"),
             due_at_ms=opt_int(item, "due_at_ms"),
@@ -136,7 +229,12 @@ class ItemCodec:
         )
 
     def header_item(self, header: RunHeader) -> dict[str, Any]:
-        """A run header as an item (with its index keys)."""
+        """A run header as an item (with its index keys).
+
+        Raises:
+            ItemTooLargeError: If a value must be spilled and no payload bucket is configured,
+                or the header's other attributes are too large.
+        """
         item: dict[str, Any] = {
             "pk": pk(header.run_id),
             "sk": {"S": HEADER_SK},
@@ -154,7 +252,9 @@ class ItemCodec:
         item.update(self.value_attrs(header.run_id, "input", header.input))
         item.update(self.value_attrs(header.run_id, "result", header.result))
         if header.error is not None:
-            item["error"] = {"S": json.dumps(header.error.to_dict())}
+            item.update(
+                self.value_attrs(header.run_id, "error", json.dumps(header.error.to_dict()))
+            )
         if header.wake_at_ms is not None:
             item["wake_at_ms"] = {"N": str(header.wake_at_ms)}
             if header.status is RunStatus.SUSPENDED:
@@ -166,6 +266,7 @@ class ItemCodec:
             item["parent_run_id"] = {"S": header.parent_run_id}
         if header.idempotency_key is not None:
             item["idempotency_key"] = {"S": header.idempotency_key}
+        self.check_header_update(header.run_id, item)
         return item
 
     def header_from_item(self, item: dict[str, Any]) -> RunHeader:
@@ -179,7 +280,7 @@ class ItemCodec:
             created_at_ms=int(item["created_at_ms"]["N"]),
             updated_at_ms=int(item["updated_at_ms"]["N"]),
             result=self.read_value(item, "result"),
-            error=ErrorInfo.from_dict(json.loads(item["error"]["S"])) if "error" in item else None,
+            error=self._read_error(item),
             wake_at_ms=opt_int(item, "wake_at_ms"),
             waiting_on=json.loads(item["waiting_on"]["S"]) if "waiting_on" in item else None,
             parent_run_id=item["parent_run_id"]["S"] if "parent_run_id" in item else None,
@@ -188,8 +289,14 @@ class ItemCodec:
             revision=opt_int(item, "revision") or 0,  # headers written before revisions: 0
         )
 
-    def effect_item(self, record: SideEffectRecord) -> dict[str, Any]:
-        """A side-effect record as an item (in the sparse indexes while it matters)."""
+    def effect_item(
+        self, record: SideEffectRecord, budget: int = ITEM_BUDGET_BYTES
+    ) -> dict[str, Any]:
+        """A side-effect record as an item (in the sparse indexes while it matters).
+
+        Raises:
+            ItemTooLargeError: If it cannot be made to fit ``budget``.
+        """
         item: dict[str, Any] = {
             "pk": pk(record.run_id),
             "sk": {"S": record.sort_key},
@@ -204,14 +311,10 @@ class ItemCodec:
             "lease_expires_at_ms": {"N": str(record.lease_expires_at_ms)},
             "stale_at_ms": {"N": str(record.stale_at_ms)},
         }
-        item.update(self.value_attrs(record.run_id, "canonical_request", record.canonical_request))
-        item.update(self.value_attrs(record.run_id, "result", record.result))
         if record.external_id is not None:
             item["external_id"] = {"S": record.external_id}
         if record.last_attempt_at_ms is not None:
             item["last_attempt_at_ms"] = {"N": str(record.last_attempt_at_ms)}
-        if record.note is not None:
-            item["note"] = {"S": json.dumps(record.note, sort_keys=True)}
         ident = f"{record.run_id}#{record.position}"
         if record.status is EffectStatus.PREPARED:
             # Sparse index of unresolved calls by the time the reconciler may take them over;
@@ -221,7 +324,13 @@ class ItemCodec:
         elif record.status is EffectStatus.NEEDS_REVIEW:
             item["gsi1pk"] = {"S": REVIEW_PK}
             item["gsi1sk"] = {"S": f"{ts(record.updated_at_ms)}#{ident}"}
-        return item
+        note = None if record.note is None else json.dumps(record.note, sort_keys=True)
+        values = {
+            "canonical_request": record.canonical_request,
+            "result": record.result,
+            "note": note,
+        }
+        return self._fit(record.run_id, item, values, budget)
 
     def effect_from_item(self, item: dict[str, Any]) -> SideEffectRecord:
         """An item as a side-effect record."""
@@ -243,11 +352,15 @@ class ItemCodec:
             external_id=item["external_id"]["S"] if "external_id" in item else None,
             last_attempt_at_ms=opt_int(item, "last_attempt_at_ms"),
             result=self.read_value(item, "result"),
-            note=json.loads(item["note"]["S"]) if "note" in item else None,
+            note=self._read_json(item, "note"),
         )
 
-    def wait_item(self, record: WaitRecord) -> dict[str, Any]:
-        """A wait record as an item (in the due index while pending)."""
+    def wait_item(self, record: WaitRecord, budget: int = ITEM_BUDGET_BYTES) -> dict[str, Any]:
+        """A wait record as an item (in the due index while pending).
+
+        Raises:
+            ItemTooLargeError: If it cannot be made to fit ``budget``.
+        """
         item: dict[str, Any] = {
             "pk": {"S": f"WAIT#{record.wait_id}"},
             "sk": {"S": WAIT_SK},
@@ -267,22 +380,15 @@ class ItemCodec:
             value = getattr(record, name)
             if value is not None:
                 item[name] = {"N": str(value)}
-        item.update(
-            self.value_attrs(record.run_id, "details", json.dumps(record.details, sort_keys=True))
-        )
-        if record.outcome is not None:
-            item.update(
-                self.value_attrs(
-                    record.run_id, "outcome", json.dumps(record.outcome, sort_keys=True)
-                )
-            )
         due = record.due_at_ms
         if record.status is WaitStatus.PENDING and due is not None:
             # Sparse index of pending waits by expiry: the reconciler expires them even while
             # the run sleeps on something else.
             item["gsi2pk"] = {"S": WAIT_DUE_PK}
             item["gsi2sk"] = {"S": f"{ts(due)}#{record.wait_id}"}
-        return item
+        outcome = None if record.outcome is None else json.dumps(record.outcome, sort_keys=True)
+        values = {"details": json.dumps(record.details, sort_keys=True), "outcome": outcome}
+        return self._fit(record.run_id, item, values, budget)
 
     def wait_from_item(self, item: dict[str, Any]) -> WaitRecord:
         """An item as a wait record."""

@@ -1,7 +1,8 @@
-"""Large payloads: values over the inline limit are stored in S3 with their hash in the journal.
+"""Large payloads: spilled values are stored in S3 with their hash in the journal.
 
 DynamoDB items stop at 400 KB; long transcripts and screenshots reach that first. A value over
-``INLINE_LIMIT_BYTES`` is written to S3 under a content-addressed key and the journal keeps
+``INLINE_LIMIT_BYTES`` — or one of the largest values of an item that would otherwise exceed its
+budget (see ``item_size``) — is written to S3 under a content-addressed key and the journal keeps
 ``{bucket, key, sha256, size}``; reading verifies the hash.
 """
 

@@ -353,7 +353,11 @@ class SideEffectProtocol:
             result=payload,
             external_id=external_id,
         )
-        if not self._write(record, [entry], done, self._resume()):
+        try:
+            written = self._write(record, [entry], done, self._resume())
+        except PayloadError as exc:  # too large for every configured store
+            return self.needs_review(record, f"result cannot be recorded: {exc}")
+        if not written:
             return Settled("lost_race")
         self.hooks.after_record(record.operation_id)
         return Settled(how, entry=entry, record=done)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import BaseModel
 
@@ -55,6 +56,41 @@ class ApprovalDecision(BaseModel):
     request: str
 
 
+class RecordedDecision(BaseModel):
+    """A decision as the journal and the approval record keep it.
+
+    The approved request is already recorded with the approval; the decision names it by hash
+    instead of repeating it (a large request would otherwise be stored two more times, and the
+    approval record could no longer hold its request and its outcome in one item).
+    """
+
+    approved: bool
+    decided_by: str
+    comment: str = ""
+    decided_at: str
+    via: str
+    request_sha256: str
+
+
+class ApprovedRequestMismatchError(DurableError):
+    """The approval's recorded request does not match the hash its decision names."""
+
+    recorded_fields = ("approval_id", "expected_sha256", "actual_sha256")
+
+    def __init__(self, approval_id: str, expected_sha256: str, actual_sha256: str):
+        self.approval_id = approval_id
+        self.expected_sha256 = expected_sha256
+        self.actual_sha256 = actual_sha256
+        super().__init__(
+            f"approval {approval_id}: the recorded request hashes to {actual_sha256}, the "
+            f"decision approved {expected_sha256}"
+        )
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 class ApprovalTimeoutError(DurableError):
     """Nobody decided before the deadline."""
 
@@ -80,10 +116,9 @@ def run_wait_for_approval(ctx: DurableContext, name: str, spec: ApprovalSpec) ->
     """Creates, checks, expires or replays one approval (see ``DurableContext``)."""
     inv = ctx.invocation
     position, op_id, record = ctx.next_operation(OpKind.APPROVAL, name)
-    if record is not None and record.result is not None:
-        decision: ApprovalDecision = inv.replay(record.result, ApprovalDecision)
-        return decision
     approval_id = wait_id("apr", op_id)
+    if record is not None and record.result is not None:
+        return _replay_decision(inv.replay(record.result, None), spec, inv.store, approval_id)
     now = inv.now_ms()
     if record is not None and record.scheduled is not None:
         deadline = record.scheduled.due_at_ms
@@ -132,6 +167,31 @@ def run_wait_for_approval(ctx: DurableContext, name: str, spec: ApprovalSpec) ->
     inv.schedule_wait(approval_id, deadline_ms)
     inv.pending_events.append(approval_requested(pending))
     raise SuspendExecution(Reason.EXTERNAL, detail=f"approval {approval_id}")
+
+
+def _replay_decision(
+    data: dict[str, Any], spec: ApprovalSpec, store: JournalStore, approval_id: str
+) -> ApprovalDecision:
+    """The recorded decision as the agent receives it, with the exact request approved.
+
+    Raises:
+        ApprovedRequestMismatchError: If the approval's stored request does not match.
+    """
+    if "request" in data:
+        # Recorded before decisions named the request by hash: it is in the decision itself.
+        return ApprovalDecision.model_validate(data)
+    recorded = RecordedDecision.model_validate(data)
+    request = spec.request
+    if _sha256(request) != recorded.request_sha256:
+        # The code asks for something else on this replay: return what was approved, from the
+        # approval record (written once, with the request, before anyone could decide).
+        request = str(store.get_wait(approval_id).details.get("request", "null"))
+        if _sha256(request) != recorded.request_sha256:
+            raise ApprovedRequestMismatchError(
+                approval_id, recorded.request_sha256, _sha256(request)
+            )
+    fields = recorded.model_dump(exclude={"request_sha256"})
+    return ApprovalDecision(**fields, request=request)
 
 
 def _expire(store: JournalStore, clock: Clock, pending: WaitRecord) -> NoReturn:
@@ -183,15 +243,16 @@ def record_decision(
     """
     refuse_if_due(store, clock, record, expire_approval)
     now = clock.now_ms()
-    decision = ApprovalDecision(
+    # Never copy the request into the outcome: name it by hash (the replay rebuilds it).
+    decision = RecordedDecision(
         approved=approved,
         decided_by=decided_by,
         comment=comment,
         decided_at=iso(now) or "",
         via=via,
-        request=str(record.details.get("request", "null")),
+        request_sha256=_sha256(str(record.details.get("request", "null"))),
     )
-    payload = encode(decision, ApprovalDecision)
+    payload = encode(decision, RecordedDecision)
     return settle(
         store,
         clock,
