@@ -76,6 +76,7 @@ class OpRecord:
     last_started: Entry | None = None
     last_failed: Entry | None = None
     scheduled: Entry | None = None
+    notified: Entry | None = None
     attempts: int = 0
     entries: list[Entry] = field(default_factory=list)
     effect: SideEffectRecord | None = None
@@ -94,6 +95,8 @@ class OpRecord:
                 self.last_failed = entry
         elif entry.type is EntryType.SCHEDULED:
             self.scheduled = entry
+        elif entry.type is EntryType.NOTIFIED:
+            self.notified = entry
 
 
 def group_entries(
@@ -166,6 +169,9 @@ class Invocation:
         self.wait_scheduler = wait_scheduler
 
         self.pending_events: list[Any] = []
+        # Events that tell a person something, each with the NOTIFIED entry recorded once it
+        # was delivered; until then every replay derives the event again from the journal.
+        self.notifications: list[tuple[Any, Entry]] = []
         self.clock = clock
         self.budget = budget
         self.lease_ms = lease_ms

@@ -57,6 +57,8 @@ class EntryType(StrEnum):
     """The operation's final result. Exactly one of SUCCEEDED/FAILED exists per operation."""
     FAILED = "failed"
     """The operation's final error."""
+    NOTIFIED = "notified"
+    """The people the operation waits for were told (its notification was delivered)."""
 
     @property
     def is_result(self) -> bool:
@@ -138,7 +140,7 @@ class Entry:
         if self.type.is_result:
             suffix = RESULT_SUFFIX
         else:
-            phase = 1 if self.type is EntryType.ATTEMPT_FAILED else 0
+            phase = {EntryType.ATTEMPT_FAILED: 1, EntryType.NOTIFIED: 2}.get(self.type, 0)
             suffix = f"{self.attempt:04d}.{phase}"
         # "|" sorts after "/", so a scope's own entries (a child's result) follow its children.
         return f"J#{self.position}|{suffix}"

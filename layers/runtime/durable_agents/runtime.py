@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from durable_agents.credentials import CredentialProvider
 from durable_agents.errors import (
     AgentNotFoundError,
     DurableError,
+    EntryConflictError,
     RunRevisionConflictError,
     RunStateConflictError,
     SuspendExecution,
@@ -34,7 +36,7 @@ from durable_agents.ids import check_run_id
 from durable_agents.invocation import NO_HOOKS, Invocation, InvocationHooks, Reason
 from durable_agents.journal.store import JournalStore, input_hash
 from durable_agents.llm.types import LlmProvider, StreamSink
-from durable_agents.models import ErrorInfo, RunChange, RunHeader, RunStatus
+from durable_agents.models import EffectStatus, Entry, ErrorInfo, RunChange, RunHeader, RunStatus
 from durable_agents.observability import ReplayAwareLogger
 from durable_agents.serde import decode, encode, error_info
 from durable_agents.waits.schedules import WaitScheduler
@@ -239,6 +241,11 @@ class Runtime:
         snapshot = self.store.load(run_id)
         header = snapshot.header
         if header.status.terminal or header.status is RunStatus.PAUSED:
+            if publish:
+                # Delivered again to a settled run: the publish after its last commit may have
+                # failed, or its process died before it. What that commit must tell others is
+                # derived from the journal and sent again (consumers dedupe on event_id).
+                self._republish(header)
             return InvocationOutcome(run_id, OutcomeKind.NOOP, detail=f"run is {header.status}")
         try:
             definition = self.registry.pinned(header.agent, header.versions["workflow_version"])
@@ -268,7 +275,7 @@ class Runtime:
         )
         outcome = self._drive(definition, header, inv, ctx)
         if publish:
-            self._publish_follow_up(outcome, header, inv.pending_events)
+            self._publish_follow_up(outcome, header, inv.pending_events, inv.notifications)
         return outcome
 
     def _drive(
@@ -404,7 +411,11 @@ class Runtime:
         )
 
     def _publish_follow_up(
-        self, outcome: InvocationOutcome, header: RunHeader, pending: list[OutgoingEvent]
+        self,
+        outcome: InvocationOutcome,
+        header: RunHeader,
+        pending: list[OutgoingEvent],
+        notifications: list[tuple[OutgoingEvent, Entry]],
     ) -> None:
         events: list[OutgoingEvent] = list(pending)
         if outcome.kind is OutcomeKind.CONTINUE:
@@ -416,19 +427,26 @@ class Runtime:
             if outcome.wake_at_ms <= self.clock.now_ms():  # a zero delay: no need to wait
                 events.append(step_ready(outcome.run_id, "timer"))
         elif outcome.kind in (OutcomeKind.SUCCEEDED, OutcomeKind.FAILED):
-            events.append(
-                OutgoingEvent(
-                    RUN_FINISHED,
-                    {
-                        "run_id": outcome.run_id,
-                        "agent": header.agent,
-                        "status": outcome.kind.value.upper(),
-                        "parent_run_id": header.parent_run_id,
-                    },
-                )
-            )
-            if header.parent_run_id:  # a sub-agent finished: wake its parent
-                events.append(step_ready(header.parent_run_id, "child-finished"))
+            status = RunStatus(outcome.kind.value.upper())
+            events += _finished_events(header.replace(status=status))
+        events += [event for event, _ in notifications]
+        if events:
+            self.publisher.publish(events)
+        if notifications:  # delivered: later replays need not tell anyone again
+            with contextlib.suppress(EntryConflictError, RunStateConflictError):
+                self.store.commit(header.run_id, [entry for _, entry in notifications])
+
+    def _republish(self, header: RunHeader) -> None:
+        events = _finished_events(header) if header.status.terminal else []
+        waiting = header.waiting_on or {}
+        if header.status is RunStatus.PAUSED and waiting.get("kind") == "review":
+            from durable_agents.operations.tool import review_requested  # noqa: PLC0415
+            from durable_agents.side_effects.review import locate  # noqa: PLC0415
+
+            with contextlib.suppress(DurableError):
+                effect = self.store.get_effect(*locate(str(waiting.get("op_id", ""))))
+                if effect.status is EffectStatus.NEEDS_REVIEW:
+                    events.append(review_requested(effect))
         if events:
             self.publisher.publish(events)
 
@@ -459,6 +477,25 @@ class Runtime:
             header = change.apply(header)
         self.publisher.publish([step_ready(run_id, "redrive")])
         return header
+
+
+def _finished_events(header: RunHeader) -> list[OutgoingEvent]:
+    """``Run Finished``, and for a sub-agent its parent's ``Step Ready``."""
+    events = [
+        OutgoingEvent(
+            RUN_FINISHED,
+            {
+                "event_id": f"{header.run_id}:finished",
+                "run_id": header.run_id,
+                "agent": header.agent,
+                "status": header.status.value,
+                "parent_run_id": header.parent_run_id,
+            },
+        )
+    ]
+    if header.parent_run_id:  # a sub-agent finished: wake its parent
+        events.append(step_ready(header.parent_run_id, "child-finished"))
+    return events
 
 
 def _decode_input(definition: AgentDefinition[Any, Any], input_json: str) -> Any:

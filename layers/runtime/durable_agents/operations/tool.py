@@ -80,6 +80,8 @@ def review_requested(record: Any) -> OutgoingEvent:
     return OutgoingEvent(
         REVIEW_REQUESTED,
         {
+            # Stable per review round: a re-sent notification carries the same id.
+            "event_id": f"{record.operation_id}:review:{record.attempt}",
             "run_id": record.run_id,
             "operation_id": record.operation_id,
             "tool": record.tool,

@@ -124,27 +124,15 @@ def run_wait_for_approval(ctx: DurableContext, name: str, spec: ApprovalSpec) ->
         deadline = record.scheduled.due_at_ms
         if deadline is not None and now >= deadline:
             _expire(inv.store, inv.clock, inv.store.get_wait(approval_id))
+        if record.notified is None:
+            # Created, but the people were never told (the publish failed, or the process died
+            # right after the commit): tell them now, from what the journal and the code say.
+            created = record.scheduled.recorded_at_ms
+            notice = _pending_record(inv, position, op_id, name, spec, approval_id, created)
+            _notify(inv, notice.replace(deadline_ms=deadline))
         raise SuspendExecution(Reason.EXTERNAL, detail=f"approval {approval_id}")
-    deadline_ms = now + spec.timeout_ms if spec.timeout_ms is not None else None
-    details = {
-        "request": spec.request,
-        "summary": spec.summary,
-        "approvers": list(spec.approvers),
-        "agent": inv.header.agent,
-    }
-    pending = WaitRecord(
-        wait_id=approval_id,
-        kind=KIND,
-        run_id=inv.run_id,
-        position=position,
-        operation_id=op_id,
-        name=name,
-        status=WaitStatus.PENDING,
-        created_at_ms=now,
-        updated_at_ms=now,
-        deadline_ms=deadline_ms,
-        details=details,
-    )
+    pending = _pending_record(inv, position, op_id, name, spec, approval_id, now)
+    deadline_ms = pending.deadline_ms
     waiting = inv.entry(
         position,
         op_id,
@@ -165,8 +153,47 @@ def run_wait_for_approval(ctx: DurableContext, name: str, spec: ApprovalSpec) ->
     except (EntryConflictError, WaitConflictError) as exc:
         raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
     inv.schedule_wait(approval_id, deadline_ms)
-    inv.pending_events.append(approval_requested(pending))
+    _notify(inv, pending)
     raise SuspendExecution(Reason.EXTERNAL, detail=f"approval {approval_id}")
+
+
+def _pending_record(
+    inv: Any,
+    position: str,
+    op_id: str,
+    name: str,
+    spec: ApprovalSpec,
+    approval_id: str,
+    created_at_ms: int,
+) -> WaitRecord:
+    """The pending approval as it is recorded (and as its notification describes it)."""
+    timeout = spec.timeout_ms
+    return WaitRecord(
+        wait_id=approval_id,
+        kind=KIND,
+        run_id=inv.run_id,
+        position=position,
+        operation_id=op_id,
+        name=name,
+        status=WaitStatus.PENDING,
+        created_at_ms=created_at_ms,
+        updated_at_ms=created_at_ms,
+        deadline_ms=created_at_ms + timeout if timeout is not None else None,
+        details={
+            "request": spec.request,
+            "summary": spec.summary,
+            "approvers": list(spec.approvers),
+            "agent": inv.header.agent,
+        },
+    )
+
+
+def _notify(inv: Any, pending: WaitRecord) -> None:
+    """Queues ``Approval Requested``; the runtime records NOTIFIED once it was delivered."""
+    delivered = inv.entry(
+        pending.position, pending.operation_id, OpKind.APPROVAL, pending.name, EntryType.NOTIFIED
+    )
+    inv.notifications.append((approval_requested(pending), delivered))
 
 
 def _replay_decision(
@@ -273,6 +300,7 @@ def approval_requested(record: WaitRecord) -> OutgoingEvent:
     return OutgoingEvent(
         APPROVAL_REQUESTED,
         {
+            "event_id": record.wait_id,  # stable: consumers deduplicate re-sent notifications
             "approval_id": record.wait_id,
             "run_id": record.run_id,
             "operation_id": record.operation_id,
