@@ -128,7 +128,9 @@ class EffectWrites:
             wake_at_ms=None,
             waiting_on=crash_budget.waiting_on(before.operation_id, interrupted),
         )
-        if not self.write(before, [], parked, pause):
+        # The run may not be active (paused for something else, while the reconciler recovers
+        # the call): park the call alone then, so that nobody takes it over before a redrive.
+        if not (self.write(before, [], parked, pause) or self.write(before, [], parked, None)):
             return Settled("lost_race")
         return Settled("paused", record=parked)
 
