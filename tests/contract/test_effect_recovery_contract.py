@@ -18,6 +18,7 @@ from durable_agents.models import EffectStatus
 from durable_agents.side_effects.review import Decision, ReviewRequest, resolve
 from durable_agents.side_effects.tools import (
     NotFound,
+    Tool,
     ToolCall,
     ToolGaveUpError,
     ToolRegistry,
@@ -34,6 +35,16 @@ from tests.contract.test_side_effects_contract import (
 )
 
 # -- 1. a retry decision grants one attempt ---------------------------------------------------
+
+
+def declare_idempotent(provider: Provider) -> tuple[Tool[Payment, Receipt], ToolRegistry]:
+    registry = ToolRegistry()
+
+    @tool(name="charge", registry=registry, idempotent=True)
+    def charge(request: Payment, call: ToolCall) -> ToolResult[Receipt]:
+        return provider.charge(request, call)
+
+    return charge, registry
 
 
 def decide(runner: AgentTestRunner, tools: ToolRegistry, decision: Decision) -> None:
@@ -282,3 +293,46 @@ def test_reversible_recovery_records_its_compensation(journal: JournalStore) -> 
         f"{result.run_id}:charge:2:compensate:2",
     ]
     assert len(provider.ledger) == 3 and provider.effective() == 1
+
+
+def test_a_call_over_its_crash_budget_is_parked_even_if_the_run_is_paused(
+    journal: JournalStore,
+) -> None:
+    """The reconciler may recover a call of a run paused for another reason: park it alone."""
+    from durable_agents.clock import SkipClock
+    from durable_agents.models import ErrorInfo, RunChange, RunStatus
+    from durable_agents.side_effects.protocol import SideEffectProtocol
+
+    provider = Provider(dedupe=True)
+    charge, _ = declare_idempotent(provider)
+    runner = AgentTestRunner(pay_agent(charge), journal=journal, mode="faithful")
+    header, _ = runner.runtime.start_run("pay", 500)
+    clock: SkipClock = runner.clock
+    protocol = SideEffectProtocol(journal, clock, lease_ms=1_000)
+    record = protocol.prepare(
+        header.run_id,
+        "0000000002",
+        f"{header.run_id}:charge:2",
+        charge,
+        {"customer": "c-1", "cents": 500},
+    )
+    journal.commit(
+        header.run_id,
+        [],
+        RunChange(
+            expected=frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED}),
+            status=RunStatus.PAUSED,
+            updated_at_ms=clock.now_ms(),
+            error=ErrorInfo(type="OperatorPause", message="held by ops"),
+        ),
+    )
+    for _ in range(CRASH_BUDGET + 1):  # every holder dies with the call
+        clock.advance(2_000)
+        record = protocol.claim(record, charge)
+    settled = protocol.recover(charge, record)
+    assert settled.how == "paused"
+    assert provider.ledger == []
+    stored = journal.load(header.run_id)
+    assert stored.header.error is not None and stored.header.error.type == "OperatorPause"
+    assert journal.stale_effects(clock.now_ms() + 10**9) == []
+    assert stored.effects[0].lease_expires_at_ms <= clock.now_ms()  # a redrive continues at once
