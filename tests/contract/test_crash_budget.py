@@ -54,8 +54,8 @@ def test_the_crash_budget_pauses_the_run_and_redrive_resumes_it(journal: Journal
     crashes = Crash("receipt", "before_execute", times=CRASH_BUDGET + 1)
     result = runner.run(None, crash=crashes)
     assert result.status == RunStatus.PAUSED
-    assert result.error is not None and "crash budget" in result.error.message
-    assert result.error.type == "CrashBudgetExhaustedError"
+    assert result.error is not None and "the crash budget is" in result.error.message
+    assert result.error.type == "CrashBudgetExceededError"
 
     runner.runtime.redrive(result.run_id)
     resumed = runner.resume(result.run_id)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from durable_agents.crash_budget import CRASH_BUDGET, CrashBudgetExhaustedError
+from durable_agents.crash_budget import CRASH_BUDGET, CrashBudgetExceededError
 from durable_agents.errors import (
     EntryConflictError,
     PayloadError,
@@ -238,7 +238,7 @@ def _handle_interrupted(
     Raises:
         SuspendExecution: To wait for the policy's delay before the next attempt.
         StepInterruptedError: If the policy does not retry the interruption.
-        CrashBudgetExhaustedError: If workers died too often (the run is paused).
+        CrashBudgetExceededError: If workers died too often (the run is paused).
     """
     assert record.last_started is not None
     attempt = record.last_started.attempt
@@ -265,7 +265,7 @@ def _handle_interrupted(
     if count <= CRASH_BUDGET:
         return  # the caller claims attempt + 1
     inv = ctx.invocation
-    exhausted = CrashBudgetExhaustedError(op_id, count)
+    exhausted = CrashBudgetExceededError(op_id, count)
     marker = inv.entry(
         position,
         op_id,

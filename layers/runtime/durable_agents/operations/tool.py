@@ -69,6 +69,10 @@ def settle(ctx: DurableContext, settled: Settled, tool: Tool[Any, Any], op_id: s
         return inv.replay(settled.entry, tool.result_type)
     if settled.how == "retry_later":
         raise SuspendExecution(Reason.TIMER, wake_at_ms=settled.due_ms, detail=op_id)
+    if settled.how == "held":  # another delivery is compensating: look again after its lease
+        raise SuspendExecution(Reason.CONTENDED, wake_at_ms=settled.due_ms, detail=op_id)
+    if settled.how == "paused":  # the crash budget is spent; the header says PAUSED
+        raise SuspendExecution(Reason.EXTERNAL, detail=f"{op_id} paused: crash budget spent")
     if settled.how == "review" and settled.record is not None:
         inv.pending_events.append(review_requested(settled.record))
         raise SuspendExecution(Reason.EXTERNAL, detail=f"{op_id} needs review")

@@ -2,7 +2,7 @@
 
 A person resolves a call once — the decision is a conditional write on the record, with who and
 when — as ``committed`` (it did happen: here is the result/external id), ``retry`` (it did not:
-execute again with the same request and key) or ``abandon`` (give it up; the tool's
+execute again with the same request and key, one attempt) or ``abandon`` (give it up; the tool's
 ``compensate`` runs if it has one, and the agent receives ``ToolAbandonedError``).
 """
 
@@ -36,7 +36,7 @@ from durable_agents.models import (
     SideEffectRecord,
 )
 from durable_agents.serde import encode
-from durable_agents.side_effects.protocol import operation_name
+from durable_agents.side_effects.records import decided_note, grant_retry, operation_name
 from durable_agents.side_effects.tools import ToolRegistry
 from durable_agents.views import iso
 
@@ -122,13 +122,13 @@ def resolve(
     if record.status is not EffectStatus.NEEDS_REVIEW:
         raise ReviewAlreadyDecidedError(record)
     now = clock.now_ms()
-    note = {
-        **(record.note or {}),
-        "decision": request.decision.value,
-        "decided_by": request.decided_by,
-        "decided_at": iso(now),
-        "comment": request.comment,
-    }
+    note = decided_note(
+        record,
+        request.decision.value,
+        decided_by=request.decided_by,
+        decided_at=iso(now),
+        comment=request.comment,
+    )
     entries: list[Entry] = []
     if request.decision is Decision.COMMITTED:
         payload = _result_payload(tools, record, request.result)
@@ -158,15 +158,10 @@ def resolve(
             )
         )
     elif request.decision is Decision.RETRY:
-        # Back to PREPARED with the lease already expired: the next look executes it again
-        # with the stored request and key (recovery honours the "retry" decision).
-        decided = record.replace(
-            status=EffectStatus.PREPARED,
-            updated_at_ms=now,
-            note={**note, "retry_pending": True},
-            lease_expires_at_ms=now,
-            stale_at_ms=now,
-        )
+        # Back to PREPARED with the lease already expired: the next claim takes the grant for
+        # its own attempt and executes it again with the stored request and key — once. If
+        # that attempt's outcome is unclear too, the call comes back here.
+        decided = grant_retry(record, note, now)
     else:
         decided = record.replace(status=EffectStatus.ABANDONED, updated_at_ms=now, note=note)
     resume = RunChange(

@@ -9,7 +9,9 @@ the runtime may do when it cannot tell whether a call happened:
 * ``lookup`` — asks the provider by operation id / idempotency key / business key whether the
   action happened: ``Found(result)``, ``NotFound()`` (certain) or ``Unknown(reason)``.
 * ``compensate`` — undoes the action (``reversible``); used when a person abandons the call, or
-  to retry safely when neither lookup nor idempotency can settle the question.
+  to retry safely when neither lookup nor idempotency can settle the question. A compensation
+  is claimed and recorded once; ``compensate_idempotent=True`` lets one interrupted by a crash
+  be repeated (see ``durable_agents.side_effects.compensation``).
 
 With none of them, an unclear outcome goes to a person (``NEEDS_REVIEW``): automatic recovery
 would risk doing it twice.
@@ -41,12 +43,17 @@ class ToolCall:
         idempotency_key: Stable across retries, crashes and recoveries: send it to the provider.
         attempt: 1 for the first execution, higher for re-executions after recovery.
         credentials: Short-lived credentials minted for this call; never recorded.
+        compensation_key: Only in ``compensate``: the key of this compensation
+            (``<idempotency_key>:compensate:<n>``), the same whenever this compensation is
+            repeated. Send it to the provider to deduplicate the undo itself; find what to undo
+            by ``idempotency_key``.
     """
 
     operation_id: str
     idempotency_key: str
     attempt: int
     credentials: dict[str, Secret] = field(default_factory=dict)
+    compensation_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,9 +154,14 @@ class Tool(Generic[Req, Res]):
         idempotent: The provider deduplicates on the idempotency key.
         lookup: ``lookup(request, call) -> Found | NotFound | Unknown``.
         compensate: ``compensate(request, call) -> None``; makes the tool reversible.
+        compensate_idempotent: Repeating a compensation with the same
+            ``call.compensation_key`` is safe, so one interrupted by a crash is simply repeated
+            (otherwise it goes to review).
         stale_after_seconds: How long a PREPARED call may stay unresolved before the reconciler
             takes it over.
-        max_attempts: Executions allowed before giving up (or asking a person).
+        max_attempts: Executions that may fail (observed failures: an unclear exception) before
+            giving up or asking a person. Attempts whose worker died do not count (see
+            ``durable_agents.crash_budget``).
         requires_approval: A person approves the exact canonical request before PREPARE.
         approvers: Who may approve (patterns, see ``durable_agents.waits.principals``).
         approval_when: When set, approval is needed only if it returns true for the request.
@@ -168,6 +180,7 @@ class Tool(Generic[Req, Res]):
     max_attempts: int = 3
     requires_approval: bool = False
     approvers: tuple[str, ...] = ()
+    compensate_idempotent: bool = False
     approval_timeout_seconds: float | None = None
     approval_when: Callable[[Req], bool] | None = None
 
@@ -212,6 +225,7 @@ def tool(
     idempotent: bool = False,
     lookup: Callable[[Any, ToolCall], LookupResult] | None = None,
     compensate: Callable[[Any, ToolCall], None] | None = None,
+    compensate_idempotent: bool = False,
     stale_after_seconds: float = 300.0,
     max_attempts: int = 3,
     requires_approval: bool = False,
@@ -228,8 +242,11 @@ def tool(
         idempotent: The provider deduplicates on ``call.idempotency_key``.
         lookup: Asks the provider whether the call happened.
         compensate: Undoes the call.
+        compensate_idempotent: Repeating a compensation with the same
+            ``call.compensation_key`` is safe (an interrupted one is repeated, not reviewed).
         stale_after_seconds: When the reconciler may take over an unresolved call.
-        max_attempts: Executions allowed.
+        max_attempts: Executions whose failure was observed before giving up; crashes of the
+            worker do not count.
         requires_approval: Insert a human approval of the canonical request before PREPARE;
             what executes is exactly what was approved.
         approvers: Who may approve (``user:…``, ``group:…``, ``iam:…``).
@@ -284,6 +301,7 @@ def tool(
             idempotent=idempotent,
             lookup=lookup,
             compensate=compensate,
+            compensate_idempotent=compensate_idempotent,
             stale_after_seconds=stale_after_seconds,
             max_attempts=max_attempts,
             requires_approval=requires_approval,
