@@ -1,4 +1,4 @@
-"""Reconciler: every minute, fire due timers and re-drive stalled runs (idempotent sweeps)."""
+"""Reconciler: every minute, recover stale calls, expire waits, fire timers, re-drive stalls."""
 
 from __future__ import annotations
 
@@ -52,11 +52,22 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     for name, value in (
         ("TimersFired", report.timers_fired),
         ("StalledRunsRedriven", report.stalled_redriven),
+        ("StuckSuspendedRunsRedriven", report.suspended_redriven),
         ("EffectsFound", report.effects_found),
         ("EffectsRetried", report.effects_retried),
         ("EffectsEscalated", report.effects_escalated),
+        ("EffectsSchemaMismatch", report.effects_schema_mismatch),
+        ("EffectsOfFinishedRuns", report.effects_finished_run),
+        ("EffectsSkipped", report.effects_skipped),
+        ("EffectsDeferred", report.effects_deferred),
         ("WaitsExpired", report.waits_expired),
+        ("StaleListings", report.stale_listings),
+        ("SweepUnitErrors", report.unit_errors),
+        ("SweepInfrastructureErrors", report.infrastructure_errors),
     ):
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
-    logger.info("sweep finished", extra=asdict(report))
+    failed = report.unit_errors + report.infrastructure_errors
+    # Failed units are isolated (the sweep went on); a warning makes them findable.
+    log = logger.warning if failed else logger.info
+    log("sweep finished", extra=asdict(report))
     return asdict(report)
