@@ -1,4 +1,4 @@
-"""Reconciler: every minute, fire due timers and re-drive stalled runs (idempotent sweeps)."""
+"""Reconciler: every minute, recover stale calls, expire waits, fire timers, re-drive stalls."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from durable_agents.deployment import Settings, build_runtime
+from durable_agents.errors import InfrastructureError, InvocationRetryError
 from durable_agents.reconciler import expire_wait, sweep, wake_run
 from durable_agents.runtime import Runtime
 
@@ -34,7 +35,23 @@ def get_runtime() -> tuple[Runtime, Settings]:
 @tracer.capture_lambda_handler(capture_response=False)
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Runs one sweep and reports what it did."""
+    """Runs one sweep (or one scheduled wake-up) and reports what it did.
+
+    Raises:
+        InvocationRetryError: If the journal or the bus failed for the whole invocation
+            (nothing was decided on it; the schedule or Lambda retries).
+    """
+    try:
+        return _handle(event, context)
+    except InfrastructureError as exc:
+        logger.warning(
+            "reconciler aborted by an infrastructure failure; it is retried",
+            extra={"operation": exc.operation, "code": exc.code},
+        )
+        raise InvocationRetryError(exc) from exc
+
+
+def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     runtime, settings = get_runtime()
     if isinstance(event.get("run_id"), str):  # a run timer's one-time schedule fired
         woken = wake_run(runtime, event["run_id"])
@@ -52,11 +69,22 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     for name, value in (
         ("TimersFired", report.timers_fired),
         ("StalledRunsRedriven", report.stalled_redriven),
+        ("StuckSuspendedRunsRedriven", report.suspended_redriven),
         ("EffectsFound", report.effects_found),
         ("EffectsRetried", report.effects_retried),
         ("EffectsEscalated", report.effects_escalated),
+        ("EffectsSchemaMismatch", report.effects_schema_mismatch),
+        ("EffectsOfFinishedRuns", report.effects_finished_run),
+        ("EffectsSkipped", report.effects_skipped),
+        ("EffectsDeferred", report.effects_deferred),
         ("WaitsExpired", report.waits_expired),
+        ("StaleListings", report.stale_listings),
+        ("SweepUnitErrors", report.unit_errors),
+        ("SweepInfrastructureErrors", report.infrastructure_errors),
     ):
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
-    logger.info("sweep finished", extra=asdict(report))
+    failed = report.unit_errors + report.infrastructure_errors
+    # Failed units are isolated (the sweep went on); a warning makes them findable.
+    log = logger.warning if failed else logger.info
+    log("sweep finished", extra=asdict(report))
     return asdict(report)

@@ -84,4 +84,7 @@ def test_reconciler_handler_reports(deployment: object) -> None:
     report = handler({"source": "aws.events"}, FakeLambdaContext())
     assert report["timers_fired"] == report["stalled_redriven"] == report["examined"] == 0
     assert report["effects_found"] == report["effects_escalated"] == 0
+    assert report["suspended_redriven"] == report["effects_deferred"] == 0
+    assert report["unit_errors"] == report["infrastructure_errors"] == 0
+    assert report["errors"] == []
     assert report["stopped_early"] is False

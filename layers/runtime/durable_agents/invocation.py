@@ -14,6 +14,7 @@ from durable_agents.errors import (
     SuspendExecution,
     WaitConflictError,
 )
+from durable_agents.leases import lease_end
 from durable_agents.models import (
     Entry,
     EntryType,
@@ -337,7 +338,7 @@ class Invocation:
         """
         existing = conflict.existing
         lease = getattr(existing, "lease_expires_at_ms", None)
-        wake = lease if isinstance(lease, int) else self.now_ms() + self.lease_ms
+        wake = lease_end(lease) if isinstance(lease, int) else self.now_ms() + self.lease_ms
         return SuspendExecution(Reason.CONTENDED, wake_at_ms=wake, detail=op_id)
 
     def replay(self, entry: Entry, hint: Any) -> Any:

@@ -1,57 +1,40 @@
 """The reconciler's sweeps: fire due timers and re-drive stalled runs. Idempotent by design.
 
-Every action is a ``Step Ready`` event; the StepRunner's claims make duplicates harmless, so
-two reconcilers running at once (or one running twice) never execute anything twice.
+Every action is a ``Step Ready`` event or a conditional write; the StepRunner's claims make
+duplicates harmless, so two reconcilers running at once (or one running twice) never execute
+anything twice.
+
+A sweep, in order (each category paged, bounded by ``limit`` and the Lambda's time):
+
+1. stale PREPARED calls are recovered (``reconciler_effects``);
+2. due approvals and callbacks are expired;
+3. due run timers are fired;
+4. stalled RUNNING runs are re-driven, oldest first (``reconciler_runs``);
+5. SUSPENDED runs that nothing pending can wake are re-driven (``reconciler_runs``).
+
+Listings come from eventually consistent indexes; every decision re-reads the base item
+consistently and conditions its write on what it read. Units are isolated (``sweeping``): one
+bad record is logged and counted, never stops the sweep.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from functools import partial
 
-from durable_agents.errors import EffectConflictError, RunNotFoundError, WaitNotFoundError
+from durable_agents.errors import RunNotFoundError, WaitNotFoundError
 from durable_agents.events import step_ready
-from durable_agents.invocation import group_entries
-from durable_agents.models import EntryType, RunStatus, WaitRecord, WaitStatus
-from durable_agents.operations.tool import review_requested
+from durable_agents.models import RunStatus, WaitRecord, WaitStatus
+from durable_agents.reconciler_effects import recover_stale_effects
+from durable_agents.reconciler_runs import is_stalled, redrive_stalled, redrive_stuck_suspended
 from durable_agents.runtime import Runtime
-from durable_agents.side_effects.protocol import SideEffectProtocol
 from durable_agents.side_effects.tools import ToolRegistry, default_tools
+from durable_agents.sweeping import SAFETY_MARGIN_MS, SweepContext, SweepReport
 from durable_agents.waits.approval import expire_approval
 from durable_agents.waits.callback import expire_callback
 from durable_agents.waits.records import WaitGoneError
 
-SAFETY_MARGIN_MS = 5_000
-
-
-@dataclass
-class SweepReport:
-    """What one sweep did.
-
-    Attributes:
-        timers_fired: SUSPENDED runs whose timer was due, nudged with ``Step Ready``.
-        stalled_redriven: RUNNING runs with no progress for ``stall_after`` and no live claim.
-        examined: RUNNING runs looked at.
-        effects_found: stale PREPARED calls that ``lookup`` found and committed.
-        effects_retried: stale PREPARED calls executed again (not found, idempotent, or
-            compensated first).
-        effects_escalated: stale PREPARED calls sent to a person (NEEDS_REVIEW).
-        effects_other: stale calls that ended otherwise (gave up, retry later).
-        effects_skipped: stale calls another recoverer took first, or whose tool is unknown.
-        waits_expired: approvals and callbacks whose deadline or heartbeat timeout passed.
-        stopped_early: Whether the sweep stopped because the Lambda was running out of time.
-    """
-
-    timers_fired: int = 0
-    stalled_redriven: int = 0
-    examined: int = 0
-    effects_found: int = 0
-    effects_retried: int = 0
-    effects_escalated: int = 0
-    effects_other: int = 0
-    effects_skipped: int = 0
-    waits_expired: int = 0
-    stopped_early: bool = False
+__all__ = ["SAFETY_MARGIN_MS", "SweepReport", "expire_wait", "is_stalled", "sweep", "wake_run"]
 
 
 def sweep(
@@ -62,129 +45,85 @@ def sweep(
     limit: int = 500,
     tools: ToolRegistry | None = None,
     lease_ms: int = 60_000,
+    page_size: int = 100,
 ) -> SweepReport:
     """Runs one reconciliation pass.
 
     Args:
         runtime: The runtime (its store, publisher and clock are used).
-        stall_after_ms: How long a RUNNING run may show no progress before it is re-driven.
+        stall_after_ms: How long a RUNNING run may show no progress (or a SUSPENDED run without
+            a timer may sit unchanged) before it is looked at.
         remaining_ms: The Lambda's remaining time; the sweep stops cleanly before it ends.
-        limit: At most this many runs per category.
+        limit: At most this many listed items per category per sweep.
         tools: The tools stale calls are recovered with (the default tool registry).
         lease_ms: How long this sweep holds a call it recovers.
+        page_size: Items per index page (the sweep pages on up to ``limit``).
 
     Returns:
-        A report of the actions taken.
+        A report of the actions taken (failures included).
+
+    Raises:
+        InfrastructureError: If units failed on storage or the bus and no unit did any work
+            (see ``durable_agents.sweeping``).
     """
     report = SweepReport()
-    worked = [False]
-
-    def out_of_time() -> bool:
-        # Checked between units of work; a sweep always does its first unit, so a short
-        # Lambda timeout slows the sweep down but never stops it.
-        if remaining_ms is not None and worked[0] and remaining_ms() < SAFETY_MARGIN_MS:
-            report.stopped_early = True
-            return True
-        worked[0] = True
-        return False
-
-    now = runtime.clock.now_ms()
-    if not _recover_stale_effects(
-        runtime, report, now, limit, tools or default_tools, lease_ms, out_of_time
-    ):
-        return report
-    for record in runtime.store.due_waits(now, limit=limit):
-        if out_of_time():
-            return report
-        if not _expire(runtime, record):
-            continue  # settled just now by someone else: that settlement stands
-        report.waits_expired += 1
-        runtime.publisher.publish([step_ready(record.run_id, f"{record.kind}-expired")])
-    due = runtime.store.due_runs(now, limit=limit)
-    for start in range(0, len(due), 10):
-        if out_of_time():
-            return report
-        batch = due[start : start + 10]
-        runtime.publisher.publish([step_ready(h.run_id, "timer") for h in batch])
-        report.timers_fired += len(batch)
-
-    cursor: str | None = None
-    while report.examined < limit:
-        if out_of_time():
-            return report
-        page = runtime.store.list_runs(status=RunStatus.RUNNING, limit=50, cursor=cursor)
-        for header in page.runs:
-            report.examined += 1
-            if now - header.updated_at_ms < stall_after_ms:
-                continue
-            if _is_stalled(runtime, header.run_id, now, stall_after_ms):
-                runtime.publisher.publish([step_ready(header.run_id, "stalled")])
-                report.stalled_redriven += 1
-        cursor = page.cursor
-        if cursor is None:
+    ctx = SweepContext(runtime, report, limit=limit, page_size=page_size, remaining_ms=remaining_ms)
+    steps: list[Callable[[], None]] = [
+        partial(recover_stale_effects, ctx, tools or default_tools, lease_ms),
+        partial(_expire_due_waits, ctx),
+        partial(_fire_due_timers, ctx),
+        partial(redrive_stalled, ctx, stall_after_ms),
+        partial(redrive_stuck_suspended, ctx, stall_after_ms),
+    ]
+    for step in steps:
+        step()
+        if report.stopped_early:
             break
+    ctx.finish()
     return report
 
 
-def _recover_stale_effects(
-    runtime: Runtime,
-    report: SweepReport,
-    now_ms: int,
-    limit: int,
-    tools: ToolRegistry,
-    lease_ms: int,
-    out_of_time: Callable[[], bool],
-) -> bool:
-    """Recovers PREPARED calls past their stale time; returns False if time ran out."""
-    protocol = SideEffectProtocol(
-        runtime.store, runtime.clock, lease_ms=lease_ms, credentials=runtime.credentials
+def _expire_due_waits(ctx: SweepContext) -> None:
+    now, store = ctx.now_ms(), ctx.runtime.store
+    pages = ctx.pages(
+        "due waits",
+        lambda cursor: store.due_waits_page(now, limit=ctx.page_size, cursor=cursor),
+        check_time="item",
     )
-    for record in runtime.store.stale_effects(now_ms, limit=limit):
-        if out_of_time():
-            return False
-        tool = tools.get(record.tool)
-        if tool is None:
-            report.effects_skipped += 1  # deployed without this tool: leave it visible
-            continue
-        try:
-            claimed = protocol.claim(record, tool)
-        except EffectConflictError:
-            report.effects_skipped += 1  # another recoverer holds it: handled once, by them
-            continue
-        settled = protocol.recover(tool, claimed)
-        if settled.how == "found":
-            report.effects_found += 1
-        elif settled.how in ("executed", "rejected"):
-            report.effects_retried += 1
-        elif settled.how == "review":
-            report.effects_escalated += 1
-        else:
-            report.effects_other += 1
-        if settled.how == "review" and settled.record is not None:
-            runtime.publisher.publish([review_requested(settled.record)])
-        elif settled.entry is not None:
-            runtime.publisher.publish([step_ready(record.run_id, "effect-recovered")])
-    return True
+    for listed in pages:
+        ctx.unit(f"wait {listed.wait_id} of run {listed.run_id}", partial(_expire_one, ctx, listed))
 
 
-def _is_stalled(runtime: Runtime, run_id: str, now_ms: int, stall_after_ms: int) -> bool:
-    snapshot = runtime.store.load(run_id)
-    if snapshot.header.status is not RunStatus.RUNNING:
-        return False
-    last = snapshot.header.updated_at_ms
-    for record in group_entries(snapshot.entries).values():
-        for entry in record.entries:
-            last = max(last, entry.recorded_at_ms)
-        started = record.last_started
-        if record.result is None and started is not None and started.type is EntryType.STARTED:
-            lease = started.lease_expires_at_ms or 0
-            if lease > now_ms:
-                return False  # a claimant may still be working on it
-    return now_ms - last >= stall_after_ms
+def _expire_one(ctx: SweepContext, listed: WaitRecord) -> None:
+    if expire_wait(ctx.runtime, listed.wait_id):
+        ctx.report.waits_expired += 1
+    else:
+        ctx.report.stale_listings += 1  # settled first, or a heartbeat moved its deadline
+
+
+def _fire_due_timers(ctx: SweepContext) -> None:
+    now, store = ctx.now_ms(), ctx.runtime.store
+    pages = ctx.pages(
+        "due timers",
+        lambda cursor: store.due_runs_page(now, limit=ctx.page_size, cursor=cursor),
+        check_time="item",
+    )
+    for listed in pages:
+        ctx.unit(f"run {listed.run_id}", partial(_fire_one, ctx, listed.run_id))
+
+
+def _fire_one(ctx: SweepContext, run_id: str) -> None:
+    if wake_run(ctx.runtime, run_id):
+        ctx.report.timers_fired += 1
+    else:
+        ctx.report.stale_listings += 1  # woken already, or a later suspension moved its timer
 
 
 def expire_wait(runtime: Runtime, wait_id: str) -> bool:
     """Expires one approval or callback if it is due (a Scheduler one-time schedule fired).
+
+    Decided on a consistent read of the record; the expiry is conditioned on the record being
+    unchanged since (a heartbeat that lands in between wins).
 
     Returns:
         Whether it expired now (False if it was settled first or is not due yet — a heartbeat
@@ -206,6 +145,8 @@ def expire_wait(runtime: Runtime, wait_id: str) -> bool:
 def wake_run(runtime: Runtime, run_id: str) -> bool:
     """Wakes a run whose timer is due (a Scheduler one-time schedule fired).
 
+    Decided on a consistent read of the header (never an index copy).
+
     Returns:
         Whether a ``Step Ready`` was published (False if the run is not suspended on a due
         timer — already woken, or a later suspension moved its wake-up).
@@ -222,7 +163,7 @@ def wake_run(runtime: Runtime, run_id: str) -> bool:
 
 
 def _expire(runtime: Runtime, record: WaitRecord) -> bool:
-    """Records a due wait's timeout; False if it was settled first (that settlement stands)."""
+    """Records a due wait's timeout; False if it changed first (that change stands)."""
     expire = expire_approval if record.kind == "approval" else expire_callback
     try:
         expire(runtime.store, runtime.clock, record)

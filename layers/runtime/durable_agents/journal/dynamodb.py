@@ -47,7 +47,7 @@ from durable_agents.journal.dynamodb_items import (
 )
 from durable_agents.journal.item_size import ITEM_BUDGET_BYTES, transaction_put_budget
 from durable_agents.journal.payloads import INLINE_LIMIT_BYTES, S3PayloadStore
-from durable_agents.journal.store import JournalStore
+from durable_agents.journal.store import JournalStore, Page
 from durable_agents.models import (
     UNSET,
     EffectChange,
@@ -439,38 +439,41 @@ class DynamoDBJournal(JournalStore):
         return self._items.header_from_item(item)
 
     def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 50, cursor: str | None = None
+        self,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        oldest_first: bool = False,
     ) -> RunPage:
-        """Lists runs most recently changed first (GSI ``gsi1``; eventually consistent).
+        """Lists runs most recently changed first, or oldest first (GSI ``gsi1``).
 
-        Without ``status`` every status partition is read and merged (no cursor then).
+        Eventually consistent. Without ``status`` every status partition is read and merged
+        (no cursor then).
         """
         if status is None:
             merged: list[RunHeader] = []
             for each in RunStatus:
-                merged += self.list_runs(status=each, limit=limit).runs
-            merged.sort(key=lambda h: (h.updated_at_ms, h.run_id), reverse=True)
+                merged += self.list_runs(status=each, limit=limit, oldest_first=oldest_first).runs
+            merged.sort(key=lambda h: (h.updated_at_ms, h.run_id), reverse=not oldest_first)
             return RunPage(merged[:limit], None)
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "IndexName": "gsi1",
-            "KeyConditionExpression": "gsi1pk = :pk",
-            "ExpressionAttributeValues": {":pk": {"S": f"STATUS#{status.value}"}},
-            "ScanIndexForward": False,
-            "Limit": limit,
-        }
-        if cursor:
-            kwargs["ExclusiveStartKey"] = json.loads(base64.urlsafe_b64decode(cursor))
-        page = self._client.query(**kwargs)
-        runs = [self._items.header_from_item(item) for item in page.get("Items", [])]
-        last = page.get("LastEvaluatedKey")
-        next_cursor = base64.urlsafe_b64encode(json.dumps(last).encode()).decode() if last else None
-        return RunPage(runs, next_cursor)
+        items, next_cursor = self._query_index(
+            "gsi1",
+            f"STATUS#{status.value}",
+            limit=limit,
+            cursor=cursor,
+            newest_first=not oldest_first,
+        )
+        return RunPage([self._items.header_from_item(item) for item in items], next_cursor)
 
-    def due_runs(self, now_ms: int, *, limit: int = 100) -> list[RunHeader]:
-        """Returns SUSPENDED runs whose timer is due (sparse GSI ``gsi2``)."""
-        items = self._query_index("gsi2", WAKE_PK, before_ms=now_ms, limit=limit)
-        return [self._items.header_from_item(item) for item in items]
+    def due_runs_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[RunHeader]:
+        """Returns one page of SUSPENDED runs whose timer is due (sparse GSI ``gsi2``)."""
+        items, next_cursor = self._query_index(
+            "gsi2", WAKE_PK, before_ms=now_ms, limit=limit, cursor=cursor
+        )
+        return Page([self._items.header_from_item(item) for item in items], next_cursor)
 
     def get_effect(self, run_id: str, position: str) -> SideEffectRecord:
         """Reads one side-effect record (strongly consistent).
@@ -487,14 +490,18 @@ class DynamoDBJournal(JournalStore):
             raise EffectNotFoundError(f"{run_id}@{position}")
         return self._items.effect_from_item(item)
 
-    def stale_effects(self, now_ms: int, *, limit: int = 100) -> list[SideEffectRecord]:
-        """Returns PREPARED records past their stale time (sparse GSI ``gsi2``), oldest first."""
-        items = self._query_index("gsi2", PREPARED_PK, before_ms=now_ms, limit=limit)
-        return [self._items.effect_from_item(item) for item in items]
+    def stale_effects_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[SideEffectRecord]:
+        """Returns one page of PREPARED records past their stale time (sparse GSI ``gsi2``)."""
+        items, next_cursor = self._query_index(
+            "gsi2", PREPARED_PK, before_ms=now_ms, limit=limit, cursor=cursor
+        )
+        return Page([self._items.effect_from_item(item) for item in items], next_cursor)
 
     def effects_in_review(self, *, limit: int = 100) -> list[SideEffectRecord]:
         """Returns records in NEEDS_REVIEW, oldest first (GSI ``gsi1``)."""
-        items = self._query_index("gsi1", REVIEW_PK, limit=limit)
+        items, _ = self._query_index("gsi1", REVIEW_PK, limit=limit)
         return [self._items.effect_from_item(item) for item in items]
 
     def get_wait(self, wait_id: str) -> WaitRecord:
@@ -514,31 +521,51 @@ class DynamoDBJournal(JournalStore):
 
     def list_waits(self, kind: str, status: WaitStatus, *, limit: int = 100) -> list[WaitRecord]:
         """Returns waits of one kind and status, oldest first (GSI ``gsi1``)."""
-        items = self._query_index("gsi1", f"WAIT#{kind}#{status.value}", limit=limit)
+        items, _ = self._query_index("gsi1", f"WAIT#{kind}#{status.value}", limit=limit)
         return [self._items.wait_from_item(item) for item in items]
 
-    def due_waits(self, now_ms: int, *, limit: int = 100) -> list[WaitRecord]:
-        """Returns PENDING waits past their deadline or heartbeat timeout (GSI ``gsi2``)."""
-        items = self._query_index("gsi2", WAIT_DUE_PK, before_ms=now_ms, limit=limit)
-        return [self._items.wait_from_item(item) for item in items]
+    def due_waits_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[WaitRecord]:
+        """Returns one page of PENDING waits past their deadline or heartbeat (GSI ``gsi2``)."""
+        items, next_cursor = self._query_index(
+            "gsi2", WAIT_DUE_PK, before_ms=now_ms, limit=limit, cursor=cursor
+        )
+        return Page([self._items.wait_from_item(item) for item in items], next_cursor)
 
     def _query_index(
-        self, index: str, partition: str, *, before_ms: int | None = None, limit: int
-    ) -> list[dict[str, Any]]:
-        """One page of a GSI partition, oldest first, optionally only keys before a time."""
+        self,
+        index: str,
+        partition: str,
+        *,
+        before_ms: int | None = None,
+        limit: int,
+        cursor: str | None = None,
+        newest_first: bool = False,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of a GSI partition and the next page's cursor (None when there is none).
+
+        Oldest first unless ``newest_first``; optionally only keys before ``before_ms``.
+        """
         condition = f"{index}pk = :pk"
         values: dict[str, Any] = {":pk": {"S": partition}}
         if before_ms is not None:
             condition += f" AND {index}sk < :upper"
             values[":upper"] = {"S": ts(before_ms + 1)}
-        page = self._client.query(
-            TableName=self._table,
-            IndexName=index,
-            KeyConditionExpression=condition,
-            ExpressionAttributeValues=values,
-            Limit=limit,
-        )
-        return list(page.get("Items", []))
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "IndexName": index,
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeValues": values,
+            "ScanIndexForward": not newest_first,
+            "Limit": limit,
+        }
+        if cursor:
+            kwargs["ExclusiveStartKey"] = json.loads(base64.urlsafe_b64decode(cursor))
+        page = self._client.query(**kwargs)
+        last = page.get("LastEvaluatedKey")
+        next_cursor = base64.urlsafe_b64encode(json.dumps(last).encode()).decode() if last else None
+        return list(page.get("Items", [])), next_cursor
 
 
 _code = error_code

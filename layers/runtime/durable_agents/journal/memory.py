@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from durable_agents.errors import (
     EffectConflictError,
@@ -17,7 +18,7 @@ from durable_agents.errors import (
     WaitConflictError,
     WaitNotFoundError,
 )
-from durable_agents.journal.store import JournalStore
+from durable_agents.journal.store import JournalStore, Page
 from durable_agents.models import (
     EffectChange,
     EffectStatus,
@@ -151,19 +152,26 @@ class InMemoryJournal(JournalStore):
         return header
 
     def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 50, cursor: str | None = None
+        self,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        oldest_first: bool = False,
     ) -> RunPage:
-        """Lists runs, most recently changed first."""
+        """Lists runs, most recently changed first (or oldest first)."""
         with self._lock:
             runs = [h for h in self._headers.values() if status is None or h.status is status]
-        runs.sort(key=lambda h: (h.updated_at_ms, h.run_id), reverse=True)
+        runs.sort(key=lambda h: (h.updated_at_ms, h.run_id), reverse=not oldest_first)
         start = int(cursor) if cursor else 0
         page = runs[start : start + limit]
         next_cursor = str(start + limit) if start + limit < len(runs) else None
         return RunPage(page, next_cursor)
 
-    def due_runs(self, now_ms: int, *, limit: int = 100) -> list[RunHeader]:
-        """Returns SUSPENDED runs whose timer is due."""
+    def due_runs_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[RunHeader]:
+        """Returns one page of SUSPENDED runs whose timer is due, earliest first."""
         with self._lock:
             due = [
                 h
@@ -172,8 +180,7 @@ class InMemoryJournal(JournalStore):
                 and h.wake_at_ms is not None
                 and h.wake_at_ms <= now_ms
             ]
-        due.sort(key=lambda h: h.wake_at_ms or 0)
-        return due[:limit]
+        return _page(due, lambda h: f"{h.wake_at_ms or 0:013d}#{h.run_id}", limit, cursor)
 
     def get_effect(self, run_id: str, position: str) -> SideEffectRecord:
         """Returns one side-effect record.
@@ -196,11 +203,14 @@ class InMemoryJournal(JournalStore):
                 if r.status is status
             ]
 
-    def stale_effects(self, now_ms: int, *, limit: int = 100) -> list[SideEffectRecord]:
-        """Returns PREPARED records whose stale time has passed, oldest first."""
+    def stale_effects_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[SideEffectRecord]:
+        """Returns one page of PREPARED records past their stale time, oldest first."""
         stale = [r for r in self._all_effects(EffectStatus.PREPARED) if r.stale_at_ms <= now_ms]
-        stale.sort(key=lambda r: (r.stale_at_ms, r.run_id, r.position))
-        return stale[:limit]
+        return _page(
+            stale, lambda r: f"{r.stale_at_ms:013d}#{r.run_id}#{r.position}", limit, cursor
+        )
 
     def effects_in_review(self, *, limit: int = 100) -> list[SideEffectRecord]:
         """Returns records in NEEDS_REVIEW, oldest first."""
@@ -243,8 +253,10 @@ class InMemoryJournal(JournalStore):
         found.sort(key=lambda w: (w.created_at_ms, w.wait_id))
         return found[:limit]
 
-    def due_waits(self, now_ms: int, *, limit: int = 100) -> list[WaitRecord]:
-        """Returns PENDING waits whose deadline or heartbeat timeout has passed."""
+    def due_waits_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[WaitRecord]:
+        """Returns one page of PENDING waits past their deadline or heartbeat, earliest first."""
         with self._lock:
             due = [
                 w
@@ -253,5 +265,21 @@ class InMemoryJournal(JournalStore):
                 and w.due_at_ms is not None
                 and w.due_at_ms <= now_ms
             ]
-        due.sort(key=lambda w: (w.due_at_ms or 0, w.wait_id))
-        return due[:limit]
+        return _page(due, lambda w: f"{w.due_at_ms or 0:013d}#{w.wait_id}", limit, cursor)
+
+
+T = TypeVar("T")
+
+
+def _page(items: list[T], key: Callable[[T], str], limit: int, cursor: str | None) -> Page[T]:
+    """One page in index order; the cursor is the last key returned, like DynamoDB's.
+
+    A key cursor (not an offset) stays correct while records enter and leave the listing
+    between pages, as they do while the reconciler works through them.
+    """
+    keyed = sorted(((key(item), item) for item in items), key=lambda pair: pair[0])
+    if cursor is not None:
+        keyed = [pair for pair in keyed if pair[0] > cursor]
+    page = keyed[:limit]
+    more = len(keyed) > limit
+    return Page([item for _, item in page], page[-1][0] if more and page else None)

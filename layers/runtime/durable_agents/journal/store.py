@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from durable_agents.errors import DurableError
 from durable_agents.models import (
@@ -34,6 +36,22 @@ ALLOWED_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     _S.SUCCEEDED: frozenset(),
     _S.FAILED: frozenset(),
 }
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    """One page of an index listing.
+
+    Attributes:
+        items: The records on this page, in the listing's order.
+        cursor: Where the next page starts (opaque; None when the listing is exhausted).
+    """
+
+    items: list[T]
+    cursor: str | None
 
 
 class InvalidTransitionError(DurableError):
@@ -129,9 +147,18 @@ class JournalStore(ABC):
     def list_waits(self, kind: str, status: WaitStatus, *, limit: int = 100) -> list[WaitRecord]:
         """Returns waits of one kind and status, oldest first."""
 
-    @abstractmethod
     def due_waits(self, now_ms: int, *, limit: int = 100) -> list[WaitRecord]:
-        """Returns PENDING waits whose deadline or heartbeat timeout has passed."""
+        """Returns PENDING waits whose deadline or heartbeat timeout has passed (first page)."""
+        return self.due_waits_page(now_ms, limit=limit).items
+
+    @abstractmethod
+    def due_waits_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[WaitRecord]:
+        """Returns one page of PENDING waits past their deadline or heartbeat, earliest first.
+
+        Read from an index: a listed record may be out of date. Decide on ``get_wait``.
+        """
 
     @abstractmethod
     def get_effect(self, run_id: str, position: str) -> SideEffectRecord:
@@ -141,9 +168,18 @@ class JournalStore(ABC):
             EffectNotFoundError: If there is none at that position.
         """
 
-    @abstractmethod
     def stale_effects(self, now_ms: int, *, limit: int = 100) -> list[SideEffectRecord]:
-        """Returns PREPARED records whose ``stale_at_ms`` has passed (oldest first)."""
+        """Returns PREPARED records whose ``stale_at_ms`` has passed (oldest first; one page)."""
+        return self.stale_effects_page(now_ms, limit=limit).items
+
+    @abstractmethod
+    def stale_effects_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[SideEffectRecord]:
+        """Returns one page of PREPARED records past ``stale_at_ms``, oldest stale time first.
+
+        Read from an index: a listed record may be out of date. Decide on ``get_effect``.
+        """
 
     @abstractmethod
     def effects_in_review(self, *, limit: int = 100) -> list[SideEffectRecord]:
@@ -167,10 +203,27 @@ class JournalStore(ABC):
 
     @abstractmethod
     def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 50, cursor: str | None = None
+        self,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        oldest_first: bool = False,
     ) -> RunPage:
-        """Lists runs, newest change first, optionally only those in ``status``."""
+        """Lists runs, newest change first (or oldest first), optionally only in ``status``.
+
+        Read from an index: a listed header may be out of date. Decide on ``get_run``/``load``.
+        """
+
+    def due_runs(self, now_ms: int, *, limit: int = 100) -> list[RunHeader]:
+        """Returns SUSPENDED runs whose ``wake_at_ms`` is at or before ``now_ms`` (one page)."""
+        return self.due_runs_page(now_ms, limit=limit).items
 
     @abstractmethod
-    def due_runs(self, now_ms: int, *, limit: int = 100) -> list[RunHeader]:
-        """Returns SUSPENDED runs whose ``wake_at_ms`` is at or before ``now_ms``."""
+    def due_runs_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[RunHeader]:
+        """Returns one page of SUSPENDED runs whose timer is due, earliest first.
+
+        Read from an index: a listed header may be out of date. Decide on ``get_run``.
+        """

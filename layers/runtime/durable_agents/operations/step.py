@@ -16,6 +16,7 @@ from durable_agents.errors import (
     SuspendExecution,
 )
 from durable_agents.invocation import OpRecord, Reason, Suspension
+from durable_agents.leases import lease_end, lease_expired
 from durable_agents.models import EntryType, OpKind
 from durable_agents.retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy
 from durable_agents.semantics import StepSemantics
@@ -83,9 +84,9 @@ def run_step(
         finished = record.last_failed is not None and record.last_failed.attempt >= started.attempt
         if not finished:
             lease = started.lease_expires_at_ms or 0
-            if lease > now:
+            if not lease_expired(lease, now):
                 # Another invocation claimed this attempt and may still be running it.
-                raise SuspendExecution(Reason.CONTENDED, wake_at_ms=lease, detail=op_id)
+                raise SuspendExecution(Reason.CONTENDED, wake_at_ms=lease_end(lease), detail=op_id)
             _handle_interrupted(ctx, position, op_id, name, record, policy, semantics, kind)
     last_failed = record.last_failed if record is not None else None
     if last_failed is not None and last_failed.attempt == attempt:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from durable_agents.errors import EffectConflictError, SuspendExecution
 from durable_agents.events import OutgoingEvent
 from durable_agents.invocation import Reason
+from durable_agents.leases import lease_end, lease_expired
 from durable_agents.models import EffectStatus, OpKind, RunStatus
 from durable_agents.side_effects.protocol import Settled, SideEffectProtocol
 from durable_agents.side_effects.tools import Tool
@@ -38,10 +39,10 @@ def run_tool(ctx: DurableContext, tool: Tool[Any, Any], request: Any, name: str)
         inv.executed.append(op_id)
         settled = protocol.execute(tool, effect)
     elif effect.status is EffectStatus.PREPARED:
-        if effect.lease_expires_at_ms > inv.now_ms():
+        if not lease_expired(effect.lease_expires_at_ms, inv.now_ms()):
             # Someone holds the call, or an unclear outcome waits for its next look.
             raise SuspendExecution(
-                Reason.CONTENDED, wake_at_ms=effect.lease_expires_at_ms, detail=op_id
+                Reason.CONTENDED, wake_at_ms=lease_end(effect.lease_expires_at_ms), detail=op_id
             )
         inv.take_budget(op_id)
         inv.hooks.before_claim(op_id)

@@ -219,19 +219,37 @@ def complete_callback(
 def heartbeat(store: JournalStore, clock: Clock, record: WaitRecord) -> WaitRecord:
     """Pushes the heartbeat deadline forward.
 
+    The write is conditioned on the record as read (status and ``updated_at_ms``): it never
+    overwrites a change it did not see. If another heartbeat landed first, it starts again
+    from a fresh consistent read. A heartbeat never moves the deadline back (a host whose
+    clock runs behind cannot shorten what a host ahead granted), and ``updated_at_ms`` only
+    grows, so every change is visible to a writer conditioned on it (the reconciler's expiry).
+
     Raises:
         WaitGoneError: If the callback is no longer pending (or its heartbeat already lapsed).
     """
-    now = clock.now_ms()
     interval_ms = record.heartbeat_timeout_ms
     if interval_ms is None:
         return record
-    refuse_if_due(store, clock, record, expire_callback)
-    beat = record.replace(updated_at_ms=now, heartbeat_deadline_ms=now + interval_ms)
-    try:
-        store.commit(
-            record.run_id, [], None, wait=WaitChange(beat, frozenset({WaitStatus.PENDING}))
+    current = record
+    for _ in range(_HEARTBEAT_TRIES):
+        refuse_if_due(store, clock, current, expire_callback)
+        now = clock.now_ms()
+        beat = current.replace(
+            updated_at_ms=max(now, current.updated_at_ms + 1),
+            heartbeat_deadline_ms=max(now + interval_ms, current.heartbeat_deadline_ms or 0),
         )
-    except WaitConflictError as exc:
-        raise WaitGoneError(store.get_wait(record.wait_id)) from exc
-    return beat
+        change = WaitChange(beat, frozenset({WaitStatus.PENDING}), current.updated_at_ms)
+        try:
+            store.commit(record.run_id, [], None, wait=change)
+        except WaitConflictError:
+            current = store.get_wait(record.wait_id)
+            if current.status is not WaitStatus.PENDING:
+                raise WaitGoneError(current) from None
+            continue
+        return beat
+    # Beaten every time by concurrent heartbeats: each of them moved the deadline just now.
+    return current
+
+
+_HEARTBEAT_TRIES = 3

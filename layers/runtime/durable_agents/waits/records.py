@@ -114,7 +114,10 @@ def settle(
         wake_at_ms=None,
         waiting_on=None,
     )
-    change = WaitChange(settled, _PENDING)
+    # An expiry is decided on the deadlines as read: a heartbeat that landed since (it moved
+    # them) wins, so the expiry is conditioned on the record being unchanged.
+    seen = record.updated_at_ms if status is WaitStatus.EXPIRED else None
+    change = WaitChange(settled, _PENDING, seen)
     try:
         try:
             store.commit(record.run_id, [entry], wake, wait=change)
