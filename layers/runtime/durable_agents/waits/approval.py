@@ -15,6 +15,7 @@ from durable_agents.errors import (
     WaitConflictError,
 )
 from durable_agents.events import OutgoingEvent
+from durable_agents.fingerprints import Fingerprint
 from durable_agents.invocation import Reason
 from durable_agents.models import (
     EntryType,
@@ -79,10 +80,17 @@ class ApprovalSpec:
     timeout_ms: int | None
 
 
-def run_wait_for_approval(ctx: DurableContext, name: str, spec: ApprovalSpec) -> ApprovalDecision:
-    """Creates, checks, expires or replays one approval (see ``DurableContext``)."""
+def run_wait_for_approval(
+    ctx: DurableContext, name: str, spec: ApprovalSpec, fingerprint: Fingerprint | None = None
+) -> ApprovalDecision:
+    """Creates, checks, expires or replays one approval (see ``DurableContext``).
+
+    ``fingerprint`` is the request's (the hash of ``spec.request`` if not given); it is
+    recorded on the SCHEDULED entry and checked on replay.
+    """
     inv = ctx.invocation
-    position, op_id, record = ctx.next_operation(OpKind.APPROVAL, name)
+    fingerprint = Fingerprint.of_text(spec.request) if fingerprint is None else fingerprint
+    position, op_id, record = ctx.next_operation(OpKind.APPROVAL, name, fingerprint)
     if record is not None and record.result is not None:
         decision: ApprovalDecision = inv.replay(record.result, ApprovalDecision)
         return decision
@@ -121,6 +129,7 @@ def run_wait_for_approval(ctx: DurableContext, name: str, spec: ApprovalSpec) ->
         EntryType.SCHEDULED,
         due_at_ms=deadline_ms,
         value=canonical_json({"approval_id": approval_id}),
+        meta=fingerprint.meta(),
     )
     suspend = RunChange(
         expected=frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED}),
