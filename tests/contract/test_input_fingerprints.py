@@ -25,9 +25,10 @@ from durable_agents import AgentRegistry, DurableContext, Runtime, SkipClock
 from durable_agents import agent as agent_decorator
 from durable_agents.journal.store import JournalStore
 from durable_agents.llm import LlmRequest, Message, ModelConfig, ScriptedProvider
-from durable_agents.models import EntryType, RunStatus
+from durable_agents.models import EntryType, RunStatus, WaitStatus
 from durable_agents.runtime import OutcomeKind
 from durable_agents.side_effects.tools import Tool, ToolCall, ToolRegistry, ToolResult, tool
+from durable_agents.waits.approval import record_decision
 
 AgentFn = Callable[[DurableContext, Any], Any]
 CONFIG = ModelConfig(name="m", version="1", provider="scripted", model_id="scripted-1")
@@ -325,3 +326,43 @@ def test_arguments_that_are_not_json_record_no_fingerprint(journal: JournalStore
     assert drive(runtime, run.run_id) is OutcomeKind.SUCCEEDED
     started = [e for e in journal.load(run.run_id).entries if e.type is EntryType.STARTED]
     assert "fp" not in started[0].meta
+
+
+def test_a_tool_requiring_approval_executes_the_approved_request(journal: JournalStore) -> None:
+    clock, ledger = SkipClock(), []
+
+    @tool(name="pay", registry=ToolRegistry(), requires_approval=True, approvers=["group:ops"])
+    def pay(request: Invoice, call: ToolCall) -> ToolResult[Paid]:
+        ledger.append(request.invoice_id)
+        return ToolResult(Paid(payment_id=f"p-{request.invoice_id}"))
+
+    invoices = [{"invoice_id": "inv-1", "cents": 100}]
+    runtime = deploy(journal, clock, invoice_loop(invoices, pay))
+    run, _ = runtime.start_run("flow", None)
+    assert runtime.execute(run.run_id).kind is OutcomeKind.SUSPENDED
+    scheduled = next(e for e in journal.load(run.run_id).entries if e.type is EntryType.SCHEDULED)
+    assert scheduled.meta["fp"] == fp(invoices[0])
+    (pending,) = journal.list_waits("approval", WaitStatus.PENDING)
+    record_decision(
+        journal, clock, pending, approved=True, decided_by="user:ann", comment="", via="jwt"
+    )
+    assert drive(runtime, run.run_id) is OutcomeKind.SUCCEEDED
+    assert ledger == ["inv-1"]
+
+
+def test_a_finished_condition_with_another_initial_state_pauses(journal: JournalStore) -> None:
+    clock = SkipClock()
+    start = [1]
+
+    def flow(ctx: DurableContext, _: Any) -> int:
+        state: int = ctx.wait_for_condition(
+            lambda n: n + 1, initial_state=start[0], until=lambda n: n >= 2, name="poll"
+        )
+        return ctx.step(lambda: state, name="after")  # type: ignore[no-any-return]
+
+    runtime = deploy(journal, clock, flow)
+    run, _ = runtime.start_run("flow", None)
+    assert runtime.execute(run.run_id).kind is OutcomeKind.CONTINUE  # the condition is done
+    start[0] = 5  # replay no longer enters the scope: its own fingerprint must tell
+    assert drive(runtime, run.run_id) is OutcomeKind.PAUSED
+    assert_paused_naming(journal, run.run_id, fp(1), fp(5))

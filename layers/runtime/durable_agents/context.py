@@ -36,7 +36,8 @@ class DurableContext:
     Operation ids are derived from the run and the position in the code path:
     ``<run_id>:<name>:<n>`` for the n-th operation of the run, and
     ``<parent op id>/<name>:<n>`` inside a child context. On replay each operation checks that
-    the journal recorded the same kind and name at its position; otherwise
+    the journal recorded the same kind and name at its position, and the same input fingerprint
+    where it has an input (see ``durable_agents.fingerprints``); otherwise
     ``ReplayDivergedError`` stops the run visibly.
 
     Attributes:
@@ -80,7 +81,9 @@ class DurableContext:
 
         Args:
             fn: The work: reads, computation, an external call. It must not call ``ctx``.
-            *args: Arguments passed to ``fn`` (not recorded).
+            *args: Arguments passed to ``fn``. Not recorded, but fingerprinted when they are
+                JSON values or pydantic models: a replay with other arguments diverges. Pass the
+                input here rather than capturing it in a closure (closures are not checked).
             name: The operation name (defaults to ``fn.__name__``).
             retry: The retry policy (default: 3 attempts, exponential backoff with jitter).
             semantics: AT_LEAST_ONCE (an interrupted attempt runs again) or AT_MOST_ONCE
@@ -147,7 +150,8 @@ class DurableContext:
             )
             if not decision.approved:
                 raise ToolNotApprovedError(tool.name, decision.decided_by, decision.comment)
-            # Execute exactly what the person approved, whatever the code computes on replay.
+            # Execute exactly what the person approved (a replay computing another request has
+            # already diverged at the approval, whose fingerprint is the request's).
             request = tool.request_model.model_validate_json(decision.request)
         return run_tool(self, tool, request, op_name)  # type: ignore[no-any-return]
 
