@@ -66,7 +66,7 @@ def _jsonable(value: Any) -> Any:
         # Python mode keeps sets as sets (JSON mode would list them in iteration order).
         return value.model_dump(mode="python")
     if isinstance(value, set | frozenset):
-        return sorted(canonical(item) for item in value)
+        return sorted(value, key=canonical)
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, datetime | date | time):
