@@ -96,19 +96,27 @@ def test_an_invoice_inserted_in_front_pauses_instead_of_paying_twice(
     journal: JournalStore,
 ) -> None:
     clock, ledger = SkipClock(), []
-    invoices = [{"invoice_id": "inv-1", "cents": 100}, {"invoice_id": "inv-2", "cents": 200}]
+    invoices = [{"invoice_id": f"inv-{i}", "cents": 100 * i} for i in range(1, 4)]
     runtime = deploy(journal, clock, invoice_loop(invoices, payment_tool(ledger)))
     run, _ = runtime.start_run("flow", None)
     assert runtime.execute(run.run_id).kind is OutcomeKind.CONTINUE  # inv-1 paid
-    assert ledger == ["inv-1"]
+    assert runtime.execute(run.run_id).kind is OutcomeKind.CONTINUE  # inv-2 paid
+    assert ledger == ["inv-1", "inv-2"]
 
     invoices.insert(0, {"invoice_id": "inv-0", "cents": 50})
     assert drive(runtime, run.run_id) is OutcomeKind.PAUSED
-    assert ledger == ["inv-1"]  # never twice, and nothing paid for the wrong position
+    assert ledger == ["inv-1", "inv-2"]  # never twice, nothing paid for the wrong position
     assert_paused_naming(journal, run.run_id, fp(invoices[1]), fp(invoices[0]))
     error = journal.get_run(run.run_id).error
     assert error is not None and "tool 'pay'" in error.message
     assert error.data is not None and error.data["op_id"] == f"{run.run_id}:pay:1"
+    assert runtime.execute(run.run_id).kind is OutcomeKind.NOOP  # it stays paused
+
+    # A person removes the inserted item (inv-0 belongs in a new run) and redrives.
+    del invoices[0]
+    runtime.redrive(run.run_id)
+    assert drive(runtime, run.run_id) is OutcomeKind.SUCCEEDED
+    assert ledger == ["inv-1", "inv-2", "inv-3"]  # each original invoice exactly once
 
 
 def test_unchanged_invoices_replay_to_succeeded(journal: JournalStore) -> None:
