@@ -309,8 +309,11 @@ def test_the_classic_bug_recovery_uses_the_prepared_request(journal: JournalStor
 
     runner = AgentTestRunner(classic, journal=journal, mode="faithful")
     result = runner.run(None, crash=Crash("charge", "after_execute"))
-    assert result.status == "SUCCEEDED"
-    assert result.output == 500
+    # The replay asks for another request than the prepared one: a divergence (input
+    # fingerprints differ). The run pauses rather than executing 9,999 or handing the
+    # 500 receipt to code that asked for 9,999.
+    assert result.status == "PAUSED"
+    assert result.error is not None and result.error.type == "ReplayDivergedError"
     assert [p["cents"] for p in provider.ledger] == [500]
     assert set(provider.calls) == {f"{result.run_id}:charge:1"}
 

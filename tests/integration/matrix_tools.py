@@ -358,7 +358,9 @@ model = FickleModel()
 def classic_bug_agent(ctx: DurableContext, order_id: str) -> dict[str, Any]:
     """The classic bug: the model is asked OUTSIDE any step, so replay asks it again.
 
-    Recovery must execute the PREPARED request with the PREPARED key regardless.
+    Recovery must never execute another request than the PREPARED one: the replay's request
+    has another input fingerprint, so the run pauses (and the PREPARED call is left to the
+    reconciler's recovery with its own request and key).
     """
     amount = model.propose_amount()  # deliberately not recorded: differs on every replay
     charge: Charge = ctx.tool(

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from durable_agents.agent import AgentDefinition
 from durable_agents.errors import NestedOperationError, ReplayDivergedError
+from durable_agents.fingerprints import Fingerprint
 from durable_agents.ids import check_name, format_position, name_of
 from durable_agents.invocation import Invocation, OpRecord
 from durable_agents.llm.types import LlmRequest, LlmResponse, ModelConfig
@@ -35,7 +36,8 @@ class DurableContext:
     Operation ids are derived from the run and the position in the code path:
     ``<run_id>:<name>:<n>`` for the n-th operation of the run, and
     ``<parent op id>/<name>:<n>`` inside a child context. On replay each operation checks that
-    the journal recorded the same kind and name at its position; otherwise
+    the journal recorded the same kind and name at its position, and the same input fingerprint
+    where it has an input (see ``durable_agents.fingerprints``); otherwise
     ``ReplayDivergedError`` stops the run visibly.
 
     Attributes:
@@ -79,7 +81,9 @@ class DurableContext:
 
         Args:
             fn: The work: reads, computation, an external call. It must not call ``ctx``.
-            *args: Arguments passed to ``fn`` (not recorded).
+            *args: Arguments passed to ``fn``. Not recorded, but fingerprinted when they are
+                JSON values or pydantic models: a replay with other arguments diverges. Pass the
+                input here rather than capturing it in a closure (closures are not checked).
             name: The operation name (defaults to ``fn.__name__``).
             retry: The retry policy (default: 3 attempts, exponential backoff with jitter).
             semantics: AT_LEAST_ONCE (an interrupted attempt runs again) or AT_MOST_ONCE
@@ -146,7 +150,8 @@ class DurableContext:
             )
             if not decision.approved:
                 raise ToolNotApprovedError(tool.name, decision.decided_by, decision.comment)
-            # Execute exactly what the person approved, whatever the code computes on replay.
+            # Execute exactly what the person approved (a replay computing another request has
+            # already diverged at the approval, whose fingerprint is the request's).
             request = tool.request_model.model_validate_json(decision.request)
         return run_tool(self, tool, request, op_name)  # type: ignore[no-any-return]
 
@@ -375,7 +380,8 @@ class DurableContext:
             approvers=check_approvers(approvers),
             timeout_ms=_ms(timeout),
         )
-        return run_wait_for_approval(self, check_name(name), spec)
+        # Fingerprinted from the value (sets sorted), not from the request text shown.
+        return run_wait_for_approval(self, check_name(name), spec, Fingerprint.of_value(request))
 
     def create_callback(
         self,
@@ -478,14 +484,24 @@ class DurableContext:
         """The invocation this context belongs to (for operation modules)."""
         return self._inv
 
-    def next_operation(self, kind: OpKind, name: str) -> tuple[str, str, OpRecord | None]:
+    def next_operation(
+        self, kind: OpKind, name: str, fingerprint: Fingerprint | None = None
+    ) -> tuple[str, str, OpRecord | None]:
         """Allocates the next position and checks the journal's record at it.
+
+        Args:
+            kind: The operation kind the code asks for.
+            name: Its name.
+            fingerprint: Its input's fingerprint, compared with the recorded one (if the record
+                has one) so that a same-named operation with another input cannot take the
+                recorded result. None for operations without an input.
 
         Returns:
             The position path, the operation id and the record at that position (if any).
 
         Raises:
-            ReplayDivergedError: If another kind or name is recorded at this position.
+            ReplayDivergedError: If another kind or name, or another input, is recorded at
+                this position.
             NestedOperationError: If called from inside a step function.
         """
         inv = self._inv
@@ -507,6 +523,22 @@ class DurableContext:
                 recorded_name=record.name,
                 requested_kind=str(kind),
                 requested_name=name,
+            )
+            raise inv.fault
+        mismatch = None
+        if record is not None and fingerprint is not None:
+            mismatch = fingerprint.mismatch(record)
+        if record is not None and mismatch is not None:
+            # Same kind and name, another input: a loop whose items changed would otherwise
+            # hand this position another item's recorded result.
+            inv.fault = ReplayDivergedError(
+                record.op_id,
+                recorded_kind=str(record.kind),
+                recorded_name=record.name,
+                requested_kind=str(kind),
+                requested_name=name,
+                recorded_fingerprint=mismatch[0],
+                requested_fingerprint=mismatch[1],
             )
             raise inv.fault
         if record is None or record.result is None:

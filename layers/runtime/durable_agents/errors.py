@@ -150,8 +150,25 @@ class SecretSerializationError(PayloadError):
 class ReplayDivergedError(DurableError):
     """The agent code asked for a different operation than the one recorded at this position.
 
-    The run is paused in a visible state instead of forking. Both sides are carried.
+    Either another kind or name, or the same kind and name with another input (its input
+    fingerprint differs: for example a loop whose list of items changed). The run is paused in a
+    visible state instead of forking. Both sides are carried (and recorded with the pause).
+
+    Attributes:
+        recorded_fingerprint: The input fingerprint the journal holds (None if not compared).
+        requested_fingerprint: Today's input fingerprint (None if not compared, or if today's
+            input cannot be serialised although the recorded one could).
     """
+
+    recorded_fields = (
+        "op_id",
+        "recorded_kind",
+        "recorded_name",
+        "requested_kind",
+        "requested_name",
+        "recorded_fingerprint",
+        "requested_fingerprint",
+    )
 
     def __init__(
         self,
@@ -161,16 +178,28 @@ class ReplayDivergedError(DurableError):
         recorded_name: str,
         requested_kind: str,
         requested_name: str,
+        recorded_fingerprint: str | None = None,
+        requested_fingerprint: str | None = None,
     ):
         self.op_id = op_id
         self.recorded_kind = recorded_kind
         self.recorded_name = recorded_name
         self.requested_kind = requested_kind
         self.requested_name = requested_name
+        self.recorded_fingerprint = recorded_fingerprint
+        self.requested_fingerprint = requested_fingerprint
+        recorded = f"{recorded_kind} {recorded_name!r}"
+        requested = f"{requested_kind} {requested_name!r}"
+        if recorded_fingerprint is not None:
+            recorded += f" with input fingerprint {recorded_fingerprint}"
+            requested += (
+                f" with input fingerprint {requested_fingerprint}"
+                if requested_fingerprint is not None
+                else " with an input that cannot be fingerprinted"
+            )
         super().__init__(
-            f"replay diverged at position {op_id!r}: the journal recorded "
-            f"{recorded_kind} {recorded_name!r} but the code asked for "
-            f"{requested_kind} {requested_name!r}"
+            f"replay diverged at position {op_id!r}: the journal recorded {recorded} "
+            f"but the code asked for {requested}"
         )
 
 

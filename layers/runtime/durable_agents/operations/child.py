@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from durable_agents.errors import EntryConflictError, SuspendExecution
+from durable_agents.fingerprints import Fingerprint
 from durable_agents.invocation import Reason
 from durable_agents.models import EntryType, OpKind
 from durable_agents.operations.step import return_hint
@@ -22,13 +23,16 @@ def run_child(
     result_type: Any,
     *,
     kind: OpKind = OpKind.CHILD,
+    fingerprint: Fingerprint | None = None,
 ) -> Any:
     """Executes or replays one child scope (see ``DurableContext.run_in_child_context``).
 
-    Composite operations built from a scope (durable polling) reuse it with their own kind.
+    Composite operations built from a scope (durable polling) reuse it with their own kind,
+    and with the ``fingerprint`` of their input, recorded with the scope's result.
     """
     inv = ctx.invocation
-    position, op_id, record = ctx.next_operation(kind, name)
+    position, op_id, record = ctx.next_operation(kind, name, fingerprint)
+    meta = fingerprint.meta() if fingerprint is not None else {}
     hint = result_type if result_type is not None else return_hint(fn)
     if record is not None and record.result is not None:
         return inv.replay(record.result, hint)
@@ -41,11 +45,12 @@ def run_child(
         if inv.fault is not None:
             raise
         info = error_info(exc)
-        _commit(ctx, inv.entry(position, op_id, kind, name, EntryType.FAILED, error=info), op_id)
+        failed = inv.entry(position, op_id, kind, name, EntryType.FAILED, error=info, meta=meta)
+        _commit(ctx, failed, op_id)
         raise rebuild_error(info) from exc
     _commit(
         ctx,
-        inv.entry(position, op_id, kind, name, EntryType.SUCCEEDED, value=payload),
+        inv.entry(position, op_id, kind, name, EntryType.SUCCEEDED, value=payload, meta=meta),
         op_id,
     )
     return decode(payload, hint)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from durable_agents.errors import DurableError
+from durable_agents.fingerprints import Fingerprint
 from durable_agents.models import OpKind
 from durable_agents.operations.child import run_child
 from durable_agents.retry import RetryPolicy
@@ -61,4 +62,7 @@ def run_condition(
                 scope.wait(pacing.delay_seconds(attempt, seed=name), name=f"pause-{attempt}")
         raise ConditionNotMetError(max_attempts, state)
 
-    return run_child(ctx, poll, name, None, kind=OpKind.CONDITION)
+    # The first check's fingerprint covers the initial state while polling; the scope's own
+    # covers it once the result is recorded (replay then no longer enters the scope).
+    fingerprint = Fingerprint.of_value(initial_state)
+    return run_child(ctx, poll, name, None, kind=OpKind.CONDITION, fingerprint=fingerprint)

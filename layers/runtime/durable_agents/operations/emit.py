@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from durable_agents.errors import EntryConflictError, PayloadError, SuspendExecution
+from durable_agents.fingerprints import Fingerprint
 from durable_agents.invocation import Reason
 from durable_agents.models import EntryType, OpKind
 from durable_agents.serde import canonical_json
@@ -27,7 +28,8 @@ def run_emit(ctx: DurableContext, detail_type: str, detail: Any, name: str) -> s
     if not detail_type or len(detail_type) > MAX_DETAIL_TYPE:
         raise ValueError(f"detail_type must be 1-{MAX_DETAIL_TYPE} characters")
     inv = ctx.invocation
-    position, op_id, record = ctx.next_operation(OpKind.EMIT, name)
+    fingerprint = Fingerprint.of_value({"detail_type": detail_type, "detail": detail})
+    position, op_id, record = ctx.next_operation(OpKind.EMIT, name, fingerprint)
     if record is not None and record.result is not None:
         return op_id
     payload = canonical_json({"detail_type": detail_type, "detail": detail})
@@ -43,7 +45,7 @@ def run_emit(ctx: DurableContext, detail_type: str, detail: Any, name: str) -> s
         name,
         EntryType.SUCCEEDED,
         value=payload,
-        meta={"outbox": True, "event_id": op_id},
+        meta={"outbox": True, "event_id": op_id, **fingerprint.meta()},
     )
     try:
         inv.commit([entry])

@@ -20,6 +20,7 @@ from durable_agents.errors import (
     SuspendExecution,
 )
 from durable_agents.events import step_ready
+from durable_agents.fingerprints import Fingerprint
 from durable_agents.invocation import Reason, Suspension
 from durable_agents.models import EntryType, OpKind, RunStatus
 from durable_agents.serde import canonical_json, decode, error_info
@@ -52,7 +53,8 @@ def run_invoke(ctx: DurableContext, agent: AgentDefinition[Any, Any], value: Any
     from durable_agents.runtime import Runtime  # noqa: PLC0415 - the runtime imports operations
 
     inv = ctx.invocation
-    position, op_id, record = ctx.next_operation(OpKind.INVOKE, name)
+    fingerprint = Fingerprint.of_value({"agent": agent.name, "input": value})
+    position, op_id, record = ctx.next_operation(OpKind.INVOKE, name, fingerprint)
     if record is not None and record.result is not None:
         return inv.replay(record.result, agent.output_type)
     child_id = child_run_id(inv.run_id, op_id, name)
@@ -71,6 +73,7 @@ def run_invoke(ctx: DurableContext, agent: AgentDefinition[Any, Any], value: Any
             name,
             EntryType.SCHEDULED,
             value=canonical_json({"child_run_id": child_id}),
+            meta=fingerprint.meta(),
         )
         try:
             inv.commit(
@@ -105,7 +108,7 @@ def run_invoke(ctx: DurableContext, agent: AgentDefinition[Any, Any], value: Any
             name,
             EntryType.SUCCEEDED,
             value=child.result,
-            meta={"child_run_id": child_id},
+            meta={"child_run_id": child_id, **fingerprint.meta()},
         )
     else:
         error = child.error
@@ -119,7 +122,7 @@ def run_invoke(ctx: DurableContext, agent: AgentDefinition[Any, Any], value: Any
             name,
             EntryType.FAILED,
             error=error_info(failure),
-            meta={"child_run_id": child_id},
+            meta={"child_run_id": child_id, **fingerprint.meta()},
         )
     try:
         inv.commit([done])

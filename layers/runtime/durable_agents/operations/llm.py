@@ -7,6 +7,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from durable_agents.errors import ConfigurationError
+from durable_agents.fingerprints import Fingerprint
 from durable_agents.llm.bedrock import ModelRequestError
 from durable_agents.llm.types import LlmRequest, LlmResponse, ModelConfig, StreamSink
 from durable_agents.models import OpKind
@@ -58,6 +59,16 @@ class _SafeSink:
         self._call("end")
 
 
+def request_fingerprint(request: LlmRequest, config: ModelConfig) -> Fingerprint:
+    """The call's input: the request and which model configuration (name, version, model id).
+
+    The rest of the configuration (prompt, temperature, …) is covered by its version, which
+    must change when any of it does.
+    """
+    model = [config.name, config.version, config.model_id]
+    return Fingerprint.of_value({"model": model, "request": request})
+
+
 def run_llm(
     ctx: DurableContext,
     name: str,
@@ -99,5 +110,6 @@ def run_llm(
         LlmResponse,
         kind=OpKind.LLM,
         pass_info=True,
+        fingerprint=request_fingerprint(request, config),
     )
     return response

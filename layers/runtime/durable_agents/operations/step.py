@@ -15,6 +15,7 @@ from durable_agents.errors import (
     StepInterruptedError,
     SuspendExecution,
 )
+from durable_agents.fingerprints import Fingerprint
 from durable_agents.invocation import OpRecord, Reason, Suspension
 from durable_agents.leases import lease_end, lease_expired
 from durable_agents.models import EntryType, OpKind
@@ -64,14 +65,17 @@ def run_step(
     *,
     kind: OpKind = OpKind.STEP,
     pass_info: bool = False,
+    fingerprint: Fingerprint | None = None,
 ) -> Any:
     """Executes or replays one step (see ``DurableContext.step``).
 
     Other leaf operations (model calls) reuse it with their own ``kind``; with ``pass_info``
-    the code receives a ``StepInfo`` (operation id, attempt) as its first argument.
+    the code receives a ``StepInfo`` (operation id, attempt) as its first argument. The input
+    fingerprint (``args``'s unless ``fingerprint`` is given) goes into the claim's meta.
     """
     inv = ctx.invocation
-    position, op_id, record = ctx.next_operation(kind, name)
+    fingerprint = Fingerprint.of_args(args) if fingerprint is None else fingerprint
+    position, op_id, record = ctx.next_operation(kind, name, fingerprint)
     hint = result_type if result_type is not None else return_hint(fn)
     if record is not None and record.result is not None:
         return inv.replay(record.result, hint)
@@ -105,7 +109,7 @@ def run_step(
         EntryType.STARTED,
         attempt=attempt,
         lease_expires_at_ms=now + inv.lease_ms,
-        meta={"semantics": semantics.value},
+        meta={"semantics": semantics.value, **fingerprint.meta()},
     )
     try:
         inv.commit([claim])

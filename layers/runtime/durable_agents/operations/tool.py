@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from durable_agents.errors import EffectConflictError, SuspendExecution
 from durable_agents.events import OutgoingEvent
+from durable_agents.fingerprints import ToolFingerprint
 from durable_agents.invocation import Reason
 from durable_agents.leases import lease_end, lease_expired
 from durable_agents.models import EffectStatus, OpKind, RunStatus
@@ -21,7 +22,8 @@ REVIEW_REQUESTED = "Review Requested"
 def run_tool(ctx: DurableContext, tool: Tool[Any, Any], request: Any, name: str) -> Any:
     """Executes, recovers or replays one tool call (see ``DurableContext.tool``)."""
     inv = ctx.invocation
-    position, op_id, record = ctx.next_operation(OpKind.TOOL, name)
+    fingerprint = ToolFingerprint(tool, request)
+    position, op_id, record = ctx.next_operation(OpKind.TOOL, name, fingerprint)
     if record is not None and record.result is not None:
         return inv.replay(record.result, tool.result_type)
     protocol = SideEffectProtocol(

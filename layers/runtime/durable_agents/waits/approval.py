@@ -15,6 +15,7 @@ from durable_agents.errors import (
     WaitConflictError,
 )
 from durable_agents.events import OutgoingEvent
+from durable_agents.fingerprints import Fingerprint
 from durable_agents.invocation import Reason, Suspension
 from durable_agents.models import (
     EntryType,
@@ -112,10 +113,17 @@ class ApprovalSpec:
     timeout_ms: int | None
 
 
-def run_wait_for_approval(ctx: DurableContext, name: str, spec: ApprovalSpec) -> ApprovalDecision:
-    """Creates, checks, expires or replays one approval (see ``DurableContext``)."""
+def run_wait_for_approval(
+    ctx: DurableContext, name: str, spec: ApprovalSpec, fingerprint: Fingerprint | None = None
+) -> ApprovalDecision:
+    """Creates, checks, expires or replays one approval (see ``DurableContext``).
+
+    ``fingerprint`` is the request's (the hash of ``spec.request`` if not given); it is
+    recorded on the SCHEDULED entry and checked on replay.
+    """
     inv = ctx.invocation
-    position, op_id, record = ctx.next_operation(OpKind.APPROVAL, name)
+    fingerprint = Fingerprint.of_text(spec.request) if fingerprint is None else fingerprint
+    position, op_id, record = ctx.next_operation(OpKind.APPROVAL, name, fingerprint)
     approval_id = wait_id("apr", op_id)
     if record is not None and record.result is not None:
         return _replay_decision(inv.replay(record.result, None), spec, inv.store, approval_id)
@@ -141,6 +149,7 @@ def run_wait_for_approval(ctx: DurableContext, name: str, spec: ApprovalSpec) ->
         EntryType.SCHEDULED,
         due_at_ms=deadline_ms,
         value=canonical_json({"approval_id": approval_id}),
+        meta=fingerprint.meta(),
     )
     waiting_on = {
         "kind": KIND,
