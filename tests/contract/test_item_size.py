@@ -141,11 +141,11 @@ def _refund_agent(executed: list[Payment]) -> Any:
         executed.append(request)
         return "paid"
 
-    memos = iter(["approved memo", "another memo on replay", "and another"])
 
     @agent(name="payer", version="1", registry=AgentRegistry())
     def payer(ctx: DurableContext, _: None) -> str:
-        return ctx.tool(pay, Payment(order_id="o-1", memo=next(memos)))
+        # The same request on every replay: a changed one pauses the run (input fingerprints).
+        return ctx.tool(pay, Payment(order_id="o-1", memo="approved memo"))
 
     return payer
 
