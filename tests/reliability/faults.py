@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from durable_agents.errors import InfrastructureError
+from durable_agents.testing import SimulatedCrash
+from durable_agents.clock import SkipClock
 from durable_agents.events import STEP_READY, EventPublishError, OutgoingEvent
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.store import JournalStore
@@ -43,7 +45,27 @@ BUS = ("publish", "publish_partial")
 DELIVERY = ("dup2", "dup5", "reorder", "delay", "loss")
 FAULT_CLASSES = STORAGE + PROCESS + BUS + DELIVERY
 
-Mode = Literal["crash", "timeout", "infra_before", "infra_after"]
+Mode = Literal[
+    "crash",
+    "timeout",
+    "infra_before",
+    "infra_after",
+    "crash_before_write",
+    "crash_after_write",
+    "timeout_after_write",
+]
+WRITE_MODES: tuple[Mode, ...] = (
+    "infra_before",
+    "infra_after",
+    "crash_before_write",
+    "crash_after_write",
+    "timeout_after_write",
+)
+LAMBDA_MS = 60_000
+
+
+class LambdaTimeoutError(BaseException):
+    """The Lambda ran out of time at this point: nothing after it ran."""
 
 
 @dataclass(frozen=True)
@@ -55,8 +77,10 @@ class Target:
         point: A hook point (``before_claim`` … ``after_record``) for ``crash``/``timeout``, or
             ``commit`` for the storage modes.
         mode: ``crash`` (SimulatedCrash), ``timeout`` (the Lambda runs out of time there),
-            ``infra_before`` (the write fails and never lands) or ``infra_after`` (the write
-            lands, the caller sees a failure).
+            ``infra_before`` (the write fails and never lands), ``infra_after`` (the write
+            lands, the caller sees a failure), ``crash_before_write`` / ``crash_after_write``
+            (the process dies just before / just after the write) or ``timeout_after_write``
+            (the write lands, then the Lambda runs out of time).
         nth: Which matching opportunity (1 = the first).
         times: How many consecutive matching opportunities fault.
     """
@@ -168,18 +192,28 @@ class FaultyJournal(JournalStore):
     with the result it gave last time, as a lagging GSI does.
     """
 
-    def __init__(self, inner: InMemoryJournal, injector: Injector):
+    def __init__(self, inner: InMemoryJournal, injector: Injector, clock: SkipClock):
         self.inner = inner
         self.injector = injector
+        self.clock = clock
         self._last: dict[str, Any] = {}
+        self.writes: Counter[str] = Counter()
 
     def _write(self, names: set[str], action: Callable[[], T], operation: str) -> T:
+        self.writes.update(names)
         modes = {self.injector.targeted(name, "commit") for name in sorted(names)}
+        if "crash_before_write" in modes:
+            raise SimulatedCrash(f"crash before {operation} of {names}")
         if "infra_before" in modes or self.injector.fault("commit_before"):
             raise InfrastructureError(operation, "ProvisionedThroughputExceededException")
         result = action()
         if "infra_after" in modes or self.injector.fault("commit_after"):
             raise InfrastructureError(operation, "ReadTimeoutError", "the write landed")
+        if "crash_after_write" in modes:
+            raise SimulatedCrash(f"crash after {operation} of {names}")
+        if "timeout_after_write" in modes:
+            self.clock.advance(LAMBDA_MS)
+            raise LambdaTimeoutError(f"timeout after {operation} of {names}")
         return result
 
     def _create_run(self, header: RunHeader) -> tuple[RunHeader, bool]:

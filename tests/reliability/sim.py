@@ -41,18 +41,21 @@ from durable_agents.waits.approval import record_decision
 from durable_agents.waits.callback import complete_callback, heartbeat
 from durable_agents.waits.records import WaitGoneError
 from tests.reliability import world
-from tests.reliability.faults import FaultPlan, FaultyBus, FaultyJournal, Injector, op_name
+from tests.reliability.faults import (
+    LAMBDA_MS,
+    FaultPlan,
+    FaultyBus,
+    FaultyJournal,
+    Injector,
+    LambdaTimeoutError,
+    op_name,
+)
 
-LAMBDA_MS = 60_000
 TICK_MS = 60_000
 STALL_AFTER_MS = 5 * 60_000
 BOUND_MS = 24 * 3600_000
 RUN_ID = "run-00000000000000aa"
 ORDER = "A-1"
-
-
-class LambdaTimeoutError(BaseException):
-    """The Lambda ran out of time at this point: nothing after it ran."""
 
 
 _FAILED_INVOCATION = (SimulatedCrash, LambdaTimeoutError, InfrastructureError, EventPublishError)
@@ -94,6 +97,7 @@ class SimResult:
     sim_ms: int = 0
     reviews: list[str] = field(default_factory=list)
     error: str = ""
+    writes: Counter[str] = field(default_factory=Counter)
 
 
 class SimHooks(InvocationHooks):
@@ -155,7 +159,7 @@ class Simulator:
         self.clock = SkipClock()
         self.injector = Injector(plan, self.clock.now_ms)
         self.inner = InMemoryJournal()
-        self.store = FaultyJournal(self.inner, self.injector)
+        self.store = FaultyJournal(self.inner, self.injector, self.clock)
         self.bus = FaultyBus(self.injector, self._deliver)
         self.runtime = Runtime(
             self.store,
@@ -329,6 +333,7 @@ class Simulator:
             settled=self._settled(),
             sim_ms=self.clock.now_ms() - start,
             reviews=self.reviews,
+            writes=Counter(self.store.writes),
             error=f"{header.error.type}: {header.error.message}" if header.error else "",
         )
 
