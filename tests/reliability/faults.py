@@ -15,9 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from durable_agents.errors import InfrastructureError
-from durable_agents.testing import SimulatedCrash
 from durable_agents.clock import SkipClock
+from durable_agents.errors import InfrastructureError
 from durable_agents.events import STEP_READY, EventPublishError, OutgoingEvent
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.store import JournalStore
@@ -34,6 +33,7 @@ from durable_agents.models import (
     WaitRecord,
     WaitStatus,
 )
+from durable_agents.testing import SimulatedCrash
 
 T = TypeVar("T")
 
@@ -174,7 +174,9 @@ def op_name(op_id: str) -> str:
     return parts[-2] if len(parts) >= 2 else op_id
 
 
-def _names(entries: Sequence[Entry], effect: EffectChange | None, wait: WaitChange | None) -> set[str]:
+def _names(
+    entries: Sequence[Entry], effect: EffectChange | None, wait: WaitChange | None
+) -> set[str]:
     names = {e.name for e in entries}
     if effect is not None:
         names.add(op_name(effect.record.operation_id))

@@ -2,7 +2,7 @@
 
 It plays every part the runtime relies on, in simulated time (a ``SkipClock``):
 
-* **EventBridge → Lambda**: Step Ready events go through the ``FaultyBus`` (duplicated ×2/×5,
+* **EventBridge → Lambda**: Step Ready events go through the ``FaultyBus`` (duplicated 2x/5x,
   reordered, delayed, lost) into a time-ordered queue; each delivery is one StepRunner
   invocation (``Runtime.execute``, budget 1, a 60 s Lambda). A failed invocation (crash,
   timeout, ``InfrastructureError``, a failed publish) is retried by Lambda twice, a minute
@@ -201,11 +201,15 @@ class Simulator:
             )
         except _FAILED_INVOCATION:
             if attempt < 3:
-                self.push(self.clock.now_ms() + 60_000 * attempt, ("step", run_id, target, attempt + 1))
+                self.push(
+                    self.clock.now_ms() + 60_000 * attempt, ("step", run_id, target, attempt + 1)
+                )
         except Exception as exc:
             self.escaped.append(f"{type(exc).__name__}: {exc}")
             if attempt < 3:
-                self.push(self.clock.now_ms() + 60_000 * attempt, ("step", run_id, target, attempt + 1))
+                self.push(
+                    self.clock.now_ms() + 60_000 * attempt, ("step", run_id, target, attempt + 1)
+                )
         finally:
             self.depth -= 1
 
@@ -218,7 +222,9 @@ class Simulator:
             self.escaped.append(f"{what}: {type(exc).__name__}: {exc}")
 
     def _tick(self) -> None:
-        self._guarded("sweep", lambda: sweep(self.runtime, stall_after_ms=STALL_AFTER_MS, tools=world.tools))
+        self._guarded(
+            "sweep", lambda: sweep(self.runtime, stall_after_ms=STALL_AFTER_MS, tools=world.tools)
+        )
         self._people()
 
     def _people(self) -> None:
@@ -317,7 +323,11 @@ class Simulator:
     def _result(self, start: int) -> SimResult:
         header = self.inner.get_run(RUN_ID)
         journal, duplicates = journal_of(self.inner)
-        output = json.loads(header.result) if header.status is RunStatus.SUCCEEDED and header.result else None
+        output = (
+            json.loads(header.result)
+            if header.status is RunStatus.SUCCEEDED and header.result
+            else None
+        )
         return SimResult(
             plan=self.plan,
             status=header.status.value,

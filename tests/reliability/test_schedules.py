@@ -88,7 +88,9 @@ def test_all_classes_at_once(plan: FaultPlan) -> None:
 
 
 @SETTINGS
-@given(plan=plans(("stale_index", "concurrent", "provider_lost", "dup2", "dup5", "reorder", "delay")))
+@given(
+    plan=plans(("stale_index", "concurrent", "provider_lost", "dup2", "dup5", "reorder", "delay"))
+)
 def test_survived_classes_together(plan: FaultPlan) -> None:
     """Every class the runtime survives today, mixed in one schedule."""
     tally.run_checked(plan, "survived-together")

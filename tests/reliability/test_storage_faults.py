@@ -92,7 +92,9 @@ FAULTS = [
 
 @pytest.mark.xfail(strict=True, reason=D2)
 @pytest.mark.parametrize(("operation", "kind"), FAULTS, ids=[f"{o}-{k}" for o, k in FAULTS])
-def test_storage_fault_aborts_the_invocation(world: dict[str, Any], operation: str, kind: str) -> None:
+def test_storage_fault_aborts_the_invocation(
+    world: dict[str, Any], operation: str, kind: str
+) -> None:
     runtime: Runtime = world["runtime"]
     header, _ = runtime.start_run("catcher", None, run_id="run-00000000000000b1")
     world["injector"].fail(operation, kind)

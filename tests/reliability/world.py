@@ -76,7 +76,9 @@ class World:
     def _maybe_lose(self, tool_name: str) -> None:
         if self.lose_answer[tool_name] > 0:
             self.lose_answer[tool_name] -= 1
-            raise ProviderLostAnswerError(f"{tool_name}: connection dropped after the provider acted")
+            raise ProviderLostAnswerError(
+                f"{tool_name}: connection dropped after the provider acted"
+            )
 
     def effects(self) -> dict[str, int]:
         """Net external effects per tool (what the invariants compare with 1)."""
@@ -101,7 +103,9 @@ class SimModel:
         WORLD.model_calls[last] += 1
         return LlmResponse(content=[ContentBlock.of_text(f"re: {last}")], stop_reason="end_turn")
 
-    def converse_stream(self, config: ModelConfig, request: LlmRequest, on_text: Any) -> LlmResponse:
+    def converse_stream(
+        self, config: ModelConfig, request: LlmRequest, on_text: Any
+    ) -> LlmResponse:
         """Like ``converse``; the whole answer is one chunk."""
         response = self.converse(config, request)
         on_text(response.text)
