@@ -116,7 +116,7 @@ class FaultPlan:
 
     def describe(self) -> str:
         """A one-line reproduction of this plan (printed with every violation)."""
-        rates = {k: round(v, 3) for k, v in sorted(self.rates.items()) if v}
+        rates = {k: v for k, v in sorted(self.rates.items()) if v}  # exact: they reproduce
         return (
             f"FaultPlan(seed={self.seed}, rates={rates}, window={self.window}, "
             f"max_faults={self.max_faults}, targets={self.targets}, budget={self.budget}, "

@@ -16,6 +16,7 @@ pytestmark = pytest.mark.reliability
 
 D1 = "defect 1: a review's retry decision is honoured again after the retried call crashes"
 D5 = "defect 5: the child's Run Finished / parent's Step Ready is lost; the parent is stuck"
+D4 = "defect 4: a lost parallel-branch claim strands the run SUSPENDED without a wake-up"
 D13 = "defect 13: crashes consume the retry budget"
 
 REGRESSIONS = [
@@ -29,6 +30,20 @@ REGRESSIONS = [
     ("partial-publish-parent-stranded", FaultPlan(seed=49, rates={"publish_partial": 0.15}), D5),
     ("lost-delivery-parent-stranded", FaultPlan(seed=13, rates={"loss": 0.15}), D5),
     ("read-fault-parent-stranded", FaultPlan(seed=14, rates={"read": 0.15}), D5),
+    # Concurrent and delayed duplicate deliveries of map branches (continuous budget): the run
+    # is left SUSPENDED "waiting for its branches" with no timer, and nothing wakes it.
+    (
+        "map-branches-stranded",
+        FaultPlan(
+            seed=80,
+            rates={"delay": 0.33750642658237306, "dup5": 0.07072059093086087,
+                   "dup2": 0.10406553337787039, "reorder": 0.10406553337787039,
+                   "stale_index": 0.06605564175279133, "concurrent": 0.10406553337787039,
+                   "provider_lost": 0.020000000000000004},
+            window=80, max_faults=11, budget=None, reviewer=False,
+        ),
+        D4,
+    ),
     # Three crashes inside one step: the step FAILS with StepInterruptedError.
     ("three-crashes-in-one-step",
      FaultPlan(targets=(Target("shipment-submit", "after_execute", "crash", times=3),)), D13),
