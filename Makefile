@@ -41,7 +41,8 @@ SAM_CONFIG_ENV := $(if $(ENV),--config-env $(ENV))
 PYENV_313 = $(shell python3.13 --version >/dev/null 2>&1 || pyenv versions --bare 2>/dev/null | grep -E '^3\.13(\.[0-9]+)?$$' | tail -n 1)
 BUILD_ENV = $(if $(PYENV_313),PYENV_VERSION=$(shell pyenv version-name 2>/dev/null):$(PYENV_313))
 
-.PHONY: help venv venv-sam venv-cfn lint typecheck validate pytest test demo bench local \
+.PHONY: help venv venv-sam venv-cfn lint typecheck validate pytest test reliability \
+        reliability-fast demo bench local \
         build deploy clean distclean
 
 help: ## Show this help
@@ -107,6 +108,18 @@ pytest: $(VENV_STAMP) ## Run the test suite
 	$(VENV)/bin/python -m pytest
 
 test: lint typecheck validate pytest ## lint + typecheck + validate + pytest (what CI runs)
+
+# The fault suite (docs/reliability.md). `make pytest` already runs its fast subset (a few
+# hundred schedules, every boundary case, the boto3 fault cases); `make reliability` runs it
+# with RELIABILITY_EXAMPLES schedules per property test (>= 10,000 in all) plus the soak, and
+# prints the count of schedules and faults per fault class.
+RELIABILITY_EXAMPLES ?= 1200
+reliability: $(VENV_STAMP) ## The full fault suite: >= 10,000 schedules + the SIGKILL soak
+	RELIABILITY_EXAMPLES=$(RELIABILITY_EXAMPLES) RELIABILITY_FULL=1 \
+	  $(VENV)/bin/python -m pytest tests/reliability -m "reliability" -p no:cacheprovider -rxX
+
+reliability-fast: $(VENV_STAMP) ## The fault suite's fast subset (what `make pytest` runs of it)
+	$(VENV)/bin/python -m pytest tests/reliability -m "reliability and not reliability_full" -rxX
 
 # ---------------------------------------------------------------------------------- running
 demo: $(VENV_STAMP) ## Run the local demo (moto, no AWS account, no Docker)

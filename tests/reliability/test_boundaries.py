@@ -1,0 +1,104 @@
+"""Faults at every write boundary of every operation kind of the reference agent.
+
+For each operation (step, model call, the four tool kinds, wait, approval, callback, sub-agent
+invoke and its step, map and a map branch, emit, and the reversible tool's compensation, which
+recovery writes as further commits of ``book-hotel``):
+
+* at each of the runtime's hook points (where it has them): a crash (``SimulatedCrash``) and a
+  Lambda timeout, once and three times in a row;
+* at each of its journal writes (1st, 2nd, 3rd): the write refused (never lands), landed but
+  reported as failed, the process dying just before or just after it, the Lambda timing out
+  just after it; and refused / landed-but-failed three times in a row.
+
+Each case runs the simulator with that one fault (no random faults) and checks every invariant.
+A case that fails today because of a known defect is ``xfail(strict=True)``: it turns into a
+failure (XPASS) the moment the fix lands, so the mark is removed with the fix.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.reliability import tally
+from tests.reliability.faults import WRITE_MODES, FaultPlan, Target
+from tests.reliability.invariants import reference
+
+pytestmark = pytest.mark.reliability
+
+OPERATIONS = {
+    "step": "shipment-submit",
+    "llm": "plan",
+    "tool-lookup": "reserve-seat",
+    "tool-idempotent": "charge-card",
+    "tool-reversible+compensation": "book-hotel",
+    "tool-irreversible": "send-sms",
+    "wait": "cool-off",
+    "approval": "approve",
+    "callback": "shipment",
+    "invoke": "audit",
+    "sub-agent-step": "stamp",
+    "map": "parts",
+    "map-branch": "part",
+    "emit": "done-event",
+}
+HOOK_POINTS = ("before_claim", "before_execute", "after_execute", "after_record")
+# Operation kinds the runtime calls InvocationHooks for (the others are covered at their writes).
+HOOKED = ("step", "llm", "tool-lookup", "tool-idempotent", "tool-reversible+compensation",
+          "tool-irreversible", "invoke", "sub-agent-step", "map-branch")  # fmt: skip
+
+# Cases that fail today, by the defect they hit (found by this suite; see docs/reliability.md).
+D13 = "defect 13: crashes and failed writes consume the operation's retry budget"
+KNOWN: dict[str, str] = {
+    **{
+        f"step-{p}-{m}-x3": D13
+        for p in ("before_execute", "after_execute")
+        for m in ("crash", "timeout")
+    },
+    **{
+        f"sub-agent-step-{p}-{m}-x3": D13
+        for p in ("before_execute", "after_execute")
+        for m in ("crash", "timeout")
+    },
+    "step-write1-infra_after-x3": D13,
+    "sub-agent-step-write1-infra_after-x3": D13,
+    "tool-lookup-before_execute-timeout-x3": D13,
+    "tool-lookup-write1-infra_after-x3": D13,
+    "map-branch-before_execute-timeout-x3": D13,
+    "map-branch-after_execute-timeout-x3": D13,
+}
+
+
+def _cases() -> list[tuple[str, Target]]:
+    writes = reference().writes
+    cases: list[tuple[str, Target]] = []
+    for kind, op in OPERATIONS.items():
+        if kind in HOOKED:
+            for point in HOOK_POINTS:
+                for mode in ("crash", "timeout"):
+                    cases.append((f"{kind}-{point}-{mode}", Target(op, point, mode)))
+                    cases.append((f"{kind}-{point}-{mode}-x3", Target(op, point, mode, times=3)))
+        assert writes[op], f"the reference run never writes {op}"
+        for nth in range(1, min(writes[op], 3) + 1):
+            for mode in WRITE_MODES:
+                cases.append((f"{kind}-write{nth}-{mode}", Target(op, "commit", mode, nth=nth)))
+            for mode in ("infra_before", "infra_after"):
+                target = Target(op, "commit", mode, nth=nth, times=3)
+                cases.append((f"{kind}-write{nth}-{mode}-x3", target))
+    return cases
+
+
+CASES = _cases()
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        pytest.param(t, id=i, marks=[pytest.mark.xfail(strict=True, reason=KNOWN[i])])
+        if i in KNOWN
+        else pytest.param(t, id=i)
+        for i, t in CASES
+    ],
+)
+def test_fault_at_boundary(target: Target) -> None:
+    result = tally.run_checked(FaultPlan(targets=(target,)), f"boundary-{target.mode}")
+    assert sum(result.faults.values()) >= 1, f"{target} never fired: the case tests nothing"
