@@ -19,7 +19,7 @@ from durable_agents.clock import SkipClock
 from durable_agents.errors import InfrastructureError
 from durable_agents.events import STEP_READY, EventPublishError, OutgoingEvent
 from durable_agents.journal.memory import InMemoryJournal
-from durable_agents.journal.store import JournalStore
+from durable_agents.journal.store import JournalStore, Page
 from durable_agents.models import (
     EffectChange,
     Entry,
@@ -261,18 +261,35 @@ class FaultyJournal(JournalStore):
         return self._read("GetItem", lambda: self.inner.get_wait(wait_id))
 
     def list_runs(
-        self, *, status: RunStatus | None = None, limit: int = 50, cursor: str | None = None
+        self,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        oldest_first: bool = False,
     ) -> RunPage:
         return self._index(
-            f"list_runs:{status}:{cursor}",
-            lambda: self.inner.list_runs(status=status, limit=limit, cursor=cursor),
+            f"list_runs:{status}:{cursor}:{oldest_first}",
+            lambda: self.inner.list_runs(
+                status=status, limit=limit, cursor=cursor, oldest_first=oldest_first
+            ),
         )
 
-    def due_runs(self, now_ms: int, *, limit: int = 100) -> list[RunHeader]:
-        return self._index("due_runs", lambda: self.inner.due_runs(now_ms, limit=limit))
+    def due_runs_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[RunHeader]:
+        return self._index(
+            f"due_runs:{cursor}",
+            lambda: self.inner.due_runs_page(now_ms, limit=limit, cursor=cursor),
+        )
 
-    def stale_effects(self, now_ms: int, *, limit: int = 100) -> list[SideEffectRecord]:
-        return self._index("stale", lambda: self.inner.stale_effects(now_ms, limit=limit))
+    def stale_effects_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[SideEffectRecord]:
+        return self._index(
+            f"stale:{cursor}",
+            lambda: self.inner.stale_effects_page(now_ms, limit=limit, cursor=cursor),
+        )
 
     def effects_in_review(self, *, limit: int = 100) -> list[SideEffectRecord]:
         return self._index("review", lambda: self.inner.effects_in_review(limit=limit))
@@ -282,8 +299,13 @@ class FaultyJournal(JournalStore):
             f"waits:{kind}:{status}", lambda: self.inner.list_waits(kind, status, limit=limit)
         )
 
-    def due_waits(self, now_ms: int, *, limit: int = 100) -> list[WaitRecord]:
-        return self._index("due_waits", lambda: self.inner.due_waits(now_ms, limit=limit))
+    def due_waits_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[WaitRecord]:
+        return self._index(
+            f"due_waits:{cursor}",
+            lambda: self.inner.due_waits_page(now_ms, limit=limit, cursor=cursor),
+        )
 
 
 class FaultyBus:

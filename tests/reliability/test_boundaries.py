@@ -93,10 +93,7 @@ CASES = _cases()
 @pytest.mark.parametrize(
     "target",
     [
-        pytest.param(t, id=i, marks=[pytest.mark.xfail(strict=True, reason=KNOWN[i])])
-        if i in KNOWN
-        else pytest.param(t, id=i)
-        for i, t in CASES
+        pytest.param(t, id=i) for i, t in CASES
     ],
 )
 def test_fault_at_boundary(target: Target) -> None:

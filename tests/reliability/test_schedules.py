@@ -70,9 +70,6 @@ def _class_test(cls: str) -> object:
         tally.run_checked(plan, cls)
 
     test.__name__ = f"test_{cls}"
-    marks = [pytest.mark.xfail(strict=False, reason=KNOWN[cls])] if cls in KNOWN else []
-    for mark in marks:
-        test = mark(test)
     return test
 
 
@@ -80,7 +77,6 @@ for _cls in FAULT_CLASSES:
     globals()[f"test_{_cls}"] = _class_test(_cls)
 
 
-@pytest.mark.xfail(strict=False, reason="defects 1, 5, 13 (every class at once)")
 @SETTINGS
 @given(plan=plans(FAULT_CLASSES))
 def test_all_classes_at_once(plan: FaultPlan) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from durable_agents.aws_faults import GuardedClient
 from durable_agents.errors import DurableError
 
 SOURCE = "durable-agents"
@@ -65,7 +66,9 @@ class EventBridgePublisher:
     """
 
     def __init__(self, client: Any, bus_name: str):
-        self._client = client
+        # A 500 or a timeout from PutEvents aborts the invocation (InfrastructureError) and
+        # the platform retries it; what it should have sent is derived again on the retry.
+        self._client = client if isinstance(client, GuardedClient) else GuardedClient(client)
         self._bus = bus_name
 
     def publish(self, events: Sequence[OutgoingEvent]) -> None:
