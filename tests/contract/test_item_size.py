@@ -141,7 +141,6 @@ def _refund_agent(executed: list[Payment]) -> Any:
         executed.append(request)
         return "paid"
 
-
     @agent(name="payer", version="1", registry=AgentRegistry())
     def payer(ctx: DurableContext, _: None) -> str:
         # The same request on every replay: a changed one pauses the run (input fingerprints).

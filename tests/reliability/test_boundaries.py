@@ -92,9 +92,7 @@ CASES = _cases()
 
 @pytest.mark.parametrize(
     "target",
-    [
-        pytest.param(t, id=i) for i, t in CASES
-    ],
+    [pytest.param(t, id=i) for i, t in CASES],
 )
 def test_fault_at_boundary(target: Target) -> None:
     result = tally.run_checked(FaultPlan(targets=(target,)), f"boundary-{target.mode}")

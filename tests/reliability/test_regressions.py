@@ -53,9 +53,7 @@ REGRESSIONS = [
 
 @pytest.mark.parametrize(
     "plan",
-    [
-        pytest.param(p, id=i) for i, p, _defect in REGRESSIONS
-    ],
+    [pytest.param(p, id=i) for i, p, _defect in REGRESSIONS],
 )
 def test_regression(plan: FaultPlan) -> None:
     tally.run_checked(plan, "regression")
