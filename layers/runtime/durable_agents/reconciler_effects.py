@@ -121,13 +121,8 @@ def _recover(
 def _schema_mismatch(
     ctx: SweepContext, protocol: SideEffectProtocol, tool: Tool[Any, Any], record: SideEffectRecord
 ) -> None:
-    reason = (
-        f"prepared with tool {record.tool!r} schema version {record.tool_schema_version!r}, "
-        f"but schema version {tool.schema_version!r} is deployed: the stored request is not "
-        "executed by code that may read it differently"
-    )
-    settled = protocol.needs_review(record, reason)
-    if settled.how != "review" or settled.record is None:
+    settled = protocol.refuse_other_schema(tool, record)
+    if settled is None or settled.how != "review" or settled.record is None:
         ctx.report.effects_skipped += 1  # changed meanwhile: whoever changed it decides
         return
     ctx.report.effects_schema_mismatch += 1

@@ -53,9 +53,9 @@ def run_tool(ctx: DurableContext, tool: Tool[Any, Any], request: Any, name: str)
         except EffectConflictError as exc:
             raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
         inv.executed.append(op_id)
-        settled = protocol.recover(tool, effect)
+        settled = protocol.refuse_other_schema(tool, effect) or protocol.recover(tool, effect)
     elif effect.status is EffectStatus.ABANDONED:
-        settled = protocol.abandon(tool, effect)
+        settled = protocol.refuse_other_schema(tool, effect) or protocol.abandon(tool, effect)
     elif effect.status is EffectStatus.NEEDS_REVIEW:
         raise SuspendExecution(Reason.EXTERNAL, detail=f"{op_id} needs review")
     else:

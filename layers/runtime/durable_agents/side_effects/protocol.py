@@ -156,6 +156,24 @@ class SideEffectProtocol(EffectWrites):
 
     # -- recovery ----------------------------------------------------------------------------
 
+    def refuse_other_schema(self, tool: Tool[Any, Any], record: SideEffectRecord) -> Settled | None:
+        """Parks a call prepared under another schema version of its tool for a person.
+
+        The stored request was validated by the tool as it was then; code that may read it
+        differently ("500 cents" read as euros) never executes or undoes it on its own.
+
+        Returns:
+            The review outcome, or None if the versions match (recover as usual).
+        """
+        if record.tool_schema_version == tool.schema_version:
+            return None
+        reason = (
+            f"prepared with tool {record.tool!r} schema version {record.tool_schema_version!r}, "
+            f"but schema version {tool.schema_version!r} is deployed: the stored request is not "
+            "executed by code that may read it differently"
+        )
+        return self.needs_review(record, reason)
+
     def recover(self, tool: Tool[Any, Any], record: SideEffectRecord) -> Settled:
         """Settles a PREPARED call this holder has just claimed (see the module docstring)."""
         interrupted = interrupted_since_redrive(record)
