@@ -51,7 +51,10 @@ class InvocationHooks:
     """Points where tests inject crashes. The default does nothing."""
 
     def before_claim(self, op_id: str) -> None:
-        """Called before an operation writes its claim (or PREPARE record): nothing recorded."""
+        """Called before an operation's first write: nothing of it is recorded yet.
+
+        Every operation kind calls it: before its claim, PREPARE record, timer, wait or result.
+        """
 
     def before_execute(self, op_id: str, attempt: int) -> None:
         """Called after the claim is recorded, before the operation's code runs."""
@@ -60,7 +63,10 @@ class InvocationHooks:
         """Called after the operation's code returned, before its result is recorded."""
 
     def after_record(self, op_id: str) -> None:
-        """Called after the operation's result is recorded."""
+        """Called after the operation's write is recorded, before anything is published.
+
+        That write is its result, or the timer, approval or callback it now waits for.
+        """
 
 
 NO_HOOKS = InvocationHooks()

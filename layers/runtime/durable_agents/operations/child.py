@@ -57,7 +57,9 @@ def run_child(
 
 
 def _commit(ctx: DurableContext, entry: Any, op_id: str) -> None:
+    ctx.invocation.hooks.before_claim(op_id)
     try:
         ctx.invocation.commit([entry])
     except EntryConflictError as exc:
         raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+    ctx.invocation.hooks.after_record(op_id)

@@ -47,8 +47,10 @@ def run_emit(ctx: DurableContext, detail_type: str, detail: Any, name: str) -> s
         value=payload,
         meta={"outbox": True, "event_id": op_id, **fingerprint.meta()},
     )
+    inv.hooks.before_claim(op_id)
     try:
         inv.commit([entry])
     except EntryConflictError as exc:
         raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+    inv.hooks.after_record(op_id)
     return op_id

@@ -335,8 +335,10 @@ def _complete(
     outcome: BatchResult[Any] = BatchResult(items=items, completion_reason=reason)
     payload = encode(outcome.model_dump(mode="json"))
     entry = inv.entry(position, op_id, kind, name, EntryType.SUCCEEDED, value=payload)
+    inv.hooks.before_claim(op_id)
     try:
         inv.commit([entry])
     except EntryConflictError as exc:
         raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+    inv.hooks.after_record(op_id)
     return BatchResult[Any].model_validate(decode(payload))

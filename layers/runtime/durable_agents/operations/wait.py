@@ -30,15 +30,19 @@ def run_wait(ctx: DurableContext, seconds: float, name: str) -> None:
         if due > now:
             raise SuspendExecution(Reason.TIMER, wake_at_ms=due, detail=op_id)
         done = inv.entry(position, op_id, OpKind.WAIT, name, EntryType.SUCCEEDED)
+        inv.hooks.before_claim(op_id)
         try:
             inv.commit([done])
         except EntryConflictError as exc:
             raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+        inv.hooks.after_record(op_id)
         return
     due = now + int(seconds * 1000)
     armed = inv.entry(position, op_id, OpKind.WAIT, name, EntryType.SCHEDULED, due_at_ms=due)
+    inv.hooks.before_claim(op_id)
     try:
         inv.commit([armed], Suspension(due, {"kind": "wait", "op_id": op_id, "until_ms": due}))
     except EntryConflictError as exc:
         raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+    inv.hooks.after_record(op_id)
     raise SuspendExecution(Reason.TIMER, wake_at_ms=due, detail=op_id)

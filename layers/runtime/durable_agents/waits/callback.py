@@ -116,10 +116,12 @@ def run_create_callback(
         due_at_ms=pending.deadline_ms,
         value=canonical_json({"callback_id": callback_id}),
     )
+    inv.hooks.before_claim(op_id)
     try:
         inv.commit([created], wait=WaitChange(pending))
     except (EntryConflictError, WaitConflictError) as exc:
         raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+    inv.hooks.after_record(op_id)
     inv.schedule_wait(callback_id, pending.due_at_ms)
     return handle
 
