@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
 from durable_agents.agent import AgentRegistry
-from durable_agents.errors import RunNotFoundError, RunStateConflictError
+from durable_agents.errors import InfrastructureError, RunNotFoundError, RunStateConflictError
 from durable_agents.events import EventBridgePublisher
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.payloads import S3PayloadStore
@@ -55,6 +55,13 @@ class RunsClient:
             raise RunsError(
                 f"run {exc.run_id!r} is already {exc.actual}: nothing to redrive"
             ) from exc
+        except InfrastructureError as exc:  # the journal's guard wraps botocore's errors
+            if isinstance(exc.__cause__, EndpointConnectionError):
+                raise RunsError(
+                    f"cannot reach {self.endpoint}: start `durable-agents local` (or "
+                    "`durable-agents moto`), or pass --endpoint"
+                ) from exc
+            raise RunsError(f"talking to {self.endpoint} failed: {exc}") from exc
         except EndpointConnectionError as exc:
             raise RunsError(
                 f"cannot reach {self.endpoint}: start `durable-agents local` (or "

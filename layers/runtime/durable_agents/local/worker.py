@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from durable_agents.errors import ConfigurationError
+from durable_agents.errors import ConfigurationError, InfrastructureError
 from durable_agents.local import moto_server
 from durable_agents.local.aws import DEFAULT_REGION, DUMMY_KEY, LocalSession
 from durable_agents.local.crash import CrashHooks, CrashSpec, install
@@ -419,7 +419,14 @@ def run_local(options: WorkerOptions) -> int:
     try:
         try:
             worker.start()
-        except (ConfigurationError, OSError, RuntimeError, BotoCoreError, ClientError) as exc:
+        except (
+            ConfigurationError,
+            OSError,
+            RuntimeError,
+            BotoCoreError,
+            ClientError,
+            InfrastructureError,
+        ) as exc:
             log.error("cannot start local mode: %s", exc)
             return EXIT_SETUP_FAILED
         worker.wait()
