@@ -290,8 +290,9 @@ class Simulator:
         return self._result(start)
 
     def _start(self) -> None:
-        # The client retries the start with the same idempotency key until it is accepted.
-        for _ in range(10):
+        # The client retries the start with the same idempotency key until it is accepted:
+        # every refused try is one injected fault, and faults stop after ``max_faults``.
+        for _ in range(self.plan.max_faults + 10):
             try:
                 self.runtime.start_run(
                     "reference", {"order": ORDER}, run_id=RUN_ID, idempotency_key="k-1"
@@ -299,7 +300,7 @@ class Simulator:
                 return
             except (InfrastructureError, EventPublishError):
                 self.clock.advance(1_000)
-        raise AssertionError("the run could not be started in 10 tries")
+        raise AssertionError("the run could not be started after the faults stopped")
 
     def _handle(self, item: tuple[Any, ...]) -> None:
         if item[0] == "step":
