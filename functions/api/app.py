@@ -48,6 +48,7 @@ from durable_agents.errors import (
 from durable_agents.events import step_ready
 from durable_agents.models import RunStatus, WaitStatus
 from durable_agents.runtime import InputValidationError, Runtime
+from durable_agents.scrub import ScrubFilter
 from durable_agents.side_effects.review import (
     Decision,
     ReviewAlreadyDecidedError,
@@ -134,6 +135,8 @@ class ThreadSafeRestResolver(APIGatewayRestResolver):
 
 
 logger = Logger()
+# Revealed secrets are masked in every line this function writes (durable_agents.scrub).
+logger.registered_handler.addFilter(ScrubFilter())
 tracer = Tracer()
 app = ThreadSafeRestResolver()
 

@@ -13,8 +13,11 @@ from durable_agents.deployment import Settings, build_runtime
 from durable_agents.errors import InfrastructureError, InvocationRetryError
 from durable_agents.reconciler import expire_wait, sweep, wake_run
 from durable_agents.runtime import Runtime
+from durable_agents.scrub import ScrubFilter
 
 logger = Logger()
+# Revealed secrets are masked in every line this function writes (durable_agents.scrub).
+logger.registered_handler.addFilter(ScrubFilter())
 tracer = Tracer()
 metrics = Metrics()
 

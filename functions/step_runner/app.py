@@ -18,8 +18,11 @@ from durable_agents.deployment import Settings, build_runtime
 from durable_agents.errors import InfrastructureError, InvocationRetryError, RunNotFoundError
 from durable_agents.events import STEP_READY
 from durable_agents.runtime import Runtime
+from durable_agents.scrub import ScrubFilter
 
 logger = Logger()
+# Revealed secrets are masked in every line this function writes (durable_agents.scrub).
+logger.registered_handler.addFilter(ScrubFilter())
 tracer = Tracer()
 metrics = Metrics()
 

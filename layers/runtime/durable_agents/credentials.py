@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from durable_agents.errors import SecretSerializationError
+from durable_agents.scrub import remember
 
 
 class Secret:
@@ -30,7 +31,12 @@ class Secret:
         self._value = value
 
     def reveal(self) -> str:
-        """Returns the secret value. Call it only where the credential is used."""
+        """Returns the secret value. Call it only where the credential is used.
+
+        The value is remembered (``durable_agents.scrub``), so that if it turns up in an
+        exception message it is masked in the journal, the logs and the events.
+        """
+        remember(self._value)
         return self._value
 
     def __repr__(self) -> str:

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from durable_agents.aws_faults import GuardedClient
 from durable_agents.errors import DurableError
+from durable_agents.scrub import scrub_value
 
 SOURCE = "durable-agents"
 STEP_READY = "Step Ready"
@@ -84,7 +85,7 @@ class EventBridgePublisher:
                     {
                         "Source": SOURCE,
                         "DetailType": e.detail_type,
-                        "Detail": json.dumps(e.detail, separators=(",", ":")),
+                        "Detail": json.dumps(scrub_value(e.detail), separators=(",", ":")),
                         "EventBusName": self._bus,
                     }
                     for e in batch
@@ -103,9 +104,10 @@ class CollectingPublisher:
         self._lock = threading.Lock()
 
     def publish(self, events: Sequence[OutgoingEvent]) -> None:
-        """Appends ``events``."""
+        """Appends ``events`` (scrubbed of revealed secrets, as the bus publisher does)."""
+        scrubbed = [OutgoingEvent(e.detail_type, scrub_value(e.detail)) for e in events]
         with self._lock:
-            self.events.extend(events)
+            self.events.extend(scrubbed)
 
     def drain(self) -> list[OutgoingEvent]:
         """Returns and forgets the events published so far."""

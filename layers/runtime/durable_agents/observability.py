@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
+from durable_agents.scrub import scrub, scrub_value
+
 
 class _Live(Protocol):
     live: bool
@@ -26,8 +28,9 @@ class ReplayAwareLogger:
         if not self._inv.live:
             return
         try:
-            merged = {"run_id": self._run_id, **extra}
-            self._logger.log(level, msg, *args, extra=merged)
+            merged = scrub_value({"run_id": self._run_id, **extra})
+            text = msg % args if args else msg
+            self._logger.log(level, scrub(text), extra=merged)  # revealed secrets masked
         except Exception:  # noqa: S110 - the trace plane must not break execution
             pass
 

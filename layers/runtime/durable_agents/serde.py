@@ -17,6 +17,7 @@ from pydantic import BaseModel, SecretBytes, SecretStr, TypeAdapter
 from durable_agents.credentials import Secret
 from durable_agents.errors import PayloadError, SecretSerializationError, StepError
 from durable_agents.models import ErrorInfo
+from durable_agents.scrub import scrub, scrub_value
 
 _SECRET_TYPES = (Secret, SecretStr, SecretBytes)
 
@@ -33,6 +34,8 @@ def _refuse(value: Any) -> Any:
             "never stored in the journal"
         )
     if isinstance(value, BaseModel):
+        # model_dump would mask SecretStr/SecretBytes as "**********": refuse them instead.
+        _check_no_secrets(value)
         return value.model_dump(mode="json")
     raise PayloadError(f"cannot record a value of type {type(value).__name__}: not JSON")
 
@@ -112,12 +115,15 @@ def canonical_json(value: Any) -> str:
 
 def error_info(exc: BaseException) -> ErrorInfo:
     """Describes an exception for the journal (type, module, message; no pickling)."""
+    # Messages are scrubbed of revealed secrets: "auth failed for sk-live-…" is recorded masked.
     if isinstance(exc, StepError):
-        return ErrorInfo(type=exc.error_type, message=exc.message, module="")
+        return ErrorInfo(type=exc.error_type, message=scrub(exc.message), module="")
     cls = type(exc)
     fields = getattr(exc, "recorded_fields", ())
-    data = {name: getattr(exc, name, None) for name in fields} or None
-    return ErrorInfo(type=cls.__qualname__, message=str(exc), module=cls.__module__, data=data)
+    data = scrub_value({name: getattr(exc, name, None) for name in fields}) or None
+    return ErrorInfo(
+        type=cls.__qualname__, message=scrub(str(exc)), module=cls.__module__, data=data
+    )
 
 
 def rebuild_error(info: ErrorInfo) -> Exception:

@@ -6,6 +6,7 @@ transition rules and argument validation live here, once.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from durable_agents.errors import DurableError
 from durable_agents.models import (
     EffectChange,
     Entry,
+    ErrorInfo,
     RunChange,
     RunHeader,
     RunPage,
@@ -26,6 +28,7 @@ from durable_agents.models import (
     WaitRecord,
     WaitStatus,
 )
+from durable_agents.scrub import scrub, scrub_value
 
 _S = RunStatus
 ALLOWED_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
@@ -120,6 +123,22 @@ class JournalStore(ABC):
             raise ValueError(f"side effect {effect.record.operation_id!r} belongs to another run")
         if wait is not None and wait.record.run_id != run_id:
             raise ValueError(f"wait {wait.record.wait_id!r} belongs to another run")
+        # Free text that reaches the journal (review reasons, unclear outcomes, wait outcomes,
+        # the run's error) is scrubbed of revealed secrets here, whoever wrote it.
+        if effect is not None and effect.record.note:
+            effect = dataclasses.replace(
+                effect, record=effect.record.replace(note=scrub_value(effect.record.note))
+            )
+        if wait is not None and wait.record.outcome:
+            wait = dataclasses.replace(
+                wait, record=wait.record.replace(outcome=scrub_value(wait.record.outcome))
+            )
+        if change is not None and isinstance(change.error, ErrorInfo):
+            error = change.error
+            scrubbed = dataclasses.replace(
+                error, message=scrub(error.message), data=scrub_value(error.data)
+            )
+            change = dataclasses.replace(change, error=scrubbed)
         self._commit(run_id, entries, change, effect, wait)
 
     @abstractmethod
