@@ -39,12 +39,16 @@ OPERATIONS = {
     "sub-agent-step": "stamp",
     "map": "parts",
     "map-branch": "part",
+    "child": "branch-0",  # a map branch's child scope: its result is a child-context write
     "emit": "done-event",
 }
 HOOK_POINTS = ("before_claim", "before_execute", "after_execute", "after_record")
-# Operation kinds the runtime calls InvocationHooks for (the others are covered at their writes).
-HOOKED = ("step", "llm", "tool-lookup", "tool-idempotent", "tool-reversible+compensation",
-          "tool-irreversible", "invoke", "sub-agent-step", "map-branch")  # fmt: skip
+# Operation kinds with all four hook points (they claim, execute, then record).
+EXECUTED = ("step", "llm", "tool-lookup", "tool-idempotent", "tool-reversible+compensation",
+            "tool-irreversible", "invoke", "sub-agent-step", "map-branch")  # fmt: skip
+# The others call before_claim / after_record around their writes; the wait writes twice (its
+# timer, then its completion), so its 2nd opportunity is a case of its own.
+RECORDED = {"wait": 2, "approval": 1, "callback": 1, "map": 1, "child": 1, "emit": 1}
 
 # Cases that fail today, by the defect they hit (found by this suite; see docs/reliability.md).
 D13 = "defect 13: crashes and failed writes consume the operation's retry budget"
@@ -72,11 +76,18 @@ def _cases() -> list[tuple[str, Target]]:
     writes = reference().writes
     cases: list[tuple[str, Target]] = []
     for kind, op in OPERATIONS.items():
-        if kind in HOOKED:
+        if kind in EXECUTED:
             for point in HOOK_POINTS:
                 for mode in ("crash", "timeout"):
                     cases.append((f"{kind}-{point}-{mode}", Target(op, point, mode)))
                     cases.append((f"{kind}-{point}-{mode}-x3", Target(op, point, mode, times=3)))
+        for nth in range(1, RECORDED.get(kind, 0) + 1):
+            for point in ("before_claim", "after_record"):
+                at = f"{point}{nth}" if RECORDED[kind] > 1 else point
+                for mode in ("crash", "timeout"):
+                    cases.append((f"{kind}-{at}-{mode}", Target(op, point, mode, nth=nth)))
+                    target = Target(op, point, mode, nth=nth, times=3)
+                    cases.append((f"{kind}-{at}-{mode}-x3", target))
         assert writes[op], f"the reference run never writes {op}"
         for nth in range(1, min(writes[op], 3) + 1):
             for mode in WRITE_MODES:

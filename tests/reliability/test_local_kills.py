@@ -1,0 +1,244 @@
+"""A real SIGKILL of the local-mode worker at the write boundaries of every operation kind.
+
+Each case starts ``durable-agents local --crash-at OPERATION:POINT`` on a moto server shared by
+the module, starts a run of ``kill-reference`` (``kill_agent``: a model call, a step, the
+payments tool, an approval, a wait, a callback, a sub-agent, a map, a child context and an
+emit), drives it (approvals decided through signed links, the callback completed over HTTP)
+until the worker SIGKILLs itself, starts a fresh un-armed worker on the same moto server and
+drives the run to the end. It must then have:
+
+* SUCCEEDED with the fault-free run's output;
+* charged the card exactly once, with no refund (the fake payments service's ledger);
+* every result recorded once, at the fault-free run's positions (parent and sub-agent runs);
+* really been killed: the armed worker exited by SIGKILL at the named point.
+
+Points: ``before_claim`` and ``after_record`` for every kind, plus ``before_execute`` and
+``after_execute`` for the step, the model call and the tool: 26 cases. A case takes ~20 s (two
+worker starts, the claim lease of the killed invocation running out), so even three of them
+exceed the normal suite's budget: every case is ``reliability_full`` (``make reliability``).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import urllib.error
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote, urlsplit
+
+import pytest
+
+from durable_agents.local.moto_server import MotoProcess
+from durable_agents.local.processes import ServicesProcess, WorkerProcess, http_json
+from durable_agents.local.runs import RunsClient
+from durable_agents.local.services import ServicesHandle
+from durable_agents.models import WaitStatus
+from durable_agents.operations.invoke import child_run_id
+from tests.integration.local_stack import ROOT, moto, services, services_process, workers
+from tests.reliability import kill_agent
+
+__all__ = ["moto", "services", "services_process"]  # the fixtures, from local_stack
+
+pytestmark = [pytest.mark.slow, pytest.mark.reliability]
+
+AGENT = "kill-reference"
+MODULE = "tests.reliability.kill_agent"
+# A 1 s StepRunner timeout gives a 6 s claim lease; the reconciler re-drives a stalled run
+# after 1 s and an unfinished SQS delivery comes back after 2 s: recovery takes seconds.
+WORKER_ARGS = (
+    "--function-timeout", "StepRunnerFunction=1", "--stall-after", "1",
+    "--visibility-timeout", "2", "--schedule-interval", "0.5",
+)  # fmt: skip
+RUN_TIMEOUT = 90.0
+
+EXECUTED = {"step": "price", "llm": "plan", "tool": "charge-card"}
+RECORDED = {
+    "wait": "cool-off",
+    "approval": "approve",
+    "callback": "shipment",
+    "invoke": "audit",
+    "map": "parts",
+    "child": "pack",
+    "emit": "done-event",
+}
+CASES = [
+    *[
+        (kind, op, point)
+        for kind, op in EXECUTED.items()
+        for point in ("before_claim", "before_execute", "after_execute", "after_record")
+    ],
+    *[
+        (kind, op, point)
+        for kind, op in RECORDED.items()
+        for point in ("before_claim", "after_record")
+    ],
+]
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The fault-free run: its output and the results its journals hold, per run."""
+
+    result: Any
+    results: dict[str, Counter[tuple[str, str, str]]]
+
+
+def _results(store: Any, run_id: str) -> dict[str, Counter[tuple[str, str, str]]]:
+    """``(position, name, type)`` of every result entry, per run (the parent and the auditor)."""
+    entries = store.load(run_id).entries
+    [audit] = [e for e in entries if e.name == "audit" and e.type.is_result]
+    child = child_run_id(run_id, audit.op_id, "audit")
+    return {
+        label: Counter(
+            (e.position, e.name, e.type.value) for e in store.load(rid).entries if e.type.is_result
+        )
+        for label, rid in (("run", run_id), ("sub-agent", child))
+    }
+
+
+def kill_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``template.yaml`` with ``kill_agent`` among the agent modules and absolute code paths."""
+    text = (ROOT / "template.yaml").read_text()
+    modules = "AGENT_MODULES: agents.example,agents.checkout,agents.support"
+    assert text.count(modules) == 1, "template.yaml's AGENT_MODULES changed: update this test"
+    text = text.replace(modules, f"{modules},{MODULE}")
+    text = text.replace("CodeUri: functions/", f"CodeUri: {ROOT}/functions/")
+    text = text.replace("ContentUri: layers/runtime", f"ContentUri: {ROOT}/layers/runtime")
+    path = tmp_path_factory.mktemp("kill-template") / "template.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return kill_template(tmp_path_factory)
+
+
+def _answer(worker: WorkerProcess, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    """``http_json`` that answers ``(0, None)`` when the worker is gone (it was killed)."""
+    try:
+        return http_json(method, f"{worker.base_url}{path}", body, timeout=5)
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return 0, None
+
+
+class Driver:
+    """Plays the people and the shipper for one run: approves it, completes its callback."""
+
+    def __init__(self, moto_endpoint: str, run_id: str):
+        self.store = RunsClient(moto_endpoint).store
+        self.run_id = run_id
+
+    def _approve(self, worker: WorkerProcess) -> None:
+        status, listed = _answer(worker, "GET", "/approvals?status=pending")
+        if status != 200:
+            return
+        for approval in listed["approvals"]:
+            if approval["run_id"] != self.run_id:
+                continue
+            aid = quote(approval["approval_id"])
+            status, minted = _answer(
+                worker, "POST", f"/approvals/{aid}/links", {"approver": kill_agent.APPROVER}
+            )
+            if status != 201:
+                continue
+            token = parse_qs(urlsplit(minted["url"]).query)["token"][0]
+            _answer(
+                worker, "POST", f"/links/approvals/{aid}", {"token": token, "decision": "approve"}
+            )
+
+    def _ship(self, worker: WorkerProcess) -> None:
+        for record in self.store.list_waits("callback", WaitStatus.PENDING):
+            if record.run_id == self.run_id:
+                path = f"/callbacks/{quote(record.wait_id)}/success"
+                _answer(worker, "POST", path, {"tracking": "T-1"})
+
+    def step(self, worker: WorkerProcess) -> dict[str, Any] | None:
+        """One round: act on what the run waits for; the run if it finished."""
+        status, run = _answer(worker, "GET", f"/runs/{quote(self.run_id)}")
+        if status != 200:
+            return None
+        assert run["status"] not in ("FAILED", "PAUSED", "CANCELLED"), run
+        if run["status"] == "SUCCEEDED":
+            return dict(run)
+        self._approve(worker)
+        self._ship(worker)
+        return None
+
+    def until(self, done: Callable[[], Any], worker: WorkerProcess, what: str) -> Any:
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while time.monotonic() < deadline:
+            run = self.step(worker)
+            value = done() if run is None else run
+            if value:
+                return value
+            time.sleep(0.2)
+        raise AssertionError(f"timed out after {RUN_TIMEOUT} s waiting for {what}")
+
+
+def start_run(worker: WorkerProcess, order: str) -> str:
+    status, body = http_json(
+        "POST", f"{worker.base_url}/runs", {"agent": AGENT, "input": {"order": order}}
+    )
+    assert status == 201, body
+    return str(body["run"]["run_id"])
+
+
+def charges(services: ServicesHandle) -> list[str]:
+    """The payments ledger's events (``charge.created``, ``charge.refunded``, …)."""
+    return [e["event"] for e in services.ledger("payments")]
+
+
+@pytest.fixture(scope="module")
+def baseline(
+    moto: MotoProcess, services_process: ServicesProcess, template: Path
+) -> Iterator[Baseline]:
+    handle = ServicesHandle(services_process.url)
+    handle.reset()
+    # The worker stops before any case starts: two workers on one moto server share its queues,
+    # and an un-armed one would take the armed one's deliveries.
+    with workers(moto, handle) as start:
+        worker = start("--template", str(template), *WORKER_ARGS)
+        run_id = start_run(worker, "O-1")
+        run = Driver(moto.endpoint, run_id).until(lambda: None, worker, f"{run_id} to succeed")
+        assert charges(handle) == ["charge.created"]
+        assert worker.stop() == 0
+    yield Baseline(run["result"], _results(RunsClient(moto.endpoint).store, run_id))
+
+
+@pytest.mark.reliability_full
+@pytest.mark.parametrize(
+    ("kind", "op", "point"),
+    [pytest.param(kind, op, point, id=f"{kind}-{op}-{point}") for kind, op, point in CASES],
+)
+def test_sigkill_at_boundary(
+    moto: MotoProcess,
+    services: ServicesHandle,
+    template: Path,
+    baseline: Baseline,
+    kind: str,
+    op: str,
+    point: str,
+) -> None:
+    with workers(moto, services) as start:
+        doomed = start("--template", str(template), *WORKER_ARGS, "--crash-at", f"{op}:{point}")
+        run_id = start_run(doomed, "O-1")
+        driver = Driver(moto.endpoint, run_id)
+        outcome = driver.until(
+            lambda: doomed.returncode is not None, doomed, f"the worker to die at {op}:{point}"
+        )
+        assert outcome is True, f"the run finished without reaching {op}:{point}: {outcome}"
+        assert doomed.returncode == -signal.SIGKILL, doomed.returncode
+        assert any(f"--crash-at {op}:{point}: SIGKILL" in line for line in doomed.lines)
+
+        survivor = start("--template", str(template), *WORKER_ARGS)
+        run = driver.until(lambda: None, survivor, f"{run_id} to succeed after the kill")
+
+        assert run["result"] == baseline.result
+        assert charges(services) == ["charge.created"], services.ledger("payments")
+        assert _results(driver.store, run_id) == baseline.results
+        assert survivor.stop() == 0
