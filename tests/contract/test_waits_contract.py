@@ -9,17 +9,21 @@ import pytest
 from pydantic import BaseModel
 
 from durable_agents import AgentRegistry, DurableContext, agent
+from durable_agents.errors import WaitNotFoundError
 from durable_agents.journal.store import JournalStore
 from durable_agents.models import RunChange, RunStatus, WaitStatus
 from durable_agents.reconciler import sweep
 from durable_agents.side_effects.tools import ToolCall, ToolNotApprovedError, ToolRegistry, tool
 from durable_agents.testing import AgentTestRunner
+from durable_agents.views import history, run_view
 from durable_agents.waits.approval import ApprovalTimeoutError, record_decision
 from durable_agents.waits.callback import (
     CallbackFailedError,
     CallbackTimeoutError,
     complete_callback,
+    find_callback,
     heartbeat,
+    split_callback_id,
 )
 from durable_agents.waits.records import WaitGoneError
 
@@ -289,7 +293,41 @@ def test_wait_for_callback_runs_the_submitter_once(journal: JournalStore) -> Non
     runner = AgentTestRunner(submitter, journal=journal, mode="faithful")
     result = runner.run(None)
     (record,) = journal.list_waits("callback", WaitStatus.PENDING)
-    assert submitted == [record.wait_id]
+    (handed,) = submitted
+    assert handed.startswith(f"{record.wait_id}_")  # the public id, then the secret
     complete_callback(journal, runner.clock, record, result={"label": "L-7"})
     assert runner.resume(result.run_id).output == {"label": "L-7"}
-    assert submitted == [record.wait_id]
+    assert submitted == [handed]
+
+
+def test_a_callback_is_found_by_its_full_id_only(journal: JournalStore) -> None:
+    handed: list[str] = []
+
+    @agent(name="holder", version="1", registry=AgentRegistry())
+    def holder(ctx: DurableContext, _: None) -> Any:
+        callback = ctx.create_callback("label", timeout=HOUR)
+        handed.append(callback.callback_id)
+        assert callback.callback_id not in repr(callback)
+        return callback.result()
+
+    runner = AgentTestRunner(holder, journal=journal, mode="faithful")
+    result = runner.run(None)
+    (record,) = journal.list_waits("callback", WaitStatus.PENDING)
+    full = handed[0]
+    public, secret = split_callback_id(full)
+    assert public == record.wait_id and secret and len(secret) >= 32
+    assert secret not in json.dumps(record.details) and secret not in repr(record)
+    assert find_callback(journal, full) == record
+    for forged in (public, f"{public}_", f"{public}_{secret[:-1]}x", f"{public}_{secret}x"):
+        with pytest.raises(WaitNotFoundError) as caught:
+            find_callback(journal, forged)
+        assert secret not in str(caught.value)
+    assert runner.resume(result.run_id).status == "SUSPENDED"  # a replay
+    assert handed == [full, full]  # the same id on every replay
+    complete_callback(journal, runner.clock, find_callback(journal, full), result="L-8")
+    assert runner.resume(result.run_id).output == "L-8"
+    assert set(handed) == {full}
+    snapshot = journal.load(result.run_id)
+    assert secret not in json.dumps(history(snapshot)) and secret not in json.dumps(
+        run_view(snapshot.header)
+    )

@@ -2,7 +2,9 @@
 
 An agent waits on ``ctx.create_callback(...).result()`` (faithful runner, DynamoDB journal on
 moto); the test completes it through the Api handler and resumes the run. The Api's runtime
-uses the runner's skip-clock, so timeouts are crossed by ``runner.clock.advance``.
+uses the runner's skip-clock, so timeouts are crossed by ``runner.clock.advance``. The full
+callback id (with its secret) reaches the test the way it reaches a submitter: from the agent
+(``HANDED``), never from a listing.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from durable_agents.waits.callback import CallbackFailedError, CallbackTimeoutEr
 from tests.unit.conftest import TABLE, Deployment
 from tests.unit.test_api_approvals import request, step_ready
 
+HANDED: list[str] = []
+
 
 class Job(BaseModel):
     timeout_s: float | None = 3600
@@ -32,6 +36,7 @@ def waiter(ctx: DurableContext, job: Job) -> dict[str, Any]:
     callback = ctx.create_callback(
         "render", timeout=job.timeout_s, heartbeat_timeout=job.heartbeat_s
     )
+    HANDED.append(callback.callback_id)
     try:
         return {"result": callback.result()}
     except CallbackFailedError as exc:
@@ -62,12 +67,15 @@ def start(deployment: Deployment, monkeypatch: pytest.MonkeyPatch, job: Job) -> 
     journal = DynamoDBJournal(boto3.client("dynamodb", region_name="us-east-1"), TABLE)
     runner = AgentTestRunner(waiter, journal=journal, mode="faithful")
     monkeypatch.setattr(get_runtime(), "clock", runner.clock)
+    HANDED.clear()
     result = runner.run(job.model_dump())
     assert result.status == "SUSPENDED"
     waiting = result.header.waiting_on or {}
     assert waiting["kind"] == "callback"
+    (callback_id,) = HANDED
+    assert callback_id.startswith(f"{waiting['callback_id']}_")  # listings: public part only
     deployment.published()
-    return Waiting(runner, result.run_id, str(waiting["callback_id"]), deployment)
+    return Waiting(runner, result.run_id, callback_id, deployment)
 
 
 @pytest.fixture

@@ -108,7 +108,12 @@ def test_a_cognito_id_token_identifies_the_person(keys: Keys) -> None:
     assert principal.groups == frozenset({"finance", "ops"})
     assert principal.display == "user:ada@example.com"
     assert may_decide(principal, ["user:ada@example.com"])
-    assert may_decide(principal, ["user:sub-ada"])
+    # sub matches user: patterns only where the issuer is configured to assign it (Cognito).
+    assert not may_decide(principal, ["user:sub-ada"])
+    cognito = JwtVerifier(
+        ISSUER, AUDIENCE, jwks={"keys": [keys.jwk]}, clock=clock, user_claims="sub,email"
+    )
+    assert may_decide(cognito.verify(keys.sign(claims(clock))), ["user:sub-ada"])
     assert may_decide(principal, ["group:finance"])
     assert not may_decide(principal, ["group:legal", "user:grace@example.com", "iam:arn:*"])
 

@@ -3,6 +3,9 @@
 ``POST /callbacks/{id}/success`` (body = the JSON result), ``/failure`` (``error_type``,
 ``error_message``) and ``/heartbeat``. A callback completes once: a second completion gets 409
 with the first outcome, one after its deadline or a missed heartbeat gets 410.
+
+``{id}`` is the full callback id the agent handed out (``<public id>_<secret>``); an id whose
+secret does not match, or that has none, is 404 like an unknown one (``find_callback``).
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.routes.common import callback_view, find_wait, json_body, ok, runtime, wake
+from api.routes.common import callback_view, check_wait_id, json_body, ok, runtime, wake
 from durable_agents.models import WaitRecord, WaitStatus
 from durable_agents.waits.auth import principal_from_iam
-from durable_agents.waits.callback import KIND, complete_callback, heartbeat
+from durable_agents.waits.callback import complete_callback, find_callback, heartbeat
 from durable_agents.waits.records import WaitGoneError
 
 logger = Logger(child=True)
@@ -43,7 +46,7 @@ def _event() -> APIGatewayProxyEvent:
 
 def _pending(callback_id: str) -> tuple[str, WaitRecord]:
     caller = principal_from_iam(_event().raw_event)
-    record = find_wait(KIND, callback_id)
+    record = find_callback(runtime().store, check_wait_id(callback_id))
     if record.status is not WaitStatus.PENDING:
         raise WaitGoneError(record)
     return caller.identity, record

@@ -1,9 +1,27 @@
-"""Callbacks: an external system completes an operation (``POST /callbacks/{id}/...``)."""
+"""Callbacks: an external system completes an operation (``POST /callbacks/{id}/...``).
+
+A callback id is a bearer credential: whoever holds it completes the callback. It is
+``<public id>_<secret>``:
+
+* the public id (``cb-`` and 24 hex digits) is derived from the operation id, keys the wait
+  record and is what listings show (``waiting_on``, the callback's view, logs, errors);
+* the secret (``secrets.token_urlsafe(24)``, 192 bits) is drawn once, when the callback is
+  created, and recorded in the journal entry that creates it, so a replay hands the agent the
+  same id. That entry's value is never shown by an Api answer (history shows scheduled
+  entries without their value). The wait record keeps only ``sha256(secret)``, compared in
+  constant time.
+
+An id without a secret (the form used before, derivable by anyone who can read a run) is
+refused, also for callbacks created before the change: see docs/approvals.md (Callbacks).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
-from dataclasses import dataclass
+import secrets
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from durable_agents.errors import (
@@ -11,6 +29,7 @@ from durable_agents.errors import (
     EntryConflictError,
     SuspendExecution,
     WaitConflictError,
+    WaitNotFoundError,
 )
 from durable_agents.invocation import Reason, Suspension
 from durable_agents.models import (
@@ -30,6 +49,42 @@ if TYPE_CHECKING:
     from durable_agents.journal.store import JournalStore
 
 KIND = "callback"
+SECRET_BYTES = 24
+"""Random bytes in a callback id's secret (192 bits; ``token_urlsafe`` makes 32 characters)."""
+_SEPARATOR = "_"  # never in a public id (``cb-`` + hex), URL-safe, allowed by the Api's id check
+_HASH_DETAIL = "secret_sha256"
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def split_callback_id(callback_id: str) -> tuple[str, str | None]:
+    """Splits a callback id into its public id (the record key) and its secret (or None)."""
+    public, sep, secret = callback_id.partition(_SEPARATOR)
+    return public, (secret if sep else None)
+
+
+def find_callback(store: JournalStore, callback_id: str) -> WaitRecord:
+    """The callback this full id (``<public id>_<secret>``) names, if its secret matches.
+
+    A wrong secret, a missing one, and a record that has no secret hash (created before ids
+    carried one) are all "not found": the caller learns nothing about which part was wrong,
+    and the error names only the public id.
+
+    Raises:
+        WaitNotFoundError: If there is no such callback or the secret does not match.
+    """
+    public, secret = split_callback_id(callback_id)
+    record = store.get_wait(public)  # WaitNotFoundError(public) if there is none
+    expected = record.details.get(_HASH_DETAIL) if record.kind == KIND else None
+    if (
+        secret is None
+        or not isinstance(expected, str)
+        or not hmac.compare_digest(_digest(secret), expected)
+    ):
+        raise WaitNotFoundError(public)
+    return record
 
 
 class CallbackTimeoutError(DurableError):
@@ -61,9 +116,15 @@ class Callback:
 
     Several callbacks may be outstanding at once and complete in any order; each ``result()``
     returns its own outcome.
+
+    Attributes:
+        callback_id: The full id, with its secret: hand it only to whom is to complete the
+            callback (it is not in ``repr``, and no listing shows it).
+        wait_id: The public id (what listings, logs and errors show).
     """
 
-    callback_id: str
+    callback_id: str = field(repr=False)
+    wait_id: str
     _ctx: Any
     _position: str
     _op_id: str
@@ -88,13 +149,17 @@ def run_create_callback(
     """Records a new callback (or replays its creation) and returns its handle."""
     inv = ctx.invocation
     position, op_id, record = ctx.next_operation(OpKind.CALLBACK, name)
-    callback_id = wait_id("cb", op_id)
-    handle = Callback(callback_id, ctx, position, op_id, name)
+    public_id = wait_id("cb", op_id)
     if record is not None and (record.scheduled is not None or record.result is not None):
-        return handle
+        # Replay: the id recorded when the callback was created (same secret every time).
+        recorded = _recorded_id(record.scheduled.value if record.scheduled else None)
+        return Callback(recorded or public_id, public_id, ctx, position, op_id, name)
+    # Drawn once: if this commit loses to another invocation, this id is never handed out
+    # (the run suspends and the next replay reads the winner's).
+    secret = secrets.token_urlsafe(SECRET_BYTES)
     now = inv.now_ms()
     pending = WaitRecord(
-        wait_id=callback_id,
+        wait_id=public_id,
         kind=KIND,
         run_id=inv.run_id,
         position=position,
@@ -106,6 +171,7 @@ def run_create_callback(
         deadline_ms=now + timeout_ms if timeout_ms is not None else None,
         heartbeat_timeout_ms=heartbeat_ms,
         heartbeat_deadline_ms=now + heartbeat_ms if heartbeat_ms is not None else None,
+        details={_HASH_DETAIL: _digest(secret)},
     )
     created = inv.entry(
         position,
@@ -114,7 +180,8 @@ def run_create_callback(
         name,
         EntryType.SCHEDULED,
         due_at_ms=pending.deadline_ms,
-        value=canonical_json({"callback_id": callback_id}),
+        # ``callback_id`` stays the public id (the reconciler looks the record up by it).
+        value=canonical_json({"callback_id": public_id, "secret": secret}),
     )
     inv.hooks.before_claim(op_id)
     try:
@@ -122,8 +189,21 @@ def run_create_callback(
     except (EntryConflictError, WaitConflictError) as exc:
         raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
     inv.hooks.after_record(op_id)
-    inv.schedule_wait(callback_id, pending.due_at_ms)
-    return handle
+    inv.schedule_wait(public_id, pending.due_at_ms)
+    return Callback(f"{public_id}{_SEPARATOR}{secret}", public_id, ctx, position, op_id, name)
+
+
+def _recorded_id(value: str | None) -> str | None:
+    """The full id recorded in the creating entry (the public id alone for old entries)."""
+    if not value:
+        return None
+    recorded = json.loads(value)
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("callback_id"), str):
+        return None
+    secret = recorded.get("secret")
+    if isinstance(secret, str) and secret:
+        return f"{recorded['callback_id']}{_SEPARATOR}{secret}"
+    return str(recorded["callback_id"])  # created before ids carried a secret
 
 
 def _await(ctx: DurableContext, handle: Callback) -> Any:
@@ -132,20 +212,21 @@ def _await(ctx: DurableContext, handle: Callback) -> Any:
     if record is not None and record.result is not None:
         return inv.replay(record.result, None)
     inv.live = True
-    pending = inv.store.get_wait(handle.callback_id)
+    pending = inv.store.get_wait(handle.wait_id)
     if pending.status is not WaitStatus.PENDING:
         # Settled after this invocation read the journal: read it again.
-        raise SuspendExecution(Reason.CONTENDED, detail=handle.callback_id)
+        raise SuspendExecution(Reason.CONTENDED, detail=handle.wait_id)
     due = pending.due_at_ms
     if due is not None and inv.now_ms() >= due:
         try:
             expire_callback(inv.store, inv.clock, pending)
         except WaitGoneError as exc:
-            raise SuspendExecution(Reason.CONTENDED, detail=handle.callback_id) from exc
+            raise SuspendExecution(Reason.CONTENDED, detail=handle.wait_id) from exc
         raise timeout_error(pending)
-    waiting_on = {"kind": KIND, "callback_id": handle.callback_id, "op_id": handle._op_id}
+    # The run header is listed by ``GET /runs``: the public id only, never the secret.
+    waiting_on = {"kind": KIND, "callback_id": handle.wait_id, "op_id": handle._op_id}
     inv.commit([], Suspension(None, waiting_on))  # fenced by the revision this replay read
-    raise SuspendExecution(Reason.EXTERNAL, detail=f"callback {handle.callback_id}")
+    raise SuspendExecution(Reason.EXTERNAL, detail=f"callback {handle.wait_id}")
 
 
 def timeout_error(record: WaitRecord) -> CallbackTimeoutError:

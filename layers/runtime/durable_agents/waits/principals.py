@@ -2,7 +2,9 @@
 
 Approver patterns (stored with each approval):
 
-* ``user:<subject or email>`` — a person authenticated by JWT (``sub`` or ``email`` claim);
+* ``user:<subject or email>`` — a person authenticated by JWT: the claims the issuer is
+  trusted for (``JwtVerifier(user_claims=...)``: the verified ``email`` by default, ``sub`` only
+  for issuers that assign subjects themselves) end up in ``Principal.user_ids``;
 * ``group:<name>`` — any person whose JWT lists the group (``cognito:groups`` or ``groups``);
 * ``iam:<ARN>`` or ``iam:<ARN prefix>*`` — a service or operator calling with SigV4.
 
@@ -45,14 +47,16 @@ class Principal:
     Attributes:
         via: ``iam``, ``jwt`` or ``link``.
         identity: The IAM ARN, the JWT subject, or the link's approver pattern.
-        email: The JWT ``email`` claim, if any.
+        email: The JWT ``email`` claim, if verified.
         groups: The JWT groups.
+        user_ids: What ``user:`` patterns match for a JWT (the claims its issuer is trusted for).
     """
 
     via: str
     identity: str
     email: str | None = None
     groups: frozenset[str] = field(default_factory=frozenset)
+    user_ids: frozenset[str] = field(default_factory=frozenset)
 
     @property
     def display(self) -> str:
@@ -69,7 +73,7 @@ def may_decide(principal: Principal, approvers: Iterable[str]) -> bool:
         if principal.via == "link" and principal.identity == pattern:
             return True
         if principal.via == "jwt":
-            if kind == "user" and value in (principal.identity, principal.email):
+            if kind == "user" and value in principal.user_ids:
                 return True
             if kind == "group" and value in principal.groups:
                 return True
