@@ -62,9 +62,7 @@ def test_a_secret_in_an_exception_message_is_scrubbed_everywhere(
             raise PermissionError(f"login refused for key {key}")
 
         try:
-            ctx.step(
-                login, retry=RetryPolicy(max_attempts=2, initial_delay_seconds=1, jitter=0)
-            )
+            ctx.step(login, retry=RetryPolicy(max_attempts=2, initial_delay_seconds=1, jitter=0))
         except PermissionError as exc:
             ctx.logger.warning("login failed: %s", exc, detail=str(exc))
         return str(ctx.tool(mailer, Mail(to="a@example.com")))
