@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.reliability import tally
+from tests.reliability import soak_stack, tally
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -25,4 +25,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if lines:
         terminalreporter.section("reliability: schedules per fault class")
         for line in lines:
+            terminalreporter.write_line(line)
+    if soak_stack.SUMMARY:
+        terminalreporter.section("reliability: local-mode SIGKILL soak")
+        for line in soak_stack.SUMMARY:
             terminalreporter.write_line(line)
