@@ -20,6 +20,7 @@ exceed the normal suite's budget: every case is ``reliability_full`` (``make rel
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 import urllib.error
@@ -36,7 +37,7 @@ from durable_agents.local.moto_server import MotoProcess
 from durable_agents.local.processes import ServicesProcess, WorkerProcess, http_json
 from durable_agents.local.runs import RunsClient
 from durable_agents.local.services import ServicesHandle
-from durable_agents.models import WaitStatus
+from durable_agents.models import EntryType, OpKind, WaitStatus
 from durable_agents.operations.invoke import child_run_id
 from tests.integration.local_stack import ROOT, moto, services, services_process, workers
 from tests.reliability import kill_agent
@@ -152,10 +153,22 @@ class Driver:
             )
 
     def _ship(self, worker: WorkerProcess) -> None:
-        for record in self.store.list_waits("callback", WaitStatus.PENDING):
-            if record.run_id == self.run_id:
-                path = f"/callbacks/{quote(record.wait_id)}/success"
-                _answer(worker, "POST", path, {"tracking": "T-1"})
+        pending = {
+            r.wait_id
+            for r in self.store.list_waits("callback", WaitStatus.PENDING)
+            if r.run_id == self.run_id
+        }
+        if not pending:
+            return
+        # The full id (public id + secret) is in the entry that created the callback; listings
+        # show only the public id.
+        for entry in self.store.load(self.run_id).entries:
+            if entry.kind is OpKind.CALLBACK and entry.type is EntryType.SCHEDULED:
+                recorded = json.loads(entry.value or "{}")
+                if recorded.get("callback_id") in pending:
+                    full = f"{recorded['callback_id']}_{recorded['secret']}"
+                    path = f"/callbacks/{quote(full)}/success"
+                    _answer(worker, "POST", path, {"tracking": "T-1"})
 
     def step(self, worker: WorkerProcess) -> dict[str, Any] | None:
         """One round: act on what the run waits for; the run if it finished."""

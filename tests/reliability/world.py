@@ -203,7 +203,9 @@ def reference(ctx: DurableContext, value: dict[str, Any]) -> dict[str, Any]:
     out["approved"] = decision.approved
     ctx.wait(60, name="cool-off")
     callback = ctx.create_callback("shipment", heartbeat_timeout=HEARTBEAT_TIMEOUT_SECONDS)
-    ctx.step(lambda: callback.callback_id, name="shipment-submit")
+    # The submitter hands the id (which carries its secret) to the shipper; it records only
+    # that it did, so the journal is the same in every run.
+    ctx.step(_submit_shipment, callback.callback_id, name="shipment-submit")
     out["shipment"] = callback.result()
     out["audit"] = ctx.invoke(auditor, {"order": order}, name="audit")
     parts = ctx.map(
@@ -217,3 +219,13 @@ def reference(ctx: DurableContext, value: dict[str, Any]) -> dict[str, Any]:
     out["event"] = ctx.emit("Order Completed", {"order": order}, name="done-event")
     out["summary"] = _ask(ctx, "summary", f"summarise {order}")
     return out
+
+
+def _submit_shipment(callback_id: str) -> str:
+    """The shipper's side of the submit step: it receives the full callback id."""
+    SHIPPER_INBOX.append(callback_id)
+    return "submitted"
+
+
+SHIPPER_INBOX: list[str] = []
+"""Callback ids handed to the shipper (the simulator completes callbacks by record)."""
