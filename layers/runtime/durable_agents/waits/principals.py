@@ -21,24 +21,22 @@ from dataclasses import dataclass, field
 PREFIXES = ("user:", "group:", "iam:")
 
 
-def check_approvers(approvers: Iterable[str]) -> tuple[str, ...]:
-    """Validates approver patterns.
+def check_approvers(approvers: Iterable[str], *, role: str = "approver") -> tuple[str, ...]:
+    """Validates approver patterns (and reviewer patterns: ``role="reviewer"``).
 
     Raises:
         ValueError: If the list is empty or a pattern is malformed.
     """
     patterns = tuple(approvers) if not isinstance(approvers, str) else (approvers,)
     if not patterns:
-        raise ValueError("an approval needs at least one approver")
+        raise ValueError(f"at least one {role} is needed")
     for pattern in patterns:
         if (
             not isinstance(pattern, str)
             or not pattern.startswith(PREFIXES)
             or len(pattern.split(":", 1)[1]) == 0
         ):
-            raise ValueError(
-                f"approver {pattern!r} must be user:<id>, group:<name> or iam:<ARN>[*]"
-            )
+            raise ValueError(f"{role} {pattern!r} must be user:<id>, group:<name> or iam:<ARN>[*]")
     return patterns
 
 
