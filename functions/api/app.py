@@ -8,6 +8,7 @@ saying what is wrong (an HTML page instead when a browser asked for one).
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Mapping
 from http import HTTPStatus
@@ -51,6 +52,7 @@ from durable_agents.runtime import InputValidationError, Runtime
 from durable_agents.scrub import ScrubFilter
 from durable_agents.side_effects.review import (
     Decision,
+    NotAReviewerError,
     ReviewAlreadyDecidedError,
     ReviewRequest,
     ReviewResultError,
@@ -58,7 +60,13 @@ from durable_agents.side_effects.review import (
 )
 from durable_agents.side_effects.tools import default_tools
 from durable_agents.views import effect_view, history, run_view
-from durable_agents.waits.auth import AuthenticationError, AuthUnavailableError, NotAnApproverError
+from durable_agents.waits.auth import (
+    AuthenticationError,
+    AuthUnavailableError,
+    NotAnApproverError,
+    principal_from_iam,
+)
+from durable_agents.waits.principals import iam_patterns
 from durable_agents.waits.records import WaitGoneError
 
 
@@ -179,6 +187,7 @@ ERROR_STATUS: dict[type[Exception], HTTPStatus] = {
     UnprocessableRequest: HTTPStatus.UNPROCESSABLE_ENTITY,
     AuthenticationError: HTTPStatus.UNAUTHORIZED,
     NotAnApproverError: HTTPStatus.FORBIDDEN,
+    NotAReviewerError: HTTPStatus.FORBIDDEN,
     AuthUnavailableError: HTTPStatus.SERVICE_UNAVAILABLE,
     WaitNotFoundError: HTTPStatus.NOT_FOUND,
     # 409 when it was already decided or completed, 410 when it expired (see error_response).
@@ -337,7 +346,16 @@ def list_reviews() -> Response[str]:
 @app.post("/reviews/<operation_id>")
 @tracer.capture_method(capture_response=False)
 def decide_review(operation_id: str) -> Response[str]:
-    """Records a person's decision (committed / retry / abandon) once and resumes the run."""
+    """Records a reviewer's decision (committed / retry / abandon) once and resumes the run.
+
+    Only the tool's declared reviewers may decide (``REVIEW_OPERATORS`` for a tool that
+    declares none; nobody until configured): 403 otherwise.
+    """
+    reviewer = principal_from_iam(app.current_event.raw_event)
+    try:
+        operators = iam_patterns("REVIEW_OPERATORS", os.environ)
+    except ValueError as exc:
+        raise AuthUnavailableError(str(exc)) from exc
     body = ReviewDecisionRequest.model_validate(_body())
     runtime = get_runtime()
     # Operation ids of nested scopes contain "/": clients send it percent-encoded.
@@ -349,16 +367,23 @@ def decide_review(operation_id: str) -> Response[str]:
         operation_id,
         ReviewRequest(
             decision=body.decision,
-            decided_by=_caller(),
+            decided_by=reviewer.display,
             comment=body.comment,
             result=body.result,
             external_id=body.external_id,
+            via=reviewer.via,
         ),
+        reviewer=reviewer,
+        operators=operators,
     )
     runtime.publisher.publish([step_ready(record.run_id, "review-decided")])
     logger.info(
         "review decided",
-        extra={"operation_id": operation_id, "decision": body.decision.value, "caller": _caller()},
+        extra={
+            "operation_id": operation_id,
+            "decision": body.decision.value,
+            "decided_by": reviewer.display,
+        },
     )
     return _ok(HTTPStatus.OK, effect_view(record))
 

@@ -334,6 +334,9 @@ def test_jwt_parameters_reach_the_api_and_default_to_off(
         ("JwtAudience", "JWT_AUDIENCE"),
         ("JwtJwksUrl", "JWT_JWKS_URL"),
         ("PublicBaseUrl", "PUBLIC_BASE_URL"),
+        # Minting links and deciding reviews of tools without reviewers: nobody until set.
+        ("LinkMinters", "LINK_MINTERS"),
+        ("ReviewOperators", "REVIEW_OPERATORS"),
     ):
         assert template["Parameters"][parameter] == {
             **template["Parameters"][parameter],

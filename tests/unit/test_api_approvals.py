@@ -38,6 +38,8 @@ from tests.unit.test_auth import AUDIENCE, ISSUER, Keys, claims
 EVENTS = Path(__file__).resolve().parents[2] / "events"
 OPERATOR = "arn:aws:sts::123456789012:assumed-role/durable-agents-operator/alice"
 OUTSIDER = "arn:aws:iam::123456789012:user/mallory"
+# The service that delivers links (LINK_MINTERS): the only caller that may mint them.
+NOTIFIER = "arn:aws:sts::123456789012:assumed-role/durable-agents-notifier/relay"
 APPROVERS = [
     "iam:arn:aws:sts::123456789012:assumed-role/durable-agents-operator/*",
     "user:ada@example.com",
@@ -119,6 +121,7 @@ def _refund(ctx: DurableContext, amount: int) -> dict[str, Any]:
         "via": decision.via,
         "comment": decision.comment,
         "request": json.loads(decision.request),
+        **({"minted_by": decision.minted_by} if decision.via == "link" else {}),
     }
 
 
@@ -162,6 +165,9 @@ def api(deployment: Deployment, monkeypatch: pytest.MonkeyPatch) -> Iterator[Dep
     monkeypatch.setenv("JWT_ISSUER", ISSUER)
     monkeypatch.setenv("JWT_AUDIENCE", AUDIENCE)
     monkeypatch.delenv("PUBLIC_BASE_URL", raising=False)
+    monkeypatch.setenv(
+        "LINK_MINTERS", "iam:arn:aws:sts::123456789012:assumed-role/durable-agents-notifier/*"
+    )
     monkeypatch.setattr(approvals, "_link_signer", None)
     monkeypatch.setattr(
         approvals, "_jwt_verifier", JwtVerifier(ISSUER, AUDIENCE, jwks={"keys": [KEYS.jwk]})
@@ -318,7 +324,12 @@ def test_decision_after_the_deadline_is_410_and_the_agent_sees_the_timeout(
     assert (
         request("POST", f"/approvals/{pending.approval_id}", {"decision": "reject"}).status == 410
     )
-    link = request("POST", f"/approvals/{pending.approval_id}/links", {"approver": APPROVERS[1]})
+    link = request(
+        "POST",
+        f"/approvals/{pending.approval_id}/links",
+        {"approver": APPROVERS[1]},
+        user_arn=NOTIFIER,
+    )
     assert link.status == 410
     assert pending.finish() == {"expired": pending.approval_id}
     expired = request("GET", "/approvals", query={"status": "expired"}).json["approvals"]
@@ -442,6 +453,7 @@ def mint(pending: Pending, approver: str = "user:ada@example.com", ttl: int = 60
         "POST",
         f"/approvals/{pending.approval_id}/links",
         {"approver": approver, "ttl_seconds": ttl},
+        user_arn=NOTIFIER,
     )
     assert reply.status == 201, reply.text
     assert reply.headers["Cache-Control"] == "no-store"
@@ -595,12 +607,19 @@ def test_link_rejections(pending: Pending) -> None:
         ({"approver": "user:ada@example.com", "ttl_seconds": 604_801}, 422),
         ({}, 422),
     ):
-        assert request("POST", f"/approvals/{aid}/links", body).status == status, body
+        assert (
+            request("POST", f"/approvals/{aid}/links", body, user_arn=NOTIFIER).status == status
+        ), body
     assert (
         request("POST", f"/approvals/{aid}/links", {"approver": APPROVERS[1]}, user_arn=None).status
         == 401
     )
-    assert request("POST", "/approvals/apr-nope/links", {"approver": APPROVERS[1]}).status == 404
+    assert (
+        request(
+            "POST", "/approvals/apr-nope/links", {"approver": APPROVERS[1]}, user_arn=NOTIFIER
+        ).status
+        == 404
+    )
 
     # Expired link (the approval itself is still open).
     runner.clock.advance(601_000)
@@ -610,7 +629,10 @@ def test_link_rejections(pending: Pending) -> None:
     # A link to an approval already decided: minting gets 409.
     assert request("POST", f"/approvals/{other_aid}", {"decision": "approve"}).status == 200
     assert (
-        request("POST", f"/approvals/{other_aid}/links", {"approver": APPROVERS[1]}).status == 409
+        request(
+            "POST", f"/approvals/{other_aid}/links", {"approver": APPROVERS[1]}, user_arn=NOTIFIER
+        ).status
+        == 409
     )
     assert runner.resume(other_run).output["approved"] is True
 
@@ -620,7 +642,12 @@ def test_links_without_a_key_answer_503(pending: Pending, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(approvals, "_link_signer", None)
     monkeypatch.delenv("APPROVAL_LINK_SECRET_ARN")
-    reply = request("POST", f"/approvals/{pending.approval_id}/links", {"approver": APPROVERS[1]})
+    reply = request(
+        "POST",
+        f"/approvals/{pending.approval_id}/links",
+        {"approver": APPROVERS[1]},
+        user_arn=NOTIFIER,
+    )
     assert reply.status == 503 and "APPROVAL_LINK_SECRET_ARN" in reply.json["error"]["message"]
     assert (
         request(

@@ -14,8 +14,11 @@ from durable_agents.side_effects.tools import ToolCall, default_tools, tool
 from durable_agents.testing import AgentTestRunner, Crash, TestResult
 from tests.unit.conftest import TABLE, Deployment
 from tests.unit.test_api import call
+from tests.unit.test_api_approvals import OPERATOR, OUTSIDER, request
 
 SENT: list[str] = []
+# The operators' role: the reviewers test-notify declares (the default caller is one of them).
+OPERATORS = "iam:arn:aws:sts::123456789012:assumed-role/durable-agents-operator/*"
 
 
 class Notice(BaseModel):
@@ -27,7 +30,7 @@ class NoticeSent(BaseModel):
     message_id: str
 
 
-@tool(name="test-notify", registry=default_tools)  # neither lookup nor idempotency
+@tool(name="test-notify", reviewers=[OPERATORS], registry=default_tools)  # no lookup/idempotency
 def notify(request: Notice, call_: ToolCall) -> NoticeSent:
     SENT.append(call_.idempotency_key)
     return NoticeSent(message_id=f"msg-{len(SENT)}")
@@ -140,3 +143,85 @@ def test_unknown_operation_ids(deployment: Deployment) -> None:
         status, body = call("POST", f"/reviews/{bad}", {"decision": "retry"})
         assert status == 404, bad
         assert body["error"]["type"] == "EffectNotFoundError"
+
+
+# ------------------------------------------------------------------------------ who may decide
+@tool(name="test-unreviewed", registry=default_tools)  # declares no reviewers
+def unreviewed(request: Notice, call_: ToolCall) -> NoticeSent:
+    SENT.append(call_.idempotency_key)
+    return NoticeSent(message_id=f"msg-{len(SENT)}")
+
+
+@agent(name="unreviewed-notifier", version="1", registry=AgentRegistry())
+def unreviewed_notifier(ctx: DurableContext, to: str) -> str:
+    return ctx.tool(unreviewed, Notice(to=to, text="hello")).message_id
+
+
+def test_a_caller_who_is_not_a_reviewer_gets_403(
+    paused: tuple[AgentTestRunner, TestResult],
+) -> None:
+    runner, result = paused
+    for decision in (
+        {"decision": "committed", "result": {"message_id": "made-up"}},
+        {"decision": "retry"},
+    ):
+        reply = request("POST", f"/reviews/{op_id(result)}", decision, user_arn=OUTSIDER)
+        assert reply.status == 403, reply.text
+        assert reply.json["error"]["type"] == "NotAReviewerError"
+        assert OUTSIDER in reply.json["error"]["message"]
+        assert "test-notify" in reply.json["error"]["message"]
+    unauthenticated = request(
+        "POST", f"/reviews/{op_id(result)}", {"decision": "retry"}, user_arn=None
+    )
+    assert unauthenticated.status == 401, unauthenticated.text
+    assert call("GET", "/reviews")[1]["reviews"][0]["status"] == "NEEDS_REVIEW"  # untouched
+    assert runner.resume(result.run_id).status == "PAUSED"
+
+
+def test_a_decision_records_who_when_and_how(
+    paused: tuple[AgentTestRunner, TestResult],
+) -> None:
+    _, result = paused
+    reply = request("POST", f"/reviews/{op_id(result)}", {"decision": "abandon"}, user_arn=OPERATOR)
+    assert reply.status == 200, reply.text
+    note = reply.json["note"]
+    assert (note["decided_by"], note["via"]) == (OPERATOR, "iam")
+    assert note["decided_at"].startswith("20")
+    assert note["reviewers"] == [OPERATORS]
+
+
+@pytest.fixture
+def unreviewed_paused(deployment: Deployment) -> tuple[AgentTestRunner, TestResult]:
+    SENT.clear()
+    journal = DynamoDBJournal(boto3.client("dynamodb", region_name="us-east-1"), TABLE)
+    runner = AgentTestRunner(unreviewed_notifier, journal=journal, mode="faithful")
+    result = runner.run("ada@example.com", crash=Crash("test-unreviewed", "after_execute"))
+    assert result.status == "PAUSED"
+    return runner, result
+
+
+def test_a_tool_without_reviewers_is_decided_only_by_the_review_operators(
+    unreviewed_paused: tuple[AgentTestRunner, TestResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner, result = unreviewed_paused
+    path = f"/reviews/{result.run_id}:test-unreviewed:1"
+    monkeypatch.delenv("REVIEW_OPERATORS", raising=False)
+    refused = request("POST", path, {"decision": "retry"}, user_arn=OPERATOR)
+    assert refused.status == 403, refused.text
+    assert "REVIEW_OPERATORS" in refused.json["error"]["message"]
+
+    monkeypatch.setenv("REVIEW_OPERATORS", "arn:aws:iam::123456789012:role/ops-*")
+    assert request("POST", path, {"decision": "retry"}, user_arn=OPERATOR).status == 403
+    ops = "arn:aws:iam::123456789012:role/ops-oncall"
+    decided = request("POST", path, {"decision": "retry"}, user_arn=ops)
+    assert decided.status == 200, decided.text
+    assert decided.json["note"]["decided_by"] == ops
+    assert runner.resume(result.run_id).status == "SUCCEEDED"
+
+
+def test_reviewers_are_validated_like_approvers() -> None:
+    from durable_agents.side_effects.tools import ToolRegistry
+
+    for bad in (["ops"], ["iam:"], ["admin:root"], "iam:arn:aws:iam::1:role/x"):
+        with pytest.raises(ValueError, match="reviewer"):
+            tool(name="bad-reviewers", reviewers=bad, registry=ToolRegistry())  # type: ignore[arg-type]

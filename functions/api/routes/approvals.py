@@ -1,6 +1,7 @@
 """Approvals: list, show and decide — as an IAM caller, a person with a JWT, or a signed link.
 
-* ``/approvals…`` (IAM, SigV4): operators and services; they also mint signed links.
+* ``/approvals…`` (IAM, SigV4): operators and services; the notifier principals
+  (``LINK_MINTERS``) also mint signed links there.
 * ``/people/approvals/{id}`` (API Gateway auth NONE; the JWT is verified here).
 * ``/links/approvals/{id}`` (API Gateway auth NONE; the link's HMAC is verified here).
 
@@ -54,7 +55,7 @@ from durable_agents.waits.links import (
     LinkSigner,
     SecretsManagerKey,
 )
-from durable_agents.waits.principals import Principal, may_decide
+from durable_agents.waits.principals import Principal, iam_patterns, may_decide
 from durable_agents.waits.records import WaitGoneError
 
 logger = Logger(child=True)
@@ -145,6 +146,32 @@ def _authorize(principal: Principal, record: WaitRecord) -> None:
         raise NotAnApproverError(f"{who} is not among the approvers of {record.wait_id}")
 
 
+def _authorize_minter(caller: Principal) -> None:
+    """Minting is a privilege of its own: a link is a credential for someone else.
+
+    Raises:
+        NotAnApproverError: If the caller is not one of ``LINK_MINTERS`` (none when unset).
+        AuthUnavailableError: If ``LINK_MINTERS`` is malformed.
+    """
+    try:
+        minters = iam_patterns("LINK_MINTERS", os.environ)
+    except ValueError as exc:
+        raise AuthUnavailableError(str(exc)) from exc
+    if not minters:
+        raise LinkMinterError(
+            f"{caller.identity} may not mint signed links: no notifier principal is configured "
+            "(LINK_MINTERS, the template's LinkMinters parameter)"
+        )
+    if not may_decide(caller, minters):
+        raise LinkMinterError(
+            f"{caller.identity} may not mint signed links: it is not one of LINK_MINTERS"
+        )
+
+
+class LinkMinterError(NotAnApproverError):
+    """The caller is authenticated but may not mint signed links (403)."""
+
+
 def _ensure_open(record: WaitRecord) -> None:
     """Raises WaitGoneError if the approval was decided or its deadline passed (expiring it)."""
     if record.status is not WaitStatus.PENDING:
@@ -161,7 +188,12 @@ def _ensure_open(record: WaitRecord) -> None:
 
 
 def _decide(
-    record: WaitRecord, request: DecisionRequest, *, decided_by: str, via: str
+    record: WaitRecord,
+    request: DecisionRequest,
+    *,
+    decided_by: str,
+    via: str,
+    minted_by: str | None = None,
 ) -> WaitRecord:
     _ensure_open(record)
     rt = runtime()
@@ -174,6 +206,7 @@ def _decide(
             decided_by=decided_by,
             comment=request.comment,
             via=via,
+            minted_by=minted_by,
         )
     except WaitGoneError as exc:
         if exc.record.status is WaitStatus.EXPIRED:
@@ -188,6 +221,7 @@ def _decide(
             "approved": request.decision == "approve",
             "via": via,
             "decided_by": decided_by,
+            "minted_by": minted_by,
         },
     )
     return settled
@@ -257,24 +291,37 @@ def decide_approval(approval_id: str) -> Response[str]:
 
 @router.post("/approvals/<approval_id>/links")
 def mint_link(approval_id: str) -> Response[str]:
-    """Mints a signed, expiring link for one of the approval's approver patterns.
+    """Mints a signed, expiring link for one of the approval's ``user:``/``group:`` approvers.
 
-    The link is a credential: whoever holds it decides as that approver. Grant
-    ``execute-api:Invoke`` on this route only to the service that delivers links.
+    The link is a credential: whoever holds it decides as that approver. Only the configured
+    notifier principals (``LINK_MINTERS``) may mint; a decision through the link records who
+    minted it. An ``iam:`` approver signs its own requests and never gets a link (that would
+    turn a SigV4 identity into a bearer token).
     """
     event = _event()
     caller = principal_from_iam(event.raw_event)
+    _authorize_minter(caller)
     record = find_wait(KIND, approval_id)
     request = MintLinkRequest.model_validate(form_or_json_body(event))
     if request.approver not in record.details.get("approvers", []):
         raise UnprocessableRequest(
             f"{request.approver!r} is not one of the approvers of {record.wait_id}"
         )
+    if request.approver.startswith("iam:"):
+        raise UnprocessableRequest(
+            f"{request.approver!r} is an iam: approver: it decides with SigV4 "
+            "(POST /approvals/{id}), never through a signed link"
+        )
     _ensure_open(record)
+    base_url = public_base_url(event)
     token, claims = link_signer().mint(
-        record.wait_id, request.approver, request.ttl_seconds, now_ms=runtime().clock.now_ms()
+        record.wait_id,
+        request.approver,
+        request.ttl_seconds,
+        now_ms=runtime().clock.now_ms(),
+        minted_by=caller.identity,
     )
-    url = f"{public_base_url(event)}/links/approvals/{quote(record.wait_id)}?token={token}"
+    url = f"{base_url}/links/approvals/{quote(record.wait_id)}?token={token}"
     logger.info(
         "approval link minted",
         extra={
@@ -282,7 +329,7 @@ def mint_link(approval_id: str) -> Response[str]:
             "approver": claims.approver,
             "link_id": claims.link_id,
             "expires_at": iso(claims.expires_at_s * 1000),
-            "caller": caller.identity,
+            "minted_by": caller.identity,
         },
     )
     return ok(
@@ -293,6 +340,7 @@ def mint_link(approval_id: str) -> Response[str]:
             "approver": claims.approver,
             "link_id": claims.link_id,
             "expires_at": iso(claims.expires_at_s * 1000),
+            "minted_by": caller.identity,
         },
         headers={"Cache-Control": "no-store"},
     )
@@ -361,5 +409,7 @@ def link_decide_approval(approval_id: str) -> Response[str]:
         DecisionRequest(decision=request.decision, comment=request.comment),
         decided_by=claims.decided_by,
         via="link",
+        # Links minted before they named their minter record "unknown" rather than nothing.
+        minted_by=claims.minted_by or "unknown",
     )
     return _decided(settled)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlsplit
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import Response
@@ -17,6 +18,7 @@ from durable_agents.errors import WaitNotFoundError
 from durable_agents.events import EventPublishError, step_ready
 from durable_agents.models import WaitRecord
 from durable_agents.views import iso
+from durable_agents.waits.auth import AuthUnavailableError
 
 if TYPE_CHECKING:
     from durable_agents.runtime import Runtime
@@ -218,16 +220,53 @@ def wake(run_id: str, reason: str) -> None:
 
 
 def public_base_url(event: APIGatewayProxyEvent) -> str:
-    """Where this Api is reachable: ``PUBLIC_BASE_URL``, else the request's host and stage."""
+    """Where signed links point: ``PUBLIC_BASE_URL``, else this Api's own execute-api URL.
+
+    Never from request headers (``Host``, ``X-Forwarded-Proto``): whoever sends the minting
+    request would choose the scheme and host of a credential handed to people. Without a
+    configured URL it is built from what API Gateway itself puts in the request context (the
+    Api's id and stage) and the function's region.
+
+    Raises:
+        AuthUnavailableError: If ``PUBLIC_BASE_URL`` is not an https URL (http only on a
+            loopback host, for local mode) with no credentials, query or fragment, or if it is
+            unset and the request context does not name an Api and a stage.
+    """
     configured = os.environ.get("PUBLIC_BASE_URL", "").strip().rstrip("/")
     if configured:
-        return configured
+        return _checked_base_url(configured)
     context = event.raw_event.get("requestContext") or {}
-    host = context.get("domainName") or header(event, "Host") or "localhost"
-    scheme = (header(event, "X-Forwarded-Proto") or "https").split(",")[0].strip()
-    full_path = str(context.get("path") or "")
-    prefix = full_path[: -len(event.path)] if event.path and full_path.endswith(event.path) else ""
-    return f"{scheme}://{host}{prefix.rstrip('/')}"
+    api_id, stage = str(context.get("apiId") or ""), str(context.get("stage") or "")
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or ""
+    if not (_API_ID.fullmatch(api_id) and _STAGE.fullmatch(stage) and _REGION.fullmatch(region)):
+        raise AuthUnavailableError(
+            "signed links need PUBLIC_BASE_URL (the Api's public https URL) in this deployment"
+        )
+    return f"https://{api_id}.execute-api.{region}.amazonaws.com/{stage}"
+
+
+_API_ID = re.compile(r"[a-z0-9]{1,32}")
+_STAGE = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]")
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _checked_base_url(configured: str) -> str:
+    parts = urlsplit(configured)
+    try:
+        host = parts.hostname or ""
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError:
+        host = ""
+    secure = parts.scheme == "https" or (parts.scheme == "http" and host in _LOOPBACK)
+    if not (
+        secure and host and not (parts.username or parts.password or parts.query or parts.fragment)
+    ):
+        raise AuthUnavailableError(
+            f"PUBLIC_BASE_URL must be an https URL (http only on a loopback host) without "
+            f"credentials, query or fragment; {configured[:200]!r} is not"
+        )
+    return configured
 
 
 def approval_view(record: WaitRecord) -> dict[str, Any]:
@@ -240,7 +279,10 @@ def approval_view(record: WaitRecord) -> dict[str, Any]:
     outcome = record.outcome or {}
     state = approval_state(record)
     decision = (
-        {k: outcome.get(k) for k in ("approved", "decided_by", "comment", "decided_at", "via")}
+        {
+            k: outcome.get(k)
+            for k in ("approved", "decided_by", "comment", "decided_at", "via", "minted_by")
+        }
         if state in ("approved", "rejected")
         else None
     )

@@ -32,6 +32,7 @@ from durable_agents.local.event_router import QueueConsumers
 from durable_agents.local.functions import FunctionSpec, make_resolver, read_functions
 from durable_agents.local.http_api import DEFAULT_PORT, HOST, ApiServer, Route
 from durable_agents.local.invoke import LocalFunction, load_handler
+from durable_agents.local.lambda_context import LOCAL_ACCOUNT_ID
 from durable_agents.local.provision import DEFAULT_VISIBILITY_TIMEOUT, Clients, provision
 from durable_agents.local.scheduler import ScheduleLoop
 from durable_agents.local.secrets import create_secrets
@@ -175,6 +176,10 @@ def function_environment(
         PUBLIC_BASE_URL=f"http://{HOST}:{options.api_port}",
     )
     env.setdefault("POWERTOOLS_METRICS_NAMESPACE", "DurableAgentsLocal")
+    # Locally the IAM caller is the local principal: it delivers links and reviews calls,
+    # unless the template's parameters name someone else.
+    for key in ("LINK_MINTERS", "REVIEW_OPERATORS"):
+        env[key] = env.get(key) or f"iam:arn:aws:iam::{LOCAL_ACCOUNT_ID}:user/local"
     env.update(services_environment(options.services_url))
     return env
 

@@ -35,7 +35,7 @@ from durable_agents.models import EffectStatus, Entry, SideEffectRecord
 # A stale time that the reconciler's due-time index never reaches (13-digit epoch ms): a call
 # paused for its crash budget waits for a person's redrive, not for the next sweep.
 NEVER_MS = 9_999_999_999_999
-_DECISION_KEYS = ("decision", "decided_by", "decided_at", "comment")
+_DECISION_KEYS = ("decision", "decided_by", "decided_at", "comment", "via", "reviewers")
 
 
 def idempotency_key(operation_id: str) -> str:

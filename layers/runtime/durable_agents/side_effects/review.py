@@ -4,11 +4,18 @@ A person resolves a call once — the decision is a conditional write on the rec
 when — as ``committed`` (it did happen: here is the result/external id), ``retry`` (it did not:
 execute again with the same request and key, one attempt) or ``abandon`` (give it up; the tool's
 ``compensate`` runs if it has one, and the agent receives ``ToolAbandonedError``).
+
+Who may decide: the reviewers the tool declares (``@tool(reviewers=[...])``, patterns as for
+approvers); for a tool that declares none (or is not deployed any more), only the deployment's
+review operators (``REVIEW_OPERATORS``) — nobody until they are configured. The decision records
+who (``decided_by``), when (``decided_at``), how (``via``) and the patterns it was checked
+against (``reviewers``).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -39,6 +46,7 @@ from durable_agents.serde import encode
 from durable_agents.side_effects.records import decided_note, grant_retry, operation_name
 from durable_agents.side_effects.tools import ToolRegistry
 from durable_agents.views import iso
+from durable_agents.waits.principals import Principal, may_decide
 
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,79}:([0-9]{1,9})$")
 
@@ -65,6 +73,17 @@ class ReviewAlreadyDecidedError(DurableError):
         super().__init__(f"{record.operation_id} is not waiting for review ({detail})")
 
 
+class NotAReviewerError(DurableError):
+    """The caller is authenticated but may not decide this call's review (403)."""
+
+    recorded_fields = ("operation_id", "caller")
+
+    def __init__(self, operation_id: str, caller: str, message: str):
+        self.operation_id = operation_id
+        self.caller = caller
+        super().__init__(message)
+
+
 class ReviewResultError(DurableError):
     """A ``committed`` decision came without a result, or with one the tool cannot accept."""
 
@@ -78,6 +97,7 @@ class ReviewRequest:
     comment: str = ""
     result: Any = None
     external_id: str | None = None
+    via: str = ""
 
 
 def locate(operation_id: str) -> tuple[str, str]:
@@ -98,20 +118,65 @@ def locate(operation_id: str) -> tuple[str, str]:
     return run_id, "/".join(positions)
 
 
+def reviewers_of(
+    tools: ToolRegistry, record: SideEffectRecord, operators: Sequence[str]
+) -> tuple[str, ...]:
+    """The patterns that may decide ``record``: its tool's reviewers, else ``operators``."""
+    tool = tools.get(record.tool)
+    if tool is not None and tool.reviewers:
+        return tool.reviewers
+    return tuple(operators)
+
+
+def authorize(
+    tools: ToolRegistry,
+    record: SideEffectRecord,
+    reviewer: Principal,
+    operators: Sequence[str],
+) -> tuple[str, ...]:
+    """Checks that ``reviewer`` may decide ``record``; returns the patterns it matched.
+
+    Raises:
+        NotAReviewerError: If it matches none of them (or there are none).
+    """
+    allowed = reviewers_of(tools, record, operators)
+    if may_decide(reviewer, allowed):
+        return allowed
+    tool = tools.get(record.tool)
+    declared = tool is not None and bool(tool.reviewers)
+    if declared:
+        why = f"it is not among the reviewers of tool {record.tool!r}"
+    elif allowed:
+        why = f"tool {record.tool!r} declares no reviewers and it is not one of REVIEW_OPERATORS"
+    else:
+        why = f"tool {record.tool!r} declares no reviewers and no REVIEW_OPERATORS are configured"
+    who = reviewer.display
+    raise NotAReviewerError(
+        record.operation_id, who, f"{who} may not decide {record.operation_id}: {why}"
+    )
+
+
 def resolve(
     store: JournalStore,
     tools: ToolRegistry,
     clock: Clock,
     operation_id: str,
     request: ReviewRequest,
+    *,
+    reviewer: Principal | None = None,
+    operators: Sequence[str] = (),
 ) -> SideEffectRecord:
     """Records a person's decision once and sets the run going again.
+
+    An edge taking decisions from callers passes ``reviewer`` (the authenticated caller) and
+    ``operators``; without ``reviewer`` the decision is not authorized here (trusted code only).
 
     Returns:
         The record after the decision (publish ``Step Ready`` for its run next).
 
     Raises:
         EffectNotFoundError: If no such call exists.
+        NotAReviewerError: If ``reviewer`` may not decide it.
         ReviewAlreadyDecidedError: If it is not in NEEDS_REVIEW (already decided, or never was).
         ReviewResultError: If a ``committed`` decision has no acceptable result.
     """
@@ -119,6 +184,7 @@ def resolve(
     record = store.get_effect(run_id, position)
     if record.operation_id != operation_id:
         raise EffectNotFoundError(operation_id)
+    checked = None if reviewer is None else authorize(tools, record, reviewer, operators)
     if record.status is not EffectStatus.NEEDS_REVIEW:
         raise ReviewAlreadyDecidedError(record)
     now = clock.now_ms()
@@ -128,6 +194,8 @@ def resolve(
         decided_by=request.decided_by,
         decided_at=iso(now),
         comment=request.comment,
+        **({"via": request.via} if request.via else {}),
+        **({"reviewers": list(checked)} if checked is not None else {}),
     )
     entries: list[Entry] = []
     if request.decision is Decision.COMMITTED:
@@ -153,6 +221,7 @@ def resolve(
                 meta={
                     "via": "review",
                     "decided_by": request.decided_by,
+                    **({"decided_via": request.via} if request.via else {}),
                     "external_id": request.external_id,
                 },
             )

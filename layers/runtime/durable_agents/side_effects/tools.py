@@ -166,6 +166,8 @@ class Tool(Generic[Req, Res]):
         approvers: Who may approve (patterns, see ``durable_agents.waits.principals``).
         approval_when: When set, approval is needed only if it returns true for the request.
         approval_timeout_seconds: How long the approval may stay pending (None = forever).
+        reviewers: Who may decide this tool's calls in review (``POST /reviews/{op}``; patterns
+            as for approvers). None declared: only ``REVIEW_OPERATORS`` may.
     """
 
     name: str
@@ -183,6 +185,7 @@ class Tool(Generic[Req, Res]):
     compensate_idempotent: bool = False
     approval_timeout_seconds: float | None = None
     approval_when: Callable[[Req], bool] | None = None
+    reviewers: tuple[str, ...] = ()
 
     def needs_approval(self, request: Req) -> bool:
         """Whether this call must be approved first (``approval_when`` decides, if given)."""
@@ -232,6 +235,7 @@ def tool(
     approvers: tuple[str, ...] | list[str] = (),
     approval_timeout_seconds: float | None = None,
     approval_when: Callable[[Any], bool] | None = None,
+    reviewers: tuple[str, ...] | list[str] = (),
     registry: ToolRegistry | None = None,
 ) -> Callable[[Callable[[Req, ToolCall], Any]], Tool[Req, Any]]:
     """Declares a tool.
@@ -253,6 +257,9 @@ def tool(
         approval_timeout_seconds: How long the approval may stay pending.
         approval_when: Ask only when this is true of the request (for example refunds above
             a threshold); it must be a pure function of the request.
+        reviewers: Who may decide a call of this tool in review (``iam:…`` patterns match
+            SigV4 callers of ``POST /reviews/{op}``). None declared: only the deployment's
+            ``REVIEW_OPERATORS`` may (nobody, until configured).
         registry: Where to register (the default tool registry if omitted).
 
     Returns:
@@ -261,6 +268,7 @@ def tool(
     Raises:
         InvalidNameError: If ``name`` is not a valid operation name.
         TypeError: If the function's first parameter is not annotated with a pydantic model.
+        ValueError: If an approver or reviewer pattern is malformed.
 
     Example:
         >>> from pydantic import BaseModel
@@ -276,10 +284,14 @@ def tool(
     check_name(name, "tool")
     if max_attempts < 1:
         raise ValueError("max_attempts must be at least 1")
-    if requires_approval:
-        from durable_agents.waits.principals import check_approvers  # noqa: PLC0415
+    from durable_agents.waits.principals import check_approvers  # noqa: PLC0415
 
+    if requires_approval:
         approvers = check_approvers(approvers)
+    if isinstance(reviewers, str):
+        raise ValueError(f"reviewers must be a list of patterns, not the string {reviewers!r}")
+    if reviewers:
+        reviewers = check_approvers(reviewers, role="reviewer")
 
     def decorate(fn: Callable[[Req, ToolCall], Any]) -> Tool[Req, Any]:
         hints = typing.get_type_hints(fn)
@@ -308,6 +320,7 @@ def tool(
             approvers=tuple(approvers),
             approval_timeout_seconds=approval_timeout_seconds,
             approval_when=approval_when,
+            reviewers=tuple(reviewers),
         )
         (registry or default_tools).add(declared)
         return declared

@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from durable_agents.errors import (
     DurableError,
@@ -47,6 +47,8 @@ class ApprovalDecision(BaseModel):
         decided_at: ISO-8601 time of the decision.
         via: How they were authenticated (``iam``, ``jwt``, ``link``).
         request: The exact request that was approved (canonical JSON).
+        minted_by: For ``via="link"``: the IAM principal that minted the link (None otherwise,
+            and for decisions recorded before links named their minter).
     """
 
     approved: bool
@@ -55,6 +57,7 @@ class ApprovalDecision(BaseModel):
     decided_at: str
     via: str
     request: str
+    minted_by: str | None = None
 
 
 class RecordedDecision(BaseModel):
@@ -71,6 +74,8 @@ class RecordedDecision(BaseModel):
     decided_at: str
     via: str
     request_sha256: str
+    # Only link decisions have one; left out otherwise, so other decisions record as before.
+    minted_by: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ApprovedRequestMismatchError(DurableError):
@@ -273,8 +278,11 @@ def record_decision(
     decided_by: str,
     comment: str,
     via: str,
+    minted_by: str | None = None,
 ) -> WaitRecord:
     """Records a decision once, with who, how and when, and wakes the run.
+
+    ``minted_by`` names who minted the signed link a ``via="link"`` decision came through.
 
     Raises:
         WaitGoneError: If it was already decided or has expired.
@@ -289,6 +297,7 @@ def record_decision(
         decided_at=iso(now) or "",
         via=via,
         request_sha256=_sha256(str(record.details.get("request", "null"))),
+        minted_by=minted_by,
     )
     payload = encode(decision, RecordedDecision)
     return settle(

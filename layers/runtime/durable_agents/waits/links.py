@@ -100,12 +100,15 @@ class LinkClaims:
         approver: The approver pattern it acts as (one of the approval's approvers).
         expires_at_s: Epoch seconds after which it is refused.
         nonce: Random; its prefix names the link in the decision record and in logs.
+        minted_by: The IAM principal that minted it (recorded with a decision it makes);
+            empty for links minted before links named their minter.
     """
 
     approval_id: str
     approver: str
     expires_at_s: int
     nonce: str
+    minted_by: str = ""
 
     @property
     def link_id(self) -> str:
@@ -126,7 +129,7 @@ class LinkClaims:
 class LinkSigner:
     """Mints and verifies signed approval links.
 
-    Token: ``base64url(JSON {aid, approver, exp, nonce}) + "." + base64url(HMAC-SHA256)``, the
+    Token: ``base64url(JSON {aid, approver, exp, nonce, by}) + "." + base64url(HMAC-SHA256)``, the
     HMAC taken over a fixed context string and the payload segment, compared in constant time.
 
     Args:
@@ -145,9 +148,18 @@ class LinkSigner:
         ).digest()
 
     def mint(
-        self, approval_id: str, approver: str, ttl_seconds: int, *, now_ms: int
+        self,
+        approval_id: str,
+        approver: str,
+        ttl_seconds: int,
+        *,
+        now_ms: int,
+        minted_by: str = "",
     ) -> tuple[str, LinkClaims]:
         """Mints a link token for one approval and one approver pattern.
+
+        ``minted_by`` (the minting principal) is signed into the token, so a decision made
+        through it records who handed it out.
 
         Returns:
             The token (a credential: hand it only to that approver) and what it grants.
@@ -164,12 +176,14 @@ class LinkSigner:
             approver=approver,
             expires_at_s=now_ms // 1000 + ttl_seconds,
             nonce=secrets.token_urlsafe(12),
+            minted_by=minted_by,
         )
         payload = {
             "aid": claims.approval_id,
             "approver": claims.approver,
             "exp": claims.expires_at_s,
             "nonce": claims.nonce,
+            **({"by": claims.minted_by} if claims.minted_by else {}),
         }
         segment = b64encode(json.dumps(payload, separators=(",", ":"), sort_keys=True).encode())
         return f"{segment}.{b64encode(self._mac(segment))}", claims
@@ -200,15 +214,19 @@ class LinkSigner:
         payload = _json_segment(segment, "link token", "Link")
         aid, approver = payload.get("aid"), payload.get("approver")
         exp, nonce = payload.get("exp"), payload.get("nonce")
+        minted_by = payload.get("by", "")
         if not (
             isinstance(aid, str)
             and isinstance(approver, str)
             and isinstance(exp, int)
             and isinstance(nonce, str)
+            and isinstance(minted_by, str)
         ):
             raise AuthenticationError("the link token is malformed", scheme="Link")
         if aid != approval_id:
             raise AuthenticationError("this link is for another approval", scheme="Link")
         if now_ms // 1000 >= exp:
             raise AuthenticationError("this link has expired; ask for a new one", scheme="Link")
-        return LinkClaims(approval_id=aid, approver=approver, expires_at_s=exp, nonce=nonce)
+        return LinkClaims(
+            approval_id=aid, approver=approver, expires_at_s=exp, nonce=nonce, minted_by=minted_by
+        )

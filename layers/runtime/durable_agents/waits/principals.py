@@ -8,35 +8,35 @@ Approver patterns (stored with each approval):
 * ``group:<name>`` — any person whose JWT lists the group (``cognito:groups`` or ``groups``);
 * ``iam:<ARN>`` or ``iam:<ARN prefix>*`` — a service or operator calling with SigV4.
 
-A signed link is minted for one approver pattern and carries it.
+A signed link is minted for one ``user:`` or ``group:`` approver pattern and carries it (an
+``iam:`` approver signs its requests and never gets a bearer link). Minting is a privilege of its
+own: only the configured notifier principals (``LINK_MINTERS``, ``iam:`` patterns) may mint.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 PREFIXES = ("user:", "group:", "iam:")
 
 
-def check_approvers(approvers: Iterable[str]) -> tuple[str, ...]:
-    """Validates approver patterns.
+def check_approvers(approvers: Iterable[str], *, role: str = "approver") -> tuple[str, ...]:
+    """Validates approver patterns (and reviewer patterns: ``role="reviewer"``).
 
     Raises:
         ValueError: If the list is empty or a pattern is malformed.
     """
     patterns = tuple(approvers) if not isinstance(approvers, str) else (approvers,)
     if not patterns:
-        raise ValueError("an approval needs at least one approver")
+        raise ValueError(f"at least one {role} is needed")
     for pattern in patterns:
         if (
             not isinstance(pattern, str)
             or not pattern.startswith(PREFIXES)
             or len(pattern.split(":", 1)[1]) == 0
         ):
-            raise ValueError(
-                f"approver {pattern!r} must be user:<id>, group:<name> or iam:<ARN>[*]"
-            )
+            raise ValueError(f"{role} {pattern!r} must be user:<id>, group:<name> or iam:<ARN>[*]")
     return patterns
 
 
@@ -70,7 +70,8 @@ def may_decide(principal: Principal, approvers: Iterable[str]) -> bool:
     """Whether ``principal`` matches one of the approver patterns."""
     for pattern in approvers:
         kind, _, value = pattern.partition(":")
-        if principal.via == "link" and principal.identity == pattern:
+        # A link never stands in for an iam: approver (that would make SigV4 a bearer token).
+        if principal.via == "link" and principal.identity == pattern and kind != "iam":
             return True
         if principal.via == "jwt":
             if kind == "user" and value in principal.user_ids:
@@ -83,3 +84,24 @@ def may_decide(principal: Principal, approvers: Iterable[str]) -> bool:
             if principal.identity == value:
                 return True
     return False
+
+
+def iam_patterns(variable: str, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The ``iam:`` patterns a comma-separated variable lists (``iam:`` may be left out).
+
+    Used for ``LINK_MINTERS`` (who may mint signed links) and ``REVIEW_OPERATORS`` (who may
+    decide reviews of tools that declare no reviewers). Unset or empty means nobody.
+
+    Raises:
+        ValueError: If an entry is not an IAM ARN (or ARN prefix ending in ``*``).
+    """
+    patterns = []
+    for raw in environ.get(variable, "").split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        pattern = entry if entry.startswith("iam:") else f"iam:{entry}"
+        if not pattern.startswith("iam:arn:") or pattern == "iam:arn:*":
+            raise ValueError(f"{variable}: {entry!r} must be an IAM ARN or ARN prefix ending in *")
+        patterns.append(pattern)
+    return tuple(patterns)
