@@ -34,6 +34,7 @@ from api.routes.common import (
 from api.routes.common import error as _error
 from api.routes.common import json_body as _json_body
 from api.routes.common import ok as _ok
+from api.routes.limits import PayloadTooLargeError, check_key, check_run_cursor
 from durable_agents.deployment import Settings, build_runtime
 from durable_agents.errors import (
     AgentNotFoundError,
@@ -47,6 +48,7 @@ from durable_agents.errors import (
     WaitNotFoundError,
 )
 from durable_agents.events import step_ready
+from durable_agents.ids import check_run_id
 from durable_agents.models import RunStatus, WaitStatus
 from durable_agents.runtime import InputValidationError, Runtime
 from durable_agents.scrub import ScrubFilter
@@ -150,6 +152,9 @@ app = ThreadSafeRestResolver()
 
 _runtime: Runtime | None = None
 MAX_LIMIT = 100
+# Every id travels as one path segment; DynamoDB refuses keys over 2,048 bytes (moto does not),
+# so longer segments are refused here, before any route reads the table with them.
+MAX_PATH_SEGMENT_BYTES = 512
 
 
 def get_runtime() -> Runtime:
@@ -184,6 +189,7 @@ class StartRunRequest(BaseModel):
 # What each domain error means for an HTTP caller. Domain exceptions carry no status codes.
 ERROR_STATUS: dict[type[Exception], HTTPStatus] = {
     BadRequest: HTTPStatus.BAD_REQUEST,
+    PayloadTooLargeError: HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
     UnprocessableRequest: HTTPStatus.UNPROCESSABLE_ENTITY,
     AuthenticationError: HTTPStatus.UNAUTHORIZED,
     NotAnApproverError: HTTPStatus.FORBIDDEN,
@@ -275,6 +281,10 @@ def start_run() -> Response[str]:
     )
     if header_key and request.idempotency_key and header_key != request.idempotency_key:
         raise BadRequest("the Idempotency-Key header and the body's idempotency_key differ")
+    if header_key:
+        check_key(header_key, "the Idempotency-Key header")
+    if request.idempotency_key:
+        check_key(request.idempotency_key, "idempotency_key")
     key = request.idempotency_key or header_key
     run, created = get_runtime().start_run(request.agent, request.input, idempotency_key=key)
     logger.info(
@@ -307,7 +317,10 @@ def list_runs() -> Response[str]:
         raise BadRequest("limit must be an integer") from exc
     if not 1 <= limit <= MAX_LIMIT:
         raise BadRequest(f"limit must be between 1 and {MAX_LIMIT}")
-    page = get_runtime().store.list_runs(status=status, limit=limit, cursor=params.get("cursor"))
+    cursor = params.get("cursor") or None
+    if cursor is not None:
+        check_run_cursor(cursor, status.value if status else None)
+    page = get_runtime().store.list_runs(status=status, limit=limit, cursor=cursor)
     return _ok(HTTPStatus.OK, {"runs": [run_view(h) for h in page.runs], "cursor": page.cursor})
 
 
@@ -315,14 +328,14 @@ def list_runs() -> Response[str]:
 @tracer.capture_method(capture_response=False)
 def get_run(run_id: str) -> Response[str]:
     """Returns a run's status, result or error, and what it is waiting on."""
-    return _ok(HTTPStatus.OK, run_view(get_runtime().store.get_run(run_id)))
+    return _ok(HTTPStatus.OK, run_view(get_runtime().store.get_run(check_run_id(run_id))))
 
 
 @app.get("/runs/<run_id>/history")
 @tracer.capture_method(capture_response=False)
 def get_history(run_id: str) -> Response[str]:
     """Returns the run's journal as events in program order."""
-    snapshot = get_runtime().store.load(run_id)
+    snapshot = get_runtime().store.load(check_run_id(run_id))
     return _ok(HTTPStatus.OK, {"run_id": run_id, "events": history(snapshot)})
 
 
@@ -330,7 +343,7 @@ def get_history(run_id: str) -> Response[str]:
 @tracer.capture_method(capture_response=False)
 def redrive(run_id: str) -> Response[str]:
     """Resumes a PAUSED run after a fix was deployed, or nudges a stalled one."""
-    header = get_runtime().redrive(run_id)
+    header = get_runtime().redrive(check_run_id(run_id))
     logger.info("run re-driven", extra={"run_id": run_id, "caller": _caller()})
     return _ok(HTTPStatus.ACCEPTED, run_view(header))
 
@@ -393,6 +406,24 @@ app.include_router(callbacks.router)
 app.include_router(streams.router)
 
 
+def _oversized_segment(event: Mapping[str, Any]) -> str | None:
+    """Why the path cannot name anything of ours (a segment too long for a key), or None."""
+    for segment in str(event.get("path") or "").split("/"):
+        size = len(unquote(segment).encode("utf-8", errors="surrogatepass"))
+        if size > MAX_PATH_SEGMENT_BYTES:
+            return f"a path segment is {size} bytes; ids are at most {MAX_PATH_SEGMENT_BYTES} bytes"
+    return None
+
+
+def _rejection(status: HTTPStatus, message: str) -> dict[str, Any]:
+    """A JSON error answered before routing (same shape as ``api.routes.common.error``)."""
+    return {
+        "statusCode": status.value,
+        "headers": {"Content-Type": "application/json"},
+        "body": json.dumps({"error": {"type": "BadRequest", "message": message}}),
+    }
+
+
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler(capture_response=False)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
@@ -401,6 +432,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     A journal or bus failure (throttling, a 500, a timeout) answers 503 with ``Retry-After``:
     nothing was recorded for the request, so the caller may simply send it again.
     """
+    too_long = _oversized_segment(event)
+    if too_long is not None:
+        return _rejection(HTTPStatus.BAD_REQUEST, too_long)
     try:
         return app.resolve(event, context)
     except InfrastructureError as exc:

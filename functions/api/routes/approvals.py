@@ -37,6 +37,7 @@ from api.routes.common import (
     runtime,
     wake,
 )
+from api.routes.limits import MAX_LINK_BODY_BYTES
 from durable_agents.models import WaitRecord, WaitStatus
 from durable_agents.views import iso
 from durable_agents.waits.approval import KIND, expire_approval, record_decision
@@ -398,11 +399,18 @@ def link_decide_approval(approval_id: str) -> Response[str]:
     every further use gets 409. Only a recorded decision uses it up.
     """
     event = _event()
-    body = form_or_json_body(event)
+    query_token = (event.query_string_parameters or {}).get("token")
+    # Authenticate before parsing: a token in the query is verified first, and a body that
+    # carries it (an HTML form) is read under the small link limits (auth NONE route).
+    verified = _link(approval_id, query_token) if query_token else None
+    body = form_or_json_body(event, limit=MAX_LINK_BODY_BYTES)
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object or a form")
-    token = body.get("token") or (event.query_string_parameters or {}).get("token")
-    claims, record = _link(approval_id, token if isinstance(token, str) else None)
+    token = body.get("token") or query_token
+    if verified is not None and token == query_token:
+        claims, record = verified
+    else:
+        claims, record = _link(approval_id, token if isinstance(token, str) else None)
     request = LinkDecisionRequest.model_validate({**body, "token": token})
     settled = _decide(
         record,

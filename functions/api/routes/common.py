@@ -14,6 +14,8 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 
 from api.approval_page import HTML_HEADERS, approval_state
+from api.routes import limits
+from api.routes.limits import MAX_FORM_FIELDS, MAX_JSON_BODY_BYTES, body_text, parse_json
 from durable_agents.errors import WaitNotFoundError
 from durable_agents.events import EventPublishError, step_ready
 from durable_agents.models import WaitRecord
@@ -26,10 +28,7 @@ if TYPE_CHECKING:
 logger = Logger(child=True)
 
 MAX_WAIT_ID_CHARS = 128
-
-
-class BadRequest(Exception):
-    """The request is malformed (not JSON, wrong parameter)."""
+BadRequest = limits.BadRequest  # defined with the limits; the routes have always taken it here
 
 
 class UnprocessableRequest(Exception):
@@ -143,34 +142,39 @@ def prefers_html(event: APIGatewayProxyEvent) -> bool:
     return wants_html(event, default=browsing)
 
 
-def json_body(event: APIGatewayProxyEvent, *, required: bool = True) -> Any:
-    """The JSON body (None when empty and not ``required``).
+def json_body(
+    event: APIGatewayProxyEvent, *, required: bool = True, limit: int = MAX_JSON_BODY_BYTES
+) -> Any:
+    """The JSON body (None when empty and not ``required``), parsed under the limits.
 
     Raises:
-        BadRequest: If it is missing (and required) or not JSON.
+        BadRequest: If it is missing (and required), not UTF-8 or not JSON within the limits.
+        PayloadTooLargeError: If it is longer than ``limit`` bytes.
     """
-    raw = event.decoded_body if event.is_base64_encoded else event.body
-    if raw is None or raw == "":
+    text = body_text(event, limit=limit)
+    if text is None:
         if required:
             raise BadRequest("the request needs a JSON body")
         return None
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise BadRequest(f"the body is not valid JSON: {exc.msg} at position {exc.pos}") from exc
+    return parse_json(text)
 
 
-def form_or_json_body(event: APIGatewayProxyEvent) -> Any:
-    """A JSON body, or an HTML form's fields as a dict.
+def form_or_json_body(event: APIGatewayProxyEvent, *, limit: int = MAX_JSON_BODY_BYTES) -> Any:
+    """A JSON body, or an HTML form's fields as a dict (at most ``MAX_FORM_FIELDS``).
 
     Raises:
-        BadRequest: If the body is missing, not JSON, or a form field is repeated.
+        BadRequest: If the body is missing, not JSON, has too many fields or a repeated one.
+        PayloadTooLargeError: If it is longer than ``limit`` bytes.
     """
     if not is_form(event):
-        return json_body(event)
-    raw = event.decoded_body if event.is_base64_encoded else (event.body or "")
+        return json_body(event, limit=limit)
+    raw = body_text(event, limit=limit) or ""
     fields: dict[str, str] = {}
-    for key, value in parse_qsl(raw, keep_blank_values=True, max_num_fields=20):
+    try:
+        pairs = parse_qsl(raw, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
+    except ValueError as exc:  # "Max number of fields exceeded"
+        raise BadRequest(f"the form has more than {MAX_FORM_FIELDS} fields") from exc
+    for key, value in pairs:
         if key in fields:
             raise BadRequest(f"the form field {key!r} is repeated")
         fields[key] = value

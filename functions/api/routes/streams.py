@@ -18,10 +18,14 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 
 from api.routes.common import BadRequest, header, ok, runtime
+from api.routes.limits import check_key
+from durable_agents.ids import check_run_id
 from durable_agents.streams import StreamCache, StreamChunk
 
 router = Router()  # type: ignore[no-untyped-call]
-MAX_WAIT_SECONDS = 20
+# Bounded so a poll holds an Api invocation (and a unit of its concurrency) for at most 10 s:
+# the client reconnects with its cursor, which costs a request and loses nothing.
+MAX_WAIT_SECONDS = 10
 POLL_SECONDS = 0.25
 
 
@@ -55,20 +59,24 @@ def _sse(chunks: list[StreamChunk], done_status: str | None) -> str:
 
 @router.get("/runs/<run_id>/stream")
 def get_stream(run_id: str) -> Response[str]:
-    """Returns the chunks after ``after``; ``wait`` (0-20 s) holds the request for new ones.
+    """Returns the chunks after ``after``; ``wait`` (0-10 s) holds the request for new ones.
 
     Raises:
-        BadRequest: If ``wait`` is not a number in range, or streaming is not configured.
+        BadRequest: If ``wait`` is not a number in range, ``after`` is not a cursor, or
+            streaming is not configured.
+        InvalidNameError: If ``run_id`` cannot be a run id (400).
         RunNotFoundError: If there is no such run (404).
     """
     event = _event()
     rt = runtime()
-    run = rt.store.get_run(run_id)
+    run = rt.store.get_run(check_run_id(run_id))
     cache = rt.stream_sink
     if not isinstance(cache, StreamCache):
         raise BadRequest("streaming is not configured (STREAM_TABLE is not set)")
     params = event.query_string_parameters or {}
     after = params.get("after") or header(event, "Last-Event-ID")
+    if after is not None:
+        check_key(after, "the cursor (after or Last-Event-ID)")
     try:
         wait_seconds = float(params.get("wait", "0"))
     except ValueError as exc:
