@@ -113,7 +113,7 @@ test: lint typecheck validate pytest ## lint + typecheck + validate + pytest (wh
 # hundred schedules, every boundary case, the boto3 fault cases); `make reliability` runs it
 # with RELIABILITY_EXAMPLES schedules per property test (>= 10,000 in all) plus the soak, and
 # prints the count of schedules and faults per fault class.
-RELIABILITY_EXAMPLES ?= 1200
+RELIABILITY_EXAMPLES ?= 800
 reliability: $(VENV_STAMP) ## The full fault suite: >= 10,000 schedules + the SIGKILL soak
 	RELIABILITY_EXAMPLES=$(RELIABILITY_EXAMPLES) RELIABILITY_FULL=1 \
 	  $(VENV)/bin/python -m pytest tests/reliability -m "reliability" -p no:cacheprovider -rxX
