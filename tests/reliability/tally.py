@@ -13,11 +13,12 @@ injected: Counter[str] = Counter()
 violations: Counter[str] = Counter()
 
 
-def run_checked(plan: FaultPlan, label: str) -> SimResult:
-    """Runs one schedule, counts it under ``label``, and asserts every invariant.
+def run_counted(plan: FaultPlan, label: str) -> tuple[SimResult, str]:
+    """Runs one schedule, counts it under ``label``, and checks every invariant.
 
-    Raises:
-        AssertionError: With the violations and the plan that reproduces them.
+    Returns:
+        The result, and the violations explained with the plan that reproduces them (empty
+        when every invariant held) — for the test's own ``assert not problems, problems``.
     """
     result = simulate(plan)
     schedules[label] += 1
@@ -25,7 +26,14 @@ def run_checked(plan: FaultPlan, label: str) -> SimResult:
     problems = check(result)
     if problems:
         violations[label] += 1
-        raise AssertionError(explain(result, problems))
+        return result, explain(result, problems)
+    return result, ""
+
+
+def run_checked(plan: FaultPlan, label: str) -> SimResult:
+    """``run_counted``, asserting that every invariant held."""
+    result, problems = run_counted(plan, label)
+    assert not problems, problems
     return result
 
 

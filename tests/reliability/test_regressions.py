@@ -56,4 +56,5 @@ REGRESSIONS = [
     [pytest.param(p, id=i) for i, p, _defect in REGRESSIONS],
 )
 def test_regression(plan: FaultPlan) -> None:
-    tally.run_checked(plan, "regression")
+    _, problems = tally.run_counted(plan, "regression")
+    assert not problems, problems

@@ -67,7 +67,8 @@ def _class_test(cls: str) -> object:
     @SETTINGS
     @given(plan=plans((cls,)))
     def test(plan: FaultPlan) -> None:
-        tally.run_checked(plan, cls)
+        _, problems = tally.run_counted(plan, cls)
+        assert not problems, problems
 
     test.__name__ = f"test_{cls}"
     return test
@@ -80,7 +81,8 @@ for _cls in FAULT_CLASSES:
 @SETTINGS
 @given(plan=plans(FAULT_CLASSES))
 def test_all_classes_at_once(plan: FaultPlan) -> None:
-    tally.run_checked(plan, "all")
+    _, problems = tally.run_counted(plan, "all")
+    assert not problems, problems
 
 
 @SETTINGS
@@ -89,4 +91,5 @@ def test_all_classes_at_once(plan: FaultPlan) -> None:
 )
 def test_survived_classes_together(plan: FaultPlan) -> None:
     """Every class the runtime survives today, mixed in one schedule."""
-    tally.run_checked(plan, "survived-together")
+    _, problems = tally.run_counted(plan, "survived-together")
+    assert not problems, problems
