@@ -249,7 +249,7 @@ class DynamoDBJournal(JournalStore):
             try:
                 self._client.put_item(**header_put)
             except ClientError as exc:
-                if _code(exc) == "ConditionalCheckFailedException":
+                if error_code(exc) == "ConditionalCheckFailedException":
                     raise EntryConflictError(HEADER_SK) from exc
                 raise
             return header, True
@@ -271,9 +271,9 @@ class DynamoDBJournal(JournalStore):
                 TransactItems=[{"Put": header_put}, {"Put": idem_put}]
             )
         except ClientError as exc:
-            if _code(exc) != "TransactionCanceledException":
+            if error_code(exc) != "TransactionCanceledException":
                 raise
-            reasons = _reasons(exc)
+            reasons = cancellation_reasons(exc)
             if len(reasons) > 1 and reasons[1].get("Code") == "ConditionalCheckFailed":
                 existing = self._client.get_item(
                     TableName=self._table, Key=idem_key, ConsistentRead=True
@@ -307,7 +307,7 @@ class DynamoDBJournal(JournalStore):
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 )
             except ClientError as exc:
-                if _code(exc) == "ConditionalCheckFailedException":
+                if error_code(exc) == "ConditionalCheckFailedException":
                     old: Any = exc.response.get("Item")
                     existing = self._items.entry_from_item(run_id, old) if old else None
                     raise EntryConflictError(entries[0].sort_key, existing) from exc
@@ -317,7 +317,7 @@ class DynamoDBJournal(JournalStore):
             try:
                 self._client.update_item(**self._update_request(run_id, change))
             except ClientError as exc:
-                if _code(exc) == "ConditionalCheckFailedException":
+                if error_code(exc) == "ConditionalCheckFailedException":
                     raise self._state_conflict(run_id, change) from exc
                 raise
             return
@@ -325,7 +325,7 @@ class DynamoDBJournal(JournalStore):
             try:
                 self._client.put_item(**self._effect_put(effect))
             except ClientError as exc:
-                if _code(exc) == "ConditionalCheckFailedException":
+                if error_code(exc) == "ConditionalCheckFailedException":
                     old_effect: Any = exc.response.get("Item")
                     current = self._items.effect_from_item(old_effect) if old_effect else None
                     raise EffectConflictError(effect.record.operation_id, current) from exc
@@ -356,9 +356,9 @@ class DynamoDBJournal(JournalStore):
         try:
             self._client.transact_write_items(TransactItems=items)
         except ClientError as exc:
-            if _code(exc) != "TransactionCanceledException":
+            if error_code(exc) != "TransactionCanceledException":
                 raise
-            reasons = _reasons(exc)
+            reasons = cancellation_reasons(exc)
             for index, reason in enumerate(reasons):
                 if reason.get("Code") != "ConditionalCheckFailed":
                     continue
@@ -566,7 +566,3 @@ class DynamoDBJournal(JournalStore):
         last = page.get("LastEvaluatedKey")
         next_cursor = base64.urlsafe_b64encode(json.dumps(last).encode()).decode() if last else None
         return list(page.get("Items", [])), next_cursor
-
-
-_code = error_code
-_reasons = cancellation_reasons

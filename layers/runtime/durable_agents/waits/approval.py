@@ -26,7 +26,13 @@ from durable_agents.models import (
 )
 from durable_agents.serde import canonical_json, decode, encode, error_info
 from durable_agents.views import iso
-from durable_agents.waits.records import WaitGoneError, refuse_if_due, settle, wait_id
+from durable_agents.waits.records import (
+    WaitGoneError,
+    pending_wait,
+    refuse_if_due,
+    settle,
+    wait_id,
+)
 
 if TYPE_CHECKING:
     from durable_agents.clock import Clock
@@ -183,24 +189,22 @@ def _pending_record(
     created_at_ms: int,
 ) -> WaitRecord:
     """The pending approval as it is recorded (and as its notification describes it)."""
-    timeout = spec.timeout_ms
-    return WaitRecord(
-        wait_id=approval_id,
-        kind=KIND,
-        run_id=inv.run_id,
-        position=position,
-        operation_id=op_id,
-        name=name,
-        status=WaitStatus.PENDING,
+    details = {
+        "request": spec.request,
+        "summary": spec.summary,
+        "approvers": list(spec.approvers),
+        "agent": inv.header.agent,
+    }
+    return pending_wait(
+        inv.run_id,
+        KIND,
+        approval_id,
+        position,
+        op_id,
+        name,
         created_at_ms=created_at_ms,
-        updated_at_ms=created_at_ms,
-        deadline_ms=created_at_ms + timeout if timeout is not None else None,
-        details={
-            "request": spec.request,
-            "summary": spec.summary,
-            "approvers": list(spec.approvers),
-            "agent": inv.header.agent,
-        },
+        timeout_ms=spec.timeout_ms,
+        details=details,
     )
 
 

@@ -41,7 +41,13 @@ from durable_agents.models import (
 )
 from durable_agents.serde import canonical_json, encode, error_info
 from durable_agents.views import iso
-from durable_agents.waits.records import WaitGoneError, refuse_if_due, settle, wait_id
+from durable_agents.waits.records import (
+    WaitGoneError,
+    pending_wait,
+    refuse_if_due,
+    settle,
+    wait_id,
+)
 
 if TYPE_CHECKING:
     from durable_agents.clock import Clock
@@ -158,20 +164,17 @@ def run_create_callback(
     # (the run suspends and the next replay reads the winner's).
     secret = secrets.token_urlsafe(SECRET_BYTES)
     now = inv.now_ms()
-    pending = WaitRecord(
-        wait_id=public_id,
-        kind=KIND,
-        run_id=inv.run_id,
-        position=position,
-        operation_id=op_id,
-        name=name,
-        status=WaitStatus.PENDING,
+    pending = pending_wait(
+        inv.run_id,
+        KIND,
+        public_id,
+        position,
+        op_id,
+        name,
         created_at_ms=now,
-        updated_at_ms=now,
-        deadline_ms=now + timeout_ms if timeout_ms is not None else None,
-        heartbeat_timeout_ms=heartbeat_ms,
-        heartbeat_deadline_ms=now + heartbeat_ms if heartbeat_ms is not None else None,
+        timeout_ms=timeout_ms,
         details={_HASH_DETAIL: _digest(secret)},
+        heartbeat_ms=heartbeat_ms,
     )
     created = inv.entry(
         position,

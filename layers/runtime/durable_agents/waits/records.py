@@ -53,6 +53,37 @@ def wait_id(prefix: str, operation_id: str) -> str:
     return f"{prefix}-{hashlib.sha256(operation_id.encode()).hexdigest()[:24]}"
 
 
+def pending_wait(
+    run_id: str,
+    kind: str,
+    wait_id_: str,
+    position: str,
+    operation_id: str,
+    name: str,
+    *,
+    created_at_ms: int,
+    timeout_ms: int | None,
+    details: dict[str, Any],
+    heartbeat_ms: int | None = None,
+) -> WaitRecord:
+    """A new PENDING wait record (approvals and callbacks share the layout)."""
+    return WaitRecord(
+        wait_id=wait_id_,
+        kind=kind,
+        run_id=run_id,
+        position=position,
+        operation_id=operation_id,
+        name=name,
+        status=WaitStatus.PENDING,
+        created_at_ms=created_at_ms,
+        updated_at_ms=created_at_ms,
+        deadline_ms=created_at_ms + timeout_ms if timeout_ms is not None else None,
+        heartbeat_timeout_ms=heartbeat_ms,
+        heartbeat_deadline_ms=created_at_ms + heartbeat_ms if heartbeat_ms is not None else None,
+        details=details,
+    )
+
+
 def refuse_if_due(
     store: JournalStore,
     clock: Clock,
