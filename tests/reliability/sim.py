@@ -35,10 +35,16 @@ from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.models import EntryType, RunStatus, WaitStatus
 from durable_agents.reconciler import expire_wait, sweep, wake_run
 from durable_agents.runtime import Runtime
-from durable_agents.side_effects.review import Decision, ReviewRequest, resolve
+from durable_agents.side_effects.review import (
+    Decision,
+    NotAReviewerError,
+    ReviewRequest,
+    resolve,
+)
 from durable_agents.testing import SimulatedCrash
 from durable_agents.waits.approval import record_decision
 from durable_agents.waits.callback import complete_callback, heartbeat
+from durable_agents.waits.principals import Principal
 from durable_agents.waits.records import WaitGoneError
 from tests.reliability import world
 from tests.reliability.faults import (
@@ -261,12 +267,22 @@ class Simulator:
                   "reserve-seat": {"seat": f"seat-{ORDER}"},
                   "charge-card": {"charged": ORDER}}.get(name)  # fmt: skip
         decision = Decision.COMMITTED if happened else Decision.RETRY
-        request = ReviewRequest(decision, "user:reviewer", result=result if happened else None)
+        request = ReviewRequest(decision, world.REVIEWER, result=result if happened else None)
         self.reviews.append(f"{effect.operation_id}:{decision.value}")
-        self._settle(
-            lambda: resolve(self.inner, world.tools, self.clock, effect.operation_id, request),
-            effect.run_id,
-        )
+        # Authorized as the API does, against the reviewers frozen into the record when it was
+        # parked, with no REVIEW_OPERATORS to fall back on.
+        who = world.REVIEWER.removeprefix("user:")
+        reviewer = Principal(via="jwt", identity=who, user_ids=frozenset({who}))
+        try:
+            self._settle(
+                lambda: resolve(
+                    self.inner, world.tools, self.clock, effect.operation_id, request,
+                    reviewer=reviewer, operators=(),
+                ),
+                effect.run_id,
+            )  # fmt: skip
+        except NotAReviewerError as exc:
+            self.escaped.append(f"review: {exc}")
 
     # -- the loop -------------------------------------------------------------------------------
 

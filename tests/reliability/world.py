@@ -35,6 +35,9 @@ from durable_agents.side_effects.tools import Found, NotFound, ToolCall, ToolReg
 STALE_AFTER_SECONDS = 120.0
 HEARTBEAT_TIMEOUT_SECONDS = 900.0
 APPROVER = "user:alice"
+# Every tool declares the reviewer, and the simulated reviewer decides with REVIEW_OPERATORS
+# unset: a park that failed to freeze who may decide is refused (an escaped error).
+REVIEWER = "user:reviewer"
 MODEL = ModelConfig(name="sim-model", version="1", provider="sim", model_id="sim-1")
 
 
@@ -128,7 +131,7 @@ def _seat_lookup(request: Order, call: ToolCall) -> Found[dict[str, Any]] | NotF
 
 
 @tool(name="reserve-seat", lookup=_seat_lookup, stale_after_seconds=STALE_AFTER_SECONDS,
-      registry=tools)  # fmt: skip
+      reviewers=[REVIEWER], registry=tools)  # fmt: skip
 def reserve_seat(request: Order, call: ToolCall) -> dict[str, Any]:
     WORLD.seats[call.idempotency_key] += 1
     WORLD._maybe_lose("reserve-seat")
@@ -136,7 +139,7 @@ def reserve_seat(request: Order, call: ToolCall) -> dict[str, Any]:
 
 
 @tool(name="charge-card", idempotent=True, stale_after_seconds=STALE_AFTER_SECONDS,
-      registry=tools)  # fmt: skip
+      reviewers=[REVIEWER], registry=tools)  # fmt: skip
 def charge_card(request: Order, call: ToolCall) -> dict[str, Any]:
     WORLD.charge_calls += 1
     WORLD.charges[call.idempotency_key] = 1  # the provider dedupes on the key
@@ -150,14 +153,15 @@ def _cancel_hotel(request: Order, call: ToolCall) -> None:
 
 
 @tool(name="book-hotel", compensate=_cancel_hotel, stale_after_seconds=STALE_AFTER_SECONDS,
-      registry=tools)  # fmt: skip
+      reviewers=[REVIEWER], registry=tools)  # fmt: skip
 def book_hotel(request: Order, call: ToolCall) -> dict[str, Any]:
     WORLD.hotels[call.operation_id] += 1
     WORLD._maybe_lose("book-hotel")
     return {"hotel": f"hotel-{request.order}"}
 
 
-@tool(name="send-sms", stale_after_seconds=STALE_AFTER_SECONDS, registry=tools)
+@tool(name="send-sms", stale_after_seconds=STALE_AFTER_SECONDS, reviewers=[REVIEWER],
+      registry=tools)  # fmt: skip
 def send_sms(request: Order, call: ToolCall) -> dict[str, Any]:
     WORLD.sms[request.order] += 1
     WORLD._maybe_lose("send-sms")

@@ -225,3 +225,31 @@ def test_reviewers_are_validated_like_approvers() -> None:
     for bad in (["ops"], ["iam:"], ["admin:root"], "iam:arn:aws:iam::1:role/x"):
         with pytest.raises(ValueError, match="reviewer"):
             tool(name="bad-reviewers", reviewers=bad, registry=ToolRegistry())  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------- reviewers frozen when the call is parked
+def test_the_reviewers_frozen_at_park_are_listed_with_the_review(
+    paused: tuple[AgentTestRunner, TestResult],
+) -> None:
+    _, result = paused
+    (review,) = call("GET", "/reviews")[1]["reviews"]
+    assert review["operation_id"] == op_id(result)
+    assert review["reviewers"] == [OPERATORS]
+    assert review["note"]["frozen_reviewers"] == [OPERATORS]
+
+
+def test_a_tool_the_api_does_not_know_is_decided_by_its_frozen_reviewers_not_operators(
+    paused: tuple[AgentTestRunner, TestResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner, result = paused
+    monkeypatch.delitem(default_tools._tools, "test-notify")  # removed (or not imported) since
+    ops = "arn:aws:iam::123456789012:role/ops-oncall"
+    monkeypatch.setenv("REVIEW_OPERATORS", ops)
+    refused = request("POST", f"/reviews/{op_id(result)}", {"decision": "retry"}, user_arn=ops)
+    assert refused.status == 403, refused.text
+    assert call("GET", "/reviews")[1]["reviews"][0]["status"] == "NEEDS_REVIEW"  # untouched
+    decided = request("POST", f"/reviews/{op_id(result)}", {"decision": "retry"}, user_arn=OPERATOR)
+    assert decided.status == 200, decided.text
+    assert decided.json["note"]["reviewers"] == [OPERATORS]
+    monkeypatch.undo()  # the tool is deployed again for the retried execution
+    assert runner.resume(result.run_id).status == "SUCCEEDED"

@@ -36,7 +36,13 @@ class Payment(BaseModel):
     cents: int
 
 
-def tools(calls: list[str], *, schema_version: str = "1", idempotent: bool = True) -> ToolRegistry:
+def tools(
+    calls: list[str],
+    *,
+    schema_version: str = "1",
+    idempotent: bool = True,
+    reviewers: tuple[str, ...] = (),
+) -> ToolRegistry:
     registry = ToolRegistry()
 
     @tool(
@@ -45,6 +51,7 @@ def tools(calls: list[str], *, schema_version: str = "1", idempotent: bool = Tru
         schema_version=schema_version,
         idempotent=idempotent,
         stale_after_seconds=STALE_AFTER_S,
+        reviewers=reviewers,
     )
     def charge(request: Payment, call: ToolCall) -> int:
         calls.append(call.operation_id)
@@ -160,6 +167,48 @@ def test_a_finished_runs_call_is_settled_visibly_once(journal: JournalStore) -> 
     again = sweep(rt, stall_after_ms=10**9, tools=registry)  # nothing left to re-claim
     assert again.effects_finished_run == again.effects_skipped == 0
     assert journal.get_effect("run-done", record.position) == after
+
+
+REVIEWER = "iam:arn:aws:iam::123456789012:role/payments-oncall"
+
+
+def test_parking_a_finished_runs_call_freezes_who_may_decide_it(journal: JournalStore) -> None:
+    clock = SkipClock()
+    record = prepared(journal, clock, "run-done")
+    set_status(journal, clock, "run-done", RunStatus.SUCCEEDED)
+    clock.advance(120_000)
+    rt, _ = runtime(journal, clock)
+    sweep(rt, stall_after_ms=10**9, tools=tools([], idempotent=False, reviewers=(REVIEWER,)))
+    after = journal.get_effect("run-done", record.position)
+    assert after.status is EffectStatus.NEEDS_REVIEW
+    assert (after.note or {})["frozen_reviewers"] == [REVIEWER]
+
+
+def test_parking_a_call_of_a_tool_this_reconciler_lacks_freezes_no_reviewers(
+    journal: JournalStore,
+) -> None:
+    clock = SkipClock()
+    record = prepared(journal, clock, "run-done", tool_name="retired")
+    set_status(journal, clock, "run-done", RunStatus.SUCCEEDED)
+    clock.advance(120_000)
+    rt, _ = runtime(journal, clock)
+    sweep(rt, stall_after_ms=10**9, tools=tools([], reviewers=(REVIEWER,)))
+    after = journal.get_effect("run-done", record.position)
+    assert after.status is EffectStatus.NEEDS_REVIEW
+    # Nobody's reviewers are known: only the review operators may decide, and the note says so.
+    assert (after.note or {})["frozen_reviewers"] == []
+    assert "not deployed" in (after.note or {})["reviewers_unknown"]
+
+
+def test_a_schema_mismatch_freezes_the_deployed_tools_reviewers(journal: JournalStore) -> None:
+    clock = SkipClock()
+    record = prepared(journal, clock, "run-v1", schema_version="1")
+    clock.advance(120_000)
+    rt, _ = runtime(journal, clock)
+    sweep(rt, stall_after_ms=10**9, tools=tools([], schema_version="2", reviewers=(REVIEWER,)))
+    after = journal.get_effect("run-v1", record.position)
+    assert after.status is EffectStatus.NEEDS_REVIEW
+    assert (after.note or {})["frozen_reviewers"] == [REVIEWER]
 
 
 def test_skipped_calls_are_moved_out_of_the_way(journal: JournalStore) -> None:

@@ -38,6 +38,7 @@ from durable_agents.models import (
 )
 from durable_agents.operations.tool import review_requested
 from durable_agents.side_effects.protocol import SideEffectProtocol
+from durable_agents.side_effects.records import review_note
 from durable_agents.side_effects.tools import Tool, ToolRegistry
 from durable_agents.sweeping import SweepContext
 
@@ -84,7 +85,7 @@ def _recover(
     except RunNotFoundError:
         header = None
     if header is None or header.status.terminal:
-        _park_for_finished_run(ctx, record, header)
+        _park_for_finished_run(ctx, tools, record, header)
         return
     if header.status is RunStatus.PAUSED:
         report.effects_skipped += 1
@@ -130,19 +131,35 @@ def _schema_mismatch(
 
 
 def _park_for_finished_run(
-    ctx: SweepContext, record: SideEffectRecord, header: RunHeader | None
+    ctx: SweepContext, tools: ToolRegistry, record: SideEffectRecord, header: RunHeader | None
 ) -> None:
-    """Parks a finished (or vanished) run's unresolved call in review, the run untouched."""
+    """Parks a finished (or vanished) run's unresolved call in review, the run untouched.
+
+    Who may decide is frozen now, from this reconciler's tools: a call of a tool it does not
+    have is frozen with no reviewers (only ``REVIEW_OPERATORS`` decide), and the note says why.
+    """
     status = header.status.value if header is not None else "gone"
     now = ctx.now_ms()
     reason = (
         f"run {record.run_id} is {status} with this call unresolved: it is not executed for a "
         "finished run; check with the provider whether it happened"
     )
+    tool = tools.get(record.tool)
+    note = review_note(
+        record,
+        reason,
+        tool.reviewers if tool is not None else (),
+        unknown=(
+            None
+            if tool is not None
+            else f"tool {record.tool!r} is not deployed with the reconciler that parked the "
+            "call: only REVIEW_OPERATORS may decide it"
+        ),
+    )
     parked = record.replace(
         status=EffectStatus.NEEDS_REVIEW,
         updated_at_ms=now,
-        note={**(record.note or {}), "reason": reason, "run_status": status},
+        note={**note, "run_status": status},
     )
     try:
         # No run change: a terminal run never changes (ALLOWED_TRANSITIONS), and it need not

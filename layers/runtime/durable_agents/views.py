@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from durable_agents.models import Entry, EntryType, RunHeader, RunSnapshot, SideEffectRecord
+from durable_agents.side_effects.records import frozen_reviewers
 
 
 def iso(epoch_ms: int | None) -> str | None:
@@ -93,6 +94,11 @@ def history(snapshot: RunSnapshot) -> list[dict[str, Any]]:
     return events
 
 
+def _reviewers(record: SideEffectRecord) -> list[str] | None:
+    frozen = frozen_reviewers(record)
+    return None if frozen is None else list(frozen)
+
+
 def effect_view(record: SideEffectRecord) -> dict[str, Any]:
     """The public view of a side-effect record (what a reviewer needs to decide)."""
     return {
@@ -108,6 +114,9 @@ def effect_view(record: SideEffectRecord) -> dict[str, Any]:
         "external_id": record.external_id,
         "result": _json(record.result),
         "note": record.note,
+        # Who may decide it: frozen when the call was parked (empty: REVIEW_OPERATORS; None:
+        # parked before they were frozen, REVIEW_OPERATORS). Patterns only, never credentials.
+        "reviewers": _reviewers(record),
         "prepared_at": iso(record.prepared_at_ms),
         "updated_at": iso(record.updated_at_ms),
     }

@@ -46,7 +46,9 @@ def compensate_then_execute(
     if pending is not None:
         # An earlier holder claimed a compensation and died before recording it.
         if not tool.compensate_idempotent:
-            return protocol.needs_review(record, _INTERRUPTED.format(attempt=pending["attempt"]))
+            return protocol.needs_review(
+                tool, record, _INTERRUPTED.format(attempt=pending["attempt"])
+            )
         number = int(pending["number"])
     else:
         number = int(note.get("compensations", 0)) + 1
@@ -64,7 +66,9 @@ def compensate_then_execute(
     try:
         _compensate(protocol, tool, intent, number)
     except Exception as exc:
-        return protocol.needs_review(intent, f"compensation failed: {type(exc).__name__}: {exc}")
+        return protocol.needs_review(
+            tool, intent, f"compensation failed: {type(exc).__name__}: {exc}"
+        )
     done_note = dict(intent.note or {})
     done_note.pop("compensating")
     done = intent.replace(updated_at_ms=protocol.clock.now_ms(), note=done_note)
@@ -86,7 +90,9 @@ def abandon(
         if record.lease_expires_at_ms > now:
             return Settled("held", due_ms=record.lease_expires_at_ms, record=record)
         if not tool.compensate_idempotent:
-            return protocol.needs_review(record, _INTERRUPTED.format(attempt=pending["attempt"]))
+            return protocol.needs_review(
+                tool, record, _INTERRUPTED.format(attempt=pending["attempt"])
+            )
         number = int(pending["number"])
         if not released(record):
             note["interrupted"] = int(note.get("interrupted", 0)) + 1
@@ -111,7 +117,7 @@ def abandon(
         _compensate(protocol, tool, claimed, number)
     except Exception as exc:
         return protocol.needs_review(
-            claimed, f"compensation after abandon failed: {type(exc).__name__}: {exc}"
+            tool, claimed, f"compensation after abandon failed: {type(exc).__name__}: {exc}"
         )
     return _finish(protocol, tool, claimed, compensated=True)
 

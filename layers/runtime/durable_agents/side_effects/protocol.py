@@ -172,7 +172,7 @@ class SideEffectProtocol(EffectWrites):
             f"but schema version {tool.schema_version!r} is deployed: the stored request is not "
             "executed by code that may read it differently"
         )
-        return self.needs_review(record, reason)
+        return self.needs_review(tool, record, reason)
 
     def recover(self, tool: Tool[Any, Any], record: SideEffectRecord) -> Settled:
         """Settles a PREPARED call this holder has just claimed (see the module docstring)."""
@@ -236,7 +236,9 @@ class SideEffectProtocol(EffectWrites):
         if exhausted:
             reason = f"{reason}; {failed} of {tool.max_attempts} attempts failed"
         return self.needs_review(
-            record, f"outcome unknown and the call is not idempotent, not reversible: {reason}"
+            tool,
+            record,
+            f"outcome unknown and the call is not idempotent, not reversible: {reason}",
         )
 
     def abandon(self, tool: Tool[Any, Any], record: SideEffectRecord) -> Settled:

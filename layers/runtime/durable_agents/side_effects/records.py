@@ -18,6 +18,11 @@ claim count exactly once across crashes. The keys:
 ``retry_granted``, ``retry_attempt``
     A person decided ``retry``; the next claim consumes the grant by recording its own attempt.
     Only that attempt executes without a lookup or a review.
+``frozen_reviewers``, ``reviewers_unknown``
+    Who may decide the call in review, frozen when it was parked (its tool's ``reviewers``;
+    empty: ``REVIEW_OPERATORS``), so that a redeploy meanwhile changes nothing; and why nobody's
+    reviewers were known then (the parking process did not have the tool). A review record
+    without ``frozen_reviewers`` was parked before they were frozen (``review.reviewers_of``).
 ``compensations``, ``compensating``, ``repeat_compensation``
     The highest compensation number handed out; the compensation claimed and not yet recorded
     (``{"attempt", "number"}``); and, after an ``abandon`` decision on an interrupted one, the
@@ -27,6 +32,7 @@ claim count exactly once across crashes. The keys:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +41,17 @@ from durable_agents.models import EffectStatus, Entry, SideEffectRecord
 # A stale time that the reconciler's due-time index never reaches (13-digit epoch ms): a call
 # paused for its crash budget waits for a person's redrive, not for the next sweep.
 NEVER_MS = 9_999_999_999_999
-_DECISION_KEYS = ("decision", "decided_by", "decided_at", "comment", "via", "reviewers")
+_DECISION_KEYS = (
+    "decision",
+    "decided_by",
+    "decided_at",
+    "comment",
+    "via",
+    "reviewers",
+    "reviewers_from",
+)
+FROZEN_REVIEWERS = "frozen_reviewers"
+REVIEWERS_UNKNOWN = "reviewers_unknown"
 
 
 def idempotency_key(operation_id: str) -> str:
@@ -123,14 +139,45 @@ def failed_note(record: SideEffectRecord, reason: str) -> dict[str, Any]:
     return release_note(record, executed=True, unclear=reason, failures=failures(record) + 1)
 
 
-def review_note(record: SideEffectRecord, reason: str) -> dict[str, Any]:
-    """The note of a call going (back) to review: an earlier decision becomes history."""
+def review_note(
+    record: SideEffectRecord,
+    reason: str,
+    reviewers: Sequence[str],
+    *,
+    unknown: str | None = None,
+) -> dict[str, Any]:
+    """The note of a call going (back) to review: an earlier decision becomes history.
+
+    Args:
+        record: The record as read.
+        reason: Why a person has to decide.
+        reviewers: Who may decide, frozen now: the tool's declared ``reviewers`` in the code
+            parking the call (empty: only ``REVIEW_OPERATORS``).
+        unknown: Why no reviewers could be read (the parking process lacks the tool), if so.
+    """
     note = dict(record.note or {})
     earlier = {key: note.pop(key) for key in _DECISION_KEYS if key in note}
     if earlier:
         note["earlier_decisions"] = [*note.get("earlier_decisions", []), earlier]
     note["reason"] = reason
+    note[FROZEN_REVIEWERS] = list(reviewers)
+    note.pop(REVIEWERS_UNKNOWN, None)
+    if unknown is not None:
+        note[REVIEWERS_UNKNOWN] = unknown
     return note
+
+
+def frozen_reviewers(record: SideEffectRecord) -> tuple[str, ...] | None:
+    """The reviewer patterns frozen into ``record`` when it was parked for review.
+
+    Returns:
+        The patterns (empty: the tool declared none, so ``REVIEW_OPERATORS`` decide), or None
+        for a record parked before reviewers were frozen (or whose list is not one).
+    """
+    value = (record.note or {}).get(FROZEN_REVIEWERS)
+    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+        return None
+    return tuple(value)
 
 
 def decided_note(record: SideEffectRecord, decision: str, **fields: Any) -> dict[str, Any]:

@@ -5,11 +5,15 @@ when — as ``committed`` (it did happen: here is the result/external id), ``ret
 execute again with the same request and key, one attempt) or ``abandon`` (give it up; the tool's
 ``compensate`` runs if it has one, and the agent receives ``ToolAbandonedError``).
 
-Who may decide: the reviewers the tool declares (``@tool(reviewers=[...])``, patterns as for
-approvers); for a tool that declares none (or is not deployed any more), only the deployment's
-review operators (``REVIEW_OPERATORS``) — nobody until they are configured. The decision records
-who (``decided_by``), when (``decided_at``), how (``via``) and the patterns it was checked
-against (``reviewers``).
+Who may decide: the reviewers the tool declared (``@tool(reviewers=[...])``, patterns as for
+approvers) *when the call was parked* — frozen into the record then (``frozen_reviewers``), so a
+redeploy while the review waits (reviewers changed, the tool renamed or removed, or a deciding
+process that does not import it) changes nothing. For a tool that declared none, only the
+deployment's review operators (``REVIEW_OPERATORS``) — nobody until they are configured. A
+record parked before reviewers were frozen is decided by ``REVIEW_OPERATORS`` only: the
+registry of whatever code is deployed at decision time is never consulted. The decision records
+who (``decided_by``), when (``decided_at``), how (``via``), the patterns it was checked against
+(``reviewers``) and where they came from (``reviewers_from``).
 """
 
 from __future__ import annotations
@@ -43,7 +47,12 @@ from durable_agents.models import (
     SideEffectRecord,
 )
 from durable_agents.serde import encode
-from durable_agents.side_effects.records import decided_note, grant_retry, operation_name
+from durable_agents.side_effects.records import (
+    decided_note,
+    frozen_reviewers,
+    grant_retry,
+    operation_name,
+)
 from durable_agents.side_effects.tools import ToolRegistry
 from durable_agents.views import iso
 from durable_agents.waits.principals import Principal, may_decide
@@ -118,41 +127,57 @@ def locate(operation_id: str) -> tuple[str, str]:
     return run_id, "/".join(positions)
 
 
-def reviewers_of(
-    tools: ToolRegistry, record: SideEffectRecord, operators: Sequence[str]
-) -> tuple[str, ...]:
-    """The patterns that may decide ``record``: its tool's reviewers, else ``operators``."""
-    tool = tools.get(record.tool)
-    if tool is not None and tool.reviewers:
-        return tool.reviewers
-    return tuple(operators)
+FROM_RECORD = "record"
+"""``reviewers_from``: the tool's reviewers frozen into the record when it was parked."""
+FROM_OPERATORS = "operators"
+"""``reviewers_from``: the tool declared no reviewers when parked: ``REVIEW_OPERATORS``."""
+FROM_OPERATORS_LEGACY = "operators (record predates frozen reviewers)"
+"""``reviewers_from``: a record parked before reviewers were frozen: ``REVIEW_OPERATORS``."""
+
+
+def reviewers_of(record: SideEffectRecord, operators: Sequence[str]) -> tuple[tuple[str, ...], str]:
+    """The patterns that may decide ``record``, and where they come from (``FROM_*``).
+
+    The reviewers frozen into the record when it was parked; ``operators`` if that list is
+    empty, or if the record predates frozen reviewers. Never the tool registry of the code
+    deployed now: a redeploy during the review must not change who decides.
+    """
+    frozen = frozen_reviewers(record)
+    if frozen:
+        return frozen, FROM_RECORD
+    # A record without the frozen list was parked by a release that read reviewers at decision
+    # time; which reviewers it was parked under is unknown, so only the operators decide.
+    return tuple(operators), FROM_OPERATORS if frozen is not None else FROM_OPERATORS_LEGACY
 
 
 def authorize(
-    tools: ToolRegistry,
-    record: SideEffectRecord,
-    reviewer: Principal,
-    operators: Sequence[str],
-) -> tuple[str, ...]:
-    """Checks that ``reviewer`` may decide ``record``; returns the patterns it matched.
+    record: SideEffectRecord, reviewer: Principal, operators: Sequence[str]
+) -> tuple[tuple[str, ...], str]:
+    """Checks that ``reviewer`` may decide ``record``; returns the patterns and their source.
 
     Raises:
         NotAReviewerError: If it matches none of them (or there are none).
     """
-    allowed = reviewers_of(tools, record, operators)
+    allowed, source = reviewers_of(record, operators)
     if may_decide(reviewer, allowed):
-        return allowed
-    tool = tools.get(record.tool)
-    declared = tool is not None and bool(tool.reviewers)
-    if declared:
-        why = f"it is not among the reviewers of tool {record.tool!r}"
-    elif allowed:
-        why = f"tool {record.tool!r} declares no reviewers and it is not one of REVIEW_OPERATORS"
+        return allowed, source
+    if source == FROM_RECORD:
+        why = (
+            f"it is not among the reviewers of tool {record.tool!r} (as declared when the call "
+            "went to review)"
+        )
     else:
-        why = f"tool {record.tool!r} declares no reviewers and no REVIEW_OPERATORS are configured"
-    who = reviewer.display
+        if source == FROM_OPERATORS_LEGACY:
+            who = "the call was parked before reviewers were frozen into review records"
+        else:
+            who = f"tool {record.tool!r} declared no reviewers when the call went to review"
+        if allowed:
+            why = f"{who} and it is not one of REVIEW_OPERATORS"
+        else:
+            why = f"{who} and no REVIEW_OPERATORS are configured"
+    caller = reviewer.display
     raise NotAReviewerError(
-        record.operation_id, who, f"{who} may not decide {record.operation_id}: {why}"
+        record.operation_id, caller, f"{caller} may not decide {record.operation_id}: {why}"
     )
 
 
@@ -170,6 +195,8 @@ def resolve(
 
     An edge taking decisions from callers passes ``reviewer`` (the authenticated caller) and
     ``operators``; without ``reviewer`` the decision is not authorized here (trusted code only).
+    ``reviewer`` is checked against the reviewers frozen into the record (``reviewers_of``);
+    ``tools`` only types a ``committed`` result (a tool missing from it takes the result as is).
 
     Returns:
         The record after the decision (publish ``Step Ready`` for its run next).
@@ -184,7 +211,7 @@ def resolve(
     record = store.get_effect(run_id, position)
     if record.operation_id != operation_id:
         raise EffectNotFoundError(operation_id)
-    checked = None if reviewer is None else authorize(tools, record, reviewer, operators)
+    checked = None if reviewer is None else authorize(record, reviewer, operators)
     if record.status is not EffectStatus.NEEDS_REVIEW:
         raise ReviewAlreadyDecidedError(record)
     now = clock.now_ms()
@@ -195,7 +222,11 @@ def resolve(
         decided_at=iso(now),
         comment=request.comment,
         **({"via": request.via} if request.via else {}),
-        **({"reviewers": list(checked)} if checked is not None else {}),
+        **(
+            {"reviewers": list(checked[0]), "reviewers_from": checked[1]}
+            if checked is not None
+            else {}
+        ),
     )
     entries: list[Entry] = []
     if request.decision is Decision.COMMITTED:

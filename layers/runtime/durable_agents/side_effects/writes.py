@@ -81,13 +81,17 @@ class EffectWrites:
         # commit then also wakes the run, in the same transaction.
         self.resume_run = False
 
-    def needs_review(self, record: SideEffectRecord, reason: str) -> Settled:
-        """Parks the call for a person and pauses the run (one transaction)."""
+    def needs_review(self, tool: Tool[Any, Any], record: SideEffectRecord, reason: str) -> Settled:
+        """Parks the call for a person and pauses the run (one transaction).
+
+        Who may decide is frozen into the record now — ``tool.reviewers`` of the code parking
+        it — so that a redeploy before the decision cannot change it (``review.reviewers_of``).
+        """
         now = self.clock.now_ms()
         parked = record.replace(
             status=EffectStatus.NEEDS_REVIEW,
             updated_at_ms=now,
-            note=review_note(record, reason),
+            note=review_note(record, reason, tool.reviewers),
         )
         pause = RunChange(
             expected=frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED, RunStatus.PAUSED}),
@@ -154,7 +158,7 @@ class EffectWrites:
             payload = encode(value, tool.result_type)
         except PayloadError as exc:
             # It happened, but its result cannot be recorded: do not guess, ask a person.
-            return self.needs_review(record, f"result cannot be recorded: {exc}")
+            return self.needs_review(tool, record, f"result cannot be recorded: {exc}")
         now = self.clock.now_ms()
         entry = self.entry(
             record,
@@ -171,7 +175,7 @@ class EffectWrites:
         try:
             written = self.write(record, [entry], done, self.resume())
         except PayloadError as exc:  # too large for every configured store
-            return self.needs_review(record, f"result cannot be recorded: {exc}")
+            return self.needs_review(tool, record, f"result cannot be recorded: {exc}")
         if not written:
             return Settled("lost_race")
         self.hooks.after_record(record.operation_id)
