@@ -1,36 +1,35 @@
-"""``DurableContext``: what an agent function uses to do anything non-deterministic."""
+"""``DurableContext``: what an agent function uses to do anything non-deterministic.
+
+The class is assembled from three modules: the replay plumbing (positions, operation ids,
+divergence checks) in ``durable_agents.context_scope``, the waits (timers, polling, approvals,
+callbacks) in ``durable_agents.context_waits``, and the operations that do work (steps, tools,
+events, model calls, sub-agents, batches, child contexts, time and randomness) here.
+"""
 
 from __future__ import annotations
 
 import random as _random
 import uuid as _uuid
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar
 
 from durable_agents.agent import AgentDefinition
-from durable_agents.errors import NestedOperationError, ReplayDivergedError
-from durable_agents.fingerprints import Fingerprint
-from durable_agents.ids import check_name, format_position, name_of
-from durable_agents.invocation import Invocation, OpRecord
+from durable_agents.context_waits import WaitOperations
+from durable_agents.ids import check_name, name_of
 from durable_agents.llm.types import LlmRequest, LlmResponse, ModelConfig
 from durable_agents.models import OpKind
-from durable_agents.observability import ReplayAwareLogger
 from durable_agents.operations.parallel import BatchResult, CompletionPolicy
 from durable_agents.retry import RetryPolicy
 from durable_agents.semantics import StepSemantics
-from durable_agents.serde import canonical_json
 from durable_agents.side_effects.tools import Tool, ToolNotApprovedError
-from durable_agents.waits.approval import ApprovalDecision
-from durable_agents.waits.callback import Callback
-from durable_agents.waits.principals import check_approvers
 
 T = TypeVar("T")
 
 _UUID_NAMESPACE = _uuid.UUID("6f1d7a52-8d1c-4d8e-9a57-1f0f4f6b2c11")
 
 
-class DurableContext:
+class DurableContext(WaitOperations):
     """The handle an agent function receives. Each operation is recorded once and replayed.
 
     Operation ids are derived from the run and the position in the code path:
@@ -45,26 +44,7 @@ class DurableContext:
         logger: A logger that stays quiet while recorded operations are being replayed.
     """
 
-    __slots__ = (
-        "_counter",
-        "_id_prefix",
-        "_inv",
-        "_n_random",
-        "_n_uuid",
-        "_pos_prefix",
-        "logger",
-        "run_id",
-    )
-
-    def __init__(self, invocation: Invocation, *, id_prefix: str, pos_prefix: str, logger: Any):
-        self._inv = invocation
-        self._id_prefix = id_prefix
-        self._pos_prefix = pos_prefix
-        self._counter = 0
-        self._n_uuid = 0
-        self._n_random = 0
-        self.run_id = invocation.run_id
-        self.logger: ReplayAwareLogger = logger
+    __slots__ = ()
 
     # -- operations -------------------------------------------------------------------------
 
@@ -232,44 +212,6 @@ class DurableContext:
 
         return run_invoke(self, agent, value, check_name(name or agent.name))  # type: ignore[no-any-return]
 
-    def wait_for_condition(
-        self,
-        check: Callable[[Any], Any],
-        *,
-        initial_state: Any,
-        until: Callable[[Any], bool],
-        name: str = "condition",
-        max_attempts: int = 60,
-        delay_seconds: float = 5.0,
-        backoff_rate: float = 1.5,
-        max_delay_seconds: float = 300.0,
-    ) -> Any:
-        """Polls durably: ``state = check(state)`` until ``until(state)``, sleeping in between.
-
-        Each check is a recorded step and each pause a durable timer, so the state threads
-        through suspensions and crashes; nothing is held while waiting.
-
-        Returns:
-            The first state for which ``until`` is true.
-
-        Raises:
-            ConditionNotMetError: If ``max_attempts`` checks did not satisfy ``until``.
-            ReplayDivergedError: If the journal recorded another operation at this position.
-        """
-        from durable_agents.operations.condition import run_condition  # noqa: PLC0415
-
-        return run_condition(
-            self,
-            check_name(name),
-            check,
-            initial_state,
-            until,
-            max_attempts,
-            delay_seconds,
-            backoff_rate,
-            max_delay_seconds,
-        )
-
     def parallel(
         self,
         branches: Sequence[Callable[[DurableContext], Any]],
@@ -336,107 +278,6 @@ class DurableContext:
             max_concurrency,
         )
 
-    def wait_for_approval(
-        self,
-        name: str,
-        *,
-        request: Any,
-        approvers: list[str],
-        summary: str = "",
-        timeout: float | timedelta | None = None,
-    ) -> ApprovalDecision:
-        """Asks people to approve ``request``; the run holds no compute while it waits.
-
-        The complete pending approval (the exact request as canonical JSON, the summary, who
-        may decide, the deadline) is recorded with the run's wait in one transaction before the
-        invocation returns, and an ``Approval Requested`` event goes out. The decision is
-        recorded once, with who and when, and returned here — on the first run and on every
-        replay alike.
-
-        Args:
-            name: The operation name.
-            request: What will happen if approved (a pydantic model or JSON value).
-            approvers: Who may decide: ``"user:<subject or email>"``, ``"group:<name>"``,
-                ``"iam:<ARN or ARN prefix ending in *>"``.
-            summary: One or two sentences for the person.
-            timeout: Seconds (or a timedelta) until the approval expires (None = never).
-
-        Returns:
-            The decision (``approved`` True or False, by whom, the comment).
-
-        Raises:
-            ApprovalTimeoutError: If nobody decided before the deadline.
-            ValueError: If ``approvers`` is empty or malformed.
-            ReplayDivergedError: If the journal recorded another operation at this position.
-        """
-        from durable_agents.waits.approval import (  # noqa: PLC0415
-            ApprovalSpec,
-            run_wait_for_approval,
-        )
-
-        spec = ApprovalSpec(
-            request=canonical_json(request),
-            summary=summary,
-            approvers=check_approvers(approvers),
-            timeout_ms=_ms(timeout),
-        )
-        # Fingerprinted from the value (sets sorted), not from the request text shown.
-        return run_wait_for_approval(self, check_name(name), spec, Fingerprint.of_value(request))
-
-    def create_callback(
-        self,
-        name: str,
-        *,
-        timeout: float | timedelta | None = None,
-        heartbeat_timeout: float | timedelta | None = None,
-    ) -> Callback:
-        """Creates a callback an external system completes with ``POST /callbacks/{id}/…``.
-
-        Args:
-            name: The operation name.
-            timeout: Seconds (or a timedelta) until it expires (None = never).
-            heartbeat_timeout: The longest silence allowed between heartbeats.
-
-        Returns:
-            A handle: pass ``callback_id`` on, then call ``result()`` to wait for it.
-
-        Raises:
-            ReplayDivergedError: If the journal recorded another operation at this position.
-        """
-        from durable_agents.waits.callback import run_create_callback  # noqa: PLC0415
-
-        return run_create_callback(self, check_name(name), _ms(timeout), _ms(heartbeat_timeout))
-
-    def wait_for_callback(
-        self,
-        name: str,
-        submitter: Callable[[str], Any],
-        *,
-        timeout: float | timedelta | None = None,
-        heartbeat_timeout: float | timedelta | None = None,
-    ) -> Any:
-        """Creates a callback, hands its id to ``submitter`` (a recorded step), and waits.
-
-        Raises:
-            CallbackFailedError: If the external system reported failure.
-            CallbackTimeoutError: If the deadline passed or heartbeats stopped first.
-            ReplayDivergedError: If the journal recorded another operation at this position.
-        """
-        callback = self.create_callback(name, timeout=timeout, heartbeat_timeout=heartbeat_timeout)
-        self.step(submitter, callback.callback_id, name=f"{name}-submit")
-        return callback.result()
-
-    def wait(self, duration: float | timedelta, *, name: str = "wait") -> None:
-        """Suspends the run for ``duration`` (seconds or a timedelta) without holding compute.
-
-        Raises:
-            ReplayDivergedError: If the journal recorded another operation at this position.
-        """
-        from durable_agents.operations.wait import run_wait  # noqa: PLC0415
-
-        seconds = duration.total_seconds() if isinstance(duration, timedelta) else duration
-        run_wait(self, float(seconds), check_name(name))
-
     def run_in_child_context(
         self,
         fn: Callable[[DurableContext], T],
@@ -476,107 +317,3 @@ class DurableContext:
         """Returns a float in [0, 1) that is the same on every replay (seeded by position)."""
         self._n_random += 1
         return _random.Random(f"{self._id_prefix}random:{self._n_random}").random()
-
-    # -- plumbing for operation modules ------------------------------------------------------
-
-    @property
-    def invocation(self) -> Invocation:
-        """The invocation this context belongs to (for operation modules)."""
-        return self._inv
-
-    def next_operation(
-        self, kind: OpKind, name: str, fingerprint: Fingerprint | None = None
-    ) -> tuple[str, str, OpRecord | None]:
-        """Allocates the next position and checks the journal's record at it.
-
-        Args:
-            kind: The operation kind the code asks for.
-            name: Its name.
-            fingerprint: Its input's fingerprint, compared with the recorded one (if the record
-                has one) so that a same-named operation with another input cannot take the
-                recorded result. None for operations without an input.
-
-        Returns:
-            The position path, the operation id and the record at that position (if any).
-
-        Raises:
-            ReplayDivergedError: If another kind or name, or another input, is recorded at
-                this position.
-            NestedOperationError: If called from inside a step function.
-        """
-        inv = self._inv
-        if inv.fault is not None:
-            raise inv.fault
-        if inv.in_step:
-            raise NestedOperationError(
-                f"{kind} {name!r} was called inside a step; steps are leaves — call it from "
-                "the agent function or a child context"
-            )
-        self._counter += 1
-        position = format_position(self._pos_prefix, self._counter)
-        op_id = f"{self._id_prefix}{name}:{self._counter}"
-        record = inv.records.get(position)
-        if record is not None and (record.kind is not kind or record.name != name):
-            inv.fault = ReplayDivergedError(
-                record.op_id,
-                recorded_kind=str(record.kind),
-                recorded_name=record.name,
-                requested_kind=str(kind),
-                requested_name=name,
-            )
-            raise inv.fault
-        mismatch = None
-        if record is not None and fingerprint is not None:
-            mismatch = fingerprint.mismatch(record)
-        if record is not None and mismatch is not None:
-            # Same kind and name, another input: a loop whose items changed would otherwise
-            # hand this position another item's recorded result.
-            inv.fault = ReplayDivergedError(
-                record.op_id,
-                recorded_kind=str(record.kind),
-                recorded_name=record.name,
-                requested_kind=str(kind),
-                requested_name=name,
-                recorded_fingerprint=mismatch[0],
-                requested_fingerprint=mismatch[1],
-            )
-            raise inv.fault
-        if record is None or record.result is None:
-            inv.live = True
-        return position, op_id, record
-
-    def child(self, op_id: str, position: str) -> DurableContext:
-        """Returns the nested context of a child operation."""
-        return DurableContext(
-            self._inv, id_prefix=f"{op_id}/", pos_prefix=f"{position}/", logger=self.logger
-        )
-
-    def check_scope_end(self) -> None:
-        """Verifies that the code did not stop short of operations recorded in this scope.
-
-        Raises:
-            ReplayDivergedError: If the journal has an operation after the last one the code
-                asked for (an operation was removed from the code while the run was in flight).
-        """
-        inv = self._inv
-        if inv.fault is not None:
-            raise inv.fault
-        record = inv.records.get(format_position(self._pos_prefix, self._counter + 1))
-        if record is not None:
-            inv.fault = ReplayDivergedError(
-                record.op_id,
-                recorded_kind=str(record.kind),
-                recorded_name=record.name,
-                requested_kind="end",
-                requested_name="(no further operation)",
-            )
-            raise inv.fault
-
-
-def _ms(duration: float | timedelta | None) -> int | None:
-    if duration is None:
-        return None
-    seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
-    if seconds < 0:
-        raise ValueError("a timeout cannot be negative")
-    return int(seconds * 1000)

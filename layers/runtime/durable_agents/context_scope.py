@@ -1,0 +1,144 @@
+"""The replay plumbing under ``DurableContext``: positions, operation ids, divergence checks.
+
+Every operation allocates the next position of its scope (``next_operation``) and is matched
+against what the journal recorded there: the same kind and name, and the same input fingerprint
+where it has one; anything else is ``ReplayDivergedError``. A child operation gets a nested
+scope (``child``), and a scope's end is checked against the journal too (``check_scope_end``).
+The operations themselves are on ``DurableContext`` (``durable_agents.context``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+from durable_agents.errors import NestedOperationError, ReplayDivergedError
+from durable_agents.fingerprints import Fingerprint
+from durable_agents.ids import format_position
+from durable_agents.invocation import Invocation, OpRecord
+from durable_agents.models import OpKind
+from durable_agents.observability import ReplayAwareLogger
+
+
+class OperationScope:
+    """One scope of operation positions (the run, or a child operation) in an invocation.
+
+    Attributes:
+        run_id: The id of the run being executed.
+        logger: A logger that stays quiet while recorded operations are being replayed.
+    """
+
+    __slots__ = (
+        "_counter",
+        "_id_prefix",
+        "_inv",
+        "_n_random",
+        "_n_uuid",
+        "_pos_prefix",
+        "logger",
+        "run_id",
+    )
+
+    def __init__(self, invocation: Invocation, *, id_prefix: str, pos_prefix: str, logger: Any):
+        self._inv = invocation
+        self._id_prefix = id_prefix
+        self._pos_prefix = pos_prefix
+        self._counter = 0
+        self._n_uuid = 0
+        self._n_random = 0
+        self.run_id = invocation.run_id
+        self.logger: ReplayAwareLogger = logger
+
+    # -- plumbing for operation modules ------------------------------------------------------
+
+    @property
+    def invocation(self) -> Invocation:
+        """The invocation this context belongs to (for operation modules)."""
+        return self._inv
+
+    def next_operation(
+        self, kind: OpKind, name: str, fingerprint: Fingerprint | None = None
+    ) -> tuple[str, str, OpRecord | None]:
+        """Allocates the next position and checks the journal's record at it.
+
+        Args:
+            kind: The operation kind the code asks for.
+            name: Its name.
+            fingerprint: Its input's fingerprint, compared with the recorded one (if the record
+                has one) so that a same-named operation with another input cannot take the
+                recorded result. None for operations without an input.
+
+        Returns:
+            The position path, the operation id and the record at that position (if any).
+
+        Raises:
+            ReplayDivergedError: If another kind or name, or another input, is recorded at
+                this position.
+            NestedOperationError: If called from inside a step function.
+        """
+        inv = self._inv
+        if inv.fault is not None:
+            raise inv.fault
+        if inv.in_step:
+            raise NestedOperationError(
+                f"{kind} {name!r} was called inside a step; steps are leaves — call it from "
+                "the agent function or a child context"
+            )
+        self._counter += 1
+        position = format_position(self._pos_prefix, self._counter)
+        op_id = f"{self._id_prefix}{name}:{self._counter}"
+        record = inv.records.get(position)
+        if record is not None and (record.kind is not kind or record.name != name):
+            inv.fault = ReplayDivergedError(
+                record.op_id,
+                recorded_kind=str(record.kind),
+                recorded_name=record.name,
+                requested_kind=str(kind),
+                requested_name=name,
+            )
+            raise inv.fault
+        mismatch = None
+        if record is not None and fingerprint is not None:
+            mismatch = fingerprint.mismatch(record)
+        if record is not None and mismatch is not None:
+            # Same kind and name, another input: a loop whose items changed would otherwise
+            # hand this position another item's recorded result.
+            inv.fault = ReplayDivergedError(
+                record.op_id,
+                recorded_kind=str(record.kind),
+                recorded_name=record.name,
+                requested_kind=str(kind),
+                requested_name=name,
+                recorded_fingerprint=mismatch[0],
+                requested_fingerprint=mismatch[1],
+            )
+            raise inv.fault
+        if record is None or record.result is None:
+            inv.live = True
+        return position, op_id, record
+
+    def child(self, op_id: str, position: str) -> Self:
+        """Returns the nested context of a child operation."""
+        return type(self)(
+            self._inv, id_prefix=f"{op_id}/", pos_prefix=f"{position}/", logger=self.logger
+        )
+
+    def check_scope_end(self) -> None:
+        """Verifies that the code did not stop short of operations recorded in this scope.
+
+        Raises:
+            ReplayDivergedError: If the journal has an operation after the last one the code
+                asked for (an operation was removed from the code while the run was in flight).
+        """
+        inv = self._inv
+        if inv.fault is not None:
+            raise inv.fault
+        record = inv.records.get(format_position(self._pos_prefix, self._counter + 1))
+        if record is not None:
+            inv.fault = ReplayDivergedError(
+                record.op_id,
+                recorded_kind=str(record.kind),
+                recorded_name=record.name,
+                requested_kind="end",
+                requested_name="(no further operation)",
+            )
+            raise inv.fault

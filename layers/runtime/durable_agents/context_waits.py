@@ -1,0 +1,183 @@
+"""``DurableContext``'s waits: timers, polling, approvals and callbacks (no compute held).
+
+Mixed into ``DurableContext`` (``durable_agents.context``), which is where agents meet them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, cast
+
+from durable_agents.context_scope import OperationScope
+from durable_agents.fingerprints import Fingerprint
+from durable_agents.ids import check_name
+from durable_agents.serde import canonical_json
+from durable_agents.waits.approval import ApprovalDecision
+from durable_agents.waits.callback import Callback
+from durable_agents.waits.principals import check_approvers
+
+if TYPE_CHECKING:
+    from durable_agents.context import DurableContext
+
+
+class WaitOperations(OperationScope):
+    """The operations that wait for time or for someone outside the run."""
+
+    __slots__ = ()
+
+    def _context(self) -> DurableContext:
+        # Only DurableContext mixes these in; the operation modules take the whole context.
+        return cast("DurableContext", self)
+
+    def wait_for_condition(
+        self,
+        check: Callable[[Any], Any],
+        *,
+        initial_state: Any,
+        until: Callable[[Any], bool],
+        name: str = "condition",
+        max_attempts: int = 60,
+        delay_seconds: float = 5.0,
+        backoff_rate: float = 1.5,
+        max_delay_seconds: float = 300.0,
+    ) -> Any:
+        """Polls durably: ``state = check(state)`` until ``until(state)``, sleeping in between.
+
+        Each check is a recorded step and each pause a durable timer, so the state threads
+        through suspensions and crashes; nothing is held while waiting.
+
+        Returns:
+            The first state for which ``until`` is true.
+
+        Raises:
+            ConditionNotMetError: If ``max_attempts`` checks did not satisfy ``until``.
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        from durable_agents.operations.condition import run_condition  # noqa: PLC0415
+
+        return run_condition(
+            self._context(),
+            check_name(name),
+            check,
+            initial_state,
+            until,
+            max_attempts,
+            delay_seconds,
+            backoff_rate,
+            max_delay_seconds,
+        )
+
+    def wait_for_approval(
+        self,
+        name: str,
+        *,
+        request: Any,
+        approvers: list[str],
+        summary: str = "",
+        timeout: float | timedelta | None = None,
+    ) -> ApprovalDecision:
+        """Asks people to approve ``request``; the run holds no compute while it waits.
+
+        The complete pending approval (the exact request as canonical JSON, the summary, who
+        may decide, the deadline) is recorded with the run's wait in one transaction before the
+        invocation returns, and an ``Approval Requested`` event goes out. The decision is
+        recorded once, with who and when, and returned here — on the first run and on every
+        replay alike.
+
+        Args:
+            name: The operation name.
+            request: What will happen if approved (a pydantic model or JSON value).
+            approvers: Who may decide: ``"user:<subject or email>"``, ``"group:<name>"``,
+                ``"iam:<ARN or ARN prefix ending in *>"``.
+            summary: One or two sentences for the person.
+            timeout: Seconds (or a timedelta) until the approval expires (None = never).
+
+        Returns:
+            The decision (``approved`` True or False, by whom, the comment).
+
+        Raises:
+            ApprovalTimeoutError: If nobody decided before the deadline.
+            ValueError: If ``approvers`` is empty or malformed.
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        from durable_agents.waits.approval import (  # noqa: PLC0415
+            ApprovalSpec,
+            run_wait_for_approval,
+        )
+
+        spec = ApprovalSpec(
+            request=canonical_json(request),
+            summary=summary,
+            approvers=check_approvers(approvers),
+            timeout_ms=_ms(timeout),
+        )
+        # Fingerprinted from the value (sets sorted), not from the request text shown.
+        return run_wait_for_approval(
+            self._context(), check_name(name), spec, Fingerprint.of_value(request)
+        )
+
+    def create_callback(
+        self,
+        name: str,
+        *,
+        timeout: float | timedelta | None = None,
+        heartbeat_timeout: float | timedelta | None = None,
+    ) -> Callback:
+        """Creates a callback an external system completes with ``POST /callbacks/{id}/…``.
+
+        Args:
+            name: The operation name.
+            timeout: Seconds (or a timedelta) until it expires (None = never).
+            heartbeat_timeout: The longest silence allowed between heartbeats.
+
+        Returns:
+            A handle: pass ``callback_id`` on, then call ``result()`` to wait for it.
+
+        Raises:
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        from durable_agents.waits.callback import run_create_callback  # noqa: PLC0415
+
+        return run_create_callback(
+            self._context(), check_name(name), _ms(timeout), _ms(heartbeat_timeout)
+        )
+
+    def wait_for_callback(
+        self,
+        name: str,
+        submitter: Callable[[str], Any],
+        *,
+        timeout: float | timedelta | None = None,
+        heartbeat_timeout: float | timedelta | None = None,
+    ) -> Any:
+        """Creates a callback, hands its id to ``submitter`` (a recorded step), and waits.
+
+        Raises:
+            CallbackFailedError: If the external system reported failure.
+            CallbackTimeoutError: If the deadline passed or heartbeats stopped first.
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        callback = self.create_callback(name, timeout=timeout, heartbeat_timeout=heartbeat_timeout)
+        self._context().step(submitter, callback.callback_id, name=f"{name}-submit")
+        return callback.result()
+
+    def wait(self, duration: float | timedelta, *, name: str = "wait") -> None:
+        """Suspends the run for ``duration`` (seconds or a timedelta) without holding compute.
+
+        Raises:
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        from durable_agents.operations.wait import run_wait  # noqa: PLC0415
+
+        seconds = duration.total_seconds() if isinstance(duration, timedelta) else duration
+        run_wait(self._context(), float(seconds), check_name(name))
+
+
+def _ms(duration: float | timedelta | None) -> int | None:
+    if duration is None:
+        return None
+    seconds = duration.total_seconds() if isinstance(duration, timedelta) else float(duration)
+    if seconds < 0:
+        raise ValueError("a timeout cannot be negative")
+    return int(seconds * 1000)
