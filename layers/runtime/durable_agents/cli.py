@@ -65,6 +65,14 @@ def _add_local(commands: Any) -> None:
         "--schedule-interval seconds, Api events are served on http://127.0.0.1:PORT.",
     )
     local.add_argument("--template", type=Path, default=Path("template.yaml"))
+    local.add_argument(
+        "--agents",
+        action="append",
+        default=[],
+        metavar="MODULE[,MODULE]",
+        help="agent modules to import (repeatable), over AGENT_MODULES in the environment, "
+        "over template.yaml's; imported from functions/, PYTHONPATH or the working directory",
+    )
     local.add_argument("--port", type=int, default=3000, help="Api port (default 3000)")
     moto = local.add_mutually_exclusive_group()
     moto.add_argument(
@@ -200,6 +208,7 @@ def _local(args: argparse.Namespace) -> int:
             keep_moto=args.keep_moto,
             crash_at=args.crash_at,
             services_url=args.services_url,
+            agents=tuple(args.agents),
         )
     )
 

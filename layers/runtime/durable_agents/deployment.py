@@ -8,7 +8,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from durable_agents.agent import AgentRegistry, default_registry
+from durable_agents.agent import (
+    AgentDefinition,
+    AgentModuleError,
+    AgentRegistry,
+    default_registry,
+)
 from durable_agents.clock import Clock
 from durable_agents.errors import ConfigurationError
 from durable_agents.events import EventBridgePublisher
@@ -86,14 +91,44 @@ class Settings:
             schedule_group=env.get("SCHEDULE_GROUP") or None,
             scheduler_role_arn=env.get("SCHEDULER_ROLE_ARN") or None,
             scheduler_target_arn=env.get("SCHEDULER_TARGET_ARN") or None,
-            agent_modules=tuple(
-                m.strip() for m in env.get("AGENT_MODULES", "").split(",") if m.strip()
-            ),
+            agent_modules=agent_modules_from_env(env),
             stall_after_seconds=stall,
             scripted_model_file=env.get("SCRIPTED_MODEL_FILE") or None,
             bedrock_region=env.get("BEDROCK_REGION") or None,
             bedrock_read_timeout_seconds=read_timeout,
         )
+
+
+def agent_modules_from_env(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The modules ``AGENT_MODULES`` lists (comma-separated; blanks ignored)."""
+    env = os.environ if env is None else env
+    return tuple(m.strip() for m in env.get("AGENT_MODULES", "").split(",") if m.strip())
+
+
+def import_agent_modules(
+    env: Mapping[str, str] | None = None, registry: AgentRegistry | None = None
+) -> list[AgentDefinition[Any, Any]]:
+    """Imports the agent modules of ``AGENT_MODULES`` now: call it when a handler module loads.
+
+    On Lambda that is the execution environment's init, so a deployment whose agent module
+    does not import fails its init with this message (in the function's log, and as the
+    invocation's error) instead of answering every request with an error later.
+
+    Args:
+        env: The environment (``os.environ`` by default).
+        registry: Where the agents register (the default registry by default).
+
+    Returns:
+        The agents those modules registered.
+
+    Raises:
+        AgentModuleError: If a module cannot be imported (it names the module and the error).
+    """
+    registry = registry or default_registry
+    try:
+        return registry.import_modules(agent_modules_from_env(env))
+    except AgentModuleError as exc:
+        raise AgentModuleError(exc.module, exc.cause, source="AGENT_MODULES") from exc.cause
 
 
 def build_providers(settings: Settings, session: Any) -> dict[str, LlmProvider]:
@@ -150,8 +185,8 @@ def build_runtime(
         logger: The base logger for agents.
 
     Raises:
-        ConfigurationError: If an agent module cannot be imported or the model script is
-            invalid.
+        ConfigurationError: If an agent module cannot be imported (``AgentModuleError``) or
+            the model script is invalid.
     """
     import boto3  # noqa: PLC0415 - keep boto3 out of the import path of pure library use
 

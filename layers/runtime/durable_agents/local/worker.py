@@ -26,6 +26,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from durable_agents.errors import ConfigurationError, InfrastructureError
 from durable_agents.local import moto_server
+from durable_agents.local.agents_loading import VARIABLE as AGENTS_VARIABLE
+from durable_agents.local.agents_loading import choose_agent_modules, describe, load_agents
 from durable_agents.local.aws import DEFAULT_REGION, DUMMY_KEY, LocalSession
 from durable_agents.local.crash import CrashHooks, CrashSpec, install
 from durable_agents.local.event_router import QueueConsumers
@@ -71,6 +73,7 @@ class WorkerOptions:
         services_url: Base URL of the fake services (``python -m
             durable_agents.local.services``): sets ``PAYMENTS_URL``, ``EMAIL_URL`` and
             ``TICKETS_URL`` for the handlers.
+        agents: ``--agents``: the agent modules, over ``AGENT_MODULES`` (``local.agents_loading``).
     """
 
     template: Path = Path("template.yaml")
@@ -88,6 +91,7 @@ class WorkerOptions:
     keep_moto: bool = False
     crash_at: CrashSpec | None = None
     services_url: str | None = None
+    agents: tuple[str, ...] = ()
 
 
 class _Part(Protocol):
@@ -207,6 +211,7 @@ class Worker:
         self._api_thread: threading.Thread | None = None
         self.endpoint = ""
         self._crash_modules: list[str] = []
+        self._agents_line = ""
 
     # -- start -------------------------------------------------------------------------------
 
@@ -286,7 +291,12 @@ class Worker:
         queues, streams = provision(
             clients, template, specs, visibility_timeout=opts.visibility_timeout
         )
-        apply_environment(function_environment(specs, opts, self.endpoint))
+        env = function_environment(specs, opts, self.endpoint)
+        chosen = choose_agent_modules(opts.agents, os.environ, env)
+        env[AGENTS_VARIABLE] = ",".join(chosen.modules)
+        apply_environment(env)
+        # Imported here, before the handlers and before "ready": a bad module stops the start.
+        self._agents_line = describe(load_agents(chosen, [s.code_dir for s in specs]), chosen)
         functions = self._functions(specs)
         self._install_crash(specs)
         routes = [Route(a.method, a.path, functions[s.logical_id]) for s in specs for a in s.apis]
@@ -353,6 +363,7 @@ class Worker:
         lines = [
             "durable-agents local mode",
             f"  journal   moto at {moto}",
+            f"  agents    {self._agents_line}",
             f"  api       {self.api_url}  " + ", ".join(f"{r.method} {r.resource}" for r in routes),
             f"  events    {', '.join(rules) or 'none'}: {opts.concurrency} consumers per rule, "
             f"redelivery after {opts.visibility_timeout} s",
