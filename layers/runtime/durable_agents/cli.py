@@ -18,6 +18,7 @@ from typing import Any
 from durable_agents.local import moto_server
 from durable_agents.local.crash import CRASH_POINTS, CrashSpec
 from durable_agents.local.functions import local_name
+from durable_agents.local.identity import LOCAL_CALLER_ARN, check_caller_arn
 
 EXIT_ERROR = 1
 DEFAULT_ENDPOINT = moto_server.endpoint_url(moto_server.DEFAULT_PORT)
@@ -54,6 +55,13 @@ def _http_url(text: str) -> str:
     if not text.startswith(("http://", "https://")):
         raise argparse.ArgumentTypeError(f"expected an http:// URL, got {text!r}")
     return text.rstrip("/")
+
+
+def _caller_arn(text: str) -> str:
+    try:
+        return check_caller_arn(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _add_local(commands: Any) -> None:
@@ -144,6 +152,14 @@ def _add_local(commands: Any) -> None:
         "as set in this environment)",
     )
     local.add_argument(
+        "--caller-arn",
+        type=_caller_arn,
+        default=LOCAL_CALLER_ARN,
+        metavar="ARN",
+        help="the IAM caller of Api requests (default %(default)s); a request's "
+        "X-Local-Caller-Arn header overrides it",
+    )
+    local.add_argument(
         "--crash-at",
         type=_crash_spec,
         metavar="OPERATION:POINT",
@@ -209,6 +225,7 @@ def _local(args: argparse.Namespace) -> int:
             crash_at=args.crash_at,
             services_url=args.services_url,
             agents=tuple(args.agents),
+            caller_arn=args.caller_arn,
         )
     )
 

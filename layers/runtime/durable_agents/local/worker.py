@@ -33,8 +33,8 @@ from durable_agents.local.crash import CrashHooks, CrashSpec, install
 from durable_agents.local.event_router import QueueConsumers
 from durable_agents.local.functions import FunctionSpec, make_resolver, read_functions
 from durable_agents.local.http_api import DEFAULT_PORT, HOST, ApiServer, Route
+from durable_agents.local.identity import LOCAL_CALLER_ARN
 from durable_agents.local.invoke import LocalFunction, load_handler
-from durable_agents.local.lambda_context import LOCAL_ACCOUNT_ID
 from durable_agents.local.provision import DEFAULT_VISIBILITY_TIMEOUT, Clients, provision
 from durable_agents.local.scheduler import ScheduleLoop
 from durable_agents.local.secrets import create_secrets
@@ -74,6 +74,8 @@ class WorkerOptions:
             durable_agents.local.services``): sets ``PAYMENTS_URL``, ``EMAIL_URL`` and
             ``TICKETS_URL`` for the handlers.
         agents: ``--agents``: the agent modules, over ``AGENT_MODULES`` (``local.agents_loading``).
+        caller_arn: ``--caller-arn``: the IAM caller of Api requests without an
+            ``X-Local-Caller-Arn`` header; it also mints links and decides reviews.
     """
 
     template: Path = Path("template.yaml")
@@ -92,6 +94,7 @@ class WorkerOptions:
     crash_at: CrashSpec | None = None
     services_url: str | None = None
     agents: tuple[str, ...] = ()
+    caller_arn: str = LOCAL_CALLER_ARN
 
 
 class _Part(Protocol):
@@ -180,10 +183,10 @@ def function_environment(
         PUBLIC_BASE_URL=f"http://{HOST}:{options.api_port}",
     )
     env.setdefault("POWERTOOLS_METRICS_NAMESPACE", "DurableAgentsLocal")
-    # Locally the IAM caller is the local principal: it delivers links and reviews calls,
-    # unless the template's parameters name someone else.
+    # Locally the IAM caller (--caller-arn) delivers links and reviews calls, unless the
+    # template's parameters name someone else.
     for key in ("LINK_MINTERS", "REVIEW_OPERATORS"):
-        env[key] = env.get(key) or f"iam:arn:aws:iam::{LOCAL_ACCOUNT_ID}:user/local"
+        env[key] = env.get(key) or f"iam:{options.caller_arn}"
     env.update(services_environment(options.services_url))
     return env
 
@@ -301,7 +304,7 @@ class Worker:
         self._install_crash(specs)
         routes = [Route(a.method, a.path, functions[s.logical_id]) for s in specs for a in s.apis]
         try:
-            self._api = ApiServer(routes, opts.api_port)
+            self._api = ApiServer(routes, opts.api_port, caller_arn=opts.caller_arn)
         except OSError as exc:
             raise ConfigurationError(
                 f"cannot serve the Api on {HOST}:{opts.api_port}: {exc.strerror}; "
