@@ -20,6 +20,8 @@ from durable_agents.local.crash import CRASH_POINTS, CrashSpec
 from durable_agents.local.functions import local_name
 from durable_agents.local.identity import LOCAL_CALLER_ARN, check_caller_arn
 
+OIDC_PORT = 3001  # durable_agents.local.oidc.DEFAULT_PORT (not imported: it loads cryptography)
+
 EXIT_ERROR = 1
 DEFAULT_ENDPOINT = moto_server.endpoint_url(moto_server.DEFAULT_PORT)
 STATUSES = ("RUNNING", "SUSPENDED", "PAUSED", "SUCCEEDED", "FAILED")
@@ -160,6 +162,18 @@ def _add_local(commands: Any) -> None:
         "X-Local-Caller-Arn header overrides it",
     )
     local.add_argument(
+        "--local-oidc",
+        action="store_true",
+        help="run a local OIDC issuer (loopback, in-memory key) and point JWT_ISSUER at it, "
+        "so /people/approvals/{id} works locally; `durable-agents token` prints its tokens",
+    )
+    local.add_argument(
+        "--oidc-port",
+        type=int,
+        default=OIDC_PORT,
+        help="port of the local OIDC issuer (default %(default)s)",
+    )
+    local.add_argument(
         "--crash-at",
         type=_crash_spec,
         metavar="OPERATION:POINT",
@@ -191,6 +205,36 @@ def _add_runs(commands: Any) -> None:
         action.add_argument("run_id")
 
 
+def _add_token(commands: Any) -> None:
+    token = commands.add_parser(
+        "token",
+        help="print a token of the local OIDC issuer (durable-agents local --local-oidc)",
+        description="Ask the local OIDC issuer of a running `durable-agents local --local-oidc` "
+        "for a JWT naming USER (and its groups); send it as 'Authorization: Bearer <token>' "
+        "to /people/approvals/{id}.",
+    )
+    token.add_argument("user", help="the token's sub (and verified email if it has an @)")
+    token.add_argument("--group", action="append", default=[], help="a group (repeatable)")
+    token.add_argument("--ttl", type=_positive_int, metavar="SECONDS", help="default 3600")
+    token.add_argument(
+        "--issuer",
+        type=_http_url,
+        default=f"http://127.0.0.1:{OIDC_PORT}",
+        help="the local issuer (default %(default)s)",
+    )
+
+
+def _token(args: argparse.Namespace) -> int:
+    from durable_agents.local.oidc import LocalTokenError, request_token  # noqa: PLC0415
+
+    try:
+        print(request_token(args.issuer, args.user, groups=args.group, ttl_seconds=args.ttl))
+    except LocalTokenError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``durable-agents``."""
     parser = argparse.ArgumentParser(
@@ -201,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     moto = commands.add_parser("moto", help="run only the moto server (foreground)")
     moto.add_argument("--port", type=int, default=moto_server.DEFAULT_PORT)
     _add_runs(commands)
+    _add_token(commands)
     return parser
 
 
@@ -226,6 +271,7 @@ def _local(args: argparse.Namespace) -> int:
             services_url=args.services_url,
             agents=tuple(args.agents),
             caller_arn=args.caller_arn,
+            oidc_port=args.oidc_port if args.local_oidc else None,
         )
     )
 
@@ -259,6 +305,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "local":
         return _local(args)
+    if args.command == "token":
+        return _token(args)
     if args.command == "moto":
         return moto_server.main(["--port", str(args.port)])
     return _runs(args)

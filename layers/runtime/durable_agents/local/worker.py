@@ -35,6 +35,7 @@ from durable_agents.local.functions import FunctionSpec, make_resolver, read_fun
 from durable_agents.local.http_api import DEFAULT_PORT, HOST, ApiServer, Route
 from durable_agents.local.identity import LOCAL_CALLER_ARN
 from durable_agents.local.invoke import LocalFunction, load_handler
+from durable_agents.local.oidc import LocalIssuer
 from durable_agents.local.provision import DEFAULT_VISIBILITY_TIMEOUT, Clients, provision
 from durable_agents.local.scheduler import ScheduleLoop
 from durable_agents.local.secrets import create_secrets
@@ -76,6 +77,8 @@ class WorkerOptions:
         agents: ``--agents``: the agent modules, over ``AGENT_MODULES`` (``local.agents_loading``).
         caller_arn: ``--caller-arn``: the IAM caller of Api requests without an
             ``X-Local-Caller-Arn`` header; it also mints links and decides reviews.
+        oidc_port: ``--local-oidc [--oidc-port]``: run a local OIDC issuer on this port and
+            point ``JWT_*`` at it (``local.oidc``); None: none.
     """
 
     template: Path = Path("template.yaml")
@@ -95,6 +98,7 @@ class WorkerOptions:
     services_url: str | None = None
     agents: tuple[str, ...] = ()
     caller_arn: str = LOCAL_CALLER_ARN
+    oidc_port: int | None = None
 
 
 class _Part(Protocol):
@@ -215,6 +219,7 @@ class Worker:
         self.endpoint = ""
         self._crash_modules: list[str] = []
         self._agents_line = ""
+        self._issuer: LocalIssuer | None = None
 
     # -- start -------------------------------------------------------------------------------
 
@@ -297,6 +302,10 @@ class Worker:
         env = function_environment(specs, opts, self.endpoint)
         chosen = choose_agent_modules(opts.agents, os.environ, env)
         env[AGENTS_VARIABLE] = ",".join(chosen.modules)
+        if opts.oidc_port is not None:
+            self._issuer = LocalIssuer(opts.oidc_port)
+            self._issuer.start()
+            env.update(self._issuer.environment())
         apply_environment(env)
         # Imported here, before the handlers and before "ready": a bad module stops the start.
         self._agents_line = describe(load_agents(chosen, [s.code_dir for s in specs]), chosen)
@@ -377,6 +386,11 @@ class Worker:
         for name, seconds in sorted(opts.function_timeouts.items()):
             target = "every function" if name == "*" else name
             lines.append(f"  timeout   {seconds:g} s for {target}")
+        if self._issuer is not None:
+            lines.append(
+                f"  oidc      {self._issuer.url} (local issuer for /people/...: "
+                "durable-agents token USER --group GROUP prints a token)"
+            )
         services = services_environment(opts.services_url)
         if services:
             lines.append("  services  " + ", ".join(f"{k}={v}" for k, v in services.items()))
@@ -405,6 +419,8 @@ class Worker:
             self._api.server_close()
         for part in self._parts:
             part.join()
+        if self._issuer is not None:
+            self._issuer.stop()
         if self._moto is not None and not self.options.keep_moto:
             self._moto.stop()
         elif self._moto is not None:
