@@ -162,6 +162,14 @@ def _add_local(commands: Any) -> None:
         "X-Local-Caller-Arn header overrides it",
     )
     local.add_argument(
+        "--model-script",
+        action="append",
+        default=[],
+        metavar="[CONFIG=]FILE",
+        help="a model script for the scripted provider, added to template.yaml's "
+        "SCRIPTED_MODEL_FILE; CONFIG= makes it answer only that ModelConfig name (repeatable)",
+    )
+    local.add_argument(
         "--local-oidc",
         action="store_true",
         help="run a local OIDC issuer (loopback, in-memory key) and point JWT_ISSUER at it, "
@@ -271,6 +279,7 @@ def _local(args: argparse.Namespace) -> int:
             services_url=args.services_url,
             agents=tuple(args.agents),
             caller_arn=args.caller_arn,
+            model_scripts=tuple(args.model_script),
             oidc_port=args.oidc_port if args.local_oidc else None,
         )
     )

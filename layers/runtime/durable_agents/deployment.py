@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.resources
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -43,8 +44,9 @@ class Settings:
         scheduler_role_arn: ``SCHEDULER_ROLE_ARN``: the role Scheduler assumes.
         scheduler_target_arn: ``SCHEDULER_TARGET_ARN``: the Reconciler it invokes. The three
             together enable precise deadlines; without them the minute sweep expires waits.
-        scripted_model_file: ``SCRIPTED_MODEL_FILE``: a model script; when set, the
-            ``scripted`` provider answers ``ModelConfig(provider="scripted")`` calls.
+        scripted_model_file: ``SCRIPTED_MODEL_FILE``: model scripts, comma-separated, each
+            ``[CONFIG=]file`` (``load_model_scripts``); when set, the ``scripted`` provider
+            answers ``ModelConfig(provider="scripted")`` calls.
         bedrock_region: ``BEDROCK_REGION``: the region of the ``bedrock-runtime`` client (the
             function's own region if unset).
         bedrock_read_timeout_seconds: ``BEDROCK_READ_TIMEOUT``: how long one model call may
@@ -162,9 +164,36 @@ def build_providers(settings: Settings, session: Any) -> dict[str, LlmProvider]:
         client = session.client("bedrock-runtime")
     providers: dict[str, LlmProvider] = {"bedrock": BedrockProvider(client)}
     if settings.scripted_model_file:
-        path = resolve_resource(settings.scripted_model_file)
-        providers["scripted"] = ScriptedProvider.from_file(path)
+        providers["scripted"] = load_model_scripts(settings.scripted_model_file)
     return providers
+
+
+_SCOPED_SCRIPT = re.compile(r"([A-Za-z0-9_.@-]+)=(.+)")
+
+
+def load_model_scripts(specs: str) -> ScriptedProvider:
+    """The scripted provider of ``SCRIPTED_MODEL_FILE``: one or more script files.
+
+    ``specs`` is comma-separated; each entry is a file (a path or ``package:relative/path``),
+    optionally ``CONFIG=file`` to make every script of that file answer only
+    ``ModelConfig(name=CONFIG)`` requests. So each agent (or model config) keeps its own
+    script beside the example's: ``agents:scripts/support.json,greeter=mymod:greeter.json``.
+    Scripts scoped to a config answer it before unscoped ones.
+
+    Raises:
+        ConfigurationError: If a file cannot be read or is invalid, or two files conflict
+            (a script name twice, two fallbacks for the same config).
+    """
+    sources = []
+    for raw in specs.split(","):
+        spec = raw.strip()
+        if not spec:
+            continue
+        scoped = _SCOPED_SCRIPT.fullmatch(spec)
+        config, target = (scoped.group(1), scoped.group(2)) if scoped else (None, spec)
+        provider = ScriptedProvider.from_file(resolve_resource(target.strip()))
+        sources.append((target.strip(), provider.scoped(config) if config else provider))
+    return ScriptedProvider.merge(sources)
 
 
 def build_runtime(

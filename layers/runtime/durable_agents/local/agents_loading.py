@@ -1,4 +1,4 @@
-"""Which agent modules local mode runs, and importing them before it says ``ready``.
+"""Which agent modules (and model scripts) local mode runs, loaded before it says ``ready``.
 
 Precedence (first that is set wins, and replaces the others — it does not add to them):
 
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from durable_agents.agent import AgentDefinition, AgentModuleError, default_registry
+from durable_agents.deployment import load_model_scripts
 
 VARIABLE = "AGENT_MODULES"
 SOURCE_FLAG = "--agents"
@@ -102,3 +103,25 @@ def describe(agents: Sequence[AgentDefinition[Any, Any]], chosen: AgentModules) 
     """The banner's ``agents`` line: each agent with its version, then the modules' source."""
     listed = ", ".join(f"{d.name} {d.version}" for d in agents) or "none"
     return f"{listed} (from {chosen.source}: {', '.join(chosen.modules) or 'no modules'})"
+
+
+def model_scripts_setting(template_value: str, scripts: Sequence[str]) -> str:
+    """``SCRIPTED_MODEL_FILE`` for local mode: the template's, plus ``--model-script`` files.
+
+    The result is loaded once here, so a script that is missing or invalid stops the start
+    (instead of failing the first model call).
+
+    Args:
+        template_value: ``SCRIPTED_MODEL_FILE`` as the template declares it (may be empty).
+        scripts: ``--model-script`` values, each ``[CONFIG=]file``.
+
+    Returns:
+        The comma-separated setting.
+
+    Raises:
+        ConfigurationError: If a script cannot be read, is invalid, or conflicts with another.
+    """
+    setting = ",".join(s.strip() for s in [template_value, *scripts] if s.strip())
+    if setting:
+        load_model_scripts(setting)
+    return setting

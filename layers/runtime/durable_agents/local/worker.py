@@ -27,7 +27,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 from durable_agents.errors import ConfigurationError, InfrastructureError
 from durable_agents.local import moto_server
 from durable_agents.local.agents_loading import VARIABLE as AGENTS_VARIABLE
-from durable_agents.local.agents_loading import choose_agent_modules, describe, load_agents
+from durable_agents.local.agents_loading import (
+    choose_agent_modules,
+    describe,
+    load_agents,
+    model_scripts_setting,
+)
 from durable_agents.local.aws import DEFAULT_REGION, DUMMY_KEY, LocalSession
 from durable_agents.local.crash import CrashHooks, CrashSpec, install
 from durable_agents.local.event_router import QueueConsumers
@@ -77,6 +82,8 @@ class WorkerOptions:
         agents: ``--agents``: the agent modules, over ``AGENT_MODULES`` (``local.agents_loading``).
         caller_arn: ``--caller-arn``: the IAM caller of Api requests without an
             ``X-Local-Caller-Arn`` header; it also mints links and decides reviews.
+        model_scripts: ``--model-script``: ``[CONFIG=]file`` model scripts added to the
+            template's ``SCRIPTED_MODEL_FILE``.
         oidc_port: ``--local-oidc [--oidc-port]``: run a local OIDC issuer on this port and
             point ``JWT_*`` at it (``local.oidc``); None: none.
     """
@@ -98,6 +105,7 @@ class WorkerOptions:
     services_url: str | None = None
     agents: tuple[str, ...] = ()
     caller_arn: str = LOCAL_CALLER_ARN
+    model_scripts: tuple[str, ...] = ()
     oidc_port: int | None = None
 
 
@@ -302,6 +310,9 @@ class Worker:
         env = function_environment(specs, opts, self.endpoint)
         chosen = choose_agent_modules(opts.agents, os.environ, env)
         env[AGENTS_VARIABLE] = ",".join(chosen.modules)
+        scripts = model_scripts_setting(env.get("SCRIPTED_MODEL_FILE", ""), opts.model_scripts)
+        if scripts:
+            env["SCRIPTED_MODEL_FILE"] = scripts
         if opts.oidc_port is not None:
             self._issuer = LocalIssuer(opts.oidc_port)
             self._issuer.start()
