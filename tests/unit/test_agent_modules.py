@@ -107,3 +107,11 @@ def test_local_agents_error_names_the_source_and_module() -> None:
     assert "'agents.no_such_thing'" in message
     assert "--agents" in message
     assert "ModuleNotFoundError" in message
+
+
+def test_local_mode_finds_a_template_from_any_directory(tmp_path: Path) -> None:
+    from durable_agents.local.template import default_template
+
+    assert default_template(tmp_path) == ROOT / "template.yaml"
+    (tmp_path / "template.yaml").write_text("Resources: {}\n")
+    assert default_template(tmp_path) == tmp_path / "template.yaml"

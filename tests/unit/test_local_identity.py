@@ -62,3 +62,13 @@ def test_the_local_caller_mints_links_and_decides_reviews() -> None:
     env = function_environment([spec], WorkerOptions(caller_arn=ADA), "http://127.0.0.1:5010")
     assert env["LINK_MINTERS"] == f"iam:{ADA}"
     assert env["REVIEW_OPERATORS"] == f"iam:{ADA}"
+
+
+def test_runs_start_says_what_to_do_when_nothing_answers() -> None:
+    from durable_agents.local.moto_server import free_port
+    from durable_agents.local.runs_start import RunStartError, parse_input, start_run
+
+    assert parse_input('"Ada"') == "Ada" == parse_input("Ada")
+    assert parse_input('{"topic": "x"}') == {"topic": "x"}
+    with pytest.raises(RunStartError, match="start local mode first"):
+        start_run(f"http://127.0.0.1:{free_port()}", "greeter", "Ada", wait_seconds=0.3)

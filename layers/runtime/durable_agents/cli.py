@@ -74,7 +74,11 @@ def _add_local(commands: Any) -> None:
         "EventBridge rules are delivered through SQS queues, Schedule events fire every "
         "--schedule-interval seconds, Api events are served on http://127.0.0.1:PORT.",
     )
-    local.add_argument("--template", type=Path, default=Path("template.yaml"))
+    local.add_argument(
+        "--template",
+        type=Path,
+        help="the SAM template (default: ./template.yaml, else the project's own)",
+    )
     local.add_argument(
         "--agents",
         action="append",
@@ -204,6 +208,28 @@ def _add_runs(commands: Any) -> None:
     listing = actions.add_parser("list", parents=[common], help="list runs, newest first")
     listing.add_argument("--status", type=str.upper, choices=STATUSES)
     listing.add_argument("--limit", type=_positive_int, default=50)
+    start = actions.add_parser(
+        "start",
+        help="start a run through the local Api and wait for it",
+        description="POST /runs to the Api local mode serves, then poll the run until it "
+        "finishes or pauses (or --wait runs out); retried while local mode is still starting.",
+    )
+    start.add_argument("agent", help="the agent's name")
+    start.add_argument(
+        "input",
+        help='the input as JSON (\'"Ada"\', \'{"topic": "x"}\'); '
+        "text that is not JSON is sent as a string",
+    )
+    start.add_argument("--api", type=_http_url, default="http://127.0.0.1:3000")
+    start.add_argument(
+        "--wait",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long to wait for the Api and the run (default 30; 0: do not)",
+    )
+    start.add_argument("--idempotency-key", help="the same key returns the same run")
+    start.add_argument("--json", action="store_true", help="print the run as JSON")
     for name, text in (
         ("show", "show one run"),
         ("history", "show a run's history"),
@@ -258,11 +284,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _local(args: argparse.Namespace) -> int:
-    from durable_agents.local.worker import WorkerOptions, run_local  # noqa: PLC0415
+    from durable_agents.local.template import default_template  # noqa: PLC0415
+    from durable_agents.local.worker import EXIT_SETUP_FAILED, WorkerOptions, run_local  # noqa: PLC0415
+
+    try:
+        template = args.template or default_template()
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_SETUP_FAILED
 
     return run_local(
         WorkerOptions(
-            template=args.template,
+            template=template,
             moto_endpoint=args.moto_endpoint,
             moto_port=args.moto_port,
             api_port=args.port,
@@ -285,7 +318,27 @@ def _local(args: argparse.Namespace) -> int:
     )
 
 
+def _runs_start(args: argparse.Namespace) -> int:
+    from durable_agents.local import runs_start  # noqa: PLC0415
+
+    try:
+        started = runs_start.start_run(
+            args.api,
+            args.agent,
+            runs_start.parse_input(args.input),
+            wait_seconds=args.wait,
+            idempotency_key=args.idempotency_key,
+        )
+    except runs_start.RunStartError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    print(json.dumps(started.run, indent=2) if args.json else runs_start.describe(started))
+    return EXIT_ERROR if started.run["status"] in ("FAILED", "PAUSED") else 0
+
+
 def _runs(args: argparse.Namespace) -> int:
+    if args.action == "start":
+        return _runs_start(args)
     from durable_agents.local.runs import RunsClient, RunsError  # noqa: PLC0415
 
     client = RunsClient(args.endpoint, args.table)
