@@ -6,7 +6,8 @@ a replayed run never calls the model, a retried call asks for the same turn agai
 sharing one provider each start at turn 0. Several scripts can live in one file; a request is
 answered by the first script whose ``match`` is a substring of the conversation's first user
 message (and whose ``model_config``, if set, is the ``ModelConfig.name``), else by the script
-without ``match``.
+without ``match``; scripts scoped to the request's ``model_config`` are tried before unscoped
+ones. ``merge`` and ``scoped`` combine files: one per agent or model config.
 
 File format (JSON)::
 
