@@ -31,6 +31,9 @@ PY_DIRS := $(wildcard layers functions tests scripts)
 # pip on some machines warns about every package for unreadable extra index locations; drop
 # that noise, keep everything else (and pip's exit status, thanks to pipefail).
 PIP_QUIET := { grep -v "is ignored: it is neither a file nor a directory" || true; }
+# A first install takes minutes: show one line per package pip collects, then what it
+# installed (and any error), instead of minutes of silence; the rest of pip's output is noise.
+PIP_PROGRESS := awk '/^(Collecting|Installing collected|Successfully installed)|ERROR|error:/ { print "    " $$0; fflush() }'
 
 # `make deploy ENV=prod` / `make build ENV=dev` select a samconfig.toml section.
 ENV ?=
@@ -60,8 +63,9 @@ $(VENV_STAMP): pyproject.toml
 	  echo "       Install Python 3.11+ and run: make PYTHON=/path/to/python3.11 ..." >&2; \
 	  exit 1; }
 	@echo "==> creating $(VENV) with $$($(PYTHON) --version) and installing '.[dev]'"
+	@echo "    (first time only: pip downloads and installs about 70 packages, a minute or two)"
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	@$(VENV)/bin/python -m pip install --quiet -e '.[dev]' 2>&1 | $(PIP_QUIET)
+	@$(VENV)/bin/python -m pip install --progress-bar off -e '.[dev]' 2>&1 | $(PIP_PROGRESS)
 	@touch $@
 
 venv-sam: $(SAM_STAMP) ## Create .venv-sam with aws-sam-cli

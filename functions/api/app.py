@@ -35,7 +35,7 @@ from api.routes.common import error as _error
 from api.routes.common import json_body as _json_body
 from api.routes.common import ok as _ok
 from api.routes.limits import PayloadTooLargeError, check_key, check_run_cursor
-from durable_agents.deployment import Settings, build_runtime
+from durable_agents.deployment import Settings, build_runtime, import_agent_modules
 from durable_agents.errors import (
     AgentNotFoundError,
     EffectNotFoundError,
@@ -149,6 +149,8 @@ logger = Logger()
 logger.registered_handler.addFilter(ScrubFilter())
 tracer = Tracer()
 app = ThreadSafeRestResolver()
+# At init, not on the first request: a module that does not import fails the deployment at once.
+AGENTS = import_agent_modules()
 
 _runtime: Runtime | None = None
 MAX_LIMIT = 100

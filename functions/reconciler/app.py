@@ -9,7 +9,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from durable_agents.deployment import Settings, build_runtime
+from durable_agents.deployment import Settings, build_runtime, import_agent_modules
 from durable_agents.errors import InfrastructureError, InvocationRetryError
 from durable_agents.reconciler import expire_wait, sweep, wake_run
 from durable_agents.runtime import Runtime
@@ -20,6 +20,8 @@ logger = Logger()
 logger.registered_handler.addFilter(ScrubFilter())
 tracer = Tracer()
 metrics = Metrics()
+# At init, not on the first event: a module that does not import fails the deployment at once.
+AGENTS = import_agent_modules()
 
 _runtime: Runtime | None = None
 _settings: Settings | None = None

@@ -14,7 +14,7 @@ from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
-from durable_agents.deployment import Settings, build_runtime
+from durable_agents.deployment import Settings, build_runtime, import_agent_modules
 from durable_agents.errors import InfrastructureError, InvocationRetryError, RunNotFoundError
 from durable_agents.events import STEP_READY
 from durable_agents.runtime import Runtime
@@ -25,6 +25,8 @@ logger = Logger()
 logger.registered_handler.addFilter(ScrubFilter())
 tracer = Tracer()
 metrics = Metrics()
+# At init, not on the first event: a module that does not import fails the deployment at once.
+AGENTS = import_agent_modules()
 
 _runtime: Runtime | None = None
 

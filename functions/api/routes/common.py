@@ -132,13 +132,19 @@ def is_form(event: APIGatewayProxyEvent) -> bool:
     return content_type == "application/x-www-form-urlencoded"
 
 
+# Where the approval page posts its form: /approvals/{id}, /people/... and /links/approvals/{id}.
+DECISION_PATH = re.compile(r"/(?:people/|links/)?approvals/[^/]+")
+
+
 def prefers_html(event: APIGatewayProxyEvent) -> bool:
     """Whether to answer with a page rather than JSON.
 
     ``Accept`` decides; without a preference, opening a signed link (``GET /links/...``) and
-    submitting a form get HTML, everything else JSON.
+    submitting a decision form (the approval page's) get HTML, everything else JSON: a form
+    sent to an operator's JSON route (``curl -d``) gets a JSON error.
     """
-    browsing = (event.http_method == "GET" and event.path.startswith("/links/")) or is_form(event)
+    decision_form = is_form(event) and DECISION_PATH.fullmatch(event.path) is not None
+    browsing = (event.http_method == "GET" and event.path.startswith("/links/")) or decision_form
     return wants_html(event, default=browsing)
 
 

@@ -102,20 +102,57 @@ class AgentRegistry:
         """Returns the registered agent names."""
         return sorted(self._agents)
 
-    def import_modules(self, modules: Iterable[str]) -> None:
+    def definitions(self) -> list[AgentDefinition[Any, Any]]:
+        """Every registered definition (each deployed version), by name then version."""
+        return [
+            self._agents[name][version]
+            for name in sorted(self._agents)
+            for version in sorted(self._agents[name])
+        ]
+
+    def import_modules(self, modules: Iterable[str]) -> list[AgentDefinition[Any, Any]]:
         """Imports agent modules so their ``@agent`` decorators register here.
 
+        Returns:
+            The definitions registered here whose function lives in one of the modules (or a
+            module under it), whether this call or an earlier import registered them.
+
         Raises:
-            ConfigurationError: If a module cannot be imported.
+            AgentModuleError: If a module cannot be imported, or raises while it is imported.
         """
-        for raw in modules:
-            module = raw.strip()
-            if not module:
-                continue
+        names = [m.strip() for m in modules if m.strip()]
+        for module in names:
             try:
                 importlib.import_module(module)
-            except ImportError as exc:
-                raise ConfigurationError(f"cannot import agent module {module!r}: {exc}") from exc
+            except Exception as exc:  # the module's own code may raise anything at import
+                raise AgentModuleError(module, exc) from exc
+        return [
+            d
+            for d in self.definitions()
+            if any(_in_module(getattr(d.fn, "__module__", ""), m) for m in names)
+        ]
+
+
+def _in_module(name: str, module: str) -> bool:
+    return name == module or name.startswith(f"{module}.")
+
+
+class AgentModuleError(ConfigurationError):
+    """An agent module could not be imported (a typo, a missing dependency, a bug at import).
+
+    Attributes:
+        module: The module as configured.
+        cause: The exception its import raised.
+    """
+
+    def __init__(self, module: str, cause: BaseException, *, source: str | None = None):
+        self.module = module
+        self.cause = cause
+        self.source = source
+        origin = f" (from {source})" if source else ""
+        super().__init__(
+            f"cannot import agent module {module!r}{origin}: {type(cause).__name__}: {cause}"
+        )
 
 
 default_registry = AgentRegistry()

@@ -18,6 +18,9 @@ from typing import Any
 from durable_agents.local import moto_server
 from durable_agents.local.crash import CRASH_POINTS, CrashSpec
 from durable_agents.local.functions import local_name
+from durable_agents.local.identity import LOCAL_CALLER_ARN, check_caller_arn
+
+OIDC_PORT = 3001  # durable_agents.local.oidc.DEFAULT_PORT (not imported: it loads cryptography)
 
 EXIT_ERROR = 1
 DEFAULT_ENDPOINT = moto_server.endpoint_url(moto_server.DEFAULT_PORT)
@@ -56,6 +59,13 @@ def _http_url(text: str) -> str:
     return text.rstrip("/")
 
 
+def _caller_arn(text: str) -> str:
+    try:
+        return check_caller_arn(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def _add_local(commands: Any) -> None:
     local = commands.add_parser(
         "local",
@@ -64,7 +74,19 @@ def _add_local(commands: Any) -> None:
         "EventBridge rules are delivered through SQS queues, Schedule events fire every "
         "--schedule-interval seconds, Api events are served on http://127.0.0.1:PORT.",
     )
-    local.add_argument("--template", type=Path, default=Path("template.yaml"))
+    local.add_argument(
+        "--template",
+        type=Path,
+        help="the SAM template (default: ./template.yaml, else the project's own)",
+    )
+    local.add_argument(
+        "--agents",
+        action="append",
+        default=[],
+        metavar="MODULE[,MODULE]",
+        help="agent modules to import (repeatable), over AGENT_MODULES in the environment, "
+        "over template.yaml's; imported from functions/, PYTHONPATH or the working directory",
+    )
     local.add_argument("--port", type=int, default=3000, help="Api port (default 3000)")
     moto = local.add_mutually_exclusive_group()
     moto.add_argument(
@@ -136,6 +158,34 @@ def _add_local(commands: Any) -> None:
         "as set in this environment)",
     )
     local.add_argument(
+        "--caller-arn",
+        type=_caller_arn,
+        default=LOCAL_CALLER_ARN,
+        metavar="ARN",
+        help="the IAM caller of Api requests (default %(default)s); a request's "
+        "X-Local-Caller-Arn header overrides it",
+    )
+    local.add_argument(
+        "--model-script",
+        action="append",
+        default=[],
+        metavar="[CONFIG=]FILE",
+        help="a model script for the scripted provider, added to template.yaml's "
+        "SCRIPTED_MODEL_FILE; CONFIG= makes it answer only that ModelConfig name (repeatable)",
+    )
+    local.add_argument(
+        "--local-oidc",
+        action="store_true",
+        help="run a local OIDC issuer (loopback, in-memory key) and point JWT_ISSUER at it, "
+        "so /people/approvals/{id} works locally; `durable-agents token` prints its tokens",
+    )
+    local.add_argument(
+        "--oidc-port",
+        type=int,
+        default=OIDC_PORT,
+        help="port of the local OIDC issuer (default %(default)s)",
+    )
+    local.add_argument(
         "--crash-at",
         type=_crash_spec,
         metavar="OPERATION:POINT",
@@ -158,6 +208,28 @@ def _add_runs(commands: Any) -> None:
     listing = actions.add_parser("list", parents=[common], help="list runs, newest first")
     listing.add_argument("--status", type=str.upper, choices=STATUSES)
     listing.add_argument("--limit", type=_positive_int, default=50)
+    start = actions.add_parser(
+        "start",
+        help="start a run through the local Api and wait for it",
+        description="POST /runs to the Api local mode serves, then poll the run until it "
+        "finishes or pauses (or --wait runs out); retried while local mode is still starting.",
+    )
+    start.add_argument("agent", help="the agent's name")
+    start.add_argument(
+        "input",
+        help='the input as JSON (\'"Ada"\', \'{"topic": "x"}\'); '
+        "text that is not JSON is sent as a string",
+    )
+    start.add_argument("--api", type=_http_url, default="http://127.0.0.1:3000")
+    start.add_argument(
+        "--wait",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long to wait for the Api and the run (default 30; 0: do not)",
+    )
+    start.add_argument("--idempotency-key", help="the same key returns the same run")
+    start.add_argument("--json", action="store_true", help="print the run as JSON")
     for name, text in (
         ("show", "show one run"),
         ("history", "show a run's history"),
@@ -165,6 +237,36 @@ def _add_runs(commands: Any) -> None:
     ):
         action = actions.add_parser(name, parents=[common], help=text)
         action.add_argument("run_id")
+
+
+def _add_token(commands: Any) -> None:
+    token = commands.add_parser(
+        "token",
+        help="print a token of the local OIDC issuer (durable-agents local --local-oidc)",
+        description="Ask the local OIDC issuer of a running `durable-agents local --local-oidc` "
+        "for a JWT naming USER (and its groups); send it as 'Authorization: Bearer <token>' "
+        "to /people/approvals/{id}.",
+    )
+    token.add_argument("user", help="the token's sub (and verified email if it has an @)")
+    token.add_argument("--group", action="append", default=[], help="a group (repeatable)")
+    token.add_argument("--ttl", type=_positive_int, metavar="SECONDS", help="default 3600")
+    token.add_argument(
+        "--issuer",
+        type=_http_url,
+        default=f"http://127.0.0.1:{OIDC_PORT}",
+        help="the local issuer (default %(default)s)",
+    )
+
+
+def _token(args: argparse.Namespace) -> int:
+    from durable_agents.local.oidc import LocalTokenError, request_token  # noqa: PLC0415
+
+    try:
+        print(request_token(args.issuer, args.user, groups=args.group, ttl_seconds=args.ttl))
+    except LocalTokenError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -177,15 +279,23 @@ def build_parser() -> argparse.ArgumentParser:
     moto = commands.add_parser("moto", help="run only the moto server (foreground)")
     moto.add_argument("--port", type=int, default=moto_server.DEFAULT_PORT)
     _add_runs(commands)
+    _add_token(commands)
     return parser
 
 
 def _local(args: argparse.Namespace) -> int:
-    from durable_agents.local.worker import WorkerOptions, run_local  # noqa: PLC0415
+    from durable_agents.local.template import default_template  # noqa: PLC0415
+    from durable_agents.local.worker import EXIT_SETUP_FAILED, WorkerOptions, run_local  # noqa: PLC0415
+
+    try:
+        template = args.template or default_template()
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_SETUP_FAILED
 
     return run_local(
         WorkerOptions(
-            template=args.template,
+            template=template,
             moto_endpoint=args.moto_endpoint,
             moto_port=args.moto_port,
             api_port=args.port,
@@ -200,11 +310,35 @@ def _local(args: argparse.Namespace) -> int:
             keep_moto=args.keep_moto,
             crash_at=args.crash_at,
             services_url=args.services_url,
+            agents=tuple(args.agents),
+            caller_arn=args.caller_arn,
+            model_scripts=tuple(args.model_script),
+            oidc_port=args.oidc_port if args.local_oidc else None,
         )
     )
 
 
+def _runs_start(args: argparse.Namespace) -> int:
+    from durable_agents.local import runs_start  # noqa: PLC0415
+
+    try:
+        started = runs_start.start_run(
+            args.api,
+            args.agent,
+            runs_start.parse_input(args.input),
+            wait_seconds=args.wait,
+            idempotency_key=args.idempotency_key,
+        )
+    except runs_start.RunStartError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    print(json.dumps(started.run, indent=2) if args.json else runs_start.describe(started))
+    return EXIT_ERROR if started.run["status"] in ("FAILED", "PAUSED") else 0
+
+
 def _runs(args: argparse.Namespace) -> int:
+    if args.action == "start":
+        return _runs_start(args)
     from durable_agents.local.runs import RunsClient, RunsError  # noqa: PLC0415
 
     client = RunsClient(args.endpoint, args.table)
@@ -233,6 +367,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "local":
         return _local(args)
+    if args.command == "token":
+        return _token(args)
     if args.command == "moto":
         return moto_server.main(["--port", str(args.port)])
     return _runs(args)

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import importlib.resources
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from durable_agents.agent import AgentRegistry, default_registry
+from durable_agents.agent import (
+    AgentDefinition,
+    AgentModuleError,
+    AgentRegistry,
+    default_registry,
+)
 from durable_agents.clock import Clock
 from durable_agents.errors import ConfigurationError
 from durable_agents.events import EventBridgePublisher
@@ -38,8 +44,9 @@ class Settings:
         scheduler_role_arn: ``SCHEDULER_ROLE_ARN``: the role Scheduler assumes.
         scheduler_target_arn: ``SCHEDULER_TARGET_ARN``: the Reconciler it invokes. The three
             together enable precise deadlines; without them the minute sweep expires waits.
-        scripted_model_file: ``SCRIPTED_MODEL_FILE``: a model script; when set, the
-            ``scripted`` provider answers ``ModelConfig(provider="scripted")`` calls.
+        scripted_model_file: ``SCRIPTED_MODEL_FILE``: model scripts, comma-separated, each
+            ``[CONFIG=]file`` (``load_model_scripts``); when set, the ``scripted`` provider
+            answers ``ModelConfig(provider="scripted")`` calls.
         bedrock_region: ``BEDROCK_REGION``: the region of the ``bedrock-runtime`` client (the
             function's own region if unset).
         bedrock_read_timeout_seconds: ``BEDROCK_READ_TIMEOUT``: how long one model call may
@@ -86,14 +93,44 @@ class Settings:
             schedule_group=env.get("SCHEDULE_GROUP") or None,
             scheduler_role_arn=env.get("SCHEDULER_ROLE_ARN") or None,
             scheduler_target_arn=env.get("SCHEDULER_TARGET_ARN") or None,
-            agent_modules=tuple(
-                m.strip() for m in env.get("AGENT_MODULES", "").split(",") if m.strip()
-            ),
+            agent_modules=agent_modules_from_env(env),
             stall_after_seconds=stall,
             scripted_model_file=env.get("SCRIPTED_MODEL_FILE") or None,
             bedrock_region=env.get("BEDROCK_REGION") or None,
             bedrock_read_timeout_seconds=read_timeout,
         )
+
+
+def agent_modules_from_env(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The modules ``AGENT_MODULES`` lists (comma-separated; blanks ignored)."""
+    env = os.environ if env is None else env
+    return tuple(m.strip() for m in env.get("AGENT_MODULES", "").split(",") if m.strip())
+
+
+def import_agent_modules(
+    env: Mapping[str, str] | None = None, registry: AgentRegistry | None = None
+) -> list[AgentDefinition[Any, Any]]:
+    """Imports the agent modules of ``AGENT_MODULES`` now: call it when a handler module loads.
+
+    On Lambda that is the execution environment's init, so a deployment whose agent module
+    does not import fails its init with this message (in the function's log, and as the
+    invocation's error) instead of answering every request with an error later.
+
+    Args:
+        env: The environment (``os.environ`` by default).
+        registry: Where the agents register (the default registry by default).
+
+    Returns:
+        The agents those modules registered.
+
+    Raises:
+        AgentModuleError: If a module cannot be imported (it names the module and the error).
+    """
+    registry = registry or default_registry
+    try:
+        return registry.import_modules(agent_modules_from_env(env))
+    except AgentModuleError as exc:
+        raise AgentModuleError(exc.module, exc.cause, source="AGENT_MODULES") from exc.cause
 
 
 def build_providers(settings: Settings, session: Any) -> dict[str, LlmProvider]:
@@ -127,9 +164,36 @@ def build_providers(settings: Settings, session: Any) -> dict[str, LlmProvider]:
         client = session.client("bedrock-runtime")
     providers: dict[str, LlmProvider] = {"bedrock": BedrockProvider(client)}
     if settings.scripted_model_file:
-        path = resolve_resource(settings.scripted_model_file)
-        providers["scripted"] = ScriptedProvider.from_file(path)
+        providers["scripted"] = load_model_scripts(settings.scripted_model_file)
     return providers
+
+
+_SCOPED_SCRIPT = re.compile(r"([A-Za-z0-9_.@-]+)=(.+)")
+
+
+def load_model_scripts(specs: str) -> ScriptedProvider:
+    """The scripted provider of ``SCRIPTED_MODEL_FILE``: one or more script files.
+
+    ``specs`` is comma-separated; each entry is a file (a path or ``package:relative/path``),
+    optionally ``CONFIG=file`` to make every script of that file answer only
+    ``ModelConfig(name=CONFIG)`` requests. So each agent (or model config) keeps its own
+    script beside the example's: ``agents:scripts/support.json,greeter=mymod:greeter.json``.
+    Scripts scoped to a config answer it before unscoped ones.
+
+    Raises:
+        ConfigurationError: If a file cannot be read or is invalid, or two files conflict
+            (a script name twice, two fallbacks for the same config).
+    """
+    sources = []
+    for raw in specs.split(","):
+        spec = raw.strip()
+        if not spec:
+            continue
+        scoped = _SCOPED_SCRIPT.fullmatch(spec)
+        config, target = (scoped.group(1), scoped.group(2)) if scoped else (None, spec)
+        provider = ScriptedProvider.from_file(resolve_resource(target.strip()))
+        sources.append((target.strip(), provider.scoped(config) if config else provider))
+    return ScriptedProvider.merge(sources)
 
 
 def build_runtime(
@@ -150,8 +214,8 @@ def build_runtime(
         logger: The base logger for agents.
 
     Raises:
-        ConfigurationError: If an agent module cannot be imported or the model script is
-            invalid.
+        ConfigurationError: If an agent module cannot be imported (``AgentModuleError``) or
+            the model script is invalid.
     """
     import boto3  # noqa: PLC0415 - keep boto3 out of the import path of pure library use
 

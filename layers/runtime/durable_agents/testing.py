@@ -29,8 +29,9 @@ Example:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from durable_agents.agent import AgentDefinition, AgentRegistry
@@ -39,6 +40,8 @@ from durable_agents.events import STEP_READY, CollectingPublisher, OutgoingEvent
 from durable_agents.invocation import InvocationHooks, group_entries
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.store import JournalStore
+from durable_agents.llm.scripted import ScriptedProvider
+from durable_agents.llm.types import LlmProvider
 from durable_agents.models import (
     Entry,
     EntryType,
@@ -171,6 +174,23 @@ class TestResult:
         return found[0]
 
 
+ModelScript = ScriptedProvider | Sequence[Any] | Mapping[str, Any] | str | Path
+"""What ``AgentTestRunner(model_script=...)`` accepts."""
+
+
+def _scripted(script: ModelScript | None) -> ScriptedProvider | None:
+    """The scripted provider a test asked for (see ``AgentTestRunner``'s ``model_script``).
+
+    Raises:
+        ConfigurationError: If the script is invalid or its file cannot be read.
+    """
+    if script is None or isinstance(script, ScriptedProvider):
+        return script
+    if isinstance(script, str | Path):
+        return ScriptedProvider.from_file(script)
+    return ScriptedProvider.from_data(script if isinstance(script, Mapping) else list(script))
+
+
 class AgentTestRunner:
     """Runs one agent in-process on a real journal with a skip-clock.
 
@@ -183,6 +203,23 @@ class AgentTestRunner:
         lease_seconds: The claim lease a crashed invocation leaves behind.
         max_invocations: A safety bound against agents that never finish.
         agents: Sub-agents the agent calls with ``ctx.invoke`` (driven like the main run).
+        model_script: What answers ``ModelConfig(provider="scripted")`` calls: a list of
+            turns, a script file's parsed JSON (``{"scripts": [...]}``), the path of a script
+            file, or a ``ScriptedProvider`` (``durable_agents.llm.scripted``); then
+            ``runner.scripted`` counts the calls.
+        providers: More model providers by name (a stub ``bedrock``, say).
+
+    Example:
+        >>> from durable_agents import AgentRegistry, agent
+        >>> from durable_agents.llm import LlmRequest, Message, ModelConfig
+        >>> MODEL = ModelConfig(name="m", version="1", provider="scripted", model_id="s")
+        >>> @agent(name="answerer", version="1", registry=AgentRegistry())
+        ... def answerer(ctx, question: str) -> str:
+        ...     request = LlmRequest(messages=[Message.user(question)])
+        ...     return ctx.llm("answer", request, config=MODEL).text
+        >>> runner = AgentTestRunner(answerer, model_script=[{"text": "42"}])
+        >>> runner.run("the answer?").output, runner.scripted.calls
+        ('42', 1)
     """
 
     __test__ = False
@@ -197,6 +234,13 @@ class AgentTestRunner:
         lease_seconds: float = 60.0,
         max_invocations: int = 100_000,
         agents: Sequence[AgentDefinition[Any, Any]] = (),
+        model_script: ScriptedProvider
+        | Sequence[Any]
+        | Mapping[str, Any]
+        | str
+        | Path
+        | None = None,
+        providers: Mapping[str, LlmProvider] | None = None,
     ):
         if mode not in ("continuous", "faithful"):
             raise ValueError("mode is 'continuous' or 'faithful'")
@@ -211,8 +255,16 @@ class AgentTestRunner:
         for sub_agent in agents:  # sub-agents the agent invokes
             self.registry.add(sub_agent)
         self.publisher = CollectingPublisher()
+        self.scripted = _scripted(model_script)
+        models = dict(providers or {})
+        if self.scripted is not None:
+            models["scripted"] = self.scripted
         self.runtime = Runtime(
-            self.journal, registry=self.registry, publisher=self.publisher, clock=self.clock
+            self.journal,
+            registry=self.registry,
+            publisher=self.publisher,
+            clock=self.clock,
+            providers=models or None,
         )
 
     def run(

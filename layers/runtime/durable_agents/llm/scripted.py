@@ -6,7 +6,8 @@ a replayed run never calls the model, a retried call asks for the same turn agai
 sharing one provider each start at turn 0. Several scripts can live in one file; a request is
 answered by the first script whose ``match`` is a substring of the conversation's first user
 message (and whose ``model_config``, if set, is the ``ModelConfig.name``), else by the script
-without ``match``.
+without ``match``; scripts scoped to the request's ``model_config`` are tried before unscoped
+ones. ``merge`` and ``scoped`` combine files: one per agent or model config.
 
 File format (JSON)::
 
@@ -193,6 +194,64 @@ class ScriptedProvider:
             raise ConfigurationError(f"cannot read model script {path}: {exc}") from exc
         return cls.from_data(data)
 
+    def scoped(self, config_name: str) -> ScriptedProvider:
+        """The same scripts, answering only ``ModelConfig(name=config_name)`` requests.
+
+        A script without a name of its own (a file that is a list of turns) is named after the
+        config.
+
+        Raises:
+            ConfigurationError: If a script is already scoped to another config.
+        """
+        scripts = []
+        for script in self.scripts:
+            if script.model_config_name not in (None, config_name):
+                raise ConfigurationError(
+                    f"script {script.name!r} is for model config {script.model_config_name!r}, "
+                    f"not {config_name!r}"
+                )
+            name = config_name if script.name == "default" else script.name
+            scripts.append(
+                script.model_copy(update={"model_config_name": config_name, "name": name})
+            )
+        return ScriptedProvider(scripts)
+
+    @classmethod
+    def merge(cls, sources: Sequence[tuple[str, ScriptedProvider]]) -> ScriptedProvider:
+        """One provider answering from the scripts of several (one per agent or model config).
+
+        Args:
+            sources: ``(label, provider)`` pairs, in order; the label (a file) names a
+                conflict.
+
+        Raises:
+            ConfigurationError: If two scripts share a name, or two fallbacks (no ``match``)
+                would compete for the same model config.
+        """
+        scripts: list[Script] = []
+        origin: dict[str, str] = {}
+        fallbacks: dict[str | None, str] = {}
+        for label, provider in sources:
+            for script in provider.scripts:
+                if script.name in origin:
+                    raise ConfigurationError(
+                        f"scripted model: script {script.name!r} of {label} is also in "
+                        f"{origin[script.name]}; rename one"
+                    )
+                origin[script.name] = label
+                if script.match is None:
+                    scope = script.model_config_name
+                    if scope in fallbacks:
+                        what = f"model config {scope!r}" if scope else "every model config"
+                        raise ConfigurationError(
+                            f"scripted model: {label} and {fallbacks[scope]} both have a "
+                            f"fallback script for {what}; scope one to its model config "
+                            '(CONFIG=file, or "model_config" in the file)'
+                        )
+                    fallbacks[scope] = label
+                scripts.append(script)
+        return cls(scripts)
+
     # -- counting -------------------------------------------------------------------------------
 
     @property
@@ -226,7 +285,10 @@ class ScriptedProvider:
         """
         first = next((m for m in request.messages if m.role == "user"), None)
         opening = _message_text(first) if first else ""
-        candidates = [s for s in self.scripts if s.model_config_name in (None, config.name)]
+        # Scripts scoped to this model config first: another agent's unscoped fallback (the
+        # example's, say) never answers a config that has scripts of its own.
+        candidates = [s for s in self.scripts if s.model_config_name == config.name]
+        candidates += [s for s in self.scripts if s.model_config_name is None]
         chosen = next((s for s in candidates if s.match and s.match in opening), None)
         chosen = chosen or next((s for s in candidates if s.match is None), None)
         if chosen is None:

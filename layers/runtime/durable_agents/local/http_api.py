@@ -7,7 +7,11 @@ function; its ``statusCode``/``headers``/``body`` become the HTTP response. Unkn
 404 and known paths with another method 405, as JSON; a malformed ``Content-Length`` or a body
 that is not UTF-8 gets 400. The server is werkzeug's threaded WSGI server (a listen backlog of
 ``LISTEN_BACKLOG``); routing uses the raw request target, so ``%2F`` is not decoded before
-routing. IAM (SigV4) auth is not enforced: the server binds 127.0.0.1 only.
+routing. IAM (SigV4) auth is not enforced: the server binds 127.0.0.1 only. Every request's
+IAM caller (``requestContext.identity.userArn``, what API Gateway puts there after checking
+the signature) is ``caller_arn`` (``--caller-arn``, ``LOCAL_CALLER_ARN`` by default), or the
+ARN a request's ``X-Local-Caller-Arn`` header names; the Api's own checks (approvers, link
+minters, reviewers) then apply to it as on AWS.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
 
 from durable_agents.clock import SystemClock
+from durable_agents.local.identity import CALLER_HEADER, LOCAL_CALLER_ARN
 from durable_agents.local.invoke import LocalFunction
 from durable_agents.local.lambda_context import LOCAL_ACCOUNT_ID
 
@@ -87,6 +92,7 @@ def build_event(
     headers: Sequence[tuple[str, str]],
     body: bytes,
     source_ip: str,
+    caller_arn: str = LOCAL_CALLER_ARN,
 ) -> dict[str, Any]:
     """Builds the API Gateway REST (v1) proxy event for one request.
 
@@ -98,6 +104,7 @@ def build_event(
         headers: The request headers.
         body: The raw body.
         source_ip: The client's address.
+        caller_arn: The IAM caller, unless the request's ``X-Local-Caller-Arn`` names one.
 
     Returns:
         The event, as API Gateway would deliver it to the function.
@@ -147,9 +154,8 @@ def build_event(
                 "caller": "local",
                 "user": "local",
                 # API Gateway authenticates IAM callers on AWS; locally every caller is this
-                # local principal (or the one an X-Local-Caller-Arn header names, for tests).
-                "userArn": single_headers.get("X-Local-Caller-Arn")
-                or f"arn:aws:iam::{LOCAL_ACCOUNT_ID}:user/local",
+                # principal (--caller-arn), or the one an X-Local-Caller-Arn header names.
+                "userArn": single_headers.get(CALLER_HEADER) or caller_arn,
                 "accountId": LOCAL_ACCOUNT_ID,
                 "accessKey": None,
                 "userAgent": single_headers.get("User-Agent"),
@@ -255,6 +261,7 @@ class ApiServer(ThreadedWSGIServer):
     Args:
         routes: The Api routes.
         port: The TCP port (``0`` picks a free one).
+        caller_arn: The IAM caller of requests without an ``X-Local-Caller-Arn`` header.
 
     Raises:
         OSError: If the port cannot be bound.
@@ -266,8 +273,15 @@ class ApiServer(ThreadedWSGIServer):
     # of being reset; werkzeug's own default is 128.
     request_queue_size = LISTEN_BACKLOG
 
-    def __init__(self, routes: Sequence[Route], port: int = DEFAULT_PORT):
+    def __init__(
+        self,
+        routes: Sequence[Route],
+        port: int = DEFAULT_PORT,
+        *,
+        caller_arn: str = LOCAL_CALLER_ARN,
+    ):
         self.routes = list(routes)
+        self.caller_arn = caller_arn
         # Bound here, not by werkzeug: on a bind error werkzeug prints and calls sys.exit(1);
         # the worker turns an OSError into a message that names the port.
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -345,6 +359,7 @@ class ApiServer(ThreadedWSGIServer):
             headers=_request_headers(environ),
             body=body,
             source_ip=str(environ.get("REMOTE_ADDR") or HOST),
+            caller_arn=self.caller_arn,
         )
         try:
             response = route.function.invoke(event)

@@ -13,6 +13,7 @@ from typing import Any
 from durable_agents.errors import ConfigurationError
 from durable_agents.local.functions import FunctionSpec
 from durable_agents.local.lambda_context import new_context
+from durable_agents.local.log_keys import isolate_log_keys
 
 Handler = Callable[[dict[str, Any], Any], Any]
 
@@ -21,6 +22,9 @@ log = logging.getLogger("durable_agents.local")
 
 def load_handler(spec: FunctionSpec) -> Handler:
     """Imports ``spec.handler`` (``package.module.function``) from the function's CodeUri.
+
+    The Powertools loggers the module created get per-thread keys (``local.log_keys``), so
+    each log line names the function that wrote it.
 
     Raises:
         ConfigurationError: If the module cannot be imported or has no such function.
@@ -38,6 +42,8 @@ def load_handler(spec: FunctionSpec) -> Handler:
     handler = getattr(module, attr, None)
     if not callable(handler):
         raise ConfigurationError(f"{spec.logical_id}: {module_name!r} has no handler {attr!r}")
+    # The functions share this process: each thread (one invocation) keeps its own log keys.
+    isolate_log_keys()
     return handler  # type: ignore[no-any-return]
 
 

@@ -94,7 +94,10 @@ class WorkerProcess:
             *args,
         ]
         self._cwd = cwd
-        self._env = {**os.environ, **(env or {})}
+        # AGENT_MODULES in the environment would win over the template's list (local mode's
+        # precedence): a worker started here runs its template's agents unless env says so.
+        inherited = {k: v for k, v in os.environ.items() if k != "AGENT_MODULES"}
+        self._env = {**inherited, **(env or {})}
         self._on_line = on_line
         self.lines: deque[str] = deque(maxlen=500)
         self._process: subprocess.Popen[str] | None = None

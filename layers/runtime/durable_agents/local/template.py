@@ -96,3 +96,26 @@ def create_journal_table(
     definition = table_definition(load_template(template_path))
     client.create_table(TableName=table_name, **definition)
     client.get_waiter("table_exists").wait(TableName=table_name)
+
+
+PROJECT_TEMPLATE = Path(__file__).resolve().parents[4] / "template.yaml"
+"""The project's own template, beside the runtime's sources (a clone / editable install)."""
+
+
+def default_template(cwd: Path | None = None) -> Path:
+    """The template local mode runs when ``--template`` is not given.
+
+    ``template.yaml`` in the working directory if there is one (your own project), else the
+    project's own, so ``durable-agents local --agents mymodule`` works from any directory.
+
+    Raises:
+        FileNotFoundError: If neither exists (an installed package without its template).
+    """
+    here = (cwd or Path.cwd()) / "template.yaml"
+    if here.is_file():
+        return here
+    if PROJECT_TEMPLATE.is_file():
+        return PROJECT_TEMPLATE
+    raise FileNotFoundError(
+        f"no template.yaml in {here.parent} and none beside durable_agents; pass --template"
+    )

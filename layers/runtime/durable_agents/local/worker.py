@@ -26,13 +26,21 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from durable_agents.errors import ConfigurationError, InfrastructureError
 from durable_agents.local import moto_server
+from durable_agents.local.agents_loading import VARIABLE as AGENTS_VARIABLE
+from durable_agents.local.agents_loading import (
+    choose_agent_modules,
+    describe,
+    load_agents,
+    model_scripts_setting,
+)
 from durable_agents.local.aws import DEFAULT_REGION, DUMMY_KEY, LocalSession
 from durable_agents.local.crash import CrashHooks, CrashSpec, install
 from durable_agents.local.event_router import QueueConsumers
 from durable_agents.local.functions import FunctionSpec, make_resolver, read_functions
 from durable_agents.local.http_api import DEFAULT_PORT, HOST, ApiServer, Route
+from durable_agents.local.identity import LOCAL_CALLER_ARN
 from durable_agents.local.invoke import LocalFunction, load_handler
-from durable_agents.local.lambda_context import LOCAL_ACCOUNT_ID
+from durable_agents.local.oidc import LocalIssuer
 from durable_agents.local.provision import DEFAULT_VISIBILITY_TIMEOUT, Clients, provision
 from durable_agents.local.scheduler import ScheduleLoop
 from durable_agents.local.secrets import create_secrets
@@ -71,6 +79,13 @@ class WorkerOptions:
         services_url: Base URL of the fake services (``python -m
             durable_agents.local.services``): sets ``PAYMENTS_URL``, ``EMAIL_URL`` and
             ``TICKETS_URL`` for the handlers.
+        agents: ``--agents``: the agent modules, over ``AGENT_MODULES`` (``local.agents_loading``).
+        caller_arn: ``--caller-arn``: the IAM caller of Api requests without an
+            ``X-Local-Caller-Arn`` header; it also mints links and decides reviews.
+        model_scripts: ``--model-script``: ``[CONFIG=]file`` model scripts added to the
+            template's ``SCRIPTED_MODEL_FILE``.
+        oidc_port: ``--local-oidc [--oidc-port]``: run a local OIDC issuer on this port and
+            point ``JWT_*`` at it (``local.oidc``); None: none.
     """
 
     template: Path = Path("template.yaml")
@@ -88,6 +103,10 @@ class WorkerOptions:
     keep_moto: bool = False
     crash_at: CrashSpec | None = None
     services_url: str | None = None
+    agents: tuple[str, ...] = ()
+    caller_arn: str = LOCAL_CALLER_ARN
+    model_scripts: tuple[str, ...] = ()
+    oidc_port: int | None = None
 
 
 class _Part(Protocol):
@@ -176,10 +195,10 @@ def function_environment(
         PUBLIC_BASE_URL=f"http://{HOST}:{options.api_port}",
     )
     env.setdefault("POWERTOOLS_METRICS_NAMESPACE", "DurableAgentsLocal")
-    # Locally the IAM caller is the local principal: it delivers links and reviews calls,
-    # unless the template's parameters name someone else.
+    # Locally the IAM caller (--caller-arn) delivers links and reviews calls, unless the
+    # template's parameters name someone else.
     for key in ("LINK_MINTERS", "REVIEW_OPERATORS"):
-        env[key] = env.get(key) or f"iam:arn:aws:iam::{LOCAL_ACCOUNT_ID}:user/local"
+        env[key] = env.get(key) or f"iam:{options.caller_arn}"
     env.update(services_environment(options.services_url))
     return env
 
@@ -207,6 +226,8 @@ class Worker:
         self._api_thread: threading.Thread | None = None
         self.endpoint = ""
         self._crash_modules: list[str] = []
+        self._agents_line = ""
+        self._issuer: LocalIssuer | None = None
 
     # -- start -------------------------------------------------------------------------------
 
@@ -286,12 +307,24 @@ class Worker:
         queues, streams = provision(
             clients, template, specs, visibility_timeout=opts.visibility_timeout
         )
-        apply_environment(function_environment(specs, opts, self.endpoint))
+        env = function_environment(specs, opts, self.endpoint)
+        chosen = choose_agent_modules(opts.agents, os.environ, env)
+        env[AGENTS_VARIABLE] = ",".join(chosen.modules)
+        scripts = model_scripts_setting(env.get("SCRIPTED_MODEL_FILE", ""), opts.model_scripts)
+        if scripts:
+            env["SCRIPTED_MODEL_FILE"] = scripts
+        if opts.oidc_port is not None:
+            self._issuer = LocalIssuer(opts.oidc_port)
+            self._issuer.start()
+            env.update(self._issuer.environment())
+        apply_environment(env)
+        # Imported here, before the handlers and before "ready": a bad module stops the start.
+        self._agents_line = describe(load_agents(chosen, [s.code_dir for s in specs]), chosen)
         functions = self._functions(specs)
         self._install_crash(specs)
         routes = [Route(a.method, a.path, functions[s.logical_id]) for s in specs for a in s.apis]
         try:
-            self._api = ApiServer(routes, opts.api_port)
+            self._api = ApiServer(routes, opts.api_port, caller_arn=opts.caller_arn)
         except OSError as exc:
             raise ConfigurationError(
                 f"cannot serve the Api on {HOST}:{opts.api_port}: {exc.strerror}; "
@@ -353,6 +386,7 @@ class Worker:
         lines = [
             "durable-agents local mode",
             f"  journal   moto at {moto}",
+            f"  agents    {self._agents_line}",
             f"  api       {self.api_url}  " + ", ".join(f"{r.method} {r.resource}" for r in routes),
             f"  events    {', '.join(rules) or 'none'}: {opts.concurrency} consumers per rule, "
             f"redelivery after {opts.visibility_timeout} s",
@@ -363,6 +397,11 @@ class Worker:
         for name, seconds in sorted(opts.function_timeouts.items()):
             target = "every function" if name == "*" else name
             lines.append(f"  timeout   {seconds:g} s for {target}")
+        if self._issuer is not None:
+            lines.append(
+                f"  oidc      {self._issuer.url} (local issuer for /people/...: "
+                "durable-agents token USER --group GROUP prints a token)"
+            )
         services = services_environment(opts.services_url)
         if services:
             lines.append("  services  " + ", ".join(f"{k}={v}" for k, v in services.items()))
@@ -391,6 +430,8 @@ class Worker:
             self._api.server_close()
         for part in self._parts:
             part.join()
+        if self._issuer is not None:
+            self._issuer.stop()
         if self._moto is not None and not self.options.keep_moto:
             self._moto.stop()
         elif self._moto is not None:

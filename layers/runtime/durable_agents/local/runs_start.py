@@ -1,0 +1,122 @@
+"""``durable-agents runs start AGENT INPUT``: start a run through the local Api, and wait.
+
+The run is started the way any client starts one (``POST /runs`` on the Api local mode
+serves), not by writing the journal: what it exercises is what a deployment runs. While local
+mode is still starting (nothing listens on the port yet) the request is retried until
+``--wait`` runs out, so ``durable-agents local ... &`` followed by this command just works.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_API = "http://127.0.0.1:3000"
+SETTLED = ("SUCCEEDED", "FAILED", "PAUSED")
+_POLL_SECONDS = 0.2
+
+
+class RunStartError(Exception):
+    """The run could not be started or did not settle in time (the message says what to do)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """The run as the Api last showed it.
+
+    Attributes:
+        run: The Api's run view (``run_id``, ``status``, ``result``, ``error`` …).
+        settled: Whether it finished (or paused) within the wait.
+    """
+
+    run: dict[str, Any]
+    settled: bool
+
+
+def parse_input(text: str) -> Any:
+    """INPUT as JSON; text that is not JSON is the string itself (``Ada`` = ``'"Ada"'``)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _call(method: str, url: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(  # noqa: S310 - the local Api's http URL
+        url,
+        data=data,
+        method=method,
+        headers={"Content-Type": "application/json", "Accept": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+            return int(response.status), json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        try:
+            return exc.code, json.loads(exc.read() or b"{}")
+        except ValueError:
+            return exc.code, {"error": {"message": f"HTTP {exc.code}"}}
+
+
+def start_run(
+    api: str, agent: str, value: Any, *, wait_seconds: float, idempotency_key: str | None = None
+) -> Started:
+    """Starts a run with ``POST /runs`` and polls ``GET /runs/{id}`` until it settles.
+
+    Args:
+        api: The Api's base URL.
+        agent: The agent's name.
+        value: The run's input.
+        wait_seconds: How long to wait for the Api to answer and the run to settle (0: only
+            start it).
+        idempotency_key: Sent as the body's ``idempotency_key``.
+
+    Returns:
+        The run, and whether it settled (a SUSPENDED run waits for a timer or a person).
+
+    Raises:
+        RunStartError: If the Api does not answer in time or refuses the run.
+    """
+    deadline = time.monotonic() + wait_seconds
+    body: dict[str, Any] = {"agent": agent, "input": value}
+    if idempotency_key:
+        body["idempotency_key"] = idempotency_key
+    while True:
+        try:
+            status, answer = _call("POST", f"{api}/runs", body)
+            break
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+            if time.monotonic() >= deadline:
+                raise RunStartError(
+                    f"nothing answers at {api} ({exc}); start local mode first "
+                    "(durable-agents local), or wait longer (--wait)"
+                ) from exc
+            time.sleep(_POLL_SECONDS)
+    if status not in (200, 201):
+        message = (answer.get("error") or {}).get("message") or json.dumps(answer)
+        raise RunStartError(f"POST /runs answered {status}: {message}")
+    run: dict[str, Any] = answer["run"]
+    while run["status"] not in SETTLED and time.monotonic() < deadline:
+        time.sleep(_POLL_SECONDS)
+        status, run = _call("GET", f"{api}/runs/{run['run_id']}")
+        if status != 200:
+            raise RunStartError(f"GET /runs/{{id}} answered {status}: {json.dumps(run)}")
+    return Started(run, run["status"] in SETTLED)
+
+
+def describe(started: Started) -> str:
+    """One line for the terminal: the run, its status, and its result or error."""
+    run = started.run
+    line = f"{run['run_id']} {run['status']}"
+    if run.get("status") == "SUCCEEDED":
+        return f"{line} result: {json.dumps(run.get('result'))}"
+    if run.get("error"):
+        return f"{line} error: {json.dumps(run['error'])}"
+    if not started.settled and run.get("waiting_on"):
+        return f"{line} waiting on: {json.dumps(run['waiting_on'])}"
+    return line
