@@ -267,11 +267,16 @@ class FaultyJournal(JournalStore):
         limit: int = 50,
         cursor: str | None = None,
         oldest_first: bool = False,
+        tenant: str | None = None,
     ) -> RunPage:
         return self._index(
-            f"list_runs:{status}:{cursor}:{oldest_first}",
+            f"list_runs:{status}:{cursor}:{oldest_first}:{tenant}",
             lambda: self.inner.list_runs(
-                status=status, limit=limit, cursor=cursor, oldest_first=oldest_first
+                status=status,
+                limit=limit,
+                cursor=cursor,
+                oldest_first=oldest_first,
+                tenant=tenant,
             ),
         )
 

@@ -42,7 +42,10 @@ from durable_agents.journal.dynamodb_items import (
     WAIT_SK,
     WAKE_PK,
     ItemCodec,
+    idem_pk,
     pk,
+    tenant_pk,
+    tenant_sk,
     ts,
 )
 from durable_agents.journal.item_size import ITEM_BUDGET_BYTES, transaction_put_budget
@@ -62,6 +65,7 @@ from durable_agents.models import (
     WaitRecord,
     WaitStatus,
 )
+from durable_agents.tenancy import DEFAULT_TENANT
 
 # The item must not exist yet: every entry key is deterministic, so a second writer of the same
 # transition (a duplicate event, a zombie invocation) collides here instead of writing twice.
@@ -157,6 +161,7 @@ class DynamoDBJournal(JournalStore):
             "updated_at_ms": {"N": str(change.updated_at_ms)},
             "gsi1pk": {"S": f"STATUS#{change.status.value}"},
             "gsi1sk": {"S": f"{ts(change.updated_at_ms)}#{run_id}"},
+            "gsi3sk": {"S": tenant_sk(change.status, change.updated_at_ms, run_id)},
         }
         removes: list[str] = []
         if change.result is not UNSET:
@@ -213,6 +218,11 @@ class DynamoDBJournal(JournalStore):
         values[":zero"] = {"N": "0"}
         values[":one"] = {"N": "1"}
         set_parts.append("#rev = if_not_exists(#rev, :zero) + :one")
+        # The tenant is never changed (so never needed here); a header from before tenants
+        # joins the default tenant's listing on its first change.
+        names["#t3"] = "gsi3pk"
+        values[":t3"] = {"S": tenant_pk(DEFAULT_TENANT)}
+        set_parts.append("#t3 = if_not_exists(#t3, :t3)")
         expression = "SET " + ", ".join(set_parts)
         if remove_parts:
             expression += " REMOVE " + ", ".join(remove_parts)
@@ -254,7 +264,7 @@ class DynamoDBJournal(JournalStore):
                 raise
             return header, True
         idem_key = {
-            "pk": {"S": f"IDEM#{header.agent}#{header.idempotency_key}"},
+            "pk": {"S": idem_pk(header.tenant, header.agent, header.idempotency_key)},
             "sk": {"S": IDEM_SK},
         }
         idem_put = {
@@ -445,24 +455,34 @@ class DynamoDBJournal(JournalStore):
         limit: int = 50,
         cursor: str | None = None,
         oldest_first: bool = False,
+        tenant: str | None = None,
     ) -> RunPage:
         """Lists runs most recently changed first, or oldest first (GSI ``gsi1``).
 
         Eventually consistent. Without ``status`` every status partition is read and merged
-        (no cursor then).
+        (no cursor then). With ``tenant`` only that tenant's runs are read (GSI ``gsi3``,
+        partition ``TENANT#<tenant>``, sort key ``<status>#<updated_at_ms>#<run_id>``): pages
+        are full pages of its runs and the cursor is the key of its own last run.
         """
         if status is None:
             merged: list[RunHeader] = []
             for each in RunStatus:
-                merged += self.list_runs(status=each, limit=limit, oldest_first=oldest_first).runs
+                merged += self.list_runs(
+                    status=each, limit=limit, oldest_first=oldest_first, tenant=tenant
+                ).runs
             merged.sort(key=lambda h: (h.updated_at_ms, h.run_id), reverse=not oldest_first)
             return RunPage(merged[:limit], None)
+        if tenant is None:
+            index, partition, prefix = "gsi1", f"STATUS#{status.value}", None
+        else:
+            index, partition, prefix = "gsi3", tenant_pk(tenant), f"{status.value}#"
         items, next_cursor = self._query_index(
-            "gsi1",
-            f"STATUS#{status.value}",
+            index,
+            partition,
             limit=limit,
             cursor=cursor,
             newest_first=not oldest_first,
+            prefix=prefix,
         )
         return RunPage([self._items.header_from_item(item) for item in items], next_cursor)
 
@@ -542,13 +562,18 @@ class DynamoDBJournal(JournalStore):
         limit: int,
         cursor: str | None = None,
         newest_first: bool = False,
+        prefix: str | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
         """One page of a GSI partition and the next page's cursor (None when there is none).
 
-        Oldest first unless ``newest_first``; optionally only keys before ``before_ms``.
+        Oldest first unless ``newest_first``; optionally only keys before ``before_ms``, or
+        only keys beginning with ``prefix``.
         """
         condition = f"{index}pk = :pk"
         values: dict[str, Any] = {":pk": {"S": partition}}
+        if prefix is not None:
+            condition += f" AND begins_with({index}sk, :prefix)"
+            values[":prefix"] = {"S": prefix}
         if before_ms is not None:
             condition += f" AND {index}sk < :upper"
             values[":upper"] = {"S": ts(before_ms + 1)}

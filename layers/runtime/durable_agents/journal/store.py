@@ -228,10 +228,13 @@ class JournalStore(ABC):
         limit: int = 50,
         cursor: str | None = None,
         oldest_first: bool = False,
+        tenant: str | None = None,
     ) -> RunPage:
         """Lists runs, newest change first (or oldest first), optionally only in ``status``.
 
-        Read from an index: a listed header may be out of date. Decide on ``get_run``/``load``.
+        Only ``tenant``'s runs when given (every tenant's when None: trusted callers such as
+        the reconciler, or the operators' tenant). Read from an index: a listed header may be
+        out of date. Decide on ``get_run``/``load``.
         """
 
     def due_runs(self, now_ms: int, *, limit: int = 100) -> list[RunHeader]:
