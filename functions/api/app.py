@@ -37,7 +37,7 @@ from api.routes.common import error as _error
 from api.routes.common import json_body as _json_body
 from api.routes.common import ok as _ok
 from api.routes.limits import PayloadTooLargeError
-from api.routes.tenancy import TenantNotMappedError, check_effect_owner, iam_caller, owned
+from api.routes.tenancy import TenantNotMappedError, check_effect_owner, collect, iam_caller
 from durable_agents.deployment import Settings, build_runtime
 from durable_agents.errors import (
     AgentNotFoundError,
@@ -263,9 +263,14 @@ def _body() -> Any:
 def list_reviews() -> Response[str]:
     """Lists the caller's tenant's tool calls waiting for a person, with the exact request."""
     _, tenant = iam_caller(app.current_event)
-    records = get_runtime().store.effects_in_review(limit=MAX_LIMIT)
-    mine = owned(tenant, records, lambda r: r.run_id)
-    return _ok(HTTPStatus.OK, {"reviews": [effect_view(r) for r in mine]})
+    store = get_runtime().store
+    records = collect(
+        tenant,
+        lambda cursor: store.reviews_page(limit=MAX_LIMIT, cursor=cursor),
+        lambda r: r.run_id,
+        MAX_LIMIT,
+    )
+    return _ok(HTTPStatus.OK, {"reviews": [effect_view(r) for r in records]})
 
 
 @app.post("/reviews/<operation_id>")

@@ -115,3 +115,50 @@ def test_a_header_from_before_tenants_is_the_default_tenants(
     # Its first change puts it in the default tenant's listing.
     listed = journal.list_runs(tenant=DEFAULT_TENANT).runs
     assert [(h.run_id, h.tenant) for h in listed] == [("run-old", DEFAULT_TENANT)]
+
+
+def test_run_tenants_names_existing_runs_only(journal: JournalStore) -> None:
+    journal.create_run(_header("run-1", "a"))
+    journal.create_run(_header("run-2", DEFAULT_TENANT))
+    ids = ["run-1", "run-2", "run-missing", "run-1"]
+    assert journal.run_tenants(ids) == {"run-1": "a", "run-2": DEFAULT_TENANT}
+    many = [f"run-x{i:03d}" for i in range(130)]  # more than one BatchGetItem
+    for run_id in many:
+        journal.create_run(_header(run_id, "b"))
+    assert journal.run_tenants(many) == dict.fromkeys(many, "b")
+
+
+def test_waits_and_reviews_are_paged_in_index_order(journal: JournalStore) -> None:
+    from durable_agents.models import (
+        EffectChange,
+        EffectStatus,
+        SideEffectRecord,
+        WaitChange,
+        WaitStatus,
+    )
+    from durable_agents.waits.records import pending_wait
+
+    for i in range(5):
+        run_id = f"run-{i}"
+        journal.create_run(_header(run_id, "a", at=i))
+        wait = pending_wait(run_id, "approval", f"apr-{i}", "00000001", f"{run_id}:ok:1", "ok",
+                            created_at_ms=10 + i, timeout_ms=None, details={})  # fmt: skip
+        journal.commit(run_id, [], None, None, WaitChange(wait))
+        effect = SideEffectRecord(run_id, "00000002", f"{run_id}:t:2", "t", "1", "{}", "k",
+                                  EffectStatus.NEEDS_REVIEW, 1, i, 20 + i, i, i)  # fmt: skip
+        journal.commit(run_id, [], None, EffectChange(effect))
+    waits, reviews, cursor, review_cursor = [], [], None, None
+    while True:
+        page = journal.waits_page("approval", WaitStatus.PENDING, limit=2, cursor=cursor)
+        waits += [w.wait_id for w in page.items]
+        cursor = page.cursor
+        if cursor is None:
+            break
+    while True:
+        effects = journal.reviews_page(limit=2, cursor=review_cursor)
+        reviews += [e.run_id for e in effects.items]
+        review_cursor = effects.cursor
+        if review_cursor is None:
+            break
+    assert waits == [f"apr-{i}" for i in range(5)]
+    assert reviews == [f"run-{i}" for i in range(5)]

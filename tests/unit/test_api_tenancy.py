@@ -17,6 +17,7 @@ import boto3
 import pytest
 
 from durable_agents.journal.dynamodb import DynamoDBJournal
+from durable_agents.models import RunHeader, RunStatus
 from durable_agents.testing import AgentTestRunner, Crash
 from tests.unit import test_api_approvals as approvals_api
 from tests.unit import test_api_reviews as reviews_api
@@ -285,3 +286,70 @@ def test_another_tenants_review_is_invisible_and_404(a_review: str) -> None:
     _same_as_missing(theirs, missing, run_id, "run-missing")
     # The operator (a declared reviewer, tenant *) decides it.
     assert request("POST", f"/reviews/{a_review}", body, user_arn=OPERATOR).status == 200
+
+
+# ------------------------------------------------- listings crowded by another tenant's records
+def _crowd(count: int) -> None:
+    """``count`` older runs of tenant B, each with a pending approval and a call in review."""
+    from durable_agents.models import EffectChange, EffectStatus, SideEffectRecord, WaitChange
+    from durable_agents.waits.records import pending_wait
+
+    journal = _journal()
+    for i in range(count):
+        run_id = f"run-b-crowd-{i:03d}"
+        journal.create_run(
+            RunHeader(
+                run_id=run_id,
+                agent="refund-approval",
+                versions={},
+                status=RunStatus.RUNNING,
+                input="null",
+                created_at_ms=i,
+                updated_at_ms=i,
+                tenant="b",
+            )
+        )
+        wait = pending_wait(
+            run_id,
+            "approval",
+            f"apr-crowd{i:03d}",
+            "00000001",
+            f"{run_id}:approve:1",
+            "approve",
+            created_at_ms=i,
+            timeout_ms=None,
+            details={"approvers": ["group:finance"], "request": "{}"},
+        )
+        journal.commit(run_id, [], None, None, WaitChange(wait))
+        effect = SideEffectRecord(
+            run_id=run_id,
+            position="00000002",
+            operation_id=f"{run_id}:test-notify:2",
+            tool="test-notify",
+            tool_schema_version="1",
+            canonical_request="{}",
+            idempotency_key=f"{run_id}:test-notify:2",
+            status=EffectStatus.NEEDS_REVIEW,
+            attempt=1,
+            prepared_at_ms=i,
+            updated_at_ms=i,
+            lease_expires_at_ms=i,
+            stale_at_ms=i,
+        )
+        journal.commit(run_id, [], None, EffectChange(effect))
+
+
+def test_another_tenants_backlog_never_hides_the_callers_approvals(
+    a_approval: tuple[str, str],
+) -> None:
+    _, approval_id = a_approval
+    _crowd(101)  # older than tenant A's: first in the index
+    reply = request("GET", "/approvals", user_arn=TENANT_A, query={"limit": "5"})
+    assert [a["approval_id"] for a in reply.json["approvals"]] == [approval_id]
+    assert len(request("GET", "/approvals", user_arn=TENANT_B).json["approvals"]) == 100
+
+
+def test_another_tenants_backlog_never_hides_the_callers_reviews(a_review: str) -> None:
+    _crowd(101)
+    reply = request("GET", "/reviews", user_arn=TENANT_A)
+    assert [r["operation_id"] for r in reply.json["reviews"]] == [a_review]

@@ -40,7 +40,7 @@ from api.routes.common import (
     wake,
 )
 from api.routes.limits import MAX_LINK_BODY_BYTES
-from api.routes.tenancy import iam_caller, owned, owned_wait, tenant_of
+from api.routes.tenancy import collect, iam_caller, owned_wait, tenant_of
 from durable_agents.models import WaitRecord, WaitStatus
 from durable_agents.views import iso
 from durable_agents.waits.approval import KIND, expire_approval, record_decision
@@ -271,10 +271,14 @@ def list_approvals() -> Response[str]:
     if not 1 <= limit <= MAX_LIST:
         raise BadRequest(f"limit must be between 1 and {MAX_LIST}")
     status, approved = STATES[state]
-    records = owned(tenant, runtime().store.list_waits(KIND, status, limit=MAX_LIST), _run_id)
-    if approved is not None:
-        records = [r for r in records if bool((r.outcome or {}).get("approved")) is approved]
-    return ok(HTTPStatus.OK, {"approvals": [approval_view(r) for r in records[:limit]]})
+    records = collect(
+        tenant,
+        lambda cursor: runtime().store.waits_page(KIND, status, limit=MAX_LIST, cursor=cursor),
+        _run_id,
+        limit,
+        keep=lambda r: approved is None or bool((r.outcome or {}).get("approved")) is approved,
+    )
+    return ok(HTTPStatus.OK, {"approvals": [approval_view(r) for r in records]})
 
 
 @router.get("/approvals/<approval_id>")

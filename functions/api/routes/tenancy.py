@@ -8,7 +8,7 @@ message but for the id the caller sent), so a caller cannot tell "not yours" fro
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TypeVar
 
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
@@ -20,6 +20,7 @@ from durable_agents.errors import (
     RunNotFoundError,
     WaitNotFoundError,
 )
+from durable_agents.journal.store import Page
 from durable_agents.models import RunHeader, WaitRecord
 from durable_agents.side_effects.review import locate
 from durable_agents.tenancy import (
@@ -145,21 +146,38 @@ def check_effect_owner(tenant: str, operation_id: str) -> None:
         raise EffectNotFoundError(f"{run_id}@{position}")
 
 
-def owned(tenant: str, records: Iterable[T], run_id_of: Callable[[T], str]) -> list[T]:
-    """The records whose runs the caller's tenant may see, in their order.
+MAX_LISTING_PAGES = 10
+"""Index pages (of 100) a listing reads at most to fill one answer: 1,000 records."""
 
-    One header read per distinct run (listings are at most 100 records).
+
+def collect(
+    tenant: str,
+    fetch: Callable[[str | None], Page[T]],
+    run_id_of: Callable[[T], str],
+    limit: int,
+    keep: Callable[[T], bool] = lambda _: True,
+) -> list[T]:
+    """Up to ``limit`` records of the caller's tenant's runs, in index order.
+
+    Reads index pages (``fetch(cursor)``) until ``limit`` are found or the index ends, so
+    another tenant's records ahead in the index never crowd the caller's out of the answer;
+    each page's run tenants are read in one batch (``JournalStore.run_tenants``). At most
+    ``MAX_LISTING_PAGES`` pages are read per request.
     """
-    items = list(records)
-    if tenant == ALL_TENANTS:
-        return items
-    owners: dict[str, str | None] = {}
-    kept = []
-    for item in items:
-        run_id = run_id_of(item)
-        if run_id not in owners:
-            owners[run_id] = run_tenant(run_id)
-        owner = owners[run_id]
-        if owner is not None and visible(tenant, owner):
-            kept.append(item)
-    return kept
+    kept: list[T] = []
+    cursor: str | None = None
+    for _ in range(MAX_LISTING_PAGES):
+        page = fetch(cursor)
+        candidates = [item for item in page.items if keep(item)]
+        if tenant != ALL_TENANTS and candidates:
+            owners = runtime().store.run_tenants({run_id_of(item) for item in candidates})
+            candidates = [
+                item
+                for item in candidates
+                if run_id_of(item) in owners and visible(tenant, owners[run_id_of(item)])
+            ]
+        kept += candidates
+        if len(kept) >= limit or page.cursor is None:
+            break
+        cursor = page.cursor
+    return kept[:limit]

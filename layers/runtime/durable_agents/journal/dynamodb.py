@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -27,6 +27,7 @@ from durable_agents.errors import (
     EffectNotFoundError,
     EntryConflictError,
     IdempotencyConflictError,
+    InfrastructureError,
     RunNotFoundError,
     RunRevisionConflictError,
     RunStateConflictError,
@@ -70,6 +71,7 @@ from durable_agents.tenancy import DEFAULT_TENANT
 # The item must not exist yet: every entry key is deterministic, so a second writer of the same
 # transition (a duplicate event, a zombie invocation) collides here instead of writing twice.
 _NOT_EXISTS = "attribute_not_exists(pk)"
+_BATCH_ROUNDS = 3  # BatchGetItem rounds before keys left unprocessed are a failure
 
 
 class DynamoDBJournal(JournalStore):
@@ -523,6 +525,53 @@ class DynamoDBJournal(JournalStore):
         """Returns records in NEEDS_REVIEW, oldest first (GSI ``gsi1``)."""
         items, _ = self._query_index("gsi1", REVIEW_PK, limit=limit)
         return [self._items.effect_from_item(item) for item in items]
+
+    def reviews_page(
+        self, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[SideEffectRecord]:
+        """Returns one page of records in NEEDS_REVIEW, oldest first (GSI ``gsi1``)."""
+        items, next_cursor = self._query_index("gsi1", REVIEW_PK, limit=limit, cursor=cursor)
+        return Page([self._items.effect_from_item(item) for item in items], next_cursor)
+
+    def waits_page(
+        self, kind: str, status: WaitStatus, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[WaitRecord]:
+        """Returns one page of waits of one kind and status, oldest first (GSI ``gsi1``)."""
+        items, next_cursor = self._query_index(
+            "gsi1", f"WAIT#{kind}#{status.value}", limit=limit, cursor=cursor
+        )
+        return Page([self._items.wait_from_item(item) for item in items], next_cursor)
+
+    def run_tenants(self, run_ids: Collection[str]) -> dict[str, str]:
+        """The tenant of each of these runs that exists: ``BatchGetItem``, 100 keys a request.
+
+        Strongly consistent, and only ``run_id`` and ``tenant`` are read (a listing of 100
+        approvals costs one request, not 100).
+        """
+        tenants: dict[str, str] = {}
+        wanted = list(dict.fromkeys(run_ids))
+        for start in range(0, len(wanted), 100):
+            keys = [{"pk": pk(r), "sk": {"S": HEADER_SK}} for r in wanted[start : start + 100]]
+            request: dict[str, Any] = {
+                self._table: {
+                    "Keys": keys,
+                    "ConsistentRead": True,
+                    "ProjectionExpression": "#r, #t",
+                    "ExpressionAttributeNames": {"#r": "run_id", "#t": "tenant"},
+                }
+            }
+            for _ in range(_BATCH_ROUNDS):
+                reply = self._client.batch_get_item(RequestItems=request)
+                for item in reply.get("Responses", {}).get(self._table, []):
+                    # Headers from before tenants have none: the default tenant's.
+                    tenants[item["run_id"]["S"]] = item.get("tenant", {}).get("S", DEFAULT_TENANT)
+                request = reply.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+            else:
+                # Throttled round after round (the SDK retries each round itself).
+                raise InfrastructureError("BatchGetItem", "UnprocessedKeys")
+        return tenants
 
     def get_wait(self, wait_id: str) -> WaitRecord:
         """Reads an approval or callback record (strongly consistent).

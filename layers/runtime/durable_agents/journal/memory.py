@@ -227,6 +227,23 @@ class InMemoryJournal(JournalStore):
         review.sort(key=lambda r: (r.updated_at_ms, r.run_id, r.position))
         return review[:limit]
 
+    def reviews_page(
+        self, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[SideEffectRecord]:
+        """Returns one page of records in NEEDS_REVIEW, oldest first."""
+        review = self._all_effects(EffectStatus.NEEDS_REVIEW)
+        return _page(
+            review, lambda r: f"{r.updated_at_ms:013d}#{r.run_id}#{r.position}", limit, cursor
+        )
+
+    def waits_page(
+        self, kind: str, status: WaitStatus, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[WaitRecord]:
+        """Returns one page of waits of one kind and status, oldest first."""
+        with self._lock:
+            found = [w for w in self._waits.values() if w.kind == kind and w.status is status]
+        return _page(found, lambda w: f"{w.created_at_ms:013d}#{w.wait_id}", limit, cursor)
+
     def _check_wait(self, wait: WaitChange) -> None:
         current = self._waits.get(wait.record.wait_id)
         if wait.expected is None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from durable_agents.errors import DurableError
+from durable_agents.errors import DurableError, RunNotFoundError
 from durable_agents.models import (
     EffectChange,
     Entry,
@@ -203,6 +203,31 @@ class JournalStore(ABC):
     @abstractmethod
     def effects_in_review(self, *, limit: int = 100) -> list[SideEffectRecord]:
         """Returns records in NEEDS_REVIEW, oldest first."""
+
+    @abstractmethod
+    def reviews_page(
+        self, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[SideEffectRecord]:
+        """Returns one page of records in NEEDS_REVIEW, oldest first (an index: may lag)."""
+
+    @abstractmethod
+    def waits_page(
+        self, kind: str, status: WaitStatus, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[WaitRecord]:
+        """Returns one page of waits of one kind and status, oldest first (an index: may lag)."""
+
+    def run_tenants(self, run_ids: Collection[str]) -> dict[str, str]:
+        """The tenant of each of these runs that exists (strongly consistent reads).
+
+        Backends may read them in batches; this one reads each header.
+        """
+        tenants: dict[str, str] = {}
+        for run_id in dict.fromkeys(run_ids):
+            try:
+                tenants[run_id] = self.get_run(run_id).tenant
+            except RunNotFoundError:
+                continue
+        return tenants
 
     @abstractmethod
     def load(self, run_id: str) -> RunSnapshot:
