@@ -162,3 +162,28 @@ def test_waits_and_reviews_are_paged_in_index_order(journal: JournalStore) -> No
             break
     assert waits == [f"apr-{i}" for i in range(5)]
     assert reviews == [f"run-{i}" for i in range(5)]
+
+
+def test_the_backfill_lists_headers_from_before_tenants(
+    dynamodb_journal: DynamoDBJournal, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from durable_agents.journal.backfill import backfill_tenant_index
+    from scripts.backfill_tenants import main
+
+    client = boto3.client("dynamodb", region_name="us-east-1")
+    journal = DynamoDBJournal(client, "journal")
+    for i, run_id in enumerate(("run-old-1", "run-old-2")):
+        journal.create_run(_header(run_id, DEFAULT_TENANT, at=i + 1))
+        client.update_item(
+            TableName="journal",
+            Key={"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "#RUN"}},
+            UpdateExpression="REMOVE tenant, gsi3pk, gsi3sk",
+        )
+    journal.create_run(_header("run-new", "acme"))
+    assert journal.list_runs(tenant=DEFAULT_TENANT).runs == []
+    assert main(["--table", "journal"]) == 0
+    assert "2 run header(s)" in capsys.readouterr().out
+    listed = journal.list_runs(status=RunStatus.RUNNING, tenant=DEFAULT_TENANT).runs
+    assert [h.run_id for h in listed] == ["run-old-2", "run-old-1"]  # newest first
+    assert [h.run_id for h in journal.list_runs(tenant="acme").runs] == ["run-new"]
+    assert backfill_tenant_index(client, "journal") == 0  # again: nothing left to do
