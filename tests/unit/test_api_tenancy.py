@@ -353,3 +353,29 @@ def test_another_tenants_backlog_never_hides_the_callers_reviews(a_review: str) 
     _crowd(101)
     reply = request("GET", "/reviews", user_arn=TENANT_A)
     assert [r["operation_id"] for r in reply.json["reviews"]] == [a_review]
+
+
+# ---------------------------------------------------------------------------------- callbacks
+def test_a_callback_id_is_its_own_authorization_whatever_the_tenant(
+    tenants: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decision of docs/security.md: the id's secret authorizes, not the caller's tenant.
+
+    A shared integration (one IAM role for every tenant, here tenant B's) completes the
+    callback it was handed; the public part of the id alone is 404, like any unknown id.
+    """
+    from api.app import get_runtime
+    from tests.unit import test_api_callbacks as callbacks_api
+
+    runner = AgentTestRunner(callbacks_api.waiter, journal=_journal(), mode="faithful")
+    monkeypatch.setattr(get_runtime(), "clock", runner.clock)
+    callbacks_api.HANDED.clear()
+    header, _ = runner.runtime.start_run(callbacks_api.waiter.name, {}, tenant="a")
+    assert runner.resume(header.run_id).status == "SUSPENDED"
+    (callback_id,) = callbacks_api.HANDED
+    public = callback_id.split("_")[0]
+    guessed = request("POST", f"/callbacks/{public}/success", {"ok": 1}, user_arn=TENANT_B)
+    assert guessed.status == 404, guessed.text
+    handed = request("POST", f"/callbacks/{callback_id}/success", {"ok": 1}, user_arn=TENANT_B)
+    assert handed.status == 200, handed.text
+    assert runner.resume(header.run_id).output == {"result": {"ok": 1}}
