@@ -64,3 +64,21 @@ def test_tenant_names_and_visibility() -> None:
         with pytest.raises(ValueError):
             check_tenant(bad)
     assert visible("*", "a") and visible("a", "a") and not visible("a", "b")
+
+
+def test_the_jwt_tenant_claim_is_configurable() -> None:
+    from durable_agents.clock import SkipClock
+    from durable_agents.waits.auth import JwtVerifier, jwt_verifier_from_env
+    from tests.unit.test_auth import AUDIENCE, ISSUER, Keys, claims
+
+    env = {"JWT_ISSUER": ISSUER, "JWT_AUDIENCE": AUDIENCE}
+    assert jwt_verifier_from_env(env).tenant_claim == "tenant"
+    cognito = jwt_verifier_from_env({**env, "JWT_TENANT_CLAIM": "custom:tenant"})
+    assert cognito.tenant_claim == "custom:tenant"
+    keys, clock = Keys("k"), SkipClock()
+    verifier = JwtVerifier(
+        ISSUER, AUDIENCE, jwks={"keys": [keys.jwk]}, clock=clock, tenant_claim="custom:tenant"
+    )
+    token = keys.sign(claims(clock, **{"custom:tenant": "acme", "tenant": "other"}))
+    assert verifier.verify(token).tenant == "acme"
+    assert verifier.verify(keys.sign(claims(clock, **{"custom:tenant": 7}))).tenant is None
