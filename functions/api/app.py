@@ -1,8 +1,10 @@
 """Api: thin HTTP handlers over the runtime (one Powertools resolver and its route groups).
 
-Runs and reviews are here; approvals (IAM, JWT, signed links) and callbacks are in
-``api.routes``. Every rejection is a 4xx with ``{"error": {"type": ..., "message": ...}}``
-saying what is wrong (an HTML page instead when a browser asked for one).
+Reviews are here; runs, approvals (IAM, JWT, signed links), callbacks and streams are in
+``api.routes``. Everything a caller names is looked up within the caller's tenant
+(``api.routes.tenancy``): another tenant's is 404, exactly like none. Every rejection is a
+4xx with ``{"error": {"type": ..., "message": ...}}`` saying what is wrong (an HTML page
+instead when a browser asked for one).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.approval_page import render_message_page
-from api.routes import approvals, callbacks, streams
+from api.routes import approvals, callbacks, runs, streams
 from api.routes.common import (
     BadRequest,
     UnprocessableRequest,
@@ -34,7 +36,8 @@ from api.routes.common import (
 from api.routes.common import error as _error
 from api.routes.common import json_body as _json_body
 from api.routes.common import ok as _ok
-from api.routes.limits import PayloadTooLargeError, check_key, check_run_cursor
+from api.routes.limits import PayloadTooLargeError
+from api.routes.tenancy import TenantNotMappedError, check_effect_owner, collect, iam_caller
 from durable_agents.deployment import Settings, build_runtime, import_agent_modules
 from durable_agents.errors import (
     AgentNotFoundError,
@@ -48,8 +51,7 @@ from durable_agents.errors import (
     WaitNotFoundError,
 )
 from durable_agents.events import step_ready
-from durable_agents.ids import check_run_id
-from durable_agents.models import RunStatus, WaitStatus
+from durable_agents.models import WaitStatus
 from durable_agents.runtime import InputValidationError, Runtime
 from durable_agents.scrub import ScrubFilter
 from durable_agents.side_effects.review import (
@@ -61,12 +63,11 @@ from durable_agents.side_effects.review import (
     resolve,
 )
 from durable_agents.side_effects.tools import default_tools
-from durable_agents.views import effect_view, history, run_view
+from durable_agents.views import effect_view
 from durable_agents.waits.auth import (
     AuthenticationError,
     AuthUnavailableError,
     NotAnApproverError,
-    principal_from_iam,
 )
 from durable_agents.waits.principals import iam_patterns
 from durable_agents.waits.records import WaitGoneError
@@ -178,16 +179,6 @@ class ReviewDecisionRequest(BaseModel):
     external_id: str | None = Field(default=None, max_length=256)
 
 
-class StartRunRequest(BaseModel):
-    """Body of ``POST /runs``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    agent: str = Field(min_length=1, max_length=80)
-    input: Any = None
-    idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
-
-
 # What each domain error means for an HTTP caller. Domain exceptions carry no status codes.
 ERROR_STATUS: dict[type[Exception], HTTPStatus] = {
     BadRequest: HTTPStatus.BAD_REQUEST,
@@ -196,6 +187,7 @@ ERROR_STATUS: dict[type[Exception], HTTPStatus] = {
     AuthenticationError: HTTPStatus.UNAUTHORIZED,
     NotAnApproverError: HTTPStatus.FORBIDDEN,
     NotAReviewerError: HTTPStatus.FORBIDDEN,
+    TenantNotMappedError: HTTPStatus.FORBIDDEN,
     AuthUnavailableError: HTTPStatus.SERVICE_UNAVAILABLE,
     WaitNotFoundError: HTTPStatus.NOT_FOUND,
     # 409 when it was already decided or completed, 410 when it expired (see error_response).
@@ -268,93 +260,18 @@ def _body() -> Any:
     return _json_body(app.current_event)
 
 
-def _caller() -> str:
-    identity = app.current_event.request_context.identity
-    return str(identity.user_arn or identity.caller or identity.source_ip or "unknown")
-
-
-@app.post("/runs")
-@tracer.capture_method(capture_response=False)
-def start_run() -> Response[str]:
-    """Starts a run. Repeating a request with the same idempotency key returns the same run."""
-    request = StartRunRequest.model_validate(_body())
-    header_key = app.current_event.headers.get("Idempotency-Key") or app.current_event.headers.get(
-        "idempotency-key"
-    )
-    if header_key and request.idempotency_key and header_key != request.idempotency_key:
-        raise BadRequest("the Idempotency-Key header and the body's idempotency_key differ")
-    if header_key:
-        check_key(header_key, "the Idempotency-Key header")
-    if request.idempotency_key:
-        check_key(request.idempotency_key, "idempotency_key")
-    key = request.idempotency_key or header_key
-    run, created = get_runtime().start_run(request.agent, request.input, idempotency_key=key)
-    logger.info(
-        "run started" if created else "run start repeated",
-        extra={"run_id": run.run_id, "agent": run.agent, "caller": _caller()},
-    )
-    status = HTTPStatus.CREATED if created else HTTPStatus.OK
-    return _ok(
-        status,
-        {"created": created, "run": run_view(run)},
-        headers={"Location": f"/runs/{run.run_id}"},
-    )
-
-
-@app.get("/runs")
-@tracer.capture_method(capture_response=False)
-def list_runs() -> Response[str]:
-    """Lists runs, optionally by ``status``, newest first (``limit`` ≤ 100, ``cursor``)."""
-    params = app.current_event.query_string_parameters or {}
-    status = None
-    if params.get("status"):
-        try:
-            status = RunStatus(params["status"].upper())
-        except ValueError as exc:
-            allowed = ", ".join(s.value for s in RunStatus)
-            raise BadRequest(f"unknown status {params['status']!r}; use one of {allowed}") from exc
-    try:
-        limit = int(params.get("limit", "50"))
-    except ValueError as exc:
-        raise BadRequest("limit must be an integer") from exc
-    if not 1 <= limit <= MAX_LIMIT:
-        raise BadRequest(f"limit must be between 1 and {MAX_LIMIT}")
-    cursor = params.get("cursor") or None
-    if cursor is not None:
-        check_run_cursor(cursor, status.value if status else None)
-    page = get_runtime().store.list_runs(status=status, limit=limit, cursor=cursor)
-    return _ok(HTTPStatus.OK, {"runs": [run_view(h) for h in page.runs], "cursor": page.cursor})
-
-
-@app.get("/runs/<run_id>")
-@tracer.capture_method(capture_response=False)
-def get_run(run_id: str) -> Response[str]:
-    """Returns a run's status, result or error, and what it is waiting on."""
-    return _ok(HTTPStatus.OK, run_view(get_runtime().store.get_run(check_run_id(run_id))))
-
-
-@app.get("/runs/<run_id>/history")
-@tracer.capture_method(capture_response=False)
-def get_history(run_id: str) -> Response[str]:
-    """Returns the run's journal as events in program order."""
-    snapshot = get_runtime().store.load(check_run_id(run_id))
-    return _ok(HTTPStatus.OK, {"run_id": run_id, "events": history(snapshot)})
-
-
-@app.post("/runs/<run_id>/redrive")
-@tracer.capture_method(capture_response=False)
-def redrive(run_id: str) -> Response[str]:
-    """Resumes a PAUSED run after a fix was deployed, or nudges a stalled one."""
-    header = get_runtime().redrive(check_run_id(run_id))
-    logger.info("run re-driven", extra={"run_id": run_id, "caller": _caller()})
-    return _ok(HTTPStatus.ACCEPTED, run_view(header))
-
-
 @app.get("/reviews")
 @tracer.capture_method(capture_response=False)
 def list_reviews() -> Response[str]:
-    """Lists tool calls waiting for a person, with the exact request that would execute."""
-    records = get_runtime().store.effects_in_review(limit=MAX_LIMIT)
+    """Lists the caller's tenant's tool calls waiting for a person, with the exact request."""
+    _, tenant = iam_caller(app.current_event)
+    store = get_runtime().store
+    records = collect(
+        tenant,
+        lambda cursor: store.reviews_page(limit=MAX_LIMIT, cursor=cursor),
+        lambda r: r.run_id,
+        MAX_LIMIT,
+    )
     return _ok(HTTPStatus.OK, {"reviews": [effect_view(r) for r in records]})
 
 
@@ -364,9 +281,10 @@ def decide_review(operation_id: str) -> Response[str]:
     """Records a reviewer's decision (committed / retry / abandon) once and resumes the run.
 
     Only the tool's declared reviewers may decide (``REVIEW_OPERATORS`` for a tool that
-    declares none; nobody until configured): 403 otherwise.
+    declares none; nobody until configured): 403 otherwise. A call of another tenant's run is
+    404, like one never recorded.
     """
-    reviewer = principal_from_iam(app.current_event.raw_event)
+    reviewer, tenant = iam_caller(app.current_event)
     try:
         operators = iam_patterns("REVIEW_OPERATORS", os.environ)
     except ValueError as exc:
@@ -375,6 +293,8 @@ def decide_review(operation_id: str) -> Response[str]:
     runtime = get_runtime()
     # Operation ids of nested scopes contain "/": clients send it percent-encoded.
     operation_id = unquote(operation_id)
+    # Before anything about the call is checked: another tenant's is "not recorded", not 403.
+    check_effect_owner(tenant, operation_id)
     record = resolve(
         runtime.store,
         default_tools,
@@ -403,6 +323,7 @@ def decide_review(operation_id: str) -> Response[str]:
     return _ok(HTTPStatus.OK, effect_view(record))
 
 
+app.include_router(runs.router)
 app.include_router(approvals.router)
 app.include_router(callbacks.router)
 app.include_router(streams.router)

@@ -267,11 +267,16 @@ class FaultyJournal(JournalStore):
         limit: int = 50,
         cursor: str | None = None,
         oldest_first: bool = False,
+        tenant: str | None = None,
     ) -> RunPage:
         return self._index(
-            f"list_runs:{status}:{cursor}:{oldest_first}",
+            f"list_runs:{status}:{cursor}:{oldest_first}:{tenant}",
             lambda: self.inner.list_runs(
-                status=status, limit=limit, cursor=cursor, oldest_first=oldest_first
+                status=status,
+                limit=limit,
+                cursor=cursor,
+                oldest_first=oldest_first,
+                tenant=tenant,
             ),
         )
 
@@ -293,6 +298,21 @@ class FaultyJournal(JournalStore):
 
     def effects_in_review(self, *, limit: int = 100) -> list[SideEffectRecord]:
         return self._index("review", lambda: self.inner.effects_in_review(limit=limit))
+
+    def reviews_page(
+        self, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[SideEffectRecord]:
+        return self._index(
+            f"reviews:{cursor}", lambda: self.inner.reviews_page(limit=limit, cursor=cursor)
+        )
+
+    def waits_page(
+        self, kind: str, status: WaitStatus, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[WaitRecord]:
+        return self._index(
+            f"waits:{kind}:{status}:{cursor}",
+            lambda: self.inner.waits_page(kind, status, limit=limit, cursor=cursor),
+        )
 
     def list_waits(self, kind: str, status: WaitStatus, *, limit: int = 100) -> list[WaitRecord]:
         return self._index(

@@ -301,7 +301,7 @@ def test_each_unauthenticated_method_is_served_by_a_lambda_that_authenticates(
     decorator = f'@router.{method.lower()}("{declared}")'
     assert decorator in source, decorator
     body = source.split(decorator, 1)[1].split("\n@router.", 1)[0]
-    check = "_person()" if path.startswith("/people/") else "_link("
+    check = "_person(" if path.startswith("/people/") else "_link("
     assert check in body, f"{route} does not authenticate with {check}"
 
 
@@ -337,6 +337,8 @@ def test_jwt_parameters_reach_the_api_and_default_to_off(
         # Minting links and deciding reviews of tools without reviewers: nobody until set.
         ("LinkMinters", "LINK_MINTERS"),
         ("ReviewOperators", "REVIEW_OPERATORS"),
+        # Tenants: one default tenant for everyone until a map is set.
+        ("TenantMap", "TENANT_MAP"),
     ):
         assert template["Parameters"][parameter] == {
             **template["Parameters"][parameter],
@@ -344,6 +346,19 @@ def test_jwt_parameters_reach_the_api_and_default_to_off(
             "Default": "",
         }
         assert env[variable] == {"Ref": parameter}
+
+
+def test_tenant_parameters_reach_the_api(
+    template: dict[str, Any], resources: dict[str, Any]
+) -> None:
+    env = props(resources, "ApiFunction")["Environment"]["Variables"]
+    assert env["TENANT_MAP"] == {"Ref": "TenantMap"}
+    assert env["JWT_TENANT_CLAIM"] == {"Ref": "JwtTenantClaim"}
+    assert template["Parameters"]["JwtTenantClaim"]["Default"] == "tenant"
+    # Only the Api decides tenants: no other function is given the map.
+    for logical_id in set(FUNCTIONS) - {"ApiFunction"}:
+        variables = props(resources, logical_id).get("Environment", {}).get("Variables", {})
+        assert "TENANT_MAP" not in variables, logical_id
 
 
 def test_no_wildcard_resources_or_actions_in_allow_statements(resources: dict[str, Any]) -> None:
@@ -528,13 +543,14 @@ def test_journal_table_design(resources: dict[str, Any]) -> None:
     t = table["Properties"]
     assert t["BillingMode"] == "PAY_PER_REQUEST"
     attrs = {a["AttributeName"]: a["AttributeType"] for a in t["AttributeDefinitions"]}
-    assert attrs == {k: "S" for k in ("pk", "sk", "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk")}
+    gsi_keys = ("gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk", "gsi3pk", "gsi3sk")
+    assert attrs == {k: "S" for k in ("pk", "sk", *gsi_keys)}
     assert t["KeySchema"] == [
         {"AttributeName": "pk", "KeyType": "HASH"},
         {"AttributeName": "sk", "KeyType": "RANGE"},
     ]
     gsis = {g["IndexName"]: g for g in t["GlobalSecondaryIndexes"]}
-    assert set(gsis) == {"gsi1", "gsi2"}
+    assert set(gsis) == {"gsi1", "gsi2", "gsi3"}  # gsi3: runs by tenant
     for name, g in gsis.items():
         assert g["KeySchema"] == [
             {"AttributeName": f"{name}pk", "KeyType": "HASH"},

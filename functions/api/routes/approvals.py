@@ -5,8 +5,10 @@
 * ``/people/approvals/{id}`` (API Gateway auth NONE; the JWT is verified here).
 * ``/links/approvals/{id}`` (API Gateway auth NONE; the link's HMAC is verified here).
 
-Every path ends in ``approval.record_decision``, which records a decision once: the first one
-wins, a second gets 409 with the first, and one after the deadline gets 410.
+An approval belongs to its run's tenant: IAM and JWT callers of another tenant get the 404 of
+an unknown id (``routes.tenancy``); a signed link is bound to its one approval, so it needs no
+tenant. Every path ends in ``approval.record_decision``, which records a decision once: the
+first one wins, a second gets 409 with the first, and one after the deadline gets 410.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from api.routes.common import (
     wake,
 )
 from api.routes.limits import MAX_LINK_BODY_BYTES
+from api.routes.tenancy import collect, iam_caller, owned_wait, tenant_of
 from durable_agents.models import WaitRecord, WaitStatus
 from durable_agents.views import iso
 from durable_agents.waits.approval import KIND, expire_approval, record_decision
@@ -47,7 +50,6 @@ from durable_agents.waits.auth import (
     NotAnApproverError,
     bearer_token,
     jwt_verifier_from_env,
-    principal_from_iam,
 )
 from durable_agents.waits.links import (
     LINK_TTL_RANGE,
@@ -135,6 +137,10 @@ def _event() -> APIGatewayProxyEvent:
     event = router.current_event
     assert isinstance(event, APIGatewayProxyEvent)
     return event
+
+
+def _run_id(record: WaitRecord) -> str:
+    return record.run_id
 
 
 def _authorize(principal: Principal, record: WaitRecord) -> None:
@@ -253,7 +259,7 @@ def _decided(record: WaitRecord) -> Response[str]:
 def list_approvals() -> Response[str]:
     """Lists approvals by ``status`` (pending, approved, rejected, expired), oldest first."""
     event = _event()
-    principal_from_iam(event.raw_event)
+    _, tenant = iam_caller(event)
     params = event.query_string_parameters or {}
     state = (params.get("status") or "pending").lower()
     if state not in STATES:
@@ -265,25 +271,29 @@ def list_approvals() -> Response[str]:
     if not 1 <= limit <= MAX_LIST:
         raise BadRequest(f"limit must be between 1 and {MAX_LIST}")
     status, approved = STATES[state]
-    records = runtime().store.list_waits(KIND, status, limit=MAX_LIST)
-    if approved is not None:
-        records = [r for r in records if bool((r.outcome or {}).get("approved")) is approved]
-    return ok(HTTPStatus.OK, {"approvals": [approval_view(r) for r in records[:limit]]})
+    records = collect(
+        tenant,
+        lambda cursor: runtime().store.waits_page(KIND, status, limit=MAX_LIST, cursor=cursor),
+        _run_id,
+        limit,
+        keep=lambda r: approved is None or bool((r.outcome or {}).get("approved")) is approved,
+    )
+    return ok(HTTPStatus.OK, {"approvals": [approval_view(r) for r in records]})
 
 
 @router.get("/approvals/<approval_id>")
 def get_approval(approval_id: str) -> Response[str]:
     """Shows one approval (JSON, or HTML when the ``Accept`` header prefers it)."""
-    principal_from_iam(_event().raw_event)
-    return _show(find_wait(KIND, approval_id))
+    _, tenant = iam_caller(_event())
+    return _show(owned_wait(tenant, find_wait(KIND, approval_id)))
 
 
 @router.post("/approvals/<approval_id>")
 def decide_approval(approval_id: str) -> Response[str]:
     """Records the SigV4 caller's decision, if an ``iam:`` approver pattern matches it."""
     event = _event()
-    principal = principal_from_iam(event.raw_event)
-    record = find_wait(KIND, approval_id)
+    principal, tenant = iam_caller(event)
+    record = owned_wait(tenant, find_wait(KIND, approval_id))
     _authorize(principal, record)
     request = DecisionRequest.model_validate(form_or_json_body(event))
     settled = _decide(record, request, decided_by=principal.display, via="iam")
@@ -300,9 +310,9 @@ def mint_link(approval_id: str) -> Response[str]:
     turn a SigV4 identity into a bearer token).
     """
     event = _event()
-    caller = principal_from_iam(event.raw_event)
+    caller, tenant = iam_caller(event)
     _authorize_minter(caller)
-    record = find_wait(KIND, approval_id)
+    record = owned_wait(tenant, find_wait(KIND, approval_id))
     request = MintLinkRequest.model_validate(form_or_json_body(event))
     if request.approver not in record.details.get("approvers", []):
         raise UnprocessableRequest(
@@ -348,17 +358,19 @@ def mint_link(approval_id: str) -> Response[str]:
 
 
 # ------------------------------------------------------------------------- people with a JWT
-def _person() -> Principal:
+def _person(approval_id: str) -> tuple[Principal, WaitRecord]:
+    """The signed-in person and the approval, if it is of their tenant (404 otherwise)."""
     verifier = jwt_verifier()
     token = bearer_token(header(_event(), "Authorization"))
-    return verifier.verify(token, now_ms=runtime().clock.now_ms())
+    principal = verifier.verify(token, now_ms=runtime().clock.now_ms())
+    tenant = tenant_of(principal)
+    return principal, owned_wait(tenant, find_wait(KIND, approval_id))
 
 
 @router.get("/people/approvals/<approval_id>")
 def person_get_approval(approval_id: str) -> Response[str]:
-    """Shows an approval to a signed-in person who is one of its approvers."""
-    principal = _person()
-    record = find_wait(KIND, approval_id)
+    """Shows an approval of the person's tenant to a signed-in person who is an approver."""
+    principal, record = _person(approval_id)
     _authorize(principal, record)
     return _show(record)
 
@@ -366,8 +378,7 @@ def person_get_approval(approval_id: str) -> Response[str]:
 @router.post("/people/approvals/<approval_id>")
 def person_decide_approval(approval_id: str) -> Response[str]:
     """Records a signed-in person's decision (``user:`` or ``group:`` approver patterns)."""
-    principal = _person()
-    record = find_wait(KIND, approval_id)
+    principal, record = _person(approval_id)
     _authorize(principal, record)
     request = DecisionRequest.model_validate(form_or_json_body(_event()))
     settled = _decide(record, request, decided_by=principal.display, via="jwt")

@@ -19,6 +19,7 @@ from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 
 from api.routes.common import BadRequest, header, ok, runtime
 from api.routes.limits import check_key
+from api.routes.tenancy import iam_caller, owned_run
 from durable_agents.ids import check_run_id
 from durable_agents.streams import StreamCache, StreamChunk
 
@@ -65,11 +66,12 @@ def get_stream(run_id: str) -> Response[str]:
         BadRequest: If ``wait`` is not a number in range, ``after`` is not a cursor, or
             streaming is not configured.
         InvalidNameError: If ``run_id`` cannot be a run id (400).
-        RunNotFoundError: If there is no such run (404).
+        RunNotFoundError: If there is no such run, or it is another tenant's (404).
     """
     event = _event()
+    _, tenant = iam_caller(event)
     rt = runtime()
-    run = rt.store.get_run(check_run_id(run_id))
+    run = owned_run(tenant, check_run_id(run_id))
     cache = rt.stream_sink
     if not isinstance(cache, StreamCache):
         raise BadRequest("streaming is not configured (STREAM_TABLE is not set)")

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from durable_agents.tenancy import DEFAULT_TENANT
+
 
 class RunStatus(StrEnum):
     """Where a run is. Only the header's status changes in place."""
@@ -169,6 +171,7 @@ class RunHeader:
             change that was decided on what an earlier read showed names that revision
             (``RunChange.expected_revision``), so a write that lands late cannot undo a newer
             one (a delayed suspension erasing a later timer, say).
+        tenant: Whose run it is (``durable_agents.tenancy``): set at start, never changed.
     """
 
     run_id: str
@@ -186,6 +189,7 @@ class RunHeader:
     idempotency_key: str | None = None
     input_hash: str = ""
     revision: int = 0
+    tenant: str = DEFAULT_TENANT
 
     def replace(self, **changes: Any) -> RunHeader:
         """Returns a copy with ``changes`` applied."""

@@ -39,6 +39,7 @@ from durable_agents.llm.types import LlmProvider, StreamSink
 from durable_agents.models import EffectStatus, Entry, ErrorInfo, RunChange, RunHeader, RunStatus
 from durable_agents.observability import ReplayAwareLogger
 from durable_agents.serde import decode, encode, error_info
+from durable_agents.tenancy import DEFAULT_TENANT, check_tenant
 from durable_agents.waits.schedules import WaitScheduler
 
 _ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
@@ -157,8 +158,12 @@ class Runtime:
         idempotency_key: str | None = None,
         run_id: str | None = None,
         parent_run_id: str | None = None,
+        tenant: str = DEFAULT_TENANT,
     ) -> tuple[RunHeader, bool]:
         """Starts a run of the latest version of ``agent_name`` and publishes ``Step Ready``.
+
+        The run belongs to ``tenant`` for good; an idempotency key is only ever matched
+        against the same tenant's runs.
 
         Returns:
             The run header and whether this call created it (False when the idempotency key
@@ -169,7 +174,9 @@ class Runtime:
             InputValidationError: If the input does not match the agent's input type.
             IdempotencyConflictError: If the key was used with a different input.
             PayloadError: If the input cannot be recorded (for example it holds a secret).
+            ValueError: If ``tenant`` is not a valid tenant name.
         """
+        check_tenant(tenant)
         definition = self.registry.latest(agent_name)
         value = self._validate_input(definition, input_value)
         input_json = encode(value, definition.input_type)
@@ -185,6 +192,7 @@ class Runtime:
             parent_run_id=parent_run_id,
             idempotency_key=idempotency_key,
             input_hash=input_hash(definition.name, input_json),
+            tenant=tenant,
         )
         stored, created = self.store.create_run(header)
         if stored.status is RunStatus.RUNNING:

@@ -37,6 +37,7 @@ def run_view(header: RunHeader) -> dict[str, Any]:
         "waiting_on": waiting,
         "wake_at": iso(header.wake_at_ms),
         "parent_run_id": header.parent_run_id,
+        "tenant": header.tenant,
         "created_at": iso(header.created_at_ms),
         "updated_at": iso(header.updated_at_ms),
     }

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -27,6 +27,7 @@ from durable_agents.errors import (
     EffectNotFoundError,
     EntryConflictError,
     IdempotencyConflictError,
+    InfrastructureError,
     RunNotFoundError,
     RunRevisionConflictError,
     RunStateConflictError,
@@ -42,7 +43,10 @@ from durable_agents.journal.dynamodb_items import (
     WAIT_SK,
     WAKE_PK,
     ItemCodec,
+    idem_pk,
     pk,
+    tenant_pk,
+    tenant_sk,
     ts,
 )
 from durable_agents.journal.item_size import ITEM_BUDGET_BYTES, transaction_put_budget
@@ -62,10 +66,12 @@ from durable_agents.models import (
     WaitRecord,
     WaitStatus,
 )
+from durable_agents.tenancy import DEFAULT_TENANT
 
 # The item must not exist yet: every entry key is deterministic, so a second writer of the same
 # transition (a duplicate event, a zombie invocation) collides here instead of writing twice.
 _NOT_EXISTS = "attribute_not_exists(pk)"
+_BATCH_ROUNDS = 3  # BatchGetItem rounds before keys left unprocessed are a failure
 
 
 class DynamoDBJournal(JournalStore):
@@ -157,6 +163,7 @@ class DynamoDBJournal(JournalStore):
             "updated_at_ms": {"N": str(change.updated_at_ms)},
             "gsi1pk": {"S": f"STATUS#{change.status.value}"},
             "gsi1sk": {"S": f"{ts(change.updated_at_ms)}#{run_id}"},
+            "gsi3sk": {"S": tenant_sk(change.status, change.updated_at_ms, run_id)},
         }
         removes: list[str] = []
         if change.result is not UNSET:
@@ -213,6 +220,11 @@ class DynamoDBJournal(JournalStore):
         values[":zero"] = {"N": "0"}
         values[":one"] = {"N": "1"}
         set_parts.append("#rev = if_not_exists(#rev, :zero) + :one")
+        # The tenant is never changed (so never needed here); a header from before tenants
+        # joins the default tenant's listing on its first change.
+        names["#t3"] = "gsi3pk"
+        values[":t3"] = {"S": tenant_pk(DEFAULT_TENANT)}
+        set_parts.append("#t3 = if_not_exists(#t3, :t3)")
         expression = "SET " + ", ".join(set_parts)
         if remove_parts:
             expression += " REMOVE " + ", ".join(remove_parts)
@@ -254,7 +266,7 @@ class DynamoDBJournal(JournalStore):
                 raise
             return header, True
         idem_key = {
-            "pk": {"S": f"IDEM#{header.agent}#{header.idempotency_key}"},
+            "pk": {"S": idem_pk(header.tenant, header.agent, header.idempotency_key)},
             "sk": {"S": IDEM_SK},
         }
         idem_put = {
@@ -445,24 +457,34 @@ class DynamoDBJournal(JournalStore):
         limit: int = 50,
         cursor: str | None = None,
         oldest_first: bool = False,
+        tenant: str | None = None,
     ) -> RunPage:
         """Lists runs most recently changed first, or oldest first (GSI ``gsi1``).
 
         Eventually consistent. Without ``status`` every status partition is read and merged
-        (no cursor then).
+        (no cursor then). With ``tenant`` only that tenant's runs are read (GSI ``gsi3``,
+        partition ``TENANT#<tenant>``, sort key ``<status>#<updated_at_ms>#<run_id>``): pages
+        are full pages of its runs and the cursor is the key of its own last run.
         """
         if status is None:
             merged: list[RunHeader] = []
             for each in RunStatus:
-                merged += self.list_runs(status=each, limit=limit, oldest_first=oldest_first).runs
+                merged += self.list_runs(
+                    status=each, limit=limit, oldest_first=oldest_first, tenant=tenant
+                ).runs
             merged.sort(key=lambda h: (h.updated_at_ms, h.run_id), reverse=not oldest_first)
             return RunPage(merged[:limit], None)
+        if tenant is None:
+            index, partition, prefix = "gsi1", f"STATUS#{status.value}", None
+        else:
+            index, partition, prefix = "gsi3", tenant_pk(tenant), f"{status.value}#"
         items, next_cursor = self._query_index(
-            "gsi1",
-            f"STATUS#{status.value}",
+            index,
+            partition,
             limit=limit,
             cursor=cursor,
             newest_first=not oldest_first,
+            prefix=prefix,
         )
         return RunPage([self._items.header_from_item(item) for item in items], next_cursor)
 
@@ -504,6 +526,53 @@ class DynamoDBJournal(JournalStore):
         items, _ = self._query_index("gsi1", REVIEW_PK, limit=limit)
         return [self._items.effect_from_item(item) for item in items]
 
+    def reviews_page(
+        self, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[SideEffectRecord]:
+        """Returns one page of records in NEEDS_REVIEW, oldest first (GSI ``gsi1``)."""
+        items, next_cursor = self._query_index("gsi1", REVIEW_PK, limit=limit, cursor=cursor)
+        return Page([self._items.effect_from_item(item) for item in items], next_cursor)
+
+    def waits_page(
+        self, kind: str, status: WaitStatus, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[WaitRecord]:
+        """Returns one page of waits of one kind and status, oldest first (GSI ``gsi1``)."""
+        items, next_cursor = self._query_index(
+            "gsi1", f"WAIT#{kind}#{status.value}", limit=limit, cursor=cursor
+        )
+        return Page([self._items.wait_from_item(item) for item in items], next_cursor)
+
+    def run_tenants(self, run_ids: Collection[str]) -> dict[str, str]:
+        """The tenant of each of these runs that exists: ``BatchGetItem``, 100 keys a request.
+
+        Strongly consistent, and only ``run_id`` and ``tenant`` are read (a listing of 100
+        approvals costs one request, not 100).
+        """
+        tenants: dict[str, str] = {}
+        wanted = list(dict.fromkeys(run_ids))
+        for start in range(0, len(wanted), 100):
+            keys = [{"pk": pk(r), "sk": {"S": HEADER_SK}} for r in wanted[start : start + 100]]
+            request: dict[str, Any] = {
+                self._table: {
+                    "Keys": keys,
+                    "ConsistentRead": True,
+                    "ProjectionExpression": "#r, #t",
+                    "ExpressionAttributeNames": {"#r": "run_id", "#t": "tenant"},
+                }
+            }
+            for _ in range(_BATCH_ROUNDS):
+                reply = self._client.batch_get_item(RequestItems=request)
+                for item in reply.get("Responses", {}).get(self._table, []):
+                    # Headers from before tenants have none: the default tenant's.
+                    tenants[item["run_id"]["S"]] = item.get("tenant", {}).get("S", DEFAULT_TENANT)
+                request = reply.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+            else:
+                # Throttled round after round (the SDK retries each round itself).
+                raise InfrastructureError("BatchGetItem", "UnprocessedKeys")
+        return tenants
+
     def get_wait(self, wait_id: str) -> WaitRecord:
         """Reads an approval or callback record (strongly consistent).
 
@@ -542,13 +611,18 @@ class DynamoDBJournal(JournalStore):
         limit: int,
         cursor: str | None = None,
         newest_first: bool = False,
+        prefix: str | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
         """One page of a GSI partition and the next page's cursor (None when there is none).
 
-        Oldest first unless ``newest_first``; optionally only keys before ``before_ms``.
+        Oldest first unless ``newest_first``; optionally only keys before ``before_ms``, or
+        only keys beginning with ``prefix``.
         """
         condition = f"{index}pk = :pk"
         values: dict[str, Any] = {":pk": {"S": partition}}
+        if prefix is not None:
+            condition += f" AND begins_with({index}sk, :prefix)"
+            values[":prefix"] = {"S": prefix}
         if before_ms is not None:
             condition += f" AND {index}sk < :upper"
             values[":upper"] = {"S": ts(before_ms + 1)}

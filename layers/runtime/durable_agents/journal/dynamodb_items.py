@@ -31,6 +31,7 @@ from durable_agents.models import (
     WaitRecord,
     WaitStatus,
 )
+from durable_agents.tenancy import DEFAULT_TENANT
 
 HEADER_SK = "#RUN"
 IDEM_SK = "#IDEM"
@@ -51,6 +52,28 @@ def pk(run_id: str) -> dict[str, str]:
 def ts(ms: int) -> str:
     """Epoch milliseconds as a fixed-width, sortable string."""
     return f"{ms:013d}"
+
+
+def tenant_pk(tenant: str) -> str:
+    """The ``gsi3`` partition of a tenant's runs (sort key ``tenant_sk``)."""
+    return f"TENANT#{tenant}"
+
+
+def tenant_sk(status: RunStatus, updated_at_ms: int, run_id: str) -> str:
+    """A run's ``gsi3`` sort key: by status, then last change (a status is a key prefix)."""
+    return f"{status.value}#{ts(updated_at_ms)}#{run_id}"
+
+
+def idem_pk(tenant: str, agent: str, key: str) -> str:
+    """Where a client idempotency key maps to its run: per tenant (and agent).
+
+    The default tenant keeps the key layout from before tenants (its keys still match);
+    another tenant's begins ``IDEM@<tenant>#`` (a tenant name has no ``#``, so no key of one
+    tenant can spell another's).
+    """
+    if tenant == DEFAULT_TENANT:
+        return f"IDEM#{agent}#{key}"
+    return f"IDEM@{tenant}#{agent}#{key}"
 
 
 def opt_int(item: dict[str, Any], name: str) -> int | None:
@@ -248,6 +271,9 @@ class ItemCodec:
             "revision": {"N": str(header.revision)},
             "gsi1pk": {"S": f"STATUS#{header.status.value}"},
             "gsi1sk": {"S": f"{ts(header.updated_at_ms)}#{header.run_id}"},
+            "tenant": {"S": header.tenant},
+            "gsi3pk": {"S": tenant_pk(header.tenant)},
+            "gsi3sk": {"S": tenant_sk(header.status, header.updated_at_ms, header.run_id)},
         }
         item.update(self.value_attrs(header.run_id, "input", header.input))
         item.update(self.value_attrs(header.run_id, "result", header.result))
@@ -287,6 +313,8 @@ class ItemCodec:
             idempotency_key=item["idempotency_key"]["S"] if "idempotency_key" in item else None,
             input_hash=item.get("input_hash", {}).get("S", ""),
             revision=opt_int(item, "revision") or 0,  # headers written before revisions: 0
+            # Headers written before tenants belong to the default tenant.
+            tenant=item.get("tenant", {}).get("S", DEFAULT_TENANT),
         )
 
     def effect_item(

@@ -13,6 +13,7 @@ from durable_agents.models import (
     RunSnapshot,
     RunStatus,
 )
+from durable_agents.tenancy import DEFAULT_TENANT
 
 FORMAT_VERSION = 1
 
@@ -41,6 +42,7 @@ def snapshot_to_dict(snapshot: RunSnapshot) -> dict[str, Any]:
             "parent_run_id": header.parent_run_id,
             "idempotency_key": header.idempotency_key,
             "input_hash": header.input_hash,
+            "tenant": header.tenant,
         },
         "entries": [
             {
@@ -86,6 +88,7 @@ def snapshot_from_dict(data: dict[str, Any]) -> RunSnapshot:
         parent_run_id=h.get("parent_run_id"),
         idempotency_key=h.get("idempotency_key"),
         input_hash=h.get("input_hash", ""),
+        tenant=h.get("tenant", DEFAULT_TENANT),  # exports from before tenants: the default
     )
     entries = [
         Entry(

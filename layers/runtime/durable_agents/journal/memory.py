@@ -43,14 +43,16 @@ class InMemoryJournal(JournalStore):
         self._headers: dict[str, RunHeader] = {}
         self._keys: dict[str, list[str]] = {}  # run_id -> sorted sort keys
         self._entries: dict[str, dict[str, Entry]] = {}
-        self._idempotency: dict[tuple[str, str], str] = {}
+        self._idempotency: dict[tuple[str, str, str], str] = {}  # (tenant, agent, key)
         self._effects: dict[str, dict[str, SideEffectRecord]] = {}
         self._waits: dict[str, WaitRecord] = {}
 
     def _create_run(self, header: RunHeader) -> tuple[RunHeader, bool]:
         with self._lock:
             if header.idempotency_key is not None:
-                existing_id = self._idempotency.get((header.agent, header.idempotency_key))
+                existing_id = self._idempotency.get(
+                    (header.tenant, header.agent, header.idempotency_key)
+                )
                 if existing_id is not None:
                     existing = self._headers[existing_id]
                     if existing.input_hash != header.input_hash:
@@ -63,7 +65,9 @@ class InMemoryJournal(JournalStore):
             self._entries[header.run_id] = {}
             self._effects[header.run_id] = {}
             if header.idempotency_key is not None:
-                self._idempotency[(header.agent, header.idempotency_key)] = header.run_id
+                self._idempotency[(header.tenant, header.agent, header.idempotency_key)] = (
+                    header.run_id
+                )
             return header, True
 
     def _commit(
@@ -158,10 +162,15 @@ class InMemoryJournal(JournalStore):
         limit: int = 50,
         cursor: str | None = None,
         oldest_first: bool = False,
+        tenant: str | None = None,
     ) -> RunPage:
-        """Lists runs, most recently changed first (or oldest first)."""
+        """Lists runs, most recently changed first (or oldest first); only ``tenant``'s."""
         with self._lock:
-            runs = [h for h in self._headers.values() if status is None or h.status is status]
+            runs = [
+                h
+                for h in self._headers.values()
+                if (status is None or h.status is status) and (tenant is None or h.tenant == tenant)
+            ]
         runs.sort(key=lambda h: (h.updated_at_ms, h.run_id), reverse=not oldest_first)
         start = int(cursor) if cursor else 0
         page = runs[start : start + limit]
@@ -217,6 +226,23 @@ class InMemoryJournal(JournalStore):
         review = self._all_effects(EffectStatus.NEEDS_REVIEW)
         review.sort(key=lambda r: (r.updated_at_ms, r.run_id, r.position))
         return review[:limit]
+
+    def reviews_page(
+        self, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[SideEffectRecord]:
+        """Returns one page of records in NEEDS_REVIEW, oldest first."""
+        review = self._all_effects(EffectStatus.NEEDS_REVIEW)
+        return _page(
+            review, lambda r: f"{r.updated_at_ms:013d}#{r.run_id}#{r.position}", limit, cursor
+        )
+
+    def waits_page(
+        self, kind: str, status: WaitStatus, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[WaitRecord]:
+        """Returns one page of waits of one kind and status, oldest first."""
+        with self._lock:
+            found = [w for w in self._waits.values() if w.kind == kind and w.status is status]
+        return _page(found, lambda w: f"{w.created_at_ms:013d}#{w.wait_id}", limit, cursor)
 
     def _check_wait(self, wait: WaitChange) -> None:
         current = self._waits.get(wait.record.wait_id)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from durable_agents.errors import DurableError
+from durable_agents.errors import DurableError, RunNotFoundError
 from durable_agents.models import (
     EffectChange,
     Entry,
@@ -205,6 +205,31 @@ class JournalStore(ABC):
         """Returns records in NEEDS_REVIEW, oldest first."""
 
     @abstractmethod
+    def reviews_page(
+        self, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[SideEffectRecord]:
+        """Returns one page of records in NEEDS_REVIEW, oldest first (an index: may lag)."""
+
+    @abstractmethod
+    def waits_page(
+        self, kind: str, status: WaitStatus, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[WaitRecord]:
+        """Returns one page of waits of one kind and status, oldest first (an index: may lag)."""
+
+    def run_tenants(self, run_ids: Collection[str]) -> dict[str, str]:
+        """The tenant of each of these runs that exists (strongly consistent reads).
+
+        Backends may read them in batches; this one reads each header.
+        """
+        tenants: dict[str, str] = {}
+        for run_id in dict.fromkeys(run_ids):
+            try:
+                tenants[run_id] = self.get_run(run_id).tenant
+            except RunNotFoundError:
+                continue
+        return tenants
+
+    @abstractmethod
     def load(self, run_id: str) -> RunSnapshot:
         """Returns the header and every entry, in program order (strongly consistent read).
 
@@ -228,10 +253,13 @@ class JournalStore(ABC):
         limit: int = 50,
         cursor: str | None = None,
         oldest_first: bool = False,
+        tenant: str | None = None,
     ) -> RunPage:
         """Lists runs, newest change first (or oldest first), optionally only in ``status``.
 
-        Read from an index: a listed header may be out of date. Decide on ``get_run``/``load``.
+        Only ``tenant``'s runs when given (every tenant's when None: trusted callers such as
+        the reconciler, or the operators' tenant). Read from an index: a listed header may be
+        out of date. Decide on ``get_run``/``load``.
         """
 
     def due_runs(self, now_ms: int, *, limit: int = 100) -> list[RunHeader]:

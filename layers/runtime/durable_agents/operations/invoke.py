@@ -64,7 +64,14 @@ def run_invoke(ctx: DurableContext, agent: AgentDefinition[Any, Any], value: Any
         runtime = Runtime(inv.store, registry=inv.registry, clock=inv.clock)
         # Creating the child is idempotent by id: a second attempt adopts the existing run.
         with contextlib.suppress(EntryConflictError):
-            runtime.start_run(agent.name, value, run_id=child_id, parent_run_id=inv.run_id)
+            # A sub-agent's run is its parent's tenant's: nobody else may see it either.
+            runtime.start_run(
+                agent.name,
+                value,
+                run_id=child_id,
+                parent_run_id=inv.run_id,
+                tenant=inv.header.tenant,
+            )
         inv.pending_events.append(step_ready(child_id, "started"))
         started = inv.entry(
             position,

@@ -28,6 +28,7 @@ import jwt
 
 from durable_agents.clock import Clock, SystemClock
 from durable_agents.errors import DurableError
+from durable_agents.tenancy import DEFAULT_JWT_TENANT_CLAIM
 from durable_agents.waits.jwks import (
     ALGORITHMS,
     AuthUnavailableError,
@@ -158,6 +159,8 @@ class JwtVerifier:
         user_claims: Which claims ``user:`` patterns match: ``email`` (only when
             ``email_verified`` is true) and/or ``sub`` — ``sub`` only for issuers that assign
             subjects themselves (Cognito does); a string may list both, comma-separated.
+        tenant_claim: The claim naming the person's tenant (``Principal.tenant``; a claim that
+            is not a string names none).
 
     Raises:
         ValueError: If the issuer or the audience is empty, the lifespan is out of range or a
@@ -175,6 +178,7 @@ class JwtVerifier:
         *,
         jwks_lifespan_s: int = JWKS_LIFESPAN_SECONDS,
         user_claims: str | Iterable[str] = ("email",),
+        tenant_claim: str = DEFAULT_JWT_TENANT_CLAIM,
     ):
         audiences = (
             [a.strip() for a in audience.split(",")]
@@ -188,6 +192,7 @@ class JwtVerifier:
         if not 1 <= jwks_lifespan_s <= MAX_JWKS_LIFESPAN_SECONDS:
             raise ValueError(f"jwks_lifespan_s must be 1..{MAX_JWKS_LIFESPAN_SECONDS}")
         self.user_claims = _user_claims(user_claims)
+        self.tenant_claim = tenant_claim.strip() or DEFAULT_JWT_TENANT_CLAIM
         self.jwks_url = jwks_url or None
         self.jwks_lifespan_ms = jwks_lifespan_s * 1000
         self._discover = jwks is None and self.jwks_url is None
@@ -354,12 +359,14 @@ class JwtVerifier:
         user_ids = {sub} if "sub" in self.user_claims else set()
         if "email" in self.user_claims and email is not None:
             user_ids.add(email)
+        tenant = claims.get(self.tenant_claim)
         return Principal(
             via="jwt",
             identity=sub,
             email=email,
             groups=frozenset(g for g in groups if isinstance(g, str)),
             user_ids=frozenset(user_ids),
+            tenant=tenant if isinstance(tenant, str) and tenant else None,
         )
 
 
@@ -396,7 +403,8 @@ def jwt_verifier_from_env(env: Mapping[str, str], clock: Clock | None = None) ->
 
     ``JWT_ISSUER`` and ``JWT_AUDIENCE`` (required), ``JWT_JWKS_URL`` (else OIDC discovery),
     ``JWT_JWKS_CACHE_SECONDS`` (default 300) and ``JWT_USER_CLAIMS`` (``email`` by default;
-    ``sub,email`` or ``sub`` for an issuer that assigns subjects itself).
+    ``sub,email`` or ``sub`` for an issuer that assigns subjects itself), ``JWT_TENANT_CLAIM``
+    (``tenant`` by default: the claim naming the person's tenant).
 
     Raises:
         AuthUnavailableError: If the issuer or the audience is not configured, or a setting is
@@ -427,7 +435,13 @@ def jwt_verifier_from_env(env: Mapping[str, str], clock: Clock | None = None) ->
     except ValueError as exc:
         raise AuthUnavailableError(f"JWT_USER_CLAIMS: {exc}") from exc
     return JwtVerifier(
-        issuer, audience, jwks_url=url, clock=clock, jwks_lifespan_s=seconds, user_claims=claims
+        issuer,
+        audience,
+        jwks_url=url,
+        clock=clock,
+        jwks_lifespan_s=seconds,
+        user_claims=claims,
+        tenant_claim=env.get("JWT_TENANT_CLAIM", ""),
     )
 
 

@@ -50,6 +50,7 @@ class Principal:
         email: The JWT ``email`` claim, if verified.
         groups: The JWT groups.
         user_ids: What ``user:`` patterns match for a JWT (the claims its issuer is trusted for).
+        tenant: The tenant a JWT names (its ``JWT_TENANT_CLAIM`` claim), if it names one.
     """
 
     via: str
@@ -57,6 +58,7 @@ class Principal:
     email: str | None = None
     groups: frozenset[str] = field(default_factory=frozenset)
     user_ids: frozenset[str] = field(default_factory=frozenset)
+    tenant: str | None = None
 
     @property
     def display(self) -> str:

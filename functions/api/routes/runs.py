@@ -1,0 +1,152 @@
+"""Runs (IAM, SigV4): start, list, show, history and redrive — each within the caller's tenant.
+
+A run belongs to the tenant of the caller who started it (``routes.tenancy``); every route that
+names a run of another tenant answers 404 exactly as for a run that does not exist, and the
+listing reads only the caller's tenant's index partition (the operators' tenant ``*``: all).
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+from typing import Any
+
+from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.routes.common import BadRequest, header, json_body, ok, runtime
+from api.routes.limits import check_key, check_run_cursor
+from api.routes.tenancy import iam_caller, owned_run
+from durable_agents.ids import check_run_id
+from durable_agents.models import RunStatus
+from durable_agents.tenancy import ALL_TENANTS, DEFAULT_TENANT
+from durable_agents.views import history, run_view
+
+logger = Logger(child=True)
+tracer = Tracer()
+router = Router()  # type: ignore[no-untyped-call]
+MAX_LIMIT = 100
+
+
+class StartRunRequest(BaseModel):
+    """Body of ``POST /runs``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str = Field(min_length=1, max_length=80)
+    input: Any = None
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
+
+
+def _event() -> APIGatewayProxyEvent:
+    event = router.current_event
+    assert isinstance(event, APIGatewayProxyEvent)
+    return event
+
+
+def caller_name(event: APIGatewayProxyEvent) -> str:
+    """Who sent the request, for the log line (the ARN API Gateway verified)."""
+    identity = event.request_context.identity
+    return str(identity.user_arn or identity.caller or identity.source_ip or "unknown")
+
+
+@router.post("/runs")
+@tracer.capture_method(capture_response=False)
+def start_run() -> Response[str]:
+    """Starts a run in the caller's tenant; the same idempotency key returns the same run.
+
+    Idempotency keys are per tenant: another tenant's key never names (or reveals) a run of
+    this one. The operators' tenant ``*`` owns no runs: its starts go to the default tenant.
+    """
+    event = _event()
+    _, tenant = iam_caller(event)
+    request = StartRunRequest.model_validate(json_body(event))
+    header_key = header(event, "Idempotency-Key")
+    if header_key and request.idempotency_key and header_key != request.idempotency_key:
+        raise BadRequest("the Idempotency-Key header and the body's idempotency_key differ")
+    if header_key:
+        check_key(header_key, "the Idempotency-Key header")
+    if request.idempotency_key:
+        check_key(request.idempotency_key, "idempotency_key")
+    key = request.idempotency_key or header_key
+    owner = DEFAULT_TENANT if tenant == ALL_TENANTS else tenant
+    run, created = runtime().start_run(
+        request.agent, request.input, idempotency_key=key, tenant=owner
+    )
+    logger.info(
+        "run started" if created else "run start repeated",
+        extra={
+            "run_id": run.run_id,
+            "agent": run.agent,
+            "tenant": run.tenant,
+            "caller": caller_name(event),
+        },
+    )
+    return ok(
+        HTTPStatus.CREATED if created else HTTPStatus.OK,
+        {"created": created, "run": run_view(run)},
+        headers={"Location": f"/runs/{run.run_id}"},
+    )
+
+
+@router.get("/runs")
+@tracer.capture_method(capture_response=False)
+def list_runs() -> Response[str]:
+    """Lists the caller's tenant's runs, optionally by ``status``, newest first.
+
+    ``limit`` ≤ 100 and ``cursor`` (a cursor of another tenant's listing is refused).
+    """
+    event = _event()
+    _, tenant = iam_caller(event)
+    scope = None if tenant == ALL_TENANTS else tenant
+    params = event.query_string_parameters or {}
+    status = None
+    if params.get("status"):
+        try:
+            status = RunStatus(params["status"].upper())
+        except ValueError as exc:
+            allowed = ", ".join(s.value for s in RunStatus)
+            raise BadRequest(f"unknown status {params['status']!r}; use one of {allowed}") from exc
+    try:
+        limit = int(params.get("limit", "50"))
+    except ValueError as exc:
+        raise BadRequest("limit must be an integer") from exc
+    if not 1 <= limit <= MAX_LIMIT:
+        raise BadRequest(f"limit must be between 1 and {MAX_LIMIT}")
+    cursor = params.get("cursor") or None
+    if cursor is not None:
+        check_run_cursor(cursor, status.value if status else None, scope)
+    page = runtime().store.list_runs(status=status, limit=limit, cursor=cursor, tenant=scope)
+    return ok(HTTPStatus.OK, {"runs": [run_view(h) for h in page.runs], "cursor": page.cursor})
+
+
+@router.get("/runs/<run_id>")
+@tracer.capture_method(capture_response=False)
+def get_run(run_id: str) -> Response[str]:
+    """Returns a run's status, result or error, and what it is waiting on."""
+    _, tenant = iam_caller(_event())
+    return ok(HTTPStatus.OK, run_view(owned_run(tenant, check_run_id(run_id))))
+
+
+@router.get("/runs/<run_id>/history")
+@tracer.capture_method(capture_response=False)
+def get_history(run_id: str) -> Response[str]:
+    """Returns the run's journal as events in program order."""
+    _, tenant = iam_caller(_event())
+    owned_run(tenant, check_run_id(run_id))
+    snapshot = runtime().store.load(run_id)
+    return ok(HTTPStatus.OK, {"run_id": run_id, "events": history(snapshot)})
+
+
+@router.post("/runs/<run_id>/redrive")
+@tracer.capture_method(capture_response=False)
+def redrive(run_id: str) -> Response[str]:
+    """Resumes a PAUSED run after a fix was deployed, or nudges a stalled one."""
+    event = _event()
+    _, tenant = iam_caller(event)
+    owned_run(tenant, check_run_id(run_id))
+    header_ = runtime().redrive(run_id)
+    logger.info("run re-driven", extra={"run_id": run_id, "caller": caller_name(event)})
+    return ok(HTTPStatus.ACCEPTED, run_view(header_))
