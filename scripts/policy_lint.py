@@ -161,6 +161,8 @@ def run_checkov(paths: list[Path]) -> list[dict[str, Any]]:
         report = json.loads(proc.stdout)
     except json.JSONDecodeError as exc:
         raise PolicyLintError(f"checkov failed ({proc.returncode}): {proc.stderr[-2000:]}") from exc
+    if isinstance(report, list):  # one report per framework; only cloudformation runs here
+        report = next((r for r in report if r.get("check_type") == "cloudformation"), {})
     summary = report.get("summary", {})
     if summary.get("parsing_errors") or not summary.get("resource_count"):
         raise PolicyLintError(f"checkov parsed nothing: {summary}")
