@@ -4,6 +4,7 @@
 #   .venv      the project + dev tools (pip install -e '.[dev]'), re-installed when pyproject.toml changes
 #   .venv-sam  AWS SAM CLI (pins its own boto3, so it cannot share .venv)
 #   .venv-cfn  cfn-lint 1.53.3 (the last release that runs the SAM translator; see below)
+#   .venv-policy  checkov + cfn-lint-serverless (which needs cfn-lint >= 1.57) for `make lint-policy`
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -13,13 +14,22 @@ MAKEFLAGS += --no-print-directory
 PYTHON ?= python3
 SAM_CLI_VERSION ?= 1.170.0
 CFN_LINT_VERSION ?= 1.53.3
+# make lint-policy: checkov's IAM checks, run on the SAM-translated template (scripts/policy_lint.py).
+CHECKOV_VERSION ?= 3.3.30
+CFN_LINT_SERVERLESS_VERSION ?= 0.3.6
+POLICY_CFN_LINT_VERSION ?= 1.58.0
+SAM_TRANSLATOR_VERSION ?= 1.115.0
+POLICY_PINS := checkov==$(CHECKOV_VERSION) cfn-lint-serverless==$(CFN_LINT_SERVERLESS_VERSION) \
+               cfn-lint==$(POLICY_CFN_LINT_VERSION) aws-sam-translator==$(SAM_TRANSLATOR_VERSION)
 
 VENV := .venv
 VENV_SAM := .venv-sam
 VENV_CFN := .venv-cfn
+VENV_POLICY := .venv-policy
 VENV_STAMP := $(VENV)/.installed
 SAM_STAMP := $(VENV_SAM)/.installed-$(SAM_CLI_VERSION)
 CFN_STAMP := $(VENV_CFN)/.installed-$(CFN_LINT_VERSION)
+POLICY_STAMP := $(VENV_POLICY)/.installed-$(CHECKOV_VERSION)-$(CFN_LINT_SERVERLESS_VERSION)-$(POLICY_CFN_LINT_VERSION)-$(SAM_TRANSLATOR_VERSION)
 
 SAM := $(VENV_SAM)/bin/sam
 CFN_LINT := $(VENV_CFN)/bin/cfn-lint
@@ -44,7 +54,7 @@ SAM_CONFIG_ENV := $(if $(ENV),--config-env $(ENV))
 PYENV_313 = $(shell python3.13 --version >/dev/null 2>&1 || pyenv versions --bare 2>/dev/null | grep -E '^3\.13(\.[0-9]+)?$$' | tail -n 1)
 BUILD_ENV = $(if $(PYENV_313),PYENV_VERSION=$(shell pyenv version-name 2>/dev/null):$(PYENV_313))
 
-.PHONY: help venv venv-sam venv-cfn lint typecheck validate pytest test reliability \
+.PHONY: help venv venv-sam venv-cfn venv-policy lint typecheck validate lint-policy pytest test reliability \
         reliability-fast demo bench local \
         build deploy clean distclean
 
@@ -86,6 +96,15 @@ $(CFN_STAMP):
 	@rm -f $(VENV_CFN)/.installed-*
 	@touch $@
 
+venv-policy: $(POLICY_STAMP) ## Create .venv-policy with checkov and cfn-lint-serverless
+
+$(POLICY_STAMP):
+	@echo "==> creating $(VENV_POLICY) with $(POLICY_PINS)"
+	@test -x $(VENV_POLICY)/bin/python || $(PYTHON) -m venv $(VENV_POLICY)
+	@$(VENV_POLICY)/bin/python -m pip install --quiet $(POLICY_PINS) 2>&1 | $(PIP_QUIET)
+	@rm -f $(VENV_POLICY)/.installed-*
+	@touch $@
+
 # ----------------------------------------------------------------------------------- checks
 lint: $(VENV_STAMP) ## ruff check + ruff format --check
 	$(VENV)/bin/ruff check $(PY_DIRS)
@@ -108,10 +127,18 @@ validate: $(SAM_STAMP) $(CFN_STAMP) ## sam validate --lint + cfn-lint 1.53.3 on 
 	$(SAM) validate --lint --region us-east-1 2>&1 | { grep -v "not available in Feature Toggle Config" || true; }
 	$(CFN_LINT) template.yaml
 
+# Least privilege and serverless practice (docs/security.md, "Accepted policy-lint findings"):
+# checkov on the SAM-translated template, where each function's Policies become an IAM role
+# its IAM checks can see (plus a planted wildcard it must catch), then cfn-lint-serverless.
+# Accepted findings are skipped per resource in template.yaml, each with its reason.
+lint-policy: $(POLICY_STAMP) ## checkov (IAM least privilege) + cfn-lint-serverless on template.yaml
+	$(VENV_POLICY)/bin/python scripts/policy_lint.py template.yaml
+	$(VENV_POLICY)/bin/cfn-lint --append-rules cfn_lint_serverless.rules -- template.yaml
+
 pytest: $(VENV_STAMP) ## Run the test suite
 	$(VENV)/bin/python -m pytest
 
-test: lint typecheck validate pytest ## lint + typecheck + validate + pytest (what CI runs)
+test: lint typecheck validate lint-policy pytest ## lint + typecheck + validate + lint-policy + pytest (what CI runs)
 
 # The fault suite (docs/reliability.md). `make pytest` already runs its fast subset (a few
 # hundred schedules, every boundary case, the boto3 fault cases); `make reliability` runs it
@@ -149,4 +176,4 @@ clean: ## Remove build output and tool caches (keeps the virtualenvs)
 	  \( -name __pycache__ -o -name '*.egg-info' \) -prune -exec rm -rf {} +
 
 distclean: clean ## clean, and remove the virtualenvs too
-	rm -rf $(VENV) $(VENV_SAM) $(VENV_CFN)
+	rm -rf $(VENV) $(VENV_SAM) $(VENV_CFN) $(VENV_POLICY)

@@ -361,6 +361,29 @@ def test_tenant_parameters_reach_the_api(
         assert "TENANT_MAP" not in variables, logical_id
 
 
+def test_jwt_user_claims_and_jwks_cache_reach_the_api_with_the_code_defaults(
+    template: dict[str, Any], resources: dict[str, Any]
+) -> None:
+    from durable_agents.waits import auth
+
+    env = props(resources, "ApiFunction")["Environment"]["Variables"]
+    assert env["JWT_USER_CLAIMS"] == {"Ref": "JwtUserClaims"}
+    assert env["JWT_JWKS_CACHE_SECONDS"] == {"Ref": "JwtJwksCacheSeconds"}
+    claims = template["Parameters"]["JwtUserClaims"]
+    # email (verified) is the safe default for any issuer; sub only when the deployer opts in.
+    assert claims["Type"] == "String" and claims["Default"] == "email"
+    assert claims["AllowedValues"] == ["email", "sub,email", "sub"]
+    for value in claims["AllowedValues"]:  # every allowed value is one the Api accepts
+        verifier = auth.jwt_verifier_from_env(
+            {"JWT_ISSUER": "https://issuer.example", "JWT_AUDIENCE": "a", "JWT_USER_CLAIMS": value}
+        )
+        assert verifier.user_claims == set(value.split(","))
+    cache = template["Parameters"]["JwtJwksCacheSeconds"]
+    assert cache["Type"] == "Number"
+    assert cache["Default"] == auth.JWKS_LIFESPAN_SECONDS == 300
+    assert (cache["MinValue"], cache["MaxValue"]) == (1, auth.MAX_JWKS_LIFESPAN_SECONDS)
+
+
 def test_no_wildcard_resources_or_actions_in_allow_statements(resources: dict[str, Any]) -> None:
     statements = list(iter_statements(resources))
     assert len(statements) >= 10  # the walker found the function policies, not nothing

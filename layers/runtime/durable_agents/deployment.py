@@ -24,6 +24,7 @@ from durable_agents.llm.bedrock import BedrockProvider
 from durable_agents.llm.scripted import ScriptedProvider
 from durable_agents.llm.types import LlmProvider
 from durable_agents.runtime import Runtime
+from durable_agents.scrub import install_log_scrubbing
 from durable_agents.streams import DynamoDBStreamCache
 from durable_agents.waits.schedules import EventBridgeWaitScheduler
 
@@ -219,6 +220,10 @@ def build_runtime(
     """
     import boto3  # noqa: PLC0415 - keep boto3 out of the import path of pure library use
 
+    # The library's own loggers (durable_agents.reconciler, .llm, .streams, ...) propagate to
+    # the root logger, whose handler is Lambda's, not the Powertools handler the functions
+    # filter: mask revealed secrets there too (a failed reconciler unit logs its traceback).
+    install_log_scrubbing()
     session = session or boto3.session.Session()
     payloads = (
         S3PayloadStore(session.client("s3"), settings.payload_bucket)

@@ -25,6 +25,7 @@ from typing import Literal, TypeVar
 from durable_agents.errors import InfrastructureError
 from durable_agents.journal.store import Page
 from durable_agents.runtime import Runtime
+from durable_agents.scrub import scrub
 
 SAFETY_MARGIN_MS = 5_000
 MAX_ERROR_LINES = 20
@@ -201,7 +202,8 @@ class SweepContext:
             raise self.infrastructure
 
     def _record(self, name: str, exc: BaseException) -> None:
-        line = f"{name}: {type(exc).__name__}: {exc}"
+        # The report is the handler's answer and is logged: no revealed secret in it.
+        line = scrub(f"{name}: {type(exc).__name__}: {exc}")
         if len(self.report.errors) < MAX_ERROR_LINES:
             self.report.errors.append(line)
         _log.error("reconciler unit failed: %s", line, exc_info=exc)
