@@ -20,6 +20,7 @@ from durable_agents.local.crash import CRASH_POINTS, CrashSpec
 from durable_agents.local.functions import local_name
 
 EXIT_ERROR = 1
+EXIT_USAGE = 2
 DEFAULT_ENDPOINT = moto_server.endpoint_url(moto_server.DEFAULT_PORT)
 STATUSES = ("RUNNING", "SUSPENDED", "PAUSED", "SUCCEEDED", "FAILED")
 
@@ -78,6 +79,7 @@ def _add_local(commands: Any) -> None:
         metavar="URL",
         help="attach to a running moto server instead of starting one",
     )
+    moto_server.add_state_arguments(local)
     local.add_argument(
         "--keep-moto",
         action="store_true",
@@ -176,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_local(commands)
     moto = commands.add_parser("moto", help="run only the moto server (foreground)")
     moto.add_argument("--port", type=int, default=moto_server.DEFAULT_PORT)
+    moto_server.add_state_arguments(moto)
     _add_runs(commands)
     return parser
 
@@ -183,11 +186,19 @@ def build_parser() -> argparse.ArgumentParser:
 def _local(args: argparse.Namespace) -> int:
     from durable_agents.local.worker import WorkerOptions, run_local  # noqa: PLC0415
 
+    if args.moto_endpoint and (args.state_dir or args.ephemeral):
+        print(
+            "error: --state-dir/--ephemeral configure the store this command starts; with "
+            "--moto-endpoint the attached store keeps its own state",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     return run_local(
         WorkerOptions(
             template=args.template,
             moto_endpoint=args.moto_endpoint,
             moto_port=args.moto_port,
+            state_dir=moto_server.state_dir_of(args),
             api_port=args.port,
             schedule_interval=args.schedule_interval,
             function_timeouts=dict(args.function_timeout),
@@ -234,7 +245,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "local":
         return _local(args)
     if args.command == "moto":
-        return moto_server.main(["--port", str(args.port)])
+        argv = ["--port", str(args.port)]
+        if args.ephemeral:
+            argv.append("--ephemeral")
+        elif args.state_dir:
+            argv += ["--state-dir", str(args.state_dir)]
+        return moto_server.main(argv)
     return _runs(args)
 
 

@@ -238,15 +238,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def add_state_arguments(parser: argparse.ArgumentParser) -> None:
-    """Adds ``--state-dir DIR`` and ``--ephemeral`` (mutually exclusive) to ``parser``."""
+    """Adds ``--state-dir DIR`` and ``--ephemeral`` (mutually exclusive) to ``parser``.
+
+    ``--state-dir`` defaults to None, so that callers can tell it was not given; read the
+    flags with ``state_dir_of``.
+    """
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
         "--state-dir",
         type=Path,
-        default=DEFAULT_STATE_DIR,
         metavar="DIR",
         help="keep the local store's state (journal, payloads, secrets) in DIR: it survives "
-        "a SIGKILL of every local process and a reboot (default %(default)s)",
+        f"a SIGKILL of every local process and a reboot (default {DEFAULT_STATE_DIR}/)",
     )
     group.add_argument(
         "--ephemeral",
@@ -257,7 +260,7 @@ def add_state_arguments(parser: argparse.ArgumentParser) -> None:
 
 def state_dir_of(args: argparse.Namespace) -> Path | None:
     """The state directory the parsed flags ask for (None: ``--ephemeral``)."""
-    return None if args.ephemeral else Path(args.state_dir)
+    return None if args.ephemeral else Path(args.state_dir or DEFAULT_STATE_DIR)
 
 
 if __name__ == "__main__":
