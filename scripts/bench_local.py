@@ -9,8 +9,12 @@ context and a timer each; the local Api, StepRunner, reconciler and relay all at
 measures the time until all of them SUCCEEDED. Rounds alternate between the modes so that
 both see the same background load.
 
-Options: ``--runs N`` (default 30), ``--rounds N`` per mode (default 2), ``--markdown PATH``
-(replace the text between ``<!-- bench:local:start -->`` and ``<!-- bench:local:end -->``).
+Each round also measures the store alone: ``--writes`` sequential conditional ``PutItem``s
+from one client, ephemeral against durable (the fsync per acknowledged write, isolated).
+
+Options: ``--runs N`` (default 30), ``--rounds N`` per mode (default 2), ``--writes N``
+(default 500), ``--markdown PATH`` (replace the text between ``<!-- bench:local:start -->``
+and ``<!-- bench:local:end -->``).
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "layers" / "runtime"))
 
-from durable_agents.local.moto_server import free_port  # noqa: E402
+import boto3  # noqa: E402
+
+from durable_agents.local.moto_server import MotoProcess, free_port  # noqa: E402
 from durable_agents.local.processes import WorkerProcess, http_json  # noqa: E402
 
 AGENT = "example-research"
@@ -90,7 +96,40 @@ def one_round(mode: str, runs: int) -> float:
     return runs / elapsed * 60
 
 
-def _markdown(results: dict[str, list[float]], runs: int) -> str:
+def store_writes(mode: str, writes: int) -> float:
+    """Sequential conditional PutItems per second against the store alone (``mode``)."""
+    with tempfile.TemporaryDirectory(prefix="bench-store-") as tmp:
+        store = MotoProcess(free_port(), None if mode == "ephemeral" else Path(tmp))
+        store.start()
+        try:
+            client = boto3.client(
+                "dynamodb",
+                endpoint_url=store.endpoint,
+                region_name="us-east-1",
+                aws_access_key_id="bench",
+                aws_secret_access_key="bench",
+            )
+            client.create_table(
+                TableName="bench",
+                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                BillingMode="PAY_PER_REQUEST",
+            )
+            began = time.monotonic()
+            for index in range(writes):
+                client.put_item(
+                    TableName="bench",
+                    Item={"pk": {"S": f"item-{index}"}, "value": {"S": "x" * 300}},
+                    ConditionExpression="attribute_not_exists(pk)",
+                )
+            return writes / (time.monotonic() - began)
+        finally:
+            store.stop()
+
+
+def _markdown(
+    results: dict[str, list[float]], runs: int, writes: dict[str, list[float]], count: int
+) -> str:
     rows = [
         "| store | rounds (runs/minute) | median runs/minute |",
         "|---|---|---|",
@@ -99,6 +138,11 @@ def _markdown(results: dict[str, list[float]], runs: int) -> str:
         cells = ", ".join(f"{v:.0f}" for v in values)
         rows.append(f"| {mode} | {cells} | {statistics.median(values):.0f} |")
     ephemeral, durable = (statistics.median(results[m]) for m in ("ephemeral", "durable"))
+    store_rows = ["| store | rounds (writes/s) | median writes/s |", "|---|---|---|"]
+    for mode, values in writes.items():
+        cells = ", ".join(f"{v:.0f}" for v in values)
+        store_rows.append(f"| {mode} | {cells} | {statistics.median(values):.0f} |")
+    slow, fast = (statistics.median(writes[m]) for m in ("durable", "ephemeral"))
     return "\n".join(
         [
             f"{runs} `{AGENT}` runs started at once, until all SUCCEEDED; "
@@ -108,6 +152,13 @@ def _markdown(results: dict[str, list[float]], runs: int) -> str:
             *rows,
             "",
             f"Durable / ephemeral: {durable / ephemeral:.0%} of the ephemeral throughput.",
+            "",
+            f"The store alone, {count} sequential conditional `PutItem`s (300-byte items) from "
+            "one client, each acknowledged only once it is in the log (fdatasync):",
+            "",
+            *store_rows,
+            "",
+            f"Durable / ephemeral: {slow / fast:.0%} of the ephemeral write rate.",
         ]
     )
 
@@ -117,15 +168,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--writes", type=int, default=500)
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args(argv)
     results: dict[str, list[float]] = {"ephemeral": [], "durable": []}
+    writes: dict[str, list[float]] = {"ephemeral": [], "durable": []}
     for _ in range(args.rounds):
+        for mode in results:
+            rate = store_writes(mode, args.writes)
+            writes[mode].append(rate)
+            print(f"{mode:9} {rate:7.1f} writes/s (store alone)", flush=True)
         for mode in results:
             rate = one_round(mode, args.runs)
             results[mode].append(rate)
             print(f"{mode:9} {rate:7.1f} runs/minute", flush=True)
-    text = _markdown(results, args.runs)
+    text = _markdown(results, args.runs, writes, args.writes)
     print(text)
     if args.markdown:
         doc = args.markdown.read_text()

@@ -213,3 +213,25 @@ def test_an_attached_worker_reattaches_to_a_restarted_store(tmp_path: Path) -> N
     finally:
         worker.stop()
         store.stop()
+
+
+def test_a_worker_restarts_the_store_it_started_when_it_dies(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    args = ["--moto-port", str(free_port()), "--state-dir", str(state_dir), *FAST]
+    worker = WorkerProcess(api_port=free_port(), moto_endpoint=None, args=args, cwd=ROOT)
+    try:
+        worker.start()
+        status, started = start(worker, "example-research", {"topic": "t", "pause_seconds": 0})
+        assert status == 201, started
+        run_id = started["run"]["run_id"]
+        first_store = store_pid(state_dir)
+        os.kill(first_store, signal.SIGKILL)
+        wait_until(
+            lambda: any("started it again" in line for line in worker.lines), 30, "a new store"
+        )
+        assert store_pid(state_dir) != first_store
+        wait_until(
+            lambda: run_of(worker, run_id)["status"] == "SUCCEEDED", TIMEOUT, "the run to finish"
+        )
+    finally:
+        worker.stop()

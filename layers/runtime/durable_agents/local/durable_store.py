@@ -256,7 +256,7 @@ class DurableStore:
             if not status.startswith("2"):
                 raise ReplayDivergedError(index, _describe(environ), status, b"".join(body))
         self.replayed = len(records)
-        for stale in self.files.stale_logs(generation):
+        for stale in self.files.stale_files(generation):
             stale.unlink()
         self._generation = generation
         self._log = WriteAheadLog(path, valid, len(records))

@@ -192,6 +192,20 @@ class MotoProcess:
         self.stop()
         raise RuntimeError(f"moto server did not listen on {self.endpoint} within {timeout} s")
 
+    def revive(self) -> bool:
+        """Starts the process again if it died (same port, same state directory).
+
+        Returns:
+            True if it had died and was started again.
+
+        Raises:
+            PortInUseError, RuntimeError: As ``start``.
+        """
+        if self._process is None or self._process.poll() is None:
+            return False
+        self.start()
+        return True
+
     def stop(self, timeout: float = 10.0) -> None:
         """Stops the process (SIGTERM, then SIGKILL after ``timeout``); safe to call twice."""
         process, self._process = self._process, None

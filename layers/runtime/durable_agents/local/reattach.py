@@ -48,6 +48,8 @@ class StoreWatch:
         reprovision: Provisions them again (idempotent).
         stop: Set to stop watching.
         interval: Seconds between probes while all is well.
+        revive: Called when the store does not answer: starts it again if this worker
+            started it and it died (returns whether it did).
     """
 
     def __init__(
@@ -56,9 +58,11 @@ class StoreWatch:
         reprovision: Callable[[], Any],
         stop: threading.Event,
         interval: float = PROBE_SECONDS,
+        revive: Callable[[], bool] | None = None,
     ):
         self._probe = probe
         self._reprovision = reprovision
+        self._revive = revive
         self._stop = stop
         self._interval = interval
         self.reattached = 0
@@ -92,6 +96,8 @@ class StoreWatch:
             self.reattached += 1
             log.warning("re-attached to the restarted local store")
         except BotoCoreError:
+            if self._revive is not None and self._revive():
+                log.warning("the local store this worker started had died: started it again")
             return False
         return True
 
@@ -101,7 +107,7 @@ class StoreWatch:
         while not self._stop.wait(wait):
             try:
                 answered = self.check()
-            except (BotoCoreError, ClientError) as exc:
+            except (BotoCoreError, ClientError, OSError, RuntimeError) as exc:
                 log.warning("re-attaching to the local store failed: %s; trying again", exc)
                 answered = False
             if answered:
@@ -119,6 +125,7 @@ def store_watch(
     queues: Sequence[RuleQueue],
     reprovision: Callable[[], Any],
     stop: threading.Event,
+    revive: Callable[[], bool] | None = None,
 ) -> list[StoreWatch]:
     """The watch of a worker whose rules deliver through ``queues`` (none without a queue).
 
@@ -127,6 +134,7 @@ def store_watch(
         queues: The provisioned rule queues; the first one is probed.
         reprovision: Provisions the worker's resources again.
         stop: The worker's stop event.
+        revive: Restarts the store if the worker started it and it died.
     """
     if not queues:
         return []
@@ -135,4 +143,4 @@ def store_watch(
     def probe() -> Any:
         return clients.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
 
-    return [StoreWatch(probe, reprovision, stop)]
+    return [StoreWatch(probe, reprovision, stop, revive=revive)]

@@ -235,8 +235,9 @@ class StateFiles:
         os.replace(tmp, self.snapshot_path)
         fsync_dir(self.dir)
 
-    def stale_logs(self, generation: int) -> Iterator[Path]:
-        """Log files of other generations (left by a crash during compaction)."""
+    def stale_files(self, generation: int) -> Iterator[Path]:
+        """Logs of other generations and unfinished snapshots (left by a crash in a compaction)."""
+        yield from self.dir.glob(".snapshot.*.tmp")
         for path in self.dir.glob("wal-*.log"):
             if path != self.log_path(generation):
                 yield path

@@ -324,7 +324,9 @@ class Worker:
                 for q in queues
             ),
             *(StreamPoller(clients, r, functions[r.function_id], stop) for r in streams),
-            *store_watch(clients, queues, reprovision, stop),
+            *store_watch(
+                clients, queues, reprovision, stop, self._moto.revive if self._moto else None
+            ),
             *(
                 ScheduleLoop(
                     functions[s.logical_id],
