@@ -87,7 +87,8 @@ class _Stack:
         self.services: ServicesProcess | None = None
 
     def start(self) -> str:
-        self.services = ServicesProcess(self.state.with_name("ledgers.json"), self.services_port)
+        ledgers = self.state.with_name("restart-ledgers.json")
+        self.services = ServicesProcess(ledgers, self.services_port)
         handle = self.services.start()
         self.services_port = urlsplit(handle.url).port or 0
         args = [
@@ -152,6 +153,7 @@ def part_four(
         _, body = _post_run(api, "example-support", dict(support_input))
         support = body["run"]["run_id"]
         approval = _until(lambda: _pending(api, support), "the refund's approval")
+        _until(lambda: _status(api, support) == "SUSPENDED", "the run to suspend")
         _, link = http_json("POST", f"{api}/approvals/{approval}/links", {"approver": approver})
         _say(f"{support} waits for approval {approval}; a signed link is minted for {approver}")
         before = _payments(services)
@@ -164,7 +166,8 @@ def part_four(
         services = stack.start()
         _say(f"restarted on the same state and ports in {time.monotonic() - started:.1f} s")
         waiting = _status(api, support)
-        _say(f"GET /runs/{support} → {waiting}")
+        still_pending = _pending(api, support)
+        _say(f"GET /runs/{support} → {waiting}; its approval pending: {still_pending}")
         again_status, again = _post_run(api, "example-checkout", dict(checkout_input), KEY)
         same = again["run"]["run_id"]
         _say(f"POST /runs (Idempotency-Key: {KEY}) again → {again_status}, run {same}")
@@ -176,7 +179,8 @@ def part_four(
         after = _payments(services)
         _say(f"payments now: {dict(after)}")
         checks = {
-            "the waiting run survived (not 404)": waiting == "SUSPENDED",
+            "the waiting run and its approval survived (no 404)": not waiting.startswith("HTTP")
+            and still_pending == approval,
             "the same Idempotency-Key returned the same run": (again_status, same)
             == (200, checkout),
             "the link minted before the crash still approved": status == 200,
