@@ -1,6 +1,6 @@
 """The durable-agents demo: kill -9 the worker mid-step and mid-payment; a person approves.
 
-What it does (no AWS account, no Docker; about 40 s):
+What it does (no AWS account, no Docker; about 80 s):
 
 Part 1, a step:
 
