@@ -55,7 +55,7 @@ PYENV_313 = $(shell python3.13 --version >/dev/null 2>&1 || pyenv versions --bar
 BUILD_ENV = $(if $(PYENV_313),PYENV_VERSION=$(shell pyenv version-name 2>/dev/null):$(PYENV_313))
 
 .PHONY: help venv venv-sam venv-cfn venv-policy lint typecheck validate lint-policy pytest test reliability \
-        reliability-fast demo bench local \
+        reliability-fast demo bench bench-local local \
         build deploy clean distclean
 
 help: ## Show this help
@@ -158,6 +158,9 @@ demo: $(VENV_STAMP) ## Run the local demo (moto, no AWS account, no Docker)
 
 bench: $(VENV_STAMP) ## Run the benchmarks
 	$(VENV)/bin/python scripts/bench.py
+
+bench-local: $(VENV_STAMP) ## Local-mode runs/minute, ephemeral vs durable store (~10 min)
+	$(VENV)/bin/python scripts/bench_local.py
 
 local: $(VENV_STAMP) ## Serve the runtime locally on http://127.0.0.1:3000
 	$(VENV)/bin/durable-agents local

@@ -1,6 +1,6 @@
 """The durable-agents demo: kill -9 the worker mid-step and mid-payment; a person approves.
 
-What it does (no AWS account, no Docker; about 40 s):
+What it does (no AWS account, no Docker; about 80 s):
 
 Part 1, a step:
 
@@ -39,6 +39,12 @@ Part 3, the agent layer and a person in the loop:
 5. prints the timeline and checks: the run SUCCEEDED, the model was asked once per recorded
    turn, exactly one refund payout and one ticket, and the decision names the link's approver.
 
+Part 4, the whole stack killed (``scripts/demo_durable.py``): ``durable-agents local`` on a
+state directory; a checkout pays, a refund waits for an approval; SIGKILL to the worker, the
+store and the providers; restarted at once on the same state and ports, the waiting run is
+there, the link minted before the crash approves it, the same Idempotency-Key returns the same
+run, and each payment is in the ledger exactly once.
+
 Exit status 0 only if every check of every part holds. Run it with ``make demo``.
 """
 
@@ -56,6 +62,8 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from demo_durable import part_four
 
 from durable_agents.clock import SystemClock
 from durable_agents.local.console import (
@@ -189,7 +197,7 @@ NewWorker = Callable[[str, Sequence[str]], WorkerProcess]
 
 def part_one(moto: MotoProcess, new_worker: NewWorker) -> bool:
     clock = SystemClock()
-    print("durable-agents demo, part 1 of 3: a worker is killed with SIGKILL in the middle of")
+    print("durable-agents demo, part 1 of 4: a worker is killed with SIGKILL in the middle of")
     print("a step.")
     print("The journal (DynamoDB, here in a moto process) keeps every recorded step; the next")
     print("worker replays them from the journal and runs only what was not finished.")
@@ -273,7 +281,7 @@ def ledger_marks(handle: ServicesHandle) -> list[dict[str, Any]]:
 
 def part_two(moto: MotoProcess, new_worker: NewWorker, state_dir: Path) -> bool:
     print("\n" + "─" * 88)
-    print("Part 2 of 3: a side effect. A tool call is PREPAREd in the journal (request and")
+    print("Part 2 of 4: a side effect. A tool call is PREPAREd in the journal (request and")
     print("idempotency key), EXECUTEd at the provider, then COMMITted. Here the worker dies")
     print("between the provider's charge and the COMMIT: the journal only knows it PREPAREd.")
     banner("1/5", f"starting the fake providers and worker 3 with --crash-at {CRASH_AT}")
@@ -444,7 +452,7 @@ def show_texts(chunks: Sequence[Mapping[str, Any]], run_id: str) -> None:
 
 def part_three(moto: MotoProcess, new_worker: NewWorker, state_dir: Path) -> bool:
     print("\n" + "─" * 88)
-    print("Part 3 of 3: an agent. A triage sub-agent, then model turns and tool calls, each")
+    print("Part 3 of 4: an agent. A triage sub-agent, then model turns and tool calls, each")
     print("recorded once; a refund above 50 EUR waits for a person, who approves it through a")
     print("signed link over HTTP. The model is scripted (agents/scripts/support.json): offline.")
     banner("1/5", "starting the fake providers again and worker 5 (no crash this time)")
@@ -706,18 +714,30 @@ def demo() -> int:
             for worker in workers:  # part 2's worker points at part 2's providers
                 worker.stop()
             third_ok = part_three(moto, new_worker, Path(state_dir))
+            part_three_seconds = time.monotonic() - started - part_one_seconds - part_two_seconds
+            for worker in workers:
+                worker.stop()
+            fourth_ok = part_four(
+                Path(state_dir),
+                banner=banner,
+                on_line=worker_line("worker 6"),
+                checkout_input=CHECKOUT_INPUT,
+                support_input=SUPPORT_INPUT,
+                approver=APPROVER,
+            )
         elapsed = time.monotonic() - started
-        part_three_seconds = elapsed - part_one_seconds - part_two_seconds
+        part_four_seconds = elapsed - part_one_seconds - part_two_seconds - part_three_seconds
         verdicts = [
             f"part {n} {'passed' if ok else 'FAILED'} ({seconds:.1f} s)"
             for n, ok, seconds in (
                 (1, first_ok, part_one_seconds),
                 (2, second_ok, part_two_seconds),
                 (3, third_ok, part_three_seconds),
+                (4, fourth_ok, part_four_seconds),
             )
         ]
         print("\n" + ", ".join(verdicts))
-        if first_ok and second_ok and third_ok:
+        if first_ok and second_ok and third_ok and fourth_ok:
             print(f"demo passed in {elapsed:.1f} s")
             return 0
         return 1

@@ -23,6 +23,7 @@ from durable_agents.local.identity import LOCAL_CALLER_ARN, check_caller_arn
 OIDC_PORT = 3001  # durable_agents.local.oidc.DEFAULT_PORT (not imported: it loads cryptography)
 
 EXIT_ERROR = 1
+EXIT_USAGE = 2
 DEFAULT_ENDPOINT = moto_server.endpoint_url(moto_server.DEFAULT_PORT)
 STATUSES = ("RUNNING", "SUSPENDED", "PAUSED", "SUCCEEDED", "FAILED")
 
@@ -100,6 +101,7 @@ def _add_local(commands: Any) -> None:
         metavar="URL",
         help="attach to a running moto server instead of starting one",
     )
+    moto_server.add_state_arguments(local)
     local.add_argument(
         "--keep-moto",
         action="store_true",
@@ -278,6 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_local(commands)
     moto = commands.add_parser("moto", help="run only the moto server (foreground)")
     moto.add_argument("--port", type=int, default=moto_server.DEFAULT_PORT)
+    moto_server.add_state_arguments(moto)
     _add_runs(commands)
     _add_token(commands)
     return parser
@@ -293,11 +296,19 @@ def _local(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_SETUP_FAILED
 
+    if args.moto_endpoint and (args.state_dir or args.ephemeral):
+        print(
+            "error: --state-dir/--ephemeral configure the store this command starts; with "
+            "--moto-endpoint the attached store keeps its own state",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     return run_local(
         WorkerOptions(
             template=template,
             moto_endpoint=args.moto_endpoint,
             moto_port=args.moto_port,
+            state_dir=moto_server.state_dir_of(args),
             api_port=args.port,
             schedule_interval=args.schedule_interval,
             function_timeouts=dict(args.function_timeout),
@@ -370,7 +381,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "token":
         return _token(args)
     if args.command == "moto":
-        return moto_server.main(["--port", str(args.port)])
+        argv = ["--port", str(args.port)]
+        if args.ephemeral:
+            argv.append("--ephemeral")
+        elif args.state_dir:
+            argv += ["--state-dir", str(args.state_dir)]
+        return moto_server.main(argv)
     return _runs(args)
 
 

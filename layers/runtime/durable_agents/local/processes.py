@@ -63,7 +63,8 @@ class WorkerProcess:
 
     Args:
         api_port: The Api port.
-        moto_endpoint: The moto server to attach to.
+        moto_endpoint: The moto server to attach to; None: the worker starts its own (pass
+            ``--moto-port`` and ``--state-dir`` or ``--ephemeral`` in ``args``).
         args: More ``durable-agents local`` flags.
         cwd: Where to run (the directory holding ``template.yaml``).
         env: Extra environment variables.
@@ -74,7 +75,7 @@ class WorkerProcess:
         self,
         *,
         api_port: int,
-        moto_endpoint: str,
+        moto_endpoint: str | None,
         args: Sequence[str] = (),
         cwd: Path | None = None,
         env: Mapping[str, str] | None = None,
@@ -89,8 +90,7 @@ class WorkerProcess:
             "local",
             "--port",
             str(api_port),
-            "--moto-endpoint",
-            moto_endpoint,
+            *(["--moto-endpoint", moto_endpoint] if moto_endpoint else []),
             *args,
         ]
         self._cwd = cwd

@@ -111,6 +111,8 @@ class StreamPoller:
                 for shard in shards:
                     self._drain(str(shard["ShardId"]))
             except (BotoCoreError, ClientError) as exc:
+                # A restarted store forgot its iterators: re-open from the checkpoints.
+                self._iterators.clear()
                 if not self._stop.is_set():
                     log.warning("%s: reading the stream failed: %s", self._name, exc)
 

@@ -41,11 +41,17 @@ from durable_agents.local.http_api import DEFAULT_PORT, HOST, ApiServer, Route
 from durable_agents.local.identity import LOCAL_CALLER_ARN
 from durable_agents.local.invoke import LocalFunction, load_handler
 from durable_agents.local.oidc import LocalIssuer
-from durable_agents.local.provision import DEFAULT_VISIBILITY_TIMEOUT, Clients, provision
+from durable_agents.local.provision import (
+    DEFAULT_VISIBILITY_TIMEOUT,
+    Clients,
+    RuleQueue,
+    provision,
+)
+from durable_agents.local.reattach import store_watch
 from durable_agents.local.scheduler import ScheduleLoop
 from durable_agents.local.secrets import create_secrets
 from durable_agents.local.services import SERVICE_NAMES
-from durable_agents.local.stream_router import StreamPoller
+from durable_agents.local.stream_router import StreamPoller, StreamRoute
 from durable_agents.local.template import load_template
 
 log = logging.getLogger("durable_agents.local")
@@ -64,6 +70,8 @@ class WorkerOptions:
         template: The SAM template.
         moto_endpoint: Attach to this moto server instead of starting one.
         moto_port: Port of the moto server to start.
+        state_dir: Where the started moto server keeps its state (it survives a SIGKILL of
+            every local process); None: in memory only (``--ephemeral``).
         api_port: Port of the Api server (loopback only).
         schedule_interval: Seconds between Schedule invocations.
         function_timeouts: Timeout overrides by function logical id; the key ``"*"`` applies
@@ -91,6 +99,7 @@ class WorkerOptions:
     template: Path = Path("template.yaml")
     moto_endpoint: str | None = None
     moto_port: int = moto_server.DEFAULT_PORT
+    state_dir: Path | None = moto_server.DEFAULT_STATE_DIR
     api_port: int = DEFAULT_PORT
     schedule_interval: float = 1.0
     function_timeouts: dict[str, float] = field(default_factory=dict)
@@ -237,7 +246,7 @@ class Worker:
             if not moto_server.is_listening(url.hostname or HOST, url.port or 80):
                 raise ConfigurationError(f"no moto server answers at {self.options.moto_endpoint}")
             return self.options.moto_endpoint.rstrip("/")
-        self._moto = moto_server.MotoProcess(self.options.moto_port)
+        self._moto = moto_server.MotoProcess(self.options.moto_port, self.options.state_dir)
         try:
             self._moto.start()
         except moto_server.PortInUseError as exc:
@@ -304,9 +313,12 @@ class Worker:
             resolver = replace(resolver, refs={**resolver.refs, **arns})
             specs = read_functions(template, template_dir, resolver)
         clients = Clients(session)
-        queues, streams = provision(
-            clients, template, specs, visibility_timeout=opts.visibility_timeout
-        )
+
+        def reprovision() -> tuple[list[RuleQueue], list[StreamRoute]]:
+            create_secrets(template, session)
+            return provision(clients, template, specs, visibility_timeout=opts.visibility_timeout)
+
+        queues, streams = reprovision()
         env = function_environment(specs, opts, self.endpoint)
         chosen = choose_agent_modules(opts.agents, os.environ, env)
         env[AGENTS_VARIABLE] = ",".join(chosen.modules)
@@ -345,6 +357,9 @@ class Worker:
                 for q in queues
             ),
             *(StreamPoller(clients, r, functions[r.function_id], stop) for r in streams),
+            *store_watch(
+                clients, queues, reprovision, stop, self._moto.revive if self._moto else None
+            ),
             *(
                 ScheduleLoop(
                     functions[s.logical_id],
@@ -378,8 +393,9 @@ class Worker:
         streams: Iterable[str],
     ) -> None:
         opts = self.options
+        kept = f"state in {opts.state_dir}/" if opts.state_dir else "ephemeral"
         moto = (
-            f"{self.endpoint} (started, pid {self._moto.pid})"
+            f"{self.endpoint} (started, pid {self._moto.pid}, {kept})"
             if self._moto
             else f"{self.endpoint} (attached)"
         )
