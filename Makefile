@@ -42,7 +42,7 @@ PYENV_313 = $(shell python3.13 --version >/dev/null 2>&1 || pyenv versions --bar
 BUILD_ENV = $(if $(PYENV_313),PYENV_VERSION=$(shell pyenv version-name 2>/dev/null):$(PYENV_313))
 
 .PHONY: help venv venv-sam venv-cfn lint typecheck validate pytest test reliability \
-        reliability-fast demo bench local \
+        reliability-fast openapi demo bench local \
         build deploy clean distclean
 
 help: ## Show this help
@@ -120,6 +120,11 @@ reliability: $(VENV_STAMP) ## The full fault suite: >= 10,000 schedules + the SI
 
 reliability-fast: $(VENV_STAMP) ## The fault suite's fast subset (what `make pytest` runs of it)
 	$(VENV)/bin/python -m pytest tests/reliability -m "reliability and not reliability_full" -rxX
+
+# docs/openapi.json is what GET /openapi.json serves; tests/unit/test_api_openapi.py fails when
+# the copy is stale.
+openapi: $(VENV_STAMP) ## Regenerate docs/openapi.json (the Api's OpenAPI document)
+	$(VENV)/bin/python scripts/openapi.py
 
 # ---------------------------------------------------------------------------------- running
 demo: $(VENV_STAMP) ## Run the local demo (moto, no AWS account, no Docker)
