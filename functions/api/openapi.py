@@ -118,9 +118,11 @@ class Operation:
     errors: tuple[int, ...] = ()
     html: bool = False
     event_stream: bool = False
+    example: Any = None
     tags: tuple[str, ...] = field(default=())
 
 
+_DECISION = {"decision": "approve", "comment": "within policy"}
 _LIMIT = Param("limit", {"type": "integer", "minimum": 1, "maximum": 100}, "Page size.")
 
 
@@ -141,6 +143,7 @@ def operations() -> dict[tuple[str, str], Operation]:
         ("POST", "/runs"): Operation(
             201,
             body=StartRunRequest,
+            example={"agent": "example-research", "input": {"topic": "durable execution"}},
             headers=(
                 Param(
                     "Idempotency-Key",
@@ -174,7 +177,10 @@ def operations() -> dict[tuple[str, str], Operation]:
         ("POST", "/runs/{run_id}/redrive"): Operation(202, errors=(404, 409), tags=("runs",)),
         ("GET", "/reviews"): Operation(tags=("reviews",)),
         ("POST", "/reviews/{operation_id}"): Operation(
-            body=ReviewDecisionRequest, errors=(404, 409, 413, 422), tags=("reviews",)
+            body=ReviewDecisionRequest,
+            example={"decision": "committed", "comment": "charged by hand", "external_id": "ch_1"},
+            errors=(404, 409, 413, 422),
+            tags=("reviews",),
         ),
         ("GET", "/approvals"): Operation(
             query=(
@@ -190,10 +196,21 @@ def operations() -> dict[tuple[str, str], Operation]:
             errors=(404,), html=True, tags=("approvals",)
         ),
         ("POST", "/approvals/{approval_id}"): Operation(
-            body=DecisionRequest, form=True, errors=decided, html=True, tags=("approvals",)
+            body=DecisionRequest,
+            form=True,
+            example=_DECISION,
+            errors=decided,
+            html=True,
+            tags=("approvals",),
         ),
         ("POST", "/approvals/{approval_id}/links"): Operation(
-            201, body=MintLinkRequest, form=True, errors=decided, html=True, tags=("approvals",)
+            201,
+            body=MintLinkRequest,
+            form=True,
+            example={"approver": "user:ada@example.com", "ttl_seconds": 3600},
+            errors=decided,
+            html=True,
+            tags=("approvals",),
         ),
         ("GET", "/people/approvals/{approval_id}"): Operation(
             security="jwt", errors=(404,), html=True, tags=("approvals",)
@@ -202,6 +219,7 @@ def operations() -> dict[tuple[str, str], Operation]:
             security="jwt",
             body=DecisionRequest,
             form=True,
+            example=_DECISION,
             errors=decided,
             html=True,
             tags=("approvals",),
@@ -223,10 +241,17 @@ def operations() -> dict[tuple[str, str], Operation]:
             tags=("approvals",),
         ),
         ("POST", "/callbacks/{callback_id}/success"): Operation(
-            body="any", body_required=False, errors=(404, 409, 410, 413), tags=("callbacks",)
+            body="any",
+            body_required=False,
+            example={"charge_id": "ch_1"},
+            errors=(404, 409, 410, 413),
+            tags=("callbacks",),
         ),
         ("POST", "/callbacks/{callback_id}/failure"): Operation(
-            body=CallbackFailureRequest, errors=(404, 409, 410, 413, 422), tags=("callbacks",)
+            body=CallbackFailureRequest,
+            example={"error_type": "PaymentDeclined", "error_message": "card expired"},
+            errors=(404, 409, 410, 413, 422),
+            tags=("callbacks",),
         ),
         ("POST", "/callbacks/{callback_id}/heartbeat"): Operation(
             errors=(404, 409, 410), tags=("callbacks",)
@@ -282,6 +307,8 @@ def _request_body(op: Operation, schemas: dict[str, Any]) -> dict[str, Any] | No
         content = {"application/json": {"schema": ref}}
         if op.form:  # the approval page's form posts the same fields
             content["application/x-www-form-urlencoded"] = {"schema": ref}
+    if op.example is not None:
+        content["application/json"]["example"] = op.example
     return {"required": op.body_required, "content": content}
 
 
