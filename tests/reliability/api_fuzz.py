@@ -31,6 +31,7 @@ import pytest
 from moto import mock_aws
 
 from durable_agents.journal.dynamodb import DynamoDBJournal
+from durable_agents.local.functions import make_resolver, read_functions
 from durable_agents.local.http_api import ApiServer, Route
 from durable_agents.local.template import create_journal_table, load_template, table_definition
 from durable_agents.testing import AgentTestRunner
@@ -201,16 +202,10 @@ def fuzz_stack() -> Iterator[FuzzStack]:
         # A day of validity: the runner's skip-clock does not move while the fuzzer runs.
         jwt = KEYS.sign(claims(runner.clock, exp=runner.clock.now_ms() // 1000 + 86_400))
         handler: Any = _Handler()
-        routes = [
-            Route(method, path, handler)
-            for (method, path) in (
-                (e["Properties"]["Method"].upper(), e["Properties"]["Path"])
-                for e in load_template(TEMPLATE)["Resources"]["ApiFunction"]["Properties"][
-                    "Events"
-                ].values()
-                if e["Type"] == "Api"
-            )
-        ]
+        template = load_template(TEMPLATE)
+        specs = read_functions(template, TEMPLATE.parent, make_resolver(template))
+        # As local mode routes them: IAM routes name the caller, auth NONE routes none.
+        routes = [Route(a.method, a.path, handler, iam=a.iam) for s in specs for a in s.apis]
         server = ApiServer(routes, port=0)  # bound on loopback, never served: called in-process
         writes = WriteRecorder()
         try:

@@ -7,7 +7,8 @@ function; its ``statusCode``/``headers``/``body`` become the HTTP response. Unkn
 404 and known paths with another method 405, as JSON; a malformed ``Content-Length`` or a body
 that is not UTF-8 gets 400. The server is werkzeug's threaded WSGI server (a listen backlog of
 ``LISTEN_BACKLOG``); routing uses the raw request target, so ``%2F`` is not decoded before
-routing. IAM (SigV4) auth is not enforced: the server binds 127.0.0.1 only.
+routing. IAM (SigV4) auth is not enforced: the server binds 127.0.0.1 only; an ``AWS_IAM`` route's
+event names the local principal as its caller, an ``Authorizer: NONE`` route's names none.
 """
 
 from __future__ import annotations
@@ -48,11 +49,14 @@ class Route:
         method: HTTP method (``ANY`` matches all).
         resource: The declared path, e.g. ``/runs/{run_id}``.
         function: The function that serves it.
+        iam: Whether API Gateway would authenticate the caller (False: ``Authorizer: NONE``,
+            and the event names no IAM caller, as on AWS).
     """
 
     method: str
     resource: str
     function: LocalFunction
+    iam: bool = True
 
     def match(self, segments: Sequence[str]) -> dict[str, str] | None:
         """Returns the path parameters if ``segments`` (decoded) fit this resource."""
@@ -144,13 +148,18 @@ def build_event(
             "domainName": single_headers.get("Host", HOST),
             "identity": {
                 "sourceIp": source_ip,
-                "caller": "local",
-                "user": "local",
-                # API Gateway authenticates IAM callers on AWS; locally every caller is this
-                # local principal (or the one an X-Local-Caller-Arn header names, for tests).
-                "userArn": single_headers.get("X-Local-Caller-Arn")
-                or f"arn:aws:iam::{LOCAL_ACCOUNT_ID}:user/local",
-                "accountId": LOCAL_ACCOUNT_ID,
+                "caller": "local" if route.iam else None,
+                "user": "local" if route.iam else None,
+                # API Gateway authenticates IAM callers on AWS; locally every caller of an IAM
+                # route is this local principal (or the one an X-Local-Caller-Arn header names,
+                # for tests). An auth NONE route gets no IAM caller, as on AWS.
+                "userArn": (
+                    single_headers.get("X-Local-Caller-Arn")
+                    or f"arn:aws:iam::{LOCAL_ACCOUNT_ID}:user/local"
+                )
+                if route.iam
+                else None,
+                "accountId": LOCAL_ACCOUNT_ID if route.iam else None,
                 "accessKey": None,
                 "userAgent": single_headers.get("User-Agent"),
                 "cognitoIdentityPoolId": None,

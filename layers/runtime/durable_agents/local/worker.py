@@ -289,7 +289,11 @@ class Worker:
         apply_environment(function_environment(specs, opts, self.endpoint))
         functions = self._functions(specs)
         self._install_crash(specs)
-        routes = [Route(a.method, a.path, functions[s.logical_id]) for s in specs for a in s.apis]
+        routes = [
+            Route(a.method, a.path, functions[s.logical_id], iam=a.iam)
+            for s in specs
+            for a in s.apis
+        ]
         try:
             self._api = ApiServer(routes, opts.api_port)
         except OSError as exc:
