@@ -30,14 +30,17 @@ import botocore.client
 import pytest
 from moto import mock_aws
 
+from durable_agents.clock import SkipClock
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.local.functions import make_resolver, read_functions
 from durable_agents.local.http_api import ApiServer, Route
 from durable_agents.local.template import create_journal_table, load_template, table_definition
-from durable_agents.testing import AgentTestRunner
+from durable_agents.testing import AgentTestRunner, Crash
 from durable_agents.waits.auth import JwtVerifier
 from tests.conftest import TEMPLATE
 from tests.unit.test_api_approvals import KEYS, OPERATOR, refund, start_approval
+from tests.unit.test_api_callbacks import HANDED, Job, waiter
+from tests.unit.test_api_reviews import notifier
 from tests.unit.test_auth import AUDIENCE, ISSUER, claims
 
 TABLE, STREAMS, BUCKET, BUS = "journal", "streams", "payloads", "durable-bus"
@@ -123,7 +126,38 @@ class FuzzStack:
     link_token: str
     approval_id: str
     run_id: str
+    callback_id: str
+    operation_id: str
     writes: WriteRecorder
+
+    def seeded(self, path: str) -> dict[str, str]:
+        """Path parameters of ``path`` that name something that exists."""
+        ids = {
+            "approval_id": self.approval_id,
+            "run_id": self.run_id,
+            "callback_id": self.callback_id,
+            "operation_id": self.operation_id,  # "<run>:test-notify:1": no "/" to encode
+        }
+        return {name: value for name, value in ids.items() if "{" + name + "}" in path}
+
+
+def _seed_callback(journal: DynamoDBJournal, clock: SkipClock) -> str:
+    """A pending callback; returns its full id (with the secret, as the agent hands it out)."""
+    HANDED.clear()
+    result = AgentTestRunner(waiter, journal=journal, mode="faithful", clock=clock).run(
+        Job().model_dump()
+    )
+    assert result.status == "SUSPENDED", result.error
+    (callback_id,) = HANDED
+    return callback_id
+
+
+def _seed_review(journal: DynamoDBJournal, clock: SkipClock) -> str:
+    """A tool call in review (its run PAUSED); returns its operation id."""
+    runner = AgentTestRunner(notifier, journal=journal, mode="faithful", clock=clock)
+    result = runner.run("ada@example.com", crash=Crash("test-notify", "after_execute"))
+    assert result.status == "PAUSED", result.error
+    return f"{result.run_id}:test-notify:1"
 
 
 def _with_raw_uri(app: Any) -> Any:
@@ -191,6 +225,8 @@ def fuzz_stack() -> Iterator[FuzzStack]:
         runtime = api_app.get_runtime()
         mp.setattr(runtime, "clock", runner.clock)
         _, approval_id = start_approval(runner)
+        callback_id = _seed_callback(journal, runner.clock)
+        operation_id = _seed_review(journal, runner.clock)
         run, _ = runtime.start_run("example-research", {"topic": "fuzzing"})
         token, _ = approvals.link_signer().mint(
             approval_id,
@@ -217,6 +253,8 @@ def fuzz_stack() -> Iterator[FuzzStack]:
                     link_token=token,
                     approval_id=approval_id,
                     run_id=run.run_id,
+                    callback_id=callback_id,
+                    operation_id=operation_id,
                     writes=writes,
                 )
         finally:

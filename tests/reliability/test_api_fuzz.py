@@ -9,7 +9,7 @@ local mode's WSGI app in-process (``tests/reliability/api_fuzz.py`` says why). E
   ``content_type_conformance``, ``response_schema_conformance``);
 * if it is a rejection (4xx), changed nothing: no AWS call that writes succeeded during it.
 
-``make test`` runs ``API_FUZZ_REQUESTS`` (default 1,200, derandomized); ``make reliability``
+``make test`` runs ``API_FUZZ_REQUESTS`` (default 1,000, derandomized); ``make reliability``
 (``RELIABILITY_FULL=1``) runs at least 10,000 with fresh randomness and prints the count.
 """
 
@@ -41,7 +41,7 @@ from tests.reliability.api_fuzz import FuzzStack, describe, fuzz_stack
 pytestmark = pytest.mark.reliability
 
 FULL = os.environ.get("RELIABILITY_FULL") == "1"
-REQUESTS = int(os.environ.get("API_FUZZ_REQUESTS", "10000" if FULL else "1200"))
+REQUESTS = int(os.environ.get("API_FUZZ_REQUESTS", "10000" if FULL else "1000"))
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
@@ -69,11 +69,7 @@ def _strategies(schema: Any, stack: FuzzStack, mode: GenerationMode) -> dict[str
             headers["Authorization"] = f"Bearer {stack.jwt}"
         if path.startswith("/links/"):
             query["token"] = stack.link_token
-        seeded = {
-            name: value
-            for name, value in (("approval_id", stack.approval_id), ("run_id", stack.run_id))
-            if "{" + name + "}" in path
-        }
+        seeded = stack.seeded(path)
         variants = [
             operation.as_strategy(generation_mode=mode, headers=headers),
             operation.as_strategy(generation_mode=mode, headers=headers, query=query or None),
