@@ -157,12 +157,15 @@ def _responses(op: Operation) -> dict[str, Any]:
     if op.html:  # a browser that prefers HTML gets an error page
         error_content["text/html"] = {"schema": {"type": "string"}}
     responses: dict[str, Any] = {str(op.success): {"description": "Success", "content": ok_content}}
+    if op.also is not None:
+        status, meaning = op.also
+        responses[str(status)] = {"description": meaning, "content": copy.deepcopy(ok_content)}
     for status in sorted({*COMMON_ERRORS, *op.errors}):
         responses[str(status)] = {
             "description": ERROR_DESCRIPTIONS[status],
             "content": copy.deepcopy(error_content),
         }
-    return responses
+    return dict(sorted(responses.items()))
 
 
 def _parameters(op: Operation, generated: list[dict[str, Any]]) -> list[dict[str, Any]]:

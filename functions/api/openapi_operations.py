@@ -31,6 +31,8 @@ class Operation:
     """What the document says about one route beyond what Powertools sees."""
 
     success: int = 200
+    # Another success status and what it means (POST /runs: 200 for a repeated request).
+    also: tuple[int, str] | None = None
     security: Security = "sigv4"
     body: type[BaseModel] | Literal["any"] | None = None
     body_required: bool = True
@@ -64,6 +66,7 @@ def operations() -> dict[tuple[str, str], Operation]:
     return {
         ("POST", "/runs"): Operation(
             201,
+            also=(200, "The run this idempotency key started before (created: false)"),
             body=StartRunRequest,
             example={"agent": "example-research", "input": {"topic": "durable execution"}},
             headers=(
