@@ -172,6 +172,7 @@ def test_fuzz_every_route_short(stack: FuzzStack) -> None:
 
 
 @pytest.mark.reliability_full
+@pytest.mark.timeout(1800)  # ~10 min on a shared 2-core machine; pytest's default is 300 s
 def test_fuzz_every_route_full(stack: FuzzStack) -> None:
     sent = _fuzz(stack, REQUESTS, derandomize=False)
     print(f"\napi fuzz: {sent:,} requests, 0 responses >= 500")
