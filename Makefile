@@ -55,7 +55,7 @@ PYENV_313 = $(shell python3.13 --version >/dev/null 2>&1 || pyenv versions --bar
 BUILD_ENV = $(if $(PYENV_313),PYENV_VERSION=$(shell pyenv version-name 2>/dev/null):$(PYENV_313))
 
 .PHONY: help venv venv-sam venv-cfn venv-policy lint typecheck validate lint-policy pytest test reliability \
-        reliability-fast demo bench bench-local local \
+        reliability-fast openapi demo bench bench-local local \
         build deploy clean distclean
 
 help: ## Show this help
@@ -151,6 +151,11 @@ reliability: $(VENV_STAMP) ## The full fault suite: >= 10,000 schedules + the SI
 
 reliability-fast: $(VENV_STAMP) ## The fault suite's fast subset (what `make pytest` runs of it)
 	$(VENV)/bin/python -m pytest tests/reliability -m "reliability and not reliability_full" -rxX
+
+# docs/openapi.json is what GET /openapi.json serves; tests/unit/test_api_openapi.py fails when
+# the copy is stale.
+openapi: $(VENV_STAMP) ## Regenerate docs/openapi.json (the Api's OpenAPI document)
+	$(VENV)/bin/python scripts/openapi.py
 
 # ---------------------------------------------------------------------------------- running
 demo: $(VENV_STAMP) ## Run the local demo (moto, no AWS account, no Docker)

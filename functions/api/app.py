@@ -25,7 +25,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.approval_page import render_message_page
-from api.routes import approvals, callbacks, runs, streams
+from api.authn import require_iam_identity
+from api.routes import approvals, callbacks, openapi_doc, runs, streams
 from api.routes.common import (
     BadRequest,
     UnprocessableRequest,
@@ -152,6 +153,8 @@ tracer = Tracer()
 app = ThreadSafeRestResolver()
 # At init, not on the first request: a module that does not import fails the deployment at once.
 AGENTS = import_agent_modules()
+# Every route but /people and /links needs an IAM caller, checked once for all (api.authn).
+app.use([require_iam_identity])
 
 _runtime: Runtime | None = None
 MAX_LIMIT = 100
@@ -327,6 +330,7 @@ app.include_router(runs.router)
 app.include_router(approvals.router)
 app.include_router(callbacks.router)
 app.include_router(streams.router)
+app.include_router(openapi_doc.router)
 
 
 def _oversized_segment(event: Mapping[str, Any]) -> str | None:
@@ -370,8 +374,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             "headers": {"Content-Type": "application/json", "Retry-After": "1"},
             "body": json.dumps(
                 {
-                    "error": "ServiceUnavailable",
-                    "message": "the journal is temporarily unavailable; retry the request",
+                    "error": {
+                        "type": "ServiceUnavailable",
+                        "message": "the journal is temporarily unavailable; retry the request",
+                    }
                 }
             ),
         }

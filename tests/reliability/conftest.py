@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.reliability import soak_stack, tally
+from tests.reliability import api_fuzz, soak_stack, tally
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -29,4 +29,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if soak_stack.SUMMARY:
         terminalreporter.section("reliability: local-mode SIGKILL soak")
         for line in soak_stack.SUMMARY:
+            terminalreporter.write_line(line)
+    if api_fuzz.summary():
+        terminalreporter.section("reliability: Api fuzzing (schemathesis)")
+        for line in api_fuzz.summary():
             terminalreporter.write_line(line)

@@ -46,6 +46,7 @@ API_ROUTES = {
     "CallbackSuccess": ("POST", "/callbacks/{callback_id}/success"),
     "CallbackFailure": ("POST", "/callbacks/{callback_id}/failure"),
     "CallbackHeartbeat": ("POST", "/callbacks/{callback_id}/heartbeat"),
+    "GetOpenApiDocument": ("GET", "/openapi.json"),
 }
 # The only methods API Gateway does not authenticate: people (JWT) and signed links (HMAC) cannot
 # sign with SigV4, so ApiFunction verifies their credentials itself (api/routes/approvals.py).

@@ -87,11 +87,13 @@ class ApiEvent:
         event_id: The event's key under ``Events``.
         method: The HTTP method, upper case (``ANY`` matches every method).
         path: The resource path, e.g. ``/runs/{run_id}``.
+        iam: Whether API Gateway authenticates the caller (False for ``Authorizer: NONE``).
     """
 
     event_id: str
     method: str
     path: str
+    iam: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,7 +323,9 @@ class _Events:
         elif kind == "Schedule":
             self.schedules.append(ScheduleEvent(event_id, str(props.get("Schedule", ""))))
         elif kind == "Api":
-            self.apis.append(ApiEvent(event_id, str(props["Method"]).upper(), str(props["Path"])))
+            public = (props.get("Auth") or {}).get("Authorizer") == "NONE"
+            method, path = str(props["Method"]).upper(), str(props["Path"])
+            self.apis.append(ApiEvent(event_id, method, path, iam=not public))
         elif kind == "DynamoDB" and _stream_table(props.get("Stream")):
             self.streams.append(_stream_event(event_id, props))
         else:

@@ -7,11 +7,12 @@ function; its ``statusCode``/``headers``/``body`` become the HTTP response. Unkn
 404 and known paths with another method 405, as JSON; a malformed ``Content-Length`` or a body
 that is not UTF-8 gets 400. The server is werkzeug's threaded WSGI server (a listen backlog of
 ``LISTEN_BACKLOG``); routing uses the raw request target, so ``%2F`` is not decoded before
-routing. IAM (SigV4) auth is not enforced: the server binds 127.0.0.1 only. Every request's
-IAM caller (``requestContext.identity.userArn``, what API Gateway puts there after checking
-the signature) is ``caller_arn`` (``--caller-arn``, ``LOCAL_CALLER_ARN`` by default), or the
-ARN a request's ``X-Local-Caller-Arn`` header names; the Api's own checks (approvers, link
-minters, reviewers) then apply to it as on AWS.
+routing. IAM (SigV4) auth is not enforced: the server binds 127.0.0.1 only. Every IAM route's
+caller (``requestContext.identity.userArn``, what API Gateway puts there after checking the
+signature) is ``caller_arn`` (``--caller-arn``, ``LOCAL_CALLER_ARN`` by default), or the ARN a
+request's ``X-Local-Caller-Arn`` header names; the Api's own checks (approvers, link minters,
+reviewers) then apply to it as on AWS. An ``Authorizer: NONE`` route's event names no IAM
+caller, as on AWS.
 """
 
 from __future__ import annotations
@@ -53,11 +54,14 @@ class Route:
         method: HTTP method (``ANY`` matches all).
         resource: The declared path, e.g. ``/runs/{run_id}``.
         function: The function that serves it.
+        iam: Whether API Gateway would authenticate the caller (False: ``Authorizer: NONE``,
+            and the event names no IAM caller, as on AWS).
     """
 
     method: str
     resource: str
     function: LocalFunction
+    iam: bool = True
 
     def match(self, segments: Sequence[str]) -> dict[str, str] | None:
         """Returns the path parameters if ``segments`` (decoded) fit this resource."""
@@ -151,12 +155,13 @@ def build_event(
             "domainName": single_headers.get("Host", HOST),
             "identity": {
                 "sourceIp": source_ip,
-                "caller": "local",
-                "user": "local",
-                # API Gateway authenticates IAM callers on AWS; locally every caller is this
-                # principal (--caller-arn), or the one an X-Local-Caller-Arn header names.
-                "userArn": single_headers.get(CALLER_HEADER) or caller_arn,
-                "accountId": LOCAL_ACCOUNT_ID,
+                "caller": "local" if route.iam else None,
+                "user": "local" if route.iam else None,
+                # API Gateway authenticates IAM callers on AWS; locally every caller of an IAM
+                # route is this principal (--caller-arn), or the one an X-Local-Caller-Arn header
+                # names. An auth NONE route gets no IAM caller, as on AWS.
+                "userArn": (single_headers.get(CALLER_HEADER) or caller_arn) if route.iam else None,
+                "accountId": LOCAL_ACCOUNT_ID if route.iam else None,
                 "accessKey": None,
                 "userAgent": single_headers.get("User-Agent"),
                 "cognitoIdentityPoolId": None,

@@ -334,7 +334,11 @@ class Worker:
         self._agents_line = describe(load_agents(chosen, [s.code_dir for s in specs]), chosen)
         functions = self._functions(specs)
         self._install_crash(specs)
-        routes = [Route(a.method, a.path, functions[s.logical_id]) for s in specs for a in s.apis]
+        routes = [
+            Route(a.method, a.path, functions[s.logical_id], iam=a.iam)
+            for s in specs
+            for a in s.apis
+        ]
         try:
             self._api = ApiServer(routes, opts.api_port, caller_arn=opts.caller_arn)
         except OSError as exc:

@@ -1,0 +1,186 @@
+"""What the OpenAPI document says of each route beyond what Powertools' generator sees.
+
+``operations()`` names every route of the Api by (method, OpenAPI path): its security, request
+body model, parameters, success status, error statuses and content types. ``api.openapi``
+refuses to build a document for a resolver with a route this table does not name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from api.routes.limits import MAX_CURSOR_CHARS, MAX_KEY_CHARS
+
+Security = Literal["sigv4", "jwt", "link"]
+
+
+@dataclass(frozen=True)
+class Param:
+    """A query or header parameter."""
+
+    name: str
+    schema: dict[str, Any]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Operation:
+    """What the document says about one route beyond what Powertools sees."""
+
+    success: int = 200
+    # Another success status and what it means (POST /runs: 200 for a repeated request).
+    also: tuple[int, str] | None = None
+    security: Security = "sigv4"
+    body: type[BaseModel] | Literal["any"] | None = None
+    body_required: bool = True
+    form: bool = False
+    query: tuple[Param, ...] = ()
+    headers: tuple[Param, ...] = ()
+    errors: tuple[int, ...] = ()
+    html: bool = False
+    event_stream: bool = False
+    example: Any = None
+    tags: tuple[str, ...] = field(default=())
+
+
+_DECISION = {"decision": "approve", "comment": "within policy"}
+_LIMIT = Param("limit", {"type": "integer", "minimum": 1, "maximum": 100}, "Page size.")
+
+
+def operations() -> dict[tuple[str, str], Operation]:
+    """Every route of the Api, keyed by (method, OpenAPI path)."""
+    from api.app import ReviewDecisionRequest  # noqa: PLC0415 - no cycle
+    from api.routes.approvals import (  # noqa: PLC0415
+        DecisionRequest,
+        LinkDecisionRequest,
+        MintLinkRequest,
+    )
+    from api.routes.callbacks import CallbackFailureRequest  # noqa: PLC0415
+    from api.routes.runs import StartRunRequest  # noqa: PLC0415
+    from durable_agents.models import RunStatus  # noqa: PLC0415
+
+    statuses = [s.value for s in RunStatus]
+    decided = (404, 409, 410, 413, 422)
+    return {
+        ("POST", "/runs"): Operation(
+            201,
+            also=(200, "The run this idempotency key started before (created: false)"),
+            body=StartRunRequest,
+            example={"agent": "example-research", "input": {"topic": "durable execution"}},
+            headers=(
+                Param(
+                    "Idempotency-Key",
+                    {"type": "string", "maxLength": MAX_KEY_CHARS},
+                    "Same as the body's idempotency_key (they must agree when both are sent).",
+                ),
+            ),
+            errors=(404, 409, 413, 422),
+            tags=("runs",),
+        ),
+        ("GET", "/runs"): Operation(
+            query=(
+                Param("status", {"type": "string", "enum": statuses}, "Only runs in this status."),
+                _LIMIT,
+                Param("cursor", {"type": "string", "maxLength": MAX_CURSOR_CHARS}, "From a page."),
+            ),
+            tags=("runs",),
+        ),
+        ("GET", "/runs/{run_id}"): Operation(errors=(404,), tags=("runs",)),
+        ("GET", "/runs/{run_id}/history"): Operation(errors=(404,), tags=("runs",)),
+        ("GET", "/runs/{run_id}/stream"): Operation(
+            query=(
+                Param("after", {"type": "string", "maxLength": MAX_KEY_CHARS}, "Stream cursor."),
+                Param("wait", {"type": "number", "minimum": 0, "maximum": 10}, "Long-poll, s."),
+            ),
+            headers=(Param("Last-Event-ID", {"type": "string"}, "EventSource's cursor."),),
+            errors=(404,),
+            event_stream=True,
+            tags=("runs",),
+        ),
+        ("POST", "/runs/{run_id}/redrive"): Operation(202, errors=(404, 409), tags=("runs",)),
+        ("GET", "/reviews"): Operation(tags=("reviews",)),
+        ("POST", "/reviews/{operation_id}"): Operation(
+            body=ReviewDecisionRequest,
+            example={"decision": "committed", "comment": "charged by hand", "external_id": "ch_1"},
+            errors=(404, 409, 413, 422),
+            tags=("reviews",),
+        ),
+        ("GET", "/approvals"): Operation(
+            query=(
+                Param(
+                    "status",
+                    {"type": "string", "enum": ["pending", "approved", "rejected", "expired"]},
+                ),
+                _LIMIT,
+            ),
+            tags=("approvals",),
+        ),
+        ("GET", "/approvals/{approval_id}"): Operation(
+            errors=(404,), html=True, tags=("approvals",)
+        ),
+        ("POST", "/approvals/{approval_id}"): Operation(
+            body=DecisionRequest,
+            form=True,
+            example=_DECISION,
+            errors=decided,
+            html=True,
+            tags=("approvals",),
+        ),
+        ("POST", "/approvals/{approval_id}/links"): Operation(
+            201,
+            body=MintLinkRequest,
+            form=True,
+            example={"approver": "user:ada@example.com", "ttl_seconds": 3600},
+            errors=decided,
+            html=True,
+            tags=("approvals",),
+        ),
+        ("GET", "/people/approvals/{approval_id}"): Operation(
+            security="jwt", errors=(404,), html=True, tags=("approvals",)
+        ),
+        ("POST", "/people/approvals/{approval_id}"): Operation(
+            security="jwt",
+            body=DecisionRequest,
+            form=True,
+            example=_DECISION,
+            errors=decided,
+            html=True,
+            tags=("approvals",),
+        ),
+        ("GET", "/links/approvals/{approval_id}"): Operation(
+            security="link",
+            query=(Param("token", {"type": "string"}, "The signed link's token."),),
+            errors=(404,),
+            html=True,
+            tags=("approvals",),
+        ),
+        ("POST", "/links/approvals/{approval_id}"): Operation(
+            security="link",
+            body=LinkDecisionRequest,
+            form=True,
+            query=(Param("token", {"type": "string"}, "The signed link's token."),),
+            errors=decided,
+            html=True,
+            tags=("approvals",),
+        ),
+        ("POST", "/callbacks/{callback_id}/success"): Operation(
+            body="any",
+            body_required=False,
+            example={"charge_id": "ch_1"},
+            errors=(404, 409, 410, 413),
+            tags=("callbacks",),
+        ),
+        ("POST", "/callbacks/{callback_id}/failure"): Operation(
+            body=CallbackFailureRequest,
+            example={"error_type": "PaymentDeclined", "error_message": "card expired"},
+            errors=(404, 409, 410, 413, 422),
+            tags=("callbacks",),
+        ),
+        ("POST", "/callbacks/{callback_id}/heartbeat"): Operation(
+            errors=(404, 409, 410), tags=("callbacks",)
+        ),
+        ("GET", "/openapi.json"): Operation(tags=("meta",)),
+    }
