@@ -15,9 +15,8 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from types import FrameType
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -33,89 +32,43 @@ from durable_agents.local.agents_loading import (
     load_agents,
     model_scripts_setting,
 )
-from durable_agents.local.aws import DEFAULT_REGION, DUMMY_KEY, LocalSession
-from durable_agents.local.crash import CrashHooks, CrashSpec, install
+from durable_agents.local.aws import LocalSession
+from durable_agents.local.crash import CrashHooks, install
 from durable_agents.local.event_router import QueueConsumers
 from durable_agents.local.functions import FunctionSpec, make_resolver, read_functions
-from durable_agents.local.http_api import DEFAULT_PORT, HOST, ApiServer, Route
-from durable_agents.local.identity import LOCAL_CALLER_ARN
+from durable_agents.local.http_api import HOST, ApiServer, Route
 from durable_agents.local.invoke import LocalFunction, load_handler
 from durable_agents.local.oidc import LocalIssuer
-from durable_agents.local.provision import (
-    DEFAULT_VISIBILITY_TIMEOUT,
-    Clients,
-    RuleQueue,
-    provision,
-)
+from durable_agents.local.provision import Clients, RuleQueue, provision
 from durable_agents.local.reattach import store_watch
 from durable_agents.local.scheduler import ScheduleLoop
 from durable_agents.local.secrets import create_secrets
-from durable_agents.local.services import SERVICE_NAMES
 from durable_agents.local.stream_router import StreamPoller, StreamRoute
 from durable_agents.local.template import load_template
+from durable_agents.local.worker_environment import (
+    SERVICE_URL_VARIABLES,
+    apply_environment,
+    function_environment,
+    services_environment,
+)
+from durable_agents.local.worker_options import WorkerOptions
+
+# Re-exported: the CLI and the tests import these from here.
+__all__ = [
+    "EXIT_SETUP_FAILED",
+    "SERVICE_URL_VARIABLES",
+    "Worker",
+    "WorkerOptions",
+    "apply_environment",
+    "configure_logging",
+    "function_environment",
+    "run_local",
+    "services_environment",
+]
 
 log = logging.getLogger("durable_agents.local")
 
-# The example tools' base URLs (``functions/agents/tools.py``); see ``services_environment``.
-SERVICE_URL_VARIABLES = {f"{name.upper()}_URL": name for name in SERVICE_NAMES}
-
 EXIT_SETUP_FAILED = 2
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerOptions:
-    """How to run local mode (the ``durable-agents local`` flags).
-
-    Attributes:
-        template: The SAM template.
-        moto_endpoint: Attach to this moto server instead of starting one.
-        moto_port: Port of the moto server to start.
-        state_dir: Where the started moto server keeps its state (it survives a SIGKILL of
-            every local process); None: in memory only (``--ephemeral``).
-        api_port: Port of the Api server (loopback only).
-        schedule_interval: Seconds between Schedule invocations.
-        function_timeouts: Timeout overrides by function logical id; the key ``"*"`` applies
-            to every other function. The StepRunner derives its claim lease from its timeout.
-        stall_after: ``STALL_AFTER_SECONDS`` for the reconciler.
-        visibility_timeout: Seconds before an event taken by a dead worker is redelivered.
-        concurrency: Consumer threads per rule queue (>= 2 lets duplicates race).
-        region: The local region.
-        log_level: ``LOG_LEVEL`` of the handlers' Powertools loggers (they print JSON).
-        quiet: Only warnings and errors on stderr.
-        keep_moto: Leave the moto process this worker started running on exit.
-        crash_at: SIGKILL this process once, at this point of this operation.
-        services_url: Base URL of the fake services (``python -m
-            durable_agents.local.services``): sets ``PAYMENTS_URL``, ``EMAIL_URL`` and
-            ``TICKETS_URL`` for the handlers.
-        agents: ``--agents``: the agent modules, over ``AGENT_MODULES`` (``local.agents_loading``).
-        caller_arn: ``--caller-arn``: the IAM caller of Api requests without an
-            ``X-Local-Caller-Arn`` header; it also mints links and decides reviews.
-        model_scripts: ``--model-script``: ``[CONFIG=]file`` model scripts added to the
-            template's ``SCRIPTED_MODEL_FILE``.
-        oidc_port: ``--local-oidc [--oidc-port]``: run a local OIDC issuer on this port and
-            point ``JWT_*`` at it (``local.oidc``); None: none.
-    """
-
-    template: Path = Path("template.yaml")
-    moto_endpoint: str | None = None
-    moto_port: int = moto_server.DEFAULT_PORT
-    state_dir: Path | None = moto_server.DEFAULT_STATE_DIR
-    api_port: int = DEFAULT_PORT
-    schedule_interval: float = 1.0
-    function_timeouts: dict[str, float] = field(default_factory=dict)
-    stall_after: int = 5
-    visibility_timeout: int = DEFAULT_VISIBILITY_TIMEOUT
-    concurrency: int = 4
-    region: str = DEFAULT_REGION
-    log_level: str = "WARNING"
-    quiet: bool = False
-    keep_moto: bool = False
-    crash_at: CrashSpec | None = None
-    services_url: str | None = None
-    agents: tuple[str, ...] = ()
-    caller_arn: str = LOCAL_CALLER_ARN
-    model_scripts: tuple[str, ...] = ()
-    oidc_port: int | None = None
 
 
 class _Part(Protocol):
@@ -145,78 +98,6 @@ def configure_logging(quiet: bool) -> None:
     log.handlers[:] = [handler]
     log.setLevel(logging.WARNING if quiet else logging.INFO)
     log.propagate = False
-
-
-def services_environment(
-    services_url: str | None, environ: Mapping[str, str] | None = None
-) -> dict[str, str]:
-    """``PAYMENTS_URL``, ``EMAIL_URL`` and ``TICKETS_URL`` for the handlers.
-
-    Args:
-        services_url: The fake services' base URL (``--services-url``): each variable
-            becomes ``<url>/<service>``.
-        environ: Without a URL, those of the three variables set here (the worker's own
-            environment by default) are passed on, over any value the template declares.
-
-    Returns:
-        The variables to set (possibly none).
-    """
-    if services_url:
-        base = services_url.rstrip("/")
-        return {name: f"{base}/{service}" for name, service in SERVICE_URL_VARIABLES.items()}
-    source = os.environ if environ is None else environ
-    return {name: source[name] for name in SERVICE_URL_VARIABLES if source.get(name)}
-
-
-def function_environment(
-    specs: Sequence[FunctionSpec], options: WorkerOptions, endpoint: str
-) -> dict[str, str]:
-    """The process environment for the functions: theirs, resolved, plus local settings.
-
-    All functions share this process, so their variables are merged; a variable declared
-    with different values by two functions is reported and the later one wins. The services'
-    URLs (``services_environment``) come last.
-    """
-    env: dict[str, str] = {}
-    for spec in specs:
-        for key, value in spec.environment.items():
-            if key in env and env[key] != value:
-                log.warning(
-                    "%s sets %s=%s, another function %s; using %s",
-                    spec.logical_id,
-                    key,
-                    value,
-                    env[key],
-                    value,
-                )
-            env[key] = value
-    env.update(
-        AWS_ENDPOINT_URL=endpoint,
-        AWS_ACCESS_KEY_ID=DUMMY_KEY,
-        AWS_SECRET_ACCESS_KEY=DUMMY_KEY,
-        AWS_DEFAULT_REGION=options.region,
-        AWS_REGION=options.region,
-        STALL_AFTER_SECONDS=str(options.stall_after),
-        LOG_LEVEL=options.log_level,
-        POWERTOOLS_TRACE_DISABLED="1",
-        POWERTOOLS_METRICS_DISABLED="true",
-        # Signed approval links must point at this local server (no https, no stage).
-        PUBLIC_BASE_URL=f"http://{HOST}:{options.api_port}",
-    )
-    env.setdefault("POWERTOOLS_METRICS_NAMESPACE", "DurableAgentsLocal")
-    # Locally the IAM caller (--caller-arn) delivers links and reviews calls, unless the
-    # template's parameters name someone else.
-    for key in ("LINK_MINTERS", "REVIEW_OPERATORS"):
-        env[key] = env.get(key) or f"iam:{options.caller_arn}"
-    env.update(services_environment(options.services_url))
-    return env
-
-
-def apply_environment(env: dict[str, str]) -> None:
-    """Sets ``env`` in this process and drops what could reach a real AWS account."""
-    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
-        os.environ.pop(key, None)
-    os.environ.update(env)
 
 
 class Worker:

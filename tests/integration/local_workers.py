@@ -1,0 +1,80 @@
+"""Worker processes for the local-mode tests: start one, start a run, poll it over HTTP.
+
+Shared by ``test_local_mode.py`` and ``test_local_crash_recovery.py``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from durable_agents.local.moto_server import MotoProcess, free_port
+from durable_agents.local.processes import WorkerProcess, http_json
+
+ROOT = Path(__file__).resolve().parents[2]
+WORK_SECONDS = "0.5"
+# A 1 s StepRunner timeout gives a 6 s claim lease (1 s + the runtime's 5 s margin), and the
+# reconciler re-drives a stalled run after 1 s: a killed step is retried ~6 s after its claim.
+WORKER_ARGS = [
+    "--function-timeout",
+    "StepRunnerFunction=1",
+    "--stall-after",
+    "1",
+    "--log-level",
+    "ERROR",
+]
+AGENT = "example-research"
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def start_worker(
+    moto: MotoProcess, args: list[str] | None = None, env: dict[str, str] | None = None
+) -> WorkerProcess:
+    worker = WorkerProcess(
+        api_port=free_port(),
+        moto_endpoint=moto.endpoint,
+        args=WORKER_ARGS + (args or []),
+        cwd=ROOT,
+        env={"EXAMPLE_WORK_SECONDS": WORK_SECONDS, **(env or {})},
+    )
+    worker.start()
+    return worker
+
+
+def get(worker: WorkerProcess, path: str) -> tuple[int, Any]:
+    return http_json("GET", f"{worker.base_url}{path}")
+
+
+def start_run(worker: WorkerProcess, input_value: Any, agent: str = AGENT) -> str:
+    status, body = http_json(
+        "POST", f"{worker.base_url}/runs", {"agent": agent, "input": input_value}
+    )
+    assert status == 201, body
+    return str(body["run"]["run_id"])
+
+
+def wait_for_status(worker: WorkerProcess, run_id: str, wanted: str, timeout: float) -> Any:
+    def check() -> Any:
+        status, run = get(worker, f"/runs/{run_id}")
+        assert status == 200, run
+        assert run["status"] not in ("FAILED", "PAUSED"), run
+        return run if run["status"] == wanted else None
+
+    return wait_until(check, timeout, f"run {run_id} to be {wanted}")
+
+
+def history(worker: WorkerProcess, run_id: str) -> list[dict[str, Any]]:
+    status, body = get(worker, f"/runs/{run_id}/history")
+    assert status == 200, body
+    return list(body["events"])
