@@ -35,6 +35,8 @@ def zipped_size(directory: Path) -> int:
 
 
 def mb(size: int) -> str:
+    if size < 1_000_000:
+        return f"{size / 1_000:.1f} kB"
     return f"{size / 1_000_000:.2f} MB"
 
 
