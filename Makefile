@@ -56,7 +56,7 @@ BUILD_ENV = $(if $(PYENV_313),PYENV_VERSION=$(shell pyenv version-name 2>/dev/nu
 
 .PHONY: help venv venv-sam venv-cfn venv-policy lint typecheck validate lint-policy pytest test reliability \
         reliability-fast openapi demo bench bench-local local \
-        build deploy clean distclean
+        build build-check deploy clean distclean
 
 help: ## Show this help
 	@echo "durable-agents. First: 'make demo' (local run, no AWS) and 'make test'."
@@ -173,6 +173,14 @@ local: $(VENV_STAMP) ## Serve the runtime locally on http://127.0.0.1:3000
 # --------------------------------------------------------------------------------------- AWS
 build: $(SAM_STAMP) ## sam build (python3.13/arm64, no container; ENV=dev|prod optional)
 	$(BUILD_ENV) $(SAM) build $(SAM_CONFIG_ENV)
+
+# The layer holds the runtime only and each function only what it imports (docs/deploy.md,
+# "What is deployed"): `make pytest` checks that on the same file trees built without SAM; this
+# checks a real `sam build`, then prints the sizes.
+build-check: build $(VENV_STAMP) ## sam build, then check and measure what it built (layer, functions)
+	PACKAGING_BUILD_DIR=.aws-sam/build $(VENV)/bin/python -m pytest -q -p no:cacheprovider \
+	  tests/template/test_packaging.py
+	$(VENV)/bin/python scripts/package_sizes.py .aws-sam/build
 
 deploy: build ## sam build && sam deploy --guided (ENV=dev|prod optional)
 	$(SAM) deploy --guided $(SAM_CONFIG_ENV)
