@@ -1,4 +1,8 @@
-"""The runtime: start runs and execute one invocation of a run (what the StepRunner does)."""
+"""The runtime: start runs and execute one invocation of a run (what the StepRunner does).
+
+How an invocation ends (the outcome and the run-header change recording it) is in
+``durable_agents.outcomes``; its types are importable from here as well.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,6 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -20,7 +22,6 @@ from durable_agents.errors import (
     AgentNotFoundError,
     DurableError,
     EntryConflictError,
-    RunRevisionConflictError,
     RunStateConflictError,
     SuspendExecution,
     VersionNotDeployedError,
@@ -33,16 +34,28 @@ from durable_agents.events import (
     step_ready,
 )
 from durable_agents.ids import check_run_id
-from durable_agents.invocation import NO_HOOKS, Invocation, InvocationHooks, Reason
+from durable_agents.invocation import NO_HOOKS, Invocation, InvocationHooks
 from durable_agents.journal.store import JournalStore, input_hash
 from durable_agents.llm.types import LlmProvider, StreamSink
-from durable_agents.models import EffectStatus, Entry, ErrorInfo, RunChange, RunHeader, RunStatus
+from durable_agents.models import EffectStatus, Entry, RunChange, RunHeader, RunStatus
 from durable_agents.observability import ReplayAwareLogger
+from durable_agents.outcomes import InvocationOutcome, OutcomeKind, finish, pause, suspended
 from durable_agents.serde import decode, encode, error_info
 from durable_agents.tenancy import DEFAULT_TENANT, check_tenant
 from durable_agents.waits.schedules import WaitScheduler
 
-_ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
+# InvocationOutcome and OutcomeKind live in durable_agents.outcomes; their importers keep
+# importing them from here.
+__all__ = [
+    "DEFAULT_LEASE_MS",
+    "LEASE_MARGIN_MS",
+    "InputValidationError",
+    "InvocationOutcome",
+    "OutcomeKind",
+    "Runtime",
+    "new_run_id",
+]
+
 LEASE_MARGIN_MS = 5_000
 DEFAULT_LEASE_MS = 15 * 60 * 1000 + LEASE_MARGIN_MS  # the Lambda maximum, plus clock skew
 
@@ -54,48 +67,6 @@ class InputValidationError(DurableError):
         self.agent = agent
         self.errors = errors
         super().__init__(f"input does not match agent {agent!r}: {errors}")
-
-
-class OutcomeKind(StrEnum):
-    """How an invocation ended."""
-
-    CONTINUE = "continue"
-    """More work is ready; a ``Step Ready`` event was published."""
-    SUSPENDED = "suspended"
-    """The run waits for a timer or an external event."""
-    CONTENDED = "contended"
-    """Another invocation holds the frontier; nothing was published."""
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    PAUSED = "paused"
-    """Stopped for a person (replay diverged, pinned version missing)."""
-    NOOP = "noop"
-    """The run was already finished or paused."""
-
-
-@dataclass(frozen=True, slots=True)
-class InvocationOutcome:
-    """What one invocation did.
-
-    Attributes:
-        run_id: The run.
-        kind: How the invocation ended.
-        executed: Operation ids executed (not replayed) by this invocation.
-        wake_at_ms: For SUSPENDED/CONTENDED: when the run should be looked at again.
-        detail: A human-readable reason.
-        targets: For CONTINUE: the parallel branches to advance in separate invocations
-            (empty = one untargeted invocation).
-        external: For SUSPENDED: the run waits on something outside (a person, a callback,
-            a child run, its branches) rather than only a timer.
-    """
-
-    run_id: str
-    kind: OutcomeKind
-    executed: list[str] = field(default_factory=list)
-    wake_at_ms: int | None = None
-    detail: str = ""
-    targets: tuple[str, ...] = ()
-    external: bool = False
 
 
 def new_run_id() -> str:
@@ -258,7 +229,7 @@ class Runtime:
         try:
             definition = self.registry.pinned(header.agent, header.versions["workflow_version"])
         except (AgentNotFoundError, VersionNotDeployedError) as exc:
-            return self._pause(header, error_info(exc), [])
+            return pause(self.store, self.clock, header, error_info(exc), [])
 
         lease_ms = DEFAULT_LEASE_MS if remaining_ms is None else max(remaining_ms, 0)
         inv = Invocation(
@@ -300,123 +271,19 @@ class Runtime:
             output = encode(value, definition.output_type)
         except SuspendExecution as signal:
             if inv.fault is not None:
-                return self._pause(inv.header, error_info(inv.fault), inv.executed)
-            return self._suspended(run_id, signal, inv)
+                return pause(
+                    self.store, self.clock, inv.header, error_info(inv.fault), inv.executed
+                )
+            return suspended(self.store, self.clock, run_id, signal, inv)
         except Exception as exc:
             if inv.fault is not None:
-                return self._pause(inv.header, error_info(inv.fault), inv.executed)
-            return self._finish(inv, RunStatus.FAILED, error=error_info(exc))
+                return pause(
+                    self.store, self.clock, inv.header, error_info(inv.fault), inv.executed
+                )
+            return finish(self.store, self.clock, inv, RunStatus.FAILED, error=error_info(exc))
         if inv.fault is not None:  # the agent caught the divergence error and carried on
-            return self._pause(inv.header, error_info(inv.fault), inv.executed)
-        return self._finish(inv, RunStatus.SUCCEEDED, result=output)
-
-    def _suspended(
-        self, run_id: str, signal: SuspendExecution, inv: Invocation
-    ) -> InvocationOutcome:
-        if signal.reason in (Reason.TIMER, Reason.EXTERNAL) and not self._mark_suspended(
-            inv, signal
-        ):
-            # The header changed after this invocation read it: what the run waits for must be
-            # decided again on a fresh read, by the next invocation.
-            return InvocationOutcome(
-                run_id, OutcomeKind.CONTINUE, list(inv.executed), detail="run changed; reload"
-            )
-        kind = {
-            Reason.CONTINUE: OutcomeKind.CONTINUE,
-            Reason.DISPATCH: OutcomeKind.CONTINUE,
-            Reason.TIMER: OutcomeKind.SUSPENDED,
-            Reason.EXTERNAL: OutcomeKind.SUSPENDED,
-        }.get(signal.reason, OutcomeKind.CONTENDED)
-        return InvocationOutcome(
-            run_id,
-            kind,
-            list(inv.executed),
-            wake_at_ms=signal.wake_at_ms,
-            detail=str(signal),
-            targets=signal.targets,
-            external=signal.reason == Reason.EXTERNAL,
-        )
-
-    def _mark_suspended(self, inv: Invocation, signal: SuspendExecution) -> bool:
-        """Makes the header say the run waits, when nothing in this invocation said so.
-
-        Needed when the waiting happens inside parallel branches: a sibling's commit may have
-        set the run RUNNING after a branch suspended it. A wait's own commit normally did it
-        already (no extra write then).
-
-        Returns:
-            False if the header changed since this invocation read it (the write is fenced by
-            that revision and was refused): the caller asks for a fresh look instead.
-        """
-        header = inv.header
-        if header.status is RunStatus.SUSPENDED and header.wake_at_ms == signal.wake_at_ms:
-            return True
-        waiting = header.waiting_on if header.status is RunStatus.SUSPENDED else None
-        change = RunChange(
-            expected=_ACTIVE,
-            status=RunStatus.SUSPENDED,
-            updated_at_ms=self.clock.now_ms(),
-            wake_at_ms=signal.wake_at_ms,
-            waiting_on=waiting or {"kind": "branches", "detail": signal.detail[:200]},
-            expected_revision=header.revision,
-        )
-        try:
-            self.store.commit(inv.run_id, [], change)
-        except RunRevisionConflictError:
-            return False
-        except RunStateConflictError:
-            return True  # paused or finished meanwhile: that status stands
-        inv.header = change.apply(header)
-        if signal.wake_at_ms is not None:
-            inv.schedule_run_wake(signal.wake_at_ms)
-        return True
-
-    def _finish(
-        self,
-        inv: Invocation,
-        status: RunStatus,
-        *,
-        result: str | None = None,
-        error: ErrorInfo | None = None,
-    ) -> InvocationOutcome:
-        change = RunChange(
-            expected=_ACTIVE,
-            status=status,
-            updated_at_ms=self.clock.now_ms(),
-            result=result,
-            error=error,
-            wake_at_ms=None,
-            waiting_on=None,
-        )
-        try:
-            self.store.commit(inv.run_id, [], change)
-        except RunStateConflictError as exc:
-            # A concurrent invocation finished the run first; it publishes Run Finished.
-            return InvocationOutcome(
-                inv.run_id, OutcomeKind.CONTENDED, list(inv.executed), detail=str(exc)
-            )
-        kind = OutcomeKind.SUCCEEDED if status is RunStatus.SUCCEEDED else OutcomeKind.FAILED
-        detail = f"{error.type}: {error.message}" if error else ""
-        return InvocationOutcome(inv.run_id, kind, list(inv.executed), detail=detail)
-
-    def _pause(self, header: RunHeader, error: ErrorInfo, executed: list[str]) -> InvocationOutcome:
-        change = RunChange(
-            expected=_ACTIVE,
-            status=RunStatus.PAUSED,
-            updated_at_ms=self.clock.now_ms(),
-            error=error,
-            wake_at_ms=None,
-            waiting_on={"kind": "person", "reason": error.type},
-        )
-        try:
-            self.store.commit(header.run_id, [], change)
-        except RunStateConflictError as exc:
-            return InvocationOutcome(
-                header.run_id, OutcomeKind.CONTENDED, executed, detail=str(exc)
-            )
-        return InvocationOutcome(
-            header.run_id, OutcomeKind.PAUSED, executed, detail=f"{error.type}: {error.message}"
-        )
+            return pause(self.store, self.clock, inv.header, error_info(inv.fault), inv.executed)
+        return finish(self.store, self.clock, inv, RunStatus.SUCCEEDED, result=output)
 
     def _publish_follow_up(
         self,

@@ -18,14 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from durable_agents.waits.auth import (
-    AuthenticationError,
-    AuthUnavailableError,
-    _b64decode,
-    _json_segment,
-    b64encode,
-)
+from durable_agents.waits.jwks import AuthUnavailableError
 from durable_agents.waits.principals import Principal
+from durable_agents.waits.tokens import AuthenticationError, _b64decode, _json_segment, b64encode
 
 MAX_LINK_CHARS = 2_048
 MIN_LINK_KEY_BYTES = 32

@@ -1,0 +1,208 @@
+"""The index listings of the DynamoDB journal: runs, timers, side effects and waits by GSI.
+
+Every listing is one Query page of a GSI partition (eventually consistent) with an opaque cursor
+to the next page; ``run_tenants`` reads headers in batches. See docs/adr/0001-journal-layout.md
+for the indexes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Collection
+from typing import Any
+
+from durable_agents.aws_faults import GuardedClient
+from durable_agents.errors import InfrastructureError
+from durable_agents.journal.dynamodb_items import (
+    HEADER_SK,
+    PREPARED_PK,
+    REVIEW_PK,
+    WAIT_DUE_PK,
+    WAKE_PK,
+    ItemCodec,
+    pk,
+    tenant_pk,
+    ts,
+)
+from durable_agents.journal.store import JournalStore, Page
+from durable_agents.models import (
+    RunHeader,
+    RunPage,
+    RunStatus,
+    SideEffectRecord,
+    WaitRecord,
+    WaitStatus,
+)
+from durable_agents.tenancy import DEFAULT_TENANT
+
+BATCH_ROUNDS = 3  # BatchGetItem rounds before keys left unprocessed are a failure
+
+
+class DynamoDBListings(JournalStore):
+    """The listing queries of ``DynamoDBJournal`` (a mixin: the journal sets the attributes)."""
+
+    _client: GuardedClient
+    _table: str
+    _items: ItemCodec
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        oldest_first: bool = False,
+        tenant: str | None = None,
+    ) -> RunPage:
+        """Lists runs most recently changed first, or oldest first (GSI ``gsi1``).
+
+        Eventually consistent. Without ``status`` every status partition is read and merged
+        (no cursor then). With ``tenant`` only that tenant's runs are read (GSI ``gsi3``,
+        partition ``TENANT#<tenant>``, sort key ``<status>#<updated_at_ms>#<run_id>``): pages
+        are full pages of its runs and the cursor is the key of its own last run.
+        """
+        if status is None:
+            merged: list[RunHeader] = []
+            for each in RunStatus:
+                merged += self.list_runs(
+                    status=each, limit=limit, oldest_first=oldest_first, tenant=tenant
+                ).runs
+            merged.sort(key=lambda h: (h.updated_at_ms, h.run_id), reverse=not oldest_first)
+            return RunPage(merged[:limit], None)
+        if tenant is None:
+            index, partition, prefix = "gsi1", f"STATUS#{status.value}", None
+        else:
+            index, partition, prefix = "gsi3", tenant_pk(tenant), f"{status.value}#"
+        items, next_cursor = self._query_index(
+            index,
+            partition,
+            limit=limit,
+            cursor=cursor,
+            newest_first=not oldest_first,
+            prefix=prefix,
+        )
+        return RunPage([self._items.header_from_item(item) for item in items], next_cursor)
+
+    def due_runs_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[RunHeader]:
+        """Returns one page of SUSPENDED runs whose timer is due (sparse GSI ``gsi2``)."""
+        items, next_cursor = self._query_index(
+            "gsi2", WAKE_PK, before_ms=now_ms, limit=limit, cursor=cursor
+        )
+        return Page([self._items.header_from_item(item) for item in items], next_cursor)
+
+    def stale_effects_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[SideEffectRecord]:
+        """Returns one page of PREPARED records past their stale time (sparse GSI ``gsi2``)."""
+        items, next_cursor = self._query_index(
+            "gsi2", PREPARED_PK, before_ms=now_ms, limit=limit, cursor=cursor
+        )
+        return Page([self._items.effect_from_item(item) for item in items], next_cursor)
+
+    def effects_in_review(self, *, limit: int = 100) -> list[SideEffectRecord]:
+        """Returns records in NEEDS_REVIEW, oldest first (GSI ``gsi1``)."""
+        items, _ = self._query_index("gsi1", REVIEW_PK, limit=limit)
+        return [self._items.effect_from_item(item) for item in items]
+
+    def reviews_page(
+        self, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[SideEffectRecord]:
+        """Returns one page of records in NEEDS_REVIEW, oldest first (GSI ``gsi1``)."""
+        items, next_cursor = self._query_index("gsi1", REVIEW_PK, limit=limit, cursor=cursor)
+        return Page([self._items.effect_from_item(item) for item in items], next_cursor)
+
+    def waits_page(
+        self, kind: str, status: WaitStatus, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[WaitRecord]:
+        """Returns one page of waits of one kind and status, oldest first (GSI ``gsi1``)."""
+        items, next_cursor = self._query_index(
+            "gsi1", f"WAIT#{kind}#{status.value}", limit=limit, cursor=cursor
+        )
+        return Page([self._items.wait_from_item(item) for item in items], next_cursor)
+
+    def run_tenants(self, run_ids: Collection[str]) -> dict[str, str]:
+        """The tenant of each of these runs that exists: ``BatchGetItem``, 100 keys a request.
+
+        Strongly consistent, and only ``run_id`` and ``tenant`` are read (a listing of 100
+        approvals costs one request, not 100).
+        """
+        tenants: dict[str, str] = {}
+        wanted = list(dict.fromkeys(run_ids))
+        for start in range(0, len(wanted), 100):
+            keys = [{"pk": pk(r), "sk": {"S": HEADER_SK}} for r in wanted[start : start + 100]]
+            request: dict[str, Any] = {
+                self._table: {
+                    "Keys": keys,
+                    "ConsistentRead": True,
+                    "ProjectionExpression": "#r, #t",
+                    "ExpressionAttributeNames": {"#r": "run_id", "#t": "tenant"},
+                }
+            }
+            for _ in range(BATCH_ROUNDS):
+                reply = self._client.batch_get_item(RequestItems=request)
+                for item in reply.get("Responses", {}).get(self._table, []):
+                    # Headers from before tenants have none: the default tenant's.
+                    tenants[item["run_id"]["S"]] = item.get("tenant", {}).get("S", DEFAULT_TENANT)
+                request = reply.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+            else:
+                # Throttled round after round (the SDK retries each round itself).
+                raise InfrastructureError("BatchGetItem", "UnprocessedKeys")
+        return tenants
+
+    def list_waits(self, kind: str, status: WaitStatus, *, limit: int = 100) -> list[WaitRecord]:
+        """Returns waits of one kind and status, oldest first (GSI ``gsi1``)."""
+        items, _ = self._query_index("gsi1", f"WAIT#{kind}#{status.value}", limit=limit)
+        return [self._items.wait_from_item(item) for item in items]
+
+    def due_waits_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[WaitRecord]:
+        """Returns one page of PENDING waits past their deadline or heartbeat (GSI ``gsi2``)."""
+        items, next_cursor = self._query_index(
+            "gsi2", WAIT_DUE_PK, before_ms=now_ms, limit=limit, cursor=cursor
+        )
+        return Page([self._items.wait_from_item(item) for item in items], next_cursor)
+
+    def _query_index(
+        self,
+        index: str,
+        partition: str,
+        *,
+        before_ms: int | None = None,
+        limit: int,
+        cursor: str | None = None,
+        newest_first: bool = False,
+        prefix: str | None = None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of a GSI partition and the next page's cursor (None when there is none).
+
+        Oldest first unless ``newest_first``; optionally only keys before ``before_ms``, or
+        only keys beginning with ``prefix``.
+        """
+        condition = f"{index}pk = :pk"
+        values: dict[str, Any] = {":pk": {"S": partition}}
+        if prefix is not None:
+            condition += f" AND begins_with({index}sk, :prefix)"
+            values[":prefix"] = {"S": prefix}
+        if before_ms is not None:
+            condition += f" AND {index}sk < :upper"
+            values[":upper"] = {"S": ts(before_ms + 1)}
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "IndexName": index,
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeValues": values,
+            "ScanIndexForward": not newest_first,
+            "Limit": limit,
+        }
+        if cursor:
+            kwargs["ExclusiveStartKey"] = json.loads(base64.urlsafe_b64decode(cursor))
+        page = self._client.query(**kwargs)
+        last = page.get("LastEvaluatedKey")
+        next_cursor = base64.urlsafe_b64encode(json.dumps(last).encode()).decode() if last else None
+        return list(page.get("Items", [])), next_cursor
