@@ -68,6 +68,21 @@ def choose_agent_modules(
     return AgentModules((), SOURCE_TEMPLATE)
 
 
+def put_on_path(code_dirs: Sequence[Path]) -> None:
+    """Makes the functions' code importable as in Lambda, before anything names a package.
+
+    The ``code_dirs`` go first on ``sys.path`` (as Lambda's ``/var/task``), the working
+    directory last (so it never shadows them or ``PYTHONPATH``). Called before the template's
+    ``package:path`` settings (``SCRIPTED_MODEL_FILE: agents:scripts/...``) are resolved.
+    """
+    for code_dir in code_dirs:
+        if str(code_dir) not in sys.path:
+            sys.path.insert(0, str(code_dir))
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
+
+
 def load_agents(
     chosen: AgentModules, code_dirs: Sequence[Path] = ()
 ) -> list[AgentDefinition[Any, Any]]:
@@ -87,12 +102,7 @@ def load_agents(
         AgentModuleError: If a module cannot be imported; the message names the module, where
             it was configured and the import error.
     """
-    for code_dir in code_dirs:
-        if str(code_dir) not in sys.path:
-            sys.path.insert(0, str(code_dir))
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.append(cwd)
+    put_on_path(code_dirs)
     try:
         return default_registry.import_modules(chosen.modules)
     except AgentModuleError as exc:

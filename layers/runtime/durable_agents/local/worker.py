@@ -31,6 +31,7 @@ from durable_agents.local.agents_loading import (
     describe,
     load_agents,
     model_scripts_setting,
+    put_on_path,
 )
 from durable_agents.local.aws import LocalSession
 from durable_agents.local.crash import CrashHooks, install
@@ -203,6 +204,8 @@ class Worker:
         env = function_environment(specs, opts, self.endpoint)
         chosen = choose_agent_modules(opts.agents, os.environ, env)
         env[AGENTS_VARIABLE] = ",".join(chosen.modules)
+        # The template names scripts inside the functions' packages: make those importable first.
+        put_on_path([s.code_dir for s in specs])
         scripts = model_scripts_setting(env.get("SCRIPTED_MODEL_FILE", ""), opts.model_scripts)
         if scripts:
             env["SCRIPTED_MODEL_FILE"] = scripts
