@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import pytest
 from durable_agents.local.moto_server import MotoProcess, free_port
 from durable_agents.local.processes import ServicesProcess, WorkerProcess, http_json
 from durable_agents.local.services import ServicesHandle
+from tests.integration.local_stack import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 ENABLE = (
@@ -75,16 +75,6 @@ def logs_on_failure(worker: WorkerProcess) -> Iterator[None]:
     except BaseException:
         print("--- worker log ---", *worker.lines, sep="\n")
         raise
-
-
-def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 @pytest.fixture(scope="module")

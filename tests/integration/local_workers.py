@@ -5,13 +5,12 @@ Shared by ``test_local_mode.py`` and ``test_local_crash_recovery.py``.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from durable_agents.local.moto_server import MotoProcess, free_port
 from durable_agents.local.processes import WorkerProcess, http_json
+from tests.integration.local_stack import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 WORK_SECONDS = "0.5"
@@ -26,16 +25,6 @@ WORKER_ARGS = [
     "ERROR",
 ]
 AGENT = "example-research"
-
-
-def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def start_worker(
