@@ -182,8 +182,10 @@ class Memory:
             OpKind.MEMORY,
             name,
             EntryType.SUCCEEDED,
-            value=json.dumps({"applied": applied}),
-            meta=fingerprint.meta(),
+            # The result is the same whoever applied the write, so the journal is too; whether
+            # this execution or an earlier, crashed one applied it is kept as a fact in meta.
+            value="null",
+            meta={**fingerprint.meta(), "applied_now": applied},
         )
         self._commit(op_id, entry)
 
