@@ -28,6 +28,7 @@ def test_a_replayed_read_returns_what_the_first_execution_saw(journal: JournalSt
         prefs = ctx.memory.scope("user:alice")
         first = prefs.get("tone")
         ctx.step(someone_else_writes)
+        ctx.wait(1, name="pause")  # the run suspends: what follows is in a later invocation
         return [first, prefs.get("tone")]
 
     # Faithful mode: one operation per invocation, so every later invocation replays the read.
@@ -37,6 +38,7 @@ def test_a_replayed_read_returns_what_the_first_execution_saw(journal: JournalSt
     assert result.output == ["formal", "casual"]
     kinds = [e.kind for e in journal.load(result.run_id).entries if e.kind is OpKind.MEMORY]
     assert len(kinds) == 2
+    assert len(result.outcomes) > 2  # the first read was replayed at least twice
 
 
 @pytest.mark.parametrize("point", ["after_execute", "before_claim", "after_record"])

@@ -140,6 +140,9 @@ class Memory:
         if record is not None and record.result is not None:
             return json.loads(record.result.value or "null")
         store = self._store()
+        # A read is I/O like a step: it spends the step budget (a faithful test then replays
+        # every read in a later invocation).
+        inv.take_budget(op_id)
         inv.hooks.before_claim(op_id)
         result = read(store, inv.now_ms())
         text = canonical_json(result)
@@ -164,6 +167,7 @@ class Memory:
         if record is not None and record.result is not None:
             return
         store = self._store()
+        inv.take_budget(op_id)
         inv.hooks.before_claim(op_id)
         now_ms = inv.now_ms()
         if text is None:
