@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from durable_agents import AgentRegistry, DurableContext, RunStatus, agent
+from durable_agents import AgentRegistry, DurableContext, RunStatus, Secret, agent
+from durable_agents.errors import PayloadError
 from durable_agents.journal.store import JournalStore
 from durable_agents.memory import InMemoryMemoryStore, namespace_for
 from durable_agents.models import OpKind
@@ -82,3 +83,23 @@ def test_ttl_expires_with_the_runs_clock(journal: JournalStore) -> None:
 
     result = AgentTestRunner(otp, journal=journal).run(None)
     assert result.output == ["expired"]
+
+
+def test_a_value_memory_cannot_hold_is_the_agents_error_not_a_retried_failure(
+    journal: JournalStore,
+) -> None:
+    memory = InMemoryMemoryStore()
+
+    @agent(name="hoarder", version="1", registry=AgentRegistry())
+    def hoarder(ctx: DurableContext, _: None) -> list[str]:
+        refused = []
+        for value in ("x" * 200_000, Secret("sk-live-1")):
+            try:
+                ctx.memory.put("blob", value)
+            except PayloadError as exc:  # SecretSerializationError is one too
+                refused.append(type(exc).__name__)
+        return refused
+
+    result = AgentTestRunner(hoarder, journal=journal, memory=memory).run(None)
+    assert result.output == ["PayloadError", "SecretSerializationError"]
+    assert memory.writes == 0

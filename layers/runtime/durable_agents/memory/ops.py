@@ -12,7 +12,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from durable_agents.errors import ConfigurationError, EntryConflictError, SuspendExecution
+from durable_agents.errors import (
+    ConfigurationError,
+    EntryConflictError,
+    PayloadError,
+    SuspendExecution,
+)
 from durable_agents.fingerprints import Fingerprint
 from durable_agents.invocation import Reason
 from durable_agents.memory.store import MemoryStore, check_key, namespace_for
@@ -24,6 +29,9 @@ if TYPE_CHECKING:
 
 DEFAULT_SCOPE = "default"
 MAX_LIST_LIMIT = 100
+MAX_VALUE_BYTES = 100_000
+"""The largest value ``put`` accepts (JSON bytes): far below DynamoDB's 400 KB item limit, which
+would otherwise surface as an infrastructure failure retried for ever."""
 
 
 class Memory:
@@ -105,12 +113,19 @@ class Memory:
 
         Raises:
             ValueError: If the key or ttl is invalid.
+            PayloadError: If the value is not JSON or larger than ``MAX_VALUE_BYTES``.
+            SecretSerializationError: If the value holds a secret.
             ConfigurationError: If the runtime has no memory store.
             ReplayDivergedError: If the journal recorded another operation at this position.
         """
         if ttl is not None and ttl < 1:
             raise ValueError("ttl must be at least 1 second")
         text = canonical_json(value)
+        if len(text.encode()) > MAX_VALUE_BYTES:
+            raise PayloadError(
+                f"memory value of {len(text.encode())} bytes exceeds {MAX_VALUE_BYTES}; store a "
+                "reference to the data instead"
+            )
         self._write(
             "memory.put", {"key": check_key(key), "value": value, "ttl": ttl}, key, text, ttl
         )
