@@ -8,6 +8,7 @@ import pytest
 from durable_agents.local.template import load_template, table_definition
 from durable_agents.memory import InMemoryMemoryStore, MemoryStore, namespace_for
 from durable_agents.memory.dynamodb import DynamoDBMemoryStore
+from durable_agents.memory.store import check_key
 from tests.conftest import TEMPLATE
 
 NOW = 1_800_000_000_000  # ms
@@ -112,3 +113,16 @@ def test_the_deployment_builds_the_dynamodb_store_from_memory_table(aws: None) -
         session=boto3.session.Session(region_name="us-east-1"),
     )
     assert without.memory is None
+
+
+@pytest.mark.parametrize("key", ["", "a\nb", "𝄞" * 129, "k" * 513])
+def test_keys_the_table_could_refuse_are_refused_up_front(key: str) -> None:
+    with pytest.raises(ValueError, match="key"):
+        check_key(key)
+
+
+def test_the_longest_key_fits_the_table(store: MemoryStore) -> None:
+    key = "𝄞" * 128  # 512 bytes
+    assert store.put(NS, key, "1", op_id="r1:put:1", expires_at=None, now_ms=NOW)
+    assert store.get(NS, key, now_ms=NOW) is not None
+    assert len(store.list(NS, key, limit=1, after=None, now_ms=NOW).items) == 1

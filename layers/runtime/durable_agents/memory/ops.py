@@ -87,12 +87,15 @@ class Memory:
             The pairs and the ``next_key`` to pass as ``after`` (None on the last page).
 
         Raises:
-            ValueError: If ``limit`` is out of range.
+            ValueError: If ``limit`` is out of range, or ``prefix`` / ``after`` is invalid.
             ConfigurationError: If the runtime has no memory store.
             ReplayDivergedError: If the journal recorded another operation at this position.
         """
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise ValueError(f"limit must be 1-{MAX_LIST_LIMIT}")
+        check_key(prefix, what="prefix", empty=True)
+        if after is not None:
+            check_key(after, what="after")
         args = {"prefix": prefix, "limit": limit, "after": after}
 
         def read(store: MemoryStore, now_ms: int) -> dict[str, Any]:

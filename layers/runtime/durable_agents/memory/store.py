@@ -48,14 +48,18 @@ def namespace_for(tenant: str, scope: str) -> str:
     return f"{tenant}#{scope}"
 
 
-def check_key(key: str) -> str:
-    """Validates a memory key (1-512 characters, no control characters).
+def check_key(key: str, *, what: str = "key", empty: bool = False) -> str:
+    """Validates a memory key or key prefix (up to 512 UTF-8 bytes, printable).
+
+    Bytes, not characters: DynamoDB's sort key stops at 1024 bytes, and a key it refuses would
+    surface as an infrastructure failure that is retried for ever.
 
     Raises:
         ValueError: If it is not one.
     """
-    if not isinstance(key, str) or not 0 < len(key) <= _MAX_KEY or not key.isprintable():
-        raise ValueError(f"memory key {key!r} must be 1-{_MAX_KEY} printable characters")
+    size = len(key.encode()) if isinstance(key, str) else -1
+    if not (0 if empty else 1) <= size <= _MAX_KEY or not key.isprintable():
+        raise ValueError(f"memory {what} {key!r} must be 1-{_MAX_KEY} bytes of printable text")
     return key
 
 
