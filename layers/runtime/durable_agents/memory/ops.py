@@ -10,6 +10,7 @@ replay returns the record and never writes again.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from durable_agents.errors import (
@@ -21,7 +22,7 @@ from durable_agents.errors import (
 from durable_agents.fingerprints import Fingerprint
 from durable_agents.invocation import Reason
 from durable_agents.memory.store import MemoryStore, check_key, namespace_for
-from durable_agents.models import EntryType, OpKind
+from durable_agents.models import Entry, EntryType, OpKind
 from durable_agents.serde import canonical_json
 
 if TYPE_CHECKING:
@@ -151,12 +152,14 @@ class Memory:
             raise ConfigurationError("ctx.memory needs a memory store (Runtime(memory=...))")
         return store
 
-    def _read(self, name: str, args: dict[str, Any], read: Any) -> Any:
+    def _read(
+        self, name: str, args: dict[str, Any], read: Callable[[MemoryStore, int], Any]
+    ) -> Any:
         inv = self._ctx.invocation
         fingerprint = Fingerprint.of_value({"namespace": self.namespace, **args})
         position, op_id, record = self._ctx.next_operation(OpKind.MEMORY, name, fingerprint)
         if record is not None and record.result is not None:
-            return json.loads(record.result.value or "null")
+            return inv.replay(record.result, None)
         store = self._store()
         # A read is I/O like a step: it spends the step budget (a faithful test then replays
         # every read in a later invocation).
@@ -211,7 +214,7 @@ class Memory:
         )
         self._commit(op_id, entry)
 
-    def _commit(self, op_id: str, entry: Any) -> None:
+    def _commit(self, op_id: str, entry: Entry) -> None:
         inv = self._ctx.invocation
         try:
             inv.commit([entry])
