@@ -174,6 +174,7 @@ class Simulator:
             clock=self.clock,
             providers={"sim": world.SimModel()},
             wait_scheduler=_Scheduler(self),
+            memory=world.WORLD.memory,
         )
         self._queue: list[tuple[int, int, tuple[Any, ...]]] = []
         self._seq = 0

@@ -1,8 +1,8 @@
 """Faults at every write boundary of every operation kind of the reference agent.
 
 For each operation (step, model call, the four tool kinds, wait, approval, callback, sub-agent
-invoke and its step, map and a map branch, emit, and the reversible tool's compensation, which
-recovery writes as further commits of ``book-hotel``):
+invoke and its step, map and a map branch, emit, a memory write and read, and the reversible
+tool's compensation, which recovery writes as further commits of ``book-hotel``):
 
 * at each of the runtime's hook points (where it has them): a crash (``SimulatedCrash``) and a
   Lambda timeout, once and three times in a row;
@@ -41,6 +41,8 @@ OPERATIONS = {
     "map-branch": "part",
     "child": "branch-0",  # a map branch's child scope: its result is a child-context write
     "emit": "done-event",
+    "memory-write": "memory.put",
+    "memory-read": "memory.get",
 }
 HOOK_POINTS = ("before_claim", "before_execute", "after_execute", "after_record")
 # Operation kinds with all four hook points (they claim, execute, then record).
@@ -48,7 +50,11 @@ EXECUTED = ("step", "llm", "tool-lookup", "tool-idempotent", "tool-reversible+co
             "tool-irreversible", "invoke", "sub-agent-step", "map-branch")  # fmt: skip
 # The others call before_claim / after_record around their writes; the wait writes twice (its
 # timer, then its completion), so its 2nd opportunity is a case of its own.
-RECORDED = {"wait": 2, "approval": 1, "callback": 1, "map": 1, "child": 1, "emit": 1}
+RECORDED = {"wait": 2, "approval": 1, "callback": 1, "map": 1, "child": 1, "emit": 1,
+            "memory-read": 1}  # fmt: skip
+# A memory write has no claim: it applies the write (keyed by its operation id) between
+# before_claim and after_execute, then records it; a crash after_execute must not write twice.
+MEMORY_WRITE_POINTS = ("before_claim", "after_execute", "after_record")
 
 # Cases that fail today, by the defect they hit (found by this suite; see docs/reliability.md).
 D13 = "defect 13: crashes and failed writes consume the operation's retry budget"
@@ -78,6 +84,11 @@ def _cases() -> list[tuple[str, Target]]:
     for kind, op in OPERATIONS.items():
         if kind in EXECUTED:
             for point in HOOK_POINTS:
+                for mode in ("crash", "timeout"):
+                    cases.append((f"{kind}-{point}-{mode}", Target(op, point, mode)))
+                    cases.append((f"{kind}-{point}-{mode}-x3", Target(op, point, mode, times=3)))
+        if kind == "memory-write":
+            for point in MEMORY_WRITE_POINTS:
                 for mode in ("crash", "timeout"):
                     cases.append((f"{kind}-{point}-{mode}", Target(op, point, mode)))
                     cases.append((f"{kind}-{point}-{mode}-x3", Target(op, point, mode, times=3)))

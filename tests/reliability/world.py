@@ -30,6 +30,7 @@ from pydantic import BaseModel
 
 from durable_agents import AgentRegistry, DurableContext, agent
 from durable_agents.llm.types import ContentBlock, LlmRequest, LlmResponse, Message, ModelConfig
+from durable_agents.memory import InMemoryMemoryStore
 from durable_agents.side_effects.tools import Found, NotFound, ToolCall, ToolRegistry, tool
 
 STALE_AFTER_SECONDS = 120.0
@@ -59,6 +60,7 @@ class World:
         model_calls: Model calls, per operation name (at least once: not an effect).
         lose_answer: Providers (by tool name) whose next call acts and then loses the answer,
             with how many calls to do that to.
+        memory: The long-term memory store (``ctx.memory``); its ``writes`` count applied writes.
     """
 
     seats: Counter[str] = field(default_factory=Counter)
@@ -69,6 +71,7 @@ class World:
     sms: Counter[str] = field(default_factory=Counter)
     model_calls: Counter[str] = field(default_factory=Counter)
     lose_answer: Counter[str] = field(default_factory=Counter)
+    memory: InMemoryMemoryStore = field(default_factory=InMemoryMemoryStore)
 
     def reset(self) -> None:
         """Empties every ledger (a fresh world for the next schedule)."""
@@ -91,6 +94,7 @@ class World:
             "charge-card": sum(self.charges.values()),
             "book-hotel": hotels,
             "send-sms": sum(self.sms.values()),
+            "memory.put": self.memory.writes,
         }
 
 
@@ -220,6 +224,8 @@ def reference(ctx: DurableContext, value: dict[str, Any]) -> dict[str, Any]:
     out["parts"] = parts.raise_on_failure().results()
     out["hotel"] = ctx.tool(book_hotel, Order(order=order))
     out["sms"] = ctx.tool(send_sms, Order(order=order))
+    ctx.memory.scope(f"customer:{order}").put("last-order", order)
+    out["remembered"] = ctx.memory.scope(f"customer:{order}").get("last-order")
     out["event"] = ctx.emit("Order Completed", {"order": order}, name="done-event")
     out["summary"] = _ask(ctx, "summary", f"summarise {order}")
     return out

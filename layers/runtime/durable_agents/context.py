@@ -12,7 +12,7 @@ import random as _random
 import uuid as _uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from durable_agents.agent import AgentDefinition
 from durable_agents.context_waits import WaitOperations
@@ -23,6 +23,9 @@ from durable_agents.operations.parallel import BatchResult, CompletionPolicy
 from durable_agents.retry import RetryPolicy
 from durable_agents.semantics import StepSemantics
 from durable_agents.side_effects.tools import Tool, ToolNotApprovedError
+
+if TYPE_CHECKING:
+    from durable_agents.memory.ops import Memory
 
 T = TypeVar("T")
 
@@ -307,6 +310,20 @@ class DurableContext(WaitOperations):
         from durable_agents.operations.now import run_now  # noqa: PLC0415
 
         return run_now(self)
+
+    @property
+    def memory(self) -> Memory:
+        """The run's tenant's long-term memory, default scope (``docs/memory.md``).
+
+        ``ctx.memory.scope("user:alice")`` is another scope of the same tenant. Reads are
+        recorded (a replay sees what the first execution saw); writes happen once per position.
+
+        Raises:
+            ValueError: If the run's tenant is not a valid tenant name.
+        """
+        from durable_agents.memory.ops import Memory  # noqa: PLC0415 - avoid a cycle
+
+        return Memory(self)
 
     def uuid(self) -> _uuid.UUID:
         """Returns a UUID that is the same on every replay (derived from the position)."""

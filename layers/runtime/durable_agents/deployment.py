@@ -23,6 +23,7 @@ from durable_agents.journal.payloads import S3PayloadStore
 from durable_agents.llm.bedrock import BedrockProvider
 from durable_agents.llm.scripted import ScriptedProvider
 from durable_agents.llm.types import LlmProvider
+from durable_agents.memory.dynamodb import DynamoDBMemoryStore
 from durable_agents.runtime import Runtime
 from durable_agents.scrub import install_log_scrubbing
 from durable_agents.streams import DynamoDBStreamCache
@@ -41,6 +42,7 @@ class Settings:
         stall_after_seconds: ``STALL_AFTER_SECONDS``: when the reconciler re-drives a quiet
             RUNNING run.
         stream_table: ``STREAM_TABLE``: the stream cache table (streamed model text).
+        memory_table: ``MEMORY_TABLE``: the long-term memory table behind ``ctx.memory``.
         schedule_group: ``SCHEDULE_GROUP``: EventBridge Scheduler group for wait deadlines.
         scheduler_role_arn: ``SCHEDULER_ROLE_ARN``: the role Scheduler assumes.
         scheduler_target_arn: ``SCHEDULER_TARGET_ARN``: the Reconciler it invokes. The three
@@ -66,6 +68,7 @@ class Settings:
     scheduler_target_arn: str | None = None
     bedrock_region: str | None = None
     bedrock_read_timeout_seconds: int = 120
+    memory_table: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -99,6 +102,7 @@ class Settings:
             scripted_model_file=env.get("SCRIPTED_MODEL_FILE") or None,
             bedrock_region=env.get("BEDROCK_REGION") or None,
             bedrock_read_timeout_seconds=read_timeout,
+            memory_table=env.get("MEMORY_TABLE") or None,
         )
 
 
@@ -249,6 +253,9 @@ def build_runtime(
         providers=build_providers(settings, session),
         stream_sink=streams,
         wait_scheduler=build_wait_scheduler(settings, session),
+        memory=DynamoDBMemoryStore(dynamodb, settings.memory_table)
+        if settings.memory_table
+        else None,
     )
 
 

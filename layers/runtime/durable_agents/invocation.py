@@ -160,6 +160,7 @@ class Invocation:
         target: str | None = None,
         registry: Any = None,
         wait_scheduler: Any = None,
+        memory: Any = None,
     ):
         self.store = store
         self.header: RunHeader = snapshot.header
@@ -174,6 +175,8 @@ class Invocation:
         self.branches: list[str] = []
         self.registry = registry
         self.wait_scheduler = wait_scheduler
+        # The long-term memory store ``ctx.memory`` reads and writes (None: not configured).
+        self.memory = memory
 
         self.pending_events: list[Any] = []
         # Events that tell a person something, each with the NOTIFIED entry recorded once it

@@ -44,6 +44,7 @@ class OpKind(StrEnum):
     MAP = "map"
     CONDITION = "condition"
     EMIT = "emit"
+    MEMORY = "memory"
 
 
 class EntryType(StrEnum):

@@ -37,6 +37,7 @@ from durable_agents.ids import check_run_id
 from durable_agents.invocation import NO_HOOKS, Invocation, InvocationHooks
 from durable_agents.journal.store import JournalStore, input_hash
 from durable_agents.llm.types import LlmProvider, StreamSink
+from durable_agents.memory.store import MemoryStore
 from durable_agents.models import EffectStatus, Entry, RunChange, RunHeader, RunStatus
 from durable_agents.observability import ReplayAwareLogger
 from durable_agents.outcomes import InvocationOutcome, OutcomeKind, finish, pause, suspended
@@ -90,6 +91,7 @@ class Runtime:
         stream_sink: The stream cache streamed model text goes to (optional).
         wait_scheduler: Schedules precise deadlines of approvals and callbacks (optional; the
             reconciler's sweep expires them anyway).
+        memory: The long-term memory store behind ``ctx.memory`` (optional).
     """
 
     def __init__(
@@ -106,6 +108,7 @@ class Runtime:
         providers: dict[str, LlmProvider] | None = None,
         stream_sink: StreamSink | None = None,
         wait_scheduler: WaitScheduler | None = None,
+        memory: MemoryStore | None = None,
     ):
         self.store = store
         self.registry = registry or default_registry
@@ -118,6 +121,7 @@ class Runtime:
         self.providers: dict[str, LlmProvider] = dict(providers or {})
         self.stream_sink = stream_sink
         self.wait_scheduler = wait_scheduler
+        self.memory = memory
 
     # -- starting ----------------------------------------------------------------------------
 
@@ -245,6 +249,7 @@ class Runtime:
             target=target,
             registry=self.registry,
             wait_scheduler=self.wait_scheduler,
+            memory=self.memory,
         )
         ctx = DurableContext(
             inv,

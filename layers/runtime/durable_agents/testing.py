@@ -42,6 +42,7 @@ from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.store import JournalStore
 from durable_agents.llm.scripted import ScriptedProvider
 from durable_agents.llm.types import LlmProvider
+from durable_agents.memory.store import InMemoryMemoryStore, MemoryStore
 from durable_agents.models import (
     Entry,
     EntryType,
@@ -208,6 +209,7 @@ class AgentTestRunner:
             file, or a ``ScriptedProvider`` (``durable_agents.llm.scripted``); then
             ``runner.scripted`` counts the calls.
         providers: More model providers by name (a stub ``bedrock``, say).
+        memory: The store behind ``ctx.memory`` (a fresh ``InMemoryMemoryStore`` by default).
 
     Example:
         >>> from durable_agents import AgentRegistry, agent
@@ -241,6 +243,7 @@ class AgentTestRunner:
         | Path
         | None = None,
         providers: Mapping[str, LlmProvider] | None = None,
+        memory: MemoryStore | None = None,
     ):
         if mode not in ("continuous", "faithful"):
             raise ValueError("mode is 'continuous' or 'faithful'")
@@ -255,6 +258,7 @@ class AgentTestRunner:
         for sub_agent in agents:  # sub-agents the agent invokes
             self.registry.add(sub_agent)
         self.publisher = CollectingPublisher()
+        self.memory: MemoryStore = memory if memory is not None else InMemoryMemoryStore()
         self.scripted = _scripted(model_script)
         models = dict(providers or {})
         if self.scripted is not None:
@@ -265,6 +269,7 @@ class AgentTestRunner:
             publisher=self.publisher,
             clock=self.clock,
             providers=models or None,
+            memory=self.memory,
         )
 
     def run(
