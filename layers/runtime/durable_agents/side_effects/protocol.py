@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from durable_agents import crash_budget
+from durable_agents.credentials import CredentialMintError
 from durable_agents.models import EffectChange, EffectStatus, SideEffectRecord
 from durable_agents.serde import canonical_json
 from durable_agents.side_effects import compensation
@@ -139,7 +140,10 @@ class SideEffectProtocol(EffectWrites):
         again later through recovery.
         """
         request = tool.request_model.model_validate_json(record.canonical_request)
-        call = self.call(tool, record)
+        try:
+            call = self.call(tool, record)
+        except CredentialMintError as exc:
+            return self.credentials_failed(tool, record, exc)
         self.hooks.before_execute(record.operation_id, record.attempt)
         try:
             outcome = tool.fn(request, call)
@@ -189,7 +193,10 @@ class SideEffectProtocol(EffectWrites):
             # (a lookup would see the state half undone).
             return compensation.compensate_then_execute(self, tool, record)
         request = tool.request_model.model_validate_json(record.canonical_request)
-        call = self.call(tool, record)
+        try:
+            call = self.call(tool, record)
+        except CredentialMintError as exc:
+            return self.credentials_failed(tool, record, exc)
         verdict: Any = Unknown("the tool declares no lookup")
         if tool.lookup is not None:
             try:

@@ -12,7 +12,7 @@ from typing import Any
 
 from durable_agents import crash_budget
 from durable_agents.clock import Clock
-from durable_agents.credentials import CredentialProvider
+from durable_agents.credentials import CallScope, CredentialMintError, CredentialProvider
 from durable_agents.errors import (
     EffectConflictError,
     EntryConflictError,
@@ -38,6 +38,7 @@ from durable_agents.side_effects.records import (
     NEVER_MS,
     Settled,
     failed_note,
+    failures,
     operation_name,
     release_note,
     review_note,
@@ -141,9 +142,40 @@ class EffectWrites:
     # -- writes ------------------------------------------------------------------------------
 
     def call(self, tool: Tool[Any, Any], record: SideEffectRecord) -> ToolCall:
-        """What the tool receives for this attempt (credentials minted now, never recorded)."""
-        creds = self.credentials.credentials_for(tool.name) if self.credentials else {}
+        """What the tool receives for this attempt (credentials minted now, never recorded).
+
+        Raises:
+            CredentialMintError: If a credential could not be minted (the tool is not called).
+        """
+        scope = CallScope(tool.name, record.run_id, record.operation_id, record.attempt)
+        try:
+            creds = self.credentials.credentials_for(tool.name) if self.credentials else {}
+            for source in tool.credentials:
+                creds = {**creds, **source.mint(scope)}
+        except Exception as exc:
+            raise CredentialMintError(tool.name, f"{type(exc).__name__}: {exc}") from exc
         return ToolCall(record.operation_id, record.idempotency_key, record.attempt, creds)
+
+    def credentials_failed(
+        self, tool: Tool[Any, Any], record: SideEffectRecord, exc: CredentialMintError
+    ) -> Settled:
+        """Releases the call unexecuted after its credentials could not be minted.
+
+        Nothing was sent, so the next attempt's recovery does not have to wonder about this
+        one; but the failure counts towards ``max_attempts`` (a missing role or secret would
+        otherwise be retried forever), and is shown on the record and the run header. Once
+        they are used up a person decides (an earlier attempt may have executed).
+        """
+        if failures(record) + 1 >= tool.max_attempts:
+            return self.needs_review(tool, record, str(exc))
+        return self._retry_later(
+            record,
+            str(exc),
+            executed=False,
+            note=release_note(
+                record, executed=False, unclear=str(exc), failures=failures(record) + 1
+            ),
+        )
 
     def _commit_result(
         self,
@@ -213,6 +245,7 @@ class EffectWrites:
         *,
         not_before_ms: int = 0,
         executed: bool = True,
+        note: dict[str, Any] | None = None,
     ) -> Settled:
         now = self.clock.now_ms()
         delay_ms = int(
@@ -227,7 +260,8 @@ class EffectWrites:
             stale_at_ms=due,
             # An execution that ran and failed is one of ``max_attempts``; a look that chose
             # to wait is not.
-            note=(
+            note=note
+            or (
                 failed_note(record, reason)
                 if executed
                 else release_note(record, executed=False, unclear=reason)
