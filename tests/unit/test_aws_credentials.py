@@ -156,3 +156,32 @@ def test_the_module_examples_run() -> None:
 
     results = doctest.testmod(aws_credentials)
     assert results.failed == 0 and results.attempted >= 3
+
+
+def test_the_docs_example_runs_and_mints_per_call(
+    aws: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/credentials.md's example, executed: the tool gets a session and the key."""
+    import re
+    from pathlib import Path
+
+    from durable_agents.side_effects.tools import ToolCall
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "credentials.md"
+    (block,) = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.DOTALL)
+    namespace: dict[str, Any] = {"__name__": "docs_credentials"}
+    exec(compile(block, str(doc), "exec"), namespace)
+    monkeypatch.setenv("PAYMENTS_ROLE_ARN", ROLE)
+    boto3.client("secretsmanager").create_secret(
+        Name="payments/api-key", SecretString="sk-docs-example-0001"
+    )
+    refund = namespace["issue_refund"]
+    scope = CallScope("issue-refund", "run-9", "run-9:issue-refund:1", 1)
+    credentials: dict[str, Any] = {}
+    for source in refund.credentials:
+        credentials.update(source.mint(scope))
+    call = ToolCall(scope.operation_id, scope.operation_id, 1, credentials)
+    request = refund.request_model(order="o-1", cents=250)
+    assert refund.fn(request, call) == "refunded 250 on o-1"
+    assert credentials["api_key"].reveal() == "sk-docs-example-0001"
+    assert [r.session_name for r in assumed_roles()] == ["da-run-9.issue-refund.1"]
