@@ -3,7 +3,8 @@
 On both journals: the tool receives what its sources minted in ``call.credentials``; they are
 minted only once the PREPARED record exists (and anew for each attempt and for a lookup); a
 source that fails leaves the tool uncalled, the call visibly released and not counted as
-executed, and after ``max_attempts`` such failures the call goes to a person.
+executed, and after ``max_attempts`` such failures the call fails with ``CredentialMintError``
+(tests/reliability/test_credential_faults.py: after a holder died, a person decides).
 """
 
 from __future__ import annotations
@@ -73,20 +74,20 @@ def test_the_tool_receives_credentials_minted_after_prepare(journal: JournalStor
     assert VALUE not in recorded
 
 
-def test_a_failure_to_mint_does_not_execute_and_ends_in_review(journal: JournalStore) -> None:
+def test_a_failure_to_mint_does_not_execute_and_fails_the_call(journal: JournalStore) -> None:
     source, seen = Minting(journal, fail=True), []
     runner = AgentTestRunner(paying_agent(source, seen, max_attempts=2), journal=journal)
     result = runner.run(250)
     assert seen == []  # never called
-    assert result.status == "PAUSED"  # a person decides: the credentials never came
+    # No attempt called the tool, so it certainly did not happen: the call fails, typed.
+    assert result.status == "FAILED"
+    assert result.error is not None and result.error.type == "CredentialMintError"
     (effect,) = journal.load(result.run_id).effects
-    assert effect.status == EffectStatus.NEEDS_REVIEW
-    assert "could not be minted" in str(effect.note)
-    assert len(source.scopes) == 2  # one per attempt, then review
-    first_release = effect.note or {}
-    assert first_release.get("failures") == 1
-    assert first_release.get("executed") is False
+    assert effect.status == EffectStatus.COMMITTED
+    assert len(source.scopes) == 2  # one per attempt (max_attempts), then it gave up
+    assert (effect.note or {}).get("outcome") == "gave_up"
     recorded = repr((journal.load(result.run_id), runner.publisher.events))
+    assert "could not be minted" in recorded
     assert VALUE not in recorded  # the reason is kept, the value masked (it was revealed)
 
 

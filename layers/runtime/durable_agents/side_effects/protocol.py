@@ -30,6 +30,7 @@ from durable_agents.models import EffectChange, EffectStatus, SideEffectRecord
 from durable_agents.serde import canonical_json
 from durable_agents.side_effects import compensation
 from durable_agents.side_effects.records import (
+    NOTHING_SENT,
     Settled,
     claim_note,
     failures,
@@ -187,6 +188,10 @@ class SideEffectProtocol(EffectWrites):
         if note.get("retry_attempt") == record.attempt:
             # A person confirmed it did not happen, and granted this attempt (and only this
             # one, recorded by its claim): same request, same key, no lookup.
+            return self.execute(tool, record)
+        if note.get(NOTHING_SENT):
+            # Every earlier attempt was released before calling the tool (its credentials could
+            # not be minted): nothing to look up or undo.
             return self.execute(tool, record)
         if note.get("compensating") is not None:
             # A compensation was claimed and never recorded: settle that before anything else

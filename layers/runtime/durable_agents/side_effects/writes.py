@@ -36,6 +36,7 @@ from durable_agents.retry import RetryPolicy
 from durable_agents.serde import encode, error_info
 from durable_agents.side_effects.records import (
     NEVER_MS,
+    NOTHING_SENT,
     Settled,
     failed_note,
     failures,
@@ -164,18 +165,19 @@ class EffectWrites:
         Nothing was sent, so the next attempt's recovery does not have to wonder about this
         one; but the failure counts towards ``max_attempts`` (a missing role or secret would
         otherwise be retried forever), and is shown on the record and the run header. Once
-        they are used up a person decides (an earlier attempt may have executed).
+        they are used up the call fails with the ``CredentialMintError`` if no attempt ever
+        called the tool (``nothing_sent``), otherwise a person decides.
         """
+        # The first attempt, or every one before it, was released unsent: nothing happened.
+        nothing_sent = record.attempt == 1 or bool((record.note or {}).get(NOTHING_SENT))
         if failures(record) + 1 >= tool.max_attempts:
+            if nothing_sent:  # certain: the call fails, typed, and the agent can handle it
+                return self._commit_error(record, exc, how="gave_up")
             return self.needs_review(tool, record, str(exc))
-        return self._retry_later(
-            record,
-            str(exc),
-            executed=False,
-            note=release_note(
-                record, executed=False, unclear=str(exc), failures=failures(record) + 1
-            ),
-        )
+        note = release_note(record, executed=False, unclear=str(exc), failures=failures(record) + 1)
+        if nothing_sent:
+            note[NOTHING_SENT] = True
+        return self._retry_later(record, str(exc), executed=False, note=note)
 
     def _commit_result(
         self,
