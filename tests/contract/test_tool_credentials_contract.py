@@ -21,6 +21,9 @@ from durable_agents.side_effects.tools import NotFound, ToolRegistry
 from durable_agents.testing import AgentTestRunner
 
 VALUE = "sk-minted-7c1e-per-call"
+# Mints of the reversible call below: 1 execute, 2 a look that waits for the settle time,
+# 3 the look that decides to compensate, 4 the compensation itself.
+COMPENSATION_MINT = 4
 
 
 class Pay(BaseModel):
@@ -119,3 +122,39 @@ def test_a_lookup_gets_fresh_credentials_too(journal: JournalStore) -> None:
     assert keys == [f"{VALUE}-1", f"{VALUE}-2", f"{VALUE}-3"]
     assert [s.attempt for s in source.scopes] == [1, 2, 2]
     assert source.prepared_first == [True, True, True]
+
+
+def test_a_failure_to_mint_for_a_compensation_is_retried_not_reviewed(
+    journal: JournalStore,
+) -> None:
+    """Minted before the compensation is claimed: a failure leaves no compensation in flight."""
+    mints: list[int] = []
+
+    class FailsOnce:
+        def mint(self, scope: CallScope) -> dict[str, Secret]:
+            mints.append(scope.attempt)
+            if len(mints) == COMPENSATION_MINT:
+                raise ConnectionError("sts: Throttling")
+            return {"api_key": Secret(VALUE)}
+
+    booked: list[str] = []
+    cancelled: list[str] = []
+
+    def cancel(request: Pay, call: ToolCall) -> None:
+        cancelled.append(call.operation_id)
+
+    @tool(name="book", credentials=[FailsOnce()], compensate=cancel, registry=ToolRegistry())
+    def book(request: Pay, call: ToolCall) -> int:
+        booked.append(call.operation_id)
+        if len(booked) == 1:
+            raise ConnectionError("timeout")  # unclear: recovery undoes, then books again
+        return request.cents
+
+    @agent(name="booker", version="1", registry=AgentRegistry())
+    def booker(ctx: DurableContext, cents: int) -> int:
+        return ctx.tool(book, Pay(cents=cents))
+
+    result = AgentTestRunner(booker, journal=journal).run(7)
+    assert result.status == "SUCCEEDED" and result.output == 7
+    assert len(booked) - len(cancelled) == 1
+    assert len(mints) > COMPENSATION_MINT  # it failed, and was minted again
