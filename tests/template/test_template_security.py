@@ -21,6 +21,8 @@ from tests.template.template_yaml import (
     props,
 )
 
+PAYMENTS_KEY = {"Ref": "PaymentsApiKeySecret"}
+
 
 # ---------------------------------------------------------------------------------- security
 def test_api_is_iam_authorised_by_default(resources: dict[str, Any]) -> None:
@@ -93,7 +95,10 @@ def test_approval_link_secret_is_generated_and_read_only_by_the_api(
     for where, s in iter_statements(resources):
         actions = [a for a in as_list(s.get("Action", [])) if str(a).startswith("secretsmanager:")]
         if actions:
-            assert where == "ApiFunction" and as_list(s["Resource"]) == [ref], (where, s)
+            # The only other secret: the payments tool's key (test_template_credentials.py).
+            readers = {"ApiFunction": ref, "StepRunnerFunction": PAYMENTS_KEY}
+            readers["ReconcilerFunction"] = PAYMENTS_KEY
+            assert as_list(s["Resource"]) == [readers.get(where)], (where, s)
             assert actions == ["secretsmanager:GetSecretValue"], (where, actions)
 
 

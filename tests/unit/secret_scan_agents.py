@@ -8,8 +8,10 @@ would), and then turns up in:
 * a chained exception (``raise ... from ConnectionError(key)``: only in tracebacks);
 * the repr of an exception's args (``RuntimeError("refused", {"api_key": key})``);
 * a lookup that raises (the reconciler's path: the reason of its ``Unknown`` verdict);
-* a credential provider that raises for one tool (an uncaught failure of a reconciler unit,
-  which the reconciler logs with its traceback through the library's own logger).
+* a credential provider that raises for one tool (recorded on the call as a failure to mint
+  its credentials, with the key in the reason);
+* a tool whose declared credentials — an STS session of a role and a Secrets Manager value,
+  minted per call — it reveals and puts into its refusal (``ToolRejectedError``).
 """
 
 from __future__ import annotations
@@ -19,14 +21,18 @@ from typing import Any
 from pydantic import BaseModel
 
 from durable_agents import DurableContext, RetryPolicy, Secret, agent
+from durable_agents.aws_credentials import assume_role, boto3_session, secret
 from durable_agents.credentials import CredentialProvider
-from durable_agents.side_effects.tools import LookupResult, ToolCall, tool
+from durable_agents.side_effects.tools import LookupResult, ToolCall, ToolRejectedError, tool
 
 KEY = "sk-live-3e8d-chained-never-logged"
 AGENT = "secret-scan-leaky"
 WIRE_TOOL = "secret-scan-wire"
 LEDGER_TOOL = "secret-scan-ledger"
 VAULT_TOOL = "secret-scan-vault"
+MINTED_TOOL = "secret-scan-minted"
+MINTED_SECRET = "secret-scan/payments-key"  # created by the test in moto's Secrets Manager
+ROLE_ENV = "SECRET_SCAN_ROLE_ARN"
 # Big enough to be spilled to S3 (INLINE_LIMIT_BYTES is 350 KB), so the scan reads S3 too.
 MEMO_BYTES = 360_000
 
@@ -81,6 +87,16 @@ class RefusingProvider(CredentialProvider):
         return {"api_key": Secret(KEY)}
 
 
+@tool(name=MINTED_TOOL, credentials=[assume_role(env=ROLE_ENV), secret(MINTED_SECRET)])
+def minted(request: Wire, call: ToolCall) -> str:
+    """Uses its minted credentials, then refuses with all of them in the message."""
+    session = boto3_session(call.credentials).get_credentials()
+    key = call.credentials[MINTED_SECRET].reveal()
+    raise ToolRejectedError(
+        MINTED_TOOL, f"gateway refused {key} / {session.secret_key} / {session.token}"
+    )
+
+
 @agent(name=AGENT, version="1")
 def leaky(ctx: DurableContext, to: str) -> Any:
     def probe(number: str) -> str:
@@ -91,4 +107,8 @@ def leaky(ctx: DurableContext, to: str) -> Any:
         ctx.step(probe, to, name="probe", retry=RetryPolicy(max_attempts=1))
     except RuntimeError as exc:
         ctx.logger.error("probe failed: %s", exc)
+    try:
+        ctx.tool(minted, Wire(to=to))
+    except ToolRejectedError as exc:
+        ctx.logger.error("minted call refused: %s", exc)
     return ctx.tool(wire, Wire(to=to, memo="m" * MEMO_BYTES))

@@ -3,7 +3,9 @@
 A run goes through the real handlers — the Api starts it, the StepRunner executes it, the
 Reconciler settles a stale call — while its step, its tool and a tool's lookup raise with the
 credential in the message, in a chained exception (``__cause__``) and in the repr of their args
-(tests/unit/secret_scan_agents.py). Then the key must be in none of:
+(tests/unit/secret_scan_agents.py), and a tool refuses with the credentials minted for its call
+(an STS role session and a Secrets Manager value) in its message. Then the key, the secret's
+value and the session's secret key and token must be in none of:
 
 * every item of the journal and stream tables (a raw Scan) and every S3 object (spilled
   payloads: the tool's request is big enough to be spilled);
@@ -26,6 +28,7 @@ from typing import Any
 
 import boto3
 import pytest
+from moto.backends import get_backend
 
 from durable_agents import SkipClock, deployment, scrub
 from durable_agents.journal.dynamodb import DynamoDBJournal
@@ -36,6 +39,7 @@ from tests.unit.conftest import BUCKET, STREAMS, TABLE, Deployment, FakeLambdaCo
 from tests.unit.test_api import call
 from tests.unit.test_step_runner import step_event
 
+MINTED_VALUE = "sm-value-91f3-minted-per-call"
 STALE_RUNS = {
     "run-secret-scan-ledger": leaky.LEDGER_TOOL,
     "run-secret-scan-vault": leaky.VAULT_TOOL,
@@ -163,6 +167,10 @@ def test_no_trace_of_the_key_after_a_run_through_every_handler(
     from step_runner.app import handler as step
 
     monkeypatch.setenv("AGENT_MODULES", "tests.unit.secret_scan_agents")
+    monkeypatch.setenv(leaky.ROLE_ENV, "arn:aws:iam::123456789012:role/secret-scan-tool")
+    boto3.client("secretsmanager").create_secret(
+        Name=leaky.MINTED_SECRET, SecretString=MINTED_VALUE
+    )
     client = deployment.dynamodb
     published: list[dict[str, Any]] = []
 
@@ -189,7 +197,11 @@ def test_no_trace_of_the_key_after_a_run_through_every_handler(
     report = reconcile({}, FakeLambdaContext())
     published += deployment.published()
     assert report["effects_escalated"] == 1, report  # the ledger call: its lookup raised
-    assert report["unit_errors"] == 1, report  # the vault call: its credential raised
+    # The vault call: its credentials could not be minted, so it was not called; recorded on
+    # the call (with the key masked in the reason), to be looked at again.
+    assert report["unit_errors"] == 0, report
+    vault = DynamoDBJournal(client, TABLE).load("run-secret-scan-vault").effects[0]
+    assert "could not be minted" in str(vault.note) and "***" in str(vault.note)
 
     forget_revealed_secrets(monkeypatch)  # the Api process again
     answers = every_answer([run_id, *STALE_RUNS])
@@ -202,9 +214,14 @@ def test_no_trace_of_the_key_after_a_run_through_every_handler(
     assert "ledger lookup refused" in stored
     assert "wire refused" in shown and "ledger lookup refused" in shown
     assert "probe failed" in logged and "sweep finished" in logged
-    assert "reconciler unit failed" in logged and "credential for the vault refused" in logged
+    assert "credential for the vault refused" in stored
+    assert "gateway refused" in stored and "minted call refused" in logged
     assert "Review Requested" in events
-    assert leaky.KEY not in stored
-    assert leaky.KEY not in logged
-    assert leaky.KEY not in events
-    assert leaky.KEY not in shown
+    (session,) = get_backend("sts")["123456789012"]["aws"].assumed_roles  # the minted call's
+    assert session.session_name.startswith(f"da-{run_id}")
+    secrets = [leaky.KEY, MINTED_VALUE, session.secret_access_key, session.session_token]
+    for value in secrets:
+        assert value not in stored
+        assert value not in logged
+        assert value not in events
+        assert value not in shown

@@ -8,9 +8,10 @@ through a recorded value. Short-lived credentials are minted at execution time i
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from durable_agents.errors import SecretSerializationError
+from durable_agents.errors import DurableError, SecretSerializationError
 from durable_agents.scrub import remember
 
 
@@ -25,10 +26,12 @@ class Secret:
         'sk-live-123'
     """
 
-    __slots__ = ("_value",)
+    __slots__ = ("_value", "expires_at_ms")
 
-    def __init__(self, value: str):
+    def __init__(self, value: str, *, expires_at_ms: int | None = None):
         self._value = value
+        # When a minted credential stops working (epoch ms); not secret, so readable as is.
+        self.expires_at_ms = expires_at_ms
 
     def reveal(self) -> str:
         """Returns the secret value. Call it only where the credential is used.
@@ -60,3 +63,50 @@ class CredentialProvider(Protocol):
     def credentials_for(self, purpose: str) -> dict[str, Secret]:
         """Returns fresh credentials for ``purpose`` (for example a tool name)."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class CallScope:
+    """The tool call credentials are minted for (what a session is named and tagged with).
+
+    Attributes:
+        tool: The tool name.
+        run_id: The run making the call.
+        operation_id: The call's operation id.
+        attempt: The call's attempt (credentials are minted for each one).
+    """
+
+    tool: str
+    run_id: str
+    operation_id: str
+    attempt: int
+
+
+class CredentialSource(Protocol):
+    """One credential a tool declares (``@tool(credentials=[...])``), minted per tool call.
+
+    See ``durable_agents.aws_credentials`` for STS AssumeRole and Secrets Manager sources.
+    """
+
+    def mint(self, scope: CallScope) -> dict[str, Secret]:
+        """Returns fresh credentials for this call, keyed as the tool reads them.
+
+        Raises:
+            Exception: Anything; the runtime turns it into ``CredentialMintError``.
+        """
+        ...
+
+
+class CredentialMintError(DurableError):
+    """A tool call's credentials could not be minted: the tool was not called.
+
+    Recorded on the call (not as an execution): the call is looked at again later, and counts
+    as a failed attempt so that a permanent failure (a missing role) ends in ``max_attempts``.
+    """
+
+    recorded_fields = ("tool", "reason")
+
+    def __init__(self, tool: str, reason: str):
+        self.tool = tool
+        self.reason = reason
+        super().__init__(f"credentials for tool {tool!r} could not be minted: {reason}")

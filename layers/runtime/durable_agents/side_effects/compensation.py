@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from durable_agents import crash_budget
+from durable_agents.credentials import CredentialMintError
 from durable_agents.models import EntryType, SideEffectRecord
 from durable_agents.serde import error_info
 from durable_agents.side_effects.records import Settled, compensation_key, released
@@ -53,6 +54,12 @@ def compensate_then_execute(
     else:
         number = int(note.get("compensations", 0)) + 1
     note.pop("repeat_compensation", None)  # a new compensation: an older repeat is moot
+    # Minted before the compensation is claimed: a failure to mint leaves none in flight (it
+    # would go to review as interrupted), only a call released unexecuted.
+    try:
+        call = protocol.call(tool, record)
+    except CredentialMintError as exc:
+        return protocol.credentials_failed(tool, record, exc)
     intent = record.replace(
         updated_at_ms=protocol.clock.now_ms(),
         note={
@@ -64,7 +71,7 @@ def compensate_then_execute(
     if not protocol.write(record, [], intent, None):
         return Settled("lost_race")
     try:
-        _compensate(protocol, tool, intent, number)
+        _compensate(protocol, tool, intent, number, call)
     except Exception as exc:
         return protocol.needs_review(
             tool, intent, f"compensation failed: {type(exc).__name__}: {exc}"
@@ -123,11 +130,15 @@ def abandon(
 
 
 def _compensate(
-    protocol: SideEffectProtocol, tool: Tool[Any, Any], record: SideEffectRecord, number: int
+    protocol: SideEffectProtocol,
+    tool: Tool[Any, Any],
+    record: SideEffectRecord,
+    number: int,
+    call: ToolCall | None = None,
 ) -> None:
     assert tool.compensate is not None  # callers check
     request = tool.request_model.model_validate_json(record.canonical_request)
-    call = protocol.call(tool, record)
+    call = call or protocol.call(tool, record)
     tool.compensate(
         request,
         ToolCall(

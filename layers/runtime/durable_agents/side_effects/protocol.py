@@ -25,10 +25,12 @@ from __future__ import annotations
 from typing import Any
 
 from durable_agents import crash_budget
+from durable_agents.credentials import CredentialMintError
 from durable_agents.models import EffectChange, EffectStatus, SideEffectRecord
 from durable_agents.serde import canonical_json
 from durable_agents.side_effects import compensation
 from durable_agents.side_effects.records import (
+    NOTHING_SENT,
     Settled,
     claim_note,
     failures,
@@ -139,7 +141,10 @@ class SideEffectProtocol(EffectWrites):
         again later through recovery.
         """
         request = tool.request_model.model_validate_json(record.canonical_request)
-        call = self.call(tool, record)
+        try:
+            call = self.call(tool, record)
+        except CredentialMintError as exc:
+            return self.credentials_failed(tool, record, exc)
         self.hooks.before_execute(record.operation_id, record.attempt)
         try:
             outcome = tool.fn(request, call)
@@ -184,12 +189,19 @@ class SideEffectProtocol(EffectWrites):
             # A person confirmed it did not happen, and granted this attempt (and only this
             # one, recorded by its claim): same request, same key, no lookup.
             return self.execute(tool, record)
+        if note.get(NOTHING_SENT):
+            # Every earlier attempt was released before calling the tool (its credentials could
+            # not be minted): nothing to look up or undo.
+            return self.execute(tool, record)
         if note.get("compensating") is not None:
             # A compensation was claimed and never recorded: settle that before anything else
             # (a lookup would see the state half undone).
             return compensation.compensate_then_execute(self, tool, record)
         request = tool.request_model.model_validate_json(record.canonical_request)
-        call = self.call(tool, record)
+        try:
+            call = self.call(tool, record)
+        except CredentialMintError as exc:
+            return self.credentials_failed(tool, record, exc)
         verdict: Any = Unknown("the tool declares no lookup")
         if tool.lookup is not None:
             try:

@@ -12,6 +12,10 @@ claim count exactly once across crashes. The keys:
 ``failures``
     Executions that ran and whose failure was observed (an exception other than
     ``ToolRejectedError``): what ``Tool.max_attempts`` counts.
+``nothing_sent``
+    Every attempt so far was released before calling the tool (its credentials could not be
+    minted): the call certainly did not happen. Dropped by any release that executed and by
+    the claim after a holder that died (it may have sent).
 ``interrupted``, ``crash_budget_base``
     Claims taken over from a holder that died without releasing the call, and their count at
     the last crash-budget pause (``durable_agents.crash_budget``).
@@ -51,6 +55,7 @@ _DECISION_KEYS = (
     "reviewers_from",
 )
 FROZEN_REVIEWERS = "frozen_reviewers"
+NOTHING_SENT = "nothing_sent"
 REVIEWERS_UNKNOWN = "reviewers_unknown"
 
 
@@ -117,6 +122,7 @@ def claim_note(record: SideEffectRecord) -> dict[str, Any]:
     note = dict(record.note or {})
     if not released(record):
         note["interrupted"] = int(note.get("interrupted", 0)) + 1
+        note.pop(NOTHING_SENT, None)  # the dead holder may have called the tool
     if note.pop("retry_granted", False):
         # The grant belongs to this claim's attempt and to no later one: a crash after it
         # executes leaves an unclear outcome that goes through lookup or review again.
@@ -129,6 +135,8 @@ def release_note(record: SideEffectRecord, *, executed: bool, **extra: Any) -> d
     note = {**(record.note or {}), **extra}
     note["released_by_attempt"] = record.attempt
     note["executed"] = executed
+    if executed:
+        note.pop(NOTHING_SENT, None)
     if note.get("retry_attempt") == record.attempt and not executed:
         note["retry_granted"] = True  # released before using the grant: keep it
     return note

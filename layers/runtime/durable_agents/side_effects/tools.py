@@ -26,7 +26,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
-from durable_agents.credentials import Secret
+from durable_agents.credentials import CredentialSource, Secret
 from durable_agents.errors import DurableError
 from durable_agents.ids import check_name
 
@@ -168,6 +168,7 @@ class Tool(Generic[Req, Res]):
         approval_timeout_seconds: How long the approval may stay pending (None = forever).
         reviewers: Who may decide this tool's calls in review (``POST /reviews/{op}``; patterns
             as for approvers). None declared: only ``REVIEW_OPERATORS`` may.
+        credentials: What is minted for each call (``durable_agents.aws_credentials``).
     """
 
     name: str
@@ -186,6 +187,7 @@ class Tool(Generic[Req, Res]):
     approval_timeout_seconds: float | None = None
     approval_when: Callable[[Req], bool] | None = None
     reviewers: tuple[str, ...] = ()
+    credentials: tuple[CredentialSource, ...] = ()
 
     def needs_approval(self, request: Req) -> bool:
         """Whether this call must be approved first (``approval_when`` decides, if given)."""
@@ -236,6 +238,7 @@ def tool(
     approval_timeout_seconds: float | None = None,
     approval_when: Callable[[Any], bool] | None = None,
     reviewers: tuple[str, ...] | list[str] = (),
+    credentials: tuple[CredentialSource, ...] | list[CredentialSource] = (),
     registry: ToolRegistry | None = None,
 ) -> Callable[[Callable[[Req, ToolCall], Any]], Tool[Req, Any]]:
     """Declares a tool.
@@ -260,6 +263,9 @@ def tool(
         reviewers: Who may decide a call of this tool in review (``iam:…`` patterns match
             SigV4 callers of ``POST /reviews/{op}``). None declared: only the deployment's
             ``REVIEW_OPERATORS`` may (nobody, until configured).
+        credentials: Minted right before each ``fn``, ``lookup`` and ``compensate`` call
+            and handed over in ``call.credentials``, never recorded (``assume_role``,
+            ``secret`` in ``durable_agents.aws_credentials``).
         registry: Where to register (the default tool registry if omitted).
 
     Returns:
@@ -321,6 +327,7 @@ def tool(
             approval_timeout_seconds=approval_timeout_seconds,
             approval_when=approval_when,
             reviewers=tuple(reviewers),
+            credentials=tuple(credentials),
         )
         (registry or default_tools).add(declared)
         return declared

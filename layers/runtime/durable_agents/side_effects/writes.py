@@ -12,7 +12,7 @@ from typing import Any
 
 from durable_agents import crash_budget
 from durable_agents.clock import Clock
-from durable_agents.credentials import CredentialProvider
+from durable_agents.credentials import CallScope, CredentialMintError, CredentialProvider
 from durable_agents.errors import (
     EffectConflictError,
     EntryConflictError,
@@ -36,8 +36,10 @@ from durable_agents.retry import RetryPolicy
 from durable_agents.serde import encode, error_info
 from durable_agents.side_effects.records import (
     NEVER_MS,
+    NOTHING_SENT,
     Settled,
     failed_note,
+    failures,
     operation_name,
     release_note,
     review_note,
@@ -141,9 +143,41 @@ class EffectWrites:
     # -- writes ------------------------------------------------------------------------------
 
     def call(self, tool: Tool[Any, Any], record: SideEffectRecord) -> ToolCall:
-        """What the tool receives for this attempt (credentials minted now, never recorded)."""
-        creds = self.credentials.credentials_for(tool.name) if self.credentials else {}
+        """What the tool receives for this attempt (credentials minted now, never recorded).
+
+        Raises:
+            CredentialMintError: If a credential could not be minted (the tool is not called).
+        """
+        scope = CallScope(tool.name, record.run_id, record.operation_id, record.attempt)
+        try:
+            creds = self.credentials.credentials_for(tool.name) if self.credentials else {}
+            for source in tool.credentials:
+                creds = {**creds, **source.mint(scope)}
+        except Exception as exc:
+            raise CredentialMintError(tool.name, f"{type(exc).__name__}: {exc}") from exc
         return ToolCall(record.operation_id, record.idempotency_key, record.attempt, creds)
+
+    def credentials_failed(
+        self, tool: Tool[Any, Any], record: SideEffectRecord, exc: CredentialMintError
+    ) -> Settled:
+        """Releases the call unexecuted after its credentials could not be minted.
+
+        Nothing was sent, so the next attempt's recovery does not have to wonder about this
+        one; but the failure counts towards ``max_attempts`` (a missing role or secret would
+        otherwise be retried forever), and is shown on the record and the run header. Once
+        they are used up the call fails with the ``CredentialMintError`` if no attempt ever
+        called the tool (``nothing_sent``), otherwise a person decides.
+        """
+        # The first attempt, or every one before it, was released unsent: nothing happened.
+        nothing_sent = record.attempt == 1 or bool((record.note or {}).get(NOTHING_SENT))
+        if failures(record) + 1 >= tool.max_attempts:
+            if nothing_sent:  # certain: the call fails, typed, and the agent can handle it
+                return self._commit_error(record, exc, how="gave_up")
+            return self.needs_review(tool, record, str(exc))
+        note = release_note(record, executed=False, unclear=str(exc), failures=failures(record) + 1)
+        if nothing_sent:
+            note[NOTHING_SENT] = True
+        return self._retry_later(record, str(exc), executed=False, note=note)
 
     def _commit_result(
         self,
@@ -213,6 +247,7 @@ class EffectWrites:
         *,
         not_before_ms: int = 0,
         executed: bool = True,
+        note: dict[str, Any] | None = None,
     ) -> Settled:
         now = self.clock.now_ms()
         delay_ms = int(
@@ -227,7 +262,8 @@ class EffectWrites:
             stale_at_ms=due,
             # An execution that ran and failed is one of ``max_attempts``; a look that chose
             # to wait is not.
-            note=(
+            note=note
+            or (
                 failed_note(record, reason)
                 if executed
                 else release_note(record, executed=False, unclear=reason)
