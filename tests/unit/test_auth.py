@@ -461,7 +461,7 @@ def test_link_key_from_secrets_manager_provisioned_like_local_mode(aws: None) ->
     session = boto3.session.Session(region_name="us-east-1")
     template = load_template(TEMPLATE)
     arns = create_secrets(template, session)
-    assert set(arns) == {"ApprovalLinkSecret"}
+    assert set(arns) == {"ApprovalLinkSecret", "PaymentsApiKeySecret"}  # every template secret
     assert create_secrets(template, session) == arns  # idempotent, same secret
     client = session.client("secretsmanager")
     key = SecretsManagerKey(client, arns["ApprovalLinkSecret"])()
