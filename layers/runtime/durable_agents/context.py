@@ -16,10 +16,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from durable_agents.agent import AgentDefinition
 from durable_agents.context_waits import WaitOperations
+from durable_agents.errors import DurableError
 from durable_agents.ids import check_name, name_of
 from durable_agents.llm.types import LlmRequest, LlmResponse, ModelConfig
 from durable_agents.models import OpKind
 from durable_agents.operations.parallel import BatchResult, CompletionPolicy
+from durable_agents.prompts import Prompt, pinned_for_run
 from durable_agents.retry import RetryPolicy
 from durable_agents.semantics import StepSemantics
 from durable_agents.side_effects.tools import Tool, ToolNotApprovedError
@@ -324,6 +326,41 @@ class DurableContext(WaitOperations):
         from durable_agents.memory.ops import Memory  # noqa: PLC0415 - avoid a cycle
 
         return Memory(self)
+
+    def prompt(self, name: str) -> Prompt:
+        """Returns exactly the version of prompt ``name`` this run pinned when it started.
+
+        Newer versions registered since (a redeploy during a three-day approval) do not
+        change what a running run sees; ``docs/versions.md``.
+
+        Raises:
+            NotPinnedError: If the run did not pin it (the run pauses for a person).
+        """
+        found = self._pinned("prompt", name)
+        assert isinstance(found, Prompt)
+        return found
+
+    def model_config(self, name: str) -> ModelConfig:
+        """Returns exactly the model configuration ``name`` this run pinned when it started.
+
+        Raises:
+            NotPinnedError: If the run did not pin it (the run pauses for a person).
+        """
+        found = self._pinned("model_config", name)
+        assert isinstance(found, ModelConfig)
+        return found
+
+    def _pinned(self, what: str, name: str) -> Prompt | ModelConfig:
+        inv = self._inv
+        try:
+            return pinned_for_run(
+                inv.registry.prompts, inv.header.agent, inv.header.versions, what, name
+            )
+        except DurableError as exc:
+            # Not the agent's error to handle: a version question for a person, like a
+            # divergence (agent code cannot catch its way past it).
+            inv.fault = exc
+            raise
 
     def uuid(self) -> _uuid.UUID:
         """Returns a UUID that is the same on every replay (derived from the position)."""

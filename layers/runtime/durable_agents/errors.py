@@ -232,15 +232,40 @@ class StepInterruptedError(DurableError):
         super().__init__(f"attempt {attempt} of {op_id!r} was interrupted before it finished")
 
 
-class VersionNotDeployedError(DurableError):
-    """The run is pinned to an agent version that this deployment does not contain."""
+class VersionUnavailableError(DurableError):
+    """A run is pinned to a version of something this deployment does not have.
 
-    def __init__(self, agent: str, version: str, deployed: list[str]):
+    ``component`` says what: ``agent`` (no agent of that name at all), ``workflow_version``
+    (its code), ``prompt <name>`` or ``model_config <name>``. The run goes
+    ``VERSION_UNAVAILABLE`` and resumes by itself once that version is deployed again.
+    """
+
+    recorded_fields = ("agent", "component", "version", "deployed")
+
+    def __init__(
+        self, agent: str, component: str, version: str, deployed: list[str], detail: str = ""
+    ):
         self.agent = agent
+        self.component = component
         self.version = version
         self.deployed = deployed
         super().__init__(
-            f"run is pinned to {agent!r} version {version!r}; deployed versions: {deployed}"
+            detail
+            or f"run of {agent!r} is pinned to {component} {version!r}, which is not "
+            f"deployed; deployed: {deployed or 'none'}"
+        )
+
+
+class VersionNotDeployedError(VersionUnavailableError):
+    """The run is pinned to an agent version that this deployment does not contain."""
+
+    def __init__(self, agent: str, version: str, deployed: list[str]):
+        super().__init__(
+            agent,
+            "workflow_version",
+            version,
+            deployed,
+            f"run is pinned to {agent!r} version {version!r}; deployed versions: {deployed}",
         )
 
 

@@ -15,6 +15,7 @@ from durable_agents.errors import (
     WaitConflictError,
 )
 from durable_agents.leases import lease_end
+from durable_agents.migration_records import migrated_view
 from durable_agents.models import (
     Entry,
     EntryType,
@@ -165,7 +166,8 @@ class Invocation:
         self.store = store
         self.header: RunHeader = snapshot.header
         self.run_id = snapshot.header.run_id
-        self.records = group_entries(snapshot.entries, snapshot.effects)
+        # Seen through the run's migrations: their records out, transformed results in.
+        self.records = group_entries(migrated_view(snapshot.entries), snapshot.effects)
         self.credentials = credentials
         self.providers: dict[str, Any] = providers or {}
         self.stream_sink = stream_sink
@@ -297,16 +299,24 @@ class Invocation:
                 expected_revision=self.header.revision,
             )
         elif self.header.status is RunStatus.SUSPENDED:
+            # Fenced by the read too: a migration may have re-pinned the run to other code
+            # since, and nothing this (older) code decided may land after it.
             change = RunChange(
                 expected=_ACTIVE,
                 status=RunStatus.RUNNING,
                 updated_at_ms=now,
                 wake_at_ms=None,
                 waiting_on=None,
+                expected_revision=self.header.revision,
             )
         try:
             self.store.commit(self.run_id, entries, change, wait=wait)
         except RunRevisionConflictError as exc:
+            if suspension is None:  # resuming on a stale read: write nothing, look again
+                targets = (self.branches[-1],) if self.branches else ()
+                raise SuspendExecution(
+                    Reason.CONTINUE, detail=f"run header changed meanwhile: {exc}", targets=targets
+                ) from exc
             self._record_without_suspending(entries, wait, exc)
         except RunStateConflictError as exc:
             raise SuspendExecution(Reason.CONTENDED, detail=str(exc)) from exc

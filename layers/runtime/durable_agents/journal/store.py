@@ -31,11 +31,15 @@ from durable_agents.models import (
 from durable_agents.scrub import scrub, scrub_value
 
 _S = RunStatus
+_V = _S.VERSION_UNAVAILABLE
 ALLOWED_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
-    _S.RUNNING: frozenset({_S.RUNNING, _S.SUSPENDED, _S.PAUSED, _S.SUCCEEDED, _S.FAILED}),
-    _S.SUSPENDED: frozenset({_S.RUNNING, _S.SUSPENDED, _S.PAUSED, _S.SUCCEEDED, _S.FAILED}),
+    _S.RUNNING: frozenset({_S.RUNNING, _S.SUSPENDED, _S.PAUSED, _V, _S.SUCCEEDED, _S.FAILED}),
+    _S.SUSPENDED: frozenset({_S.RUNNING, _S.SUSPENDED, _S.PAUSED, _V, _S.SUCCEEDED, _S.FAILED}),
     # A paused run is re-driven by a person (back to RUNNING) or given up (FAILED).
     _S.PAUSED: frozenset({_S.RUNNING, _S.PAUSED, _S.FAILED}),
+    # Resumed when its version is deployed again or it is migrated (RUNNING, or SUSPENDED
+    # when a migration keeps what it waits for), or given up (FAILED).
+    _V: frozenset({_S.RUNNING, _S.SUSPENDED, _V, _S.FAILED}),
     _S.SUCCEEDED: frozenset(),
     _S.FAILED: frozenset(),
 }
