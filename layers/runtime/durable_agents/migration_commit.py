@@ -17,6 +17,7 @@ from durable_agents.agent import AgentDefinition
 from durable_agents.context import DurableContext
 from durable_agents.errors import (
     DurableError,
+    EntryConflictError,
     RunRevisionConflictError,
     RunStateConflictError,
     SuspendExecution,
@@ -24,6 +25,7 @@ from durable_agents.errors import (
 )
 from durable_agents.events import step_ready
 from durable_agents.invocation import Invocation, Reason
+from durable_agents.migration_records import migration_entries, migration_record
 from durable_agents.migrations import (
     MIGRATABLE,
     MigrationNotFoundError,
@@ -50,7 +52,7 @@ class MigrationResult:
     Attributes:
         run: The run header after the migration (before it, for a dry run).
         record: The ``run_migrated`` record (what changed).
-        committed: False for a dry run.
+        committed: False for a dry run (True as well when it was done by an earlier request).
     """
 
     run: RunHeader
@@ -87,6 +89,7 @@ def migrate_run(
 
     Returns:
         The result; the run continues on the new version (a ``Step Ready`` is published).
+        Asked again after it was done (an answer lost on the way), the same result.
 
     Raises:
         RunNotFoundError: If there is no such run.
@@ -98,6 +101,9 @@ def migrate_run(
     for _ in range(ATTEMPTS):
         snapshot = runtime.store.load(run_id)
         header = snapshot.header
+        done = _already_migrated(snapshot, to_version)
+        if done is not None:  # a repeated request (its answer was lost): the same answer
+            return MigrationResult(header, done, committed=True)
         target, record = _decide(runtime, snapshot, to_version, by)
         if dry_run:
             return MigrationResult(header, record, committed=False)
@@ -117,7 +123,8 @@ def migrate_run(
         )
         try:
             runtime.store.commit(run_id, [entry], change)
-        except (RunRevisionConflictError, RunStateConflictError) as exc:
+        except (RunRevisionConflictError, RunStateConflictError, EntryConflictError) as exc:
+            # Another writer moved the run (or migrated it: its run_migrated took the slot).
             _log.info("run %s changed while its migration was decided (%s): again", run_id, exc)
             continue
         # The new code takes it from here (for a suspended run it replays and waits again).
@@ -125,6 +132,18 @@ def migrate_run(
         _log.info("run %s migrated to %s version %s by %s", run_id, target.name, to_version, by)
         return MigrationResult(change.apply(header), record, committed=True)
     raise MigrationRefusedError(run_id, f"the run kept changing; tried {ATTEMPTS} times")
+
+
+def _already_migrated(snapshot: RunSnapshot, to_version: str) -> dict[str, Any] | None:
+    """The last ``run_migrated`` record, if it moved the run to ``to_version`` (and it still is)."""
+    if snapshot.header.versions.get("workflow_version") != to_version:
+        return None
+    entries = migration_entries(snapshot.entries)
+    if not entries:
+        return None
+    record = migration_record(entries[-1])
+    moved_to = (record.get("to") or {}).get("workflow_version")
+    return record if moved_to == to_version else None
 
 
 def _decide(
