@@ -22,6 +22,7 @@ from durable_agents.migrations import (
     migration,
 )
 from durable_agents.models import EntryType, OpKind, RunStatus
+from durable_agents.views import history
 from tests.contract.test_versions_contract import approve, drive, v1, v2
 
 
@@ -188,3 +189,18 @@ def test_an_invocation_of_the_old_code_that_read_before_the_migration_writes_not
     with pytest.raises(SuspendExecution):
         inv.commit([late])
     assert all(e.name != "late" for e in journal.load(run_id).entries)
+
+
+def test_history_shows_the_migration_and_a_version_unavailable_run(journal: JournalStore) -> None:
+    rt, run_id = suspended_v1_run(journal)
+    migrate_run(rt, run_id, "2", by="user:ops")
+    events = history(journal.load(run_id))
+    (migrated,) = [e for e in events if e["event"] == "run_migrated"]
+    assert migrated["migration"]["by"] == "user:ops"
+    assert migrated["migration"]["to"]["workflow_version"] == "2"
+
+    other, _ = rt.start_run("flow", None)
+    Runtime(journal, registry=AgentRegistry(), clock=rt.clock).execute(other.run_id)
+    last = history(journal.load(other.run_id))[-1]
+    assert last["event"] == "run_version_unavailable"
+    assert last["error"]["type"] == "VersionUnavailableError"
