@@ -195,27 +195,40 @@ class DurableContext(WaitOperations):
 
         return run_llm(self, check_name(name), request, config, stream=stream, retry=retry)
 
-    def invoke(self, agent: AgentDefinition[Any, T], value: Any, *, name: str | None = None) -> T:
+    def invoke(
+        self,
+        agent: AgentDefinition[Any, T] | str,
+        value: Any,
+        *,
+        name: str | None = None,
+        tenant_id: str | None = None,
+    ) -> T:
         """Runs a sub-agent as a child run and waits for its output (holding no compute).
 
         The child is started exactly once, however often this run replays: its id comes from
         this operation's position and creating it is a conditional write.
 
         Args:
-            agent: The sub-agent (what ``@agent`` returned); it must be deployed too.
+            agent: The sub-agent: what ``@agent`` returned, or the name of any agent of the
+                deployment (its latest version).
             value: Its input.
             name: The operation name (defaults to the agent name).
+            tenant_id: The child run's tenant (default: this run's).
 
         Returns:
             The child's output.
 
         Raises:
             ChildRunFailedError: If the child run failed (its error type and message inside).
+            SubAgentNotDeployedError: If the sub-agent is not deployed (the run pauses).
             ReplayDivergedError: If the journal recorded another operation at this position.
+            ValueError: If ``tenant_id`` is not a valid tenant name.
         """
         from durable_agents.operations.invoke import run_invoke  # noqa: PLC0415
 
-        return run_invoke(self, agent, value, check_name(name or agent.name))  # type: ignore[no-any-return]
+        agent_name = agent if isinstance(agent, str) else agent.name
+        op_name = check_name(name or agent_name)
+        return run_invoke(self, agent, value, op_name, tenant_id)  # type: ignore[no-any-return]
 
     def parallel(
         self,
