@@ -66,12 +66,15 @@ def run_step(
     kind: OpKind = OpKind.STEP,
     pass_info: bool = False,
     fingerprint: Fingerprint | None = None,
+    ready: Callable[[], None] | None = None,
 ) -> Any:
     """Executes or replays one step (see ``DurableContext.step``).
 
     Other leaf operations (model calls) reuse it with their own ``kind``; with ``pass_info``
     the code receives a ``StepInfo`` (operation id, attempt) as its first argument. The input
     fingerprint (``args``'s unless ``fingerprint`` is given) goes into the claim's meta.
+    ``ready`` is called when the step is about to be claimed and executed (never on replay):
+    it may refuse by raising, before anything is written.
     """
     inv = ctx.invocation
     fingerprint = Fingerprint.of_args(args) if fingerprint is None else fingerprint
@@ -98,6 +101,8 @@ def run_step(
         if due > now:
             raise SuspendExecution(Reason.TIMER, wake_at_ms=due, detail=op_id)
 
+    if ready is not None:
+        ready()
     inv.take_budget(op_id)
     inv.hooks.before_claim(op_id)
     attempt += 1
