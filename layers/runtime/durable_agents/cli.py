@@ -4,6 +4,7 @@
 * ``durable-agents moto``: only the moto server, in the foreground.
 * ``durable-agents runs list|show|history|redrive``: read (or nudge) runs straight from the
   journal in a running moto server.
+* ``durable-agents runs start|migrate``: through the Api local mode serves (it has the agents).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ OIDC_PORT = 3001  # durable_agents.local.oidc.DEFAULT_PORT (not imported: it loa
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 DEFAULT_ENDPOINT = moto_server.endpoint_url(moto_server.DEFAULT_PORT)
-STATUSES = ("RUNNING", "SUSPENDED", "PAUSED", "SUCCEEDED", "FAILED")
+# durable_agents.models.RunStatus (not imported: the parser stays light).
+STATUSES = ("RUNNING", "SUSPENDED", "PAUSED", "VERSION_UNAVAILABLE", "SUCCEEDED", "FAILED")
 
 
 def _positive_float(text: str) -> float:
@@ -205,11 +207,14 @@ def _add_runs(commands: Any) -> None:
     )
     common.add_argument("--table", default=local_name("JournalTable"), help=argparse.SUPPRESS)
     common.add_argument("--json", action="store_true", help="print JSON")
-    runs = commands.add_parser("runs", help="list, show, trace or redrive runs")
+    runs = commands.add_parser("runs", help="list, show, trace, redrive or migrate runs")
     actions = runs.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", parents=[common], help="list runs, newest first")
     listing.add_argument("--status", type=str.upper, choices=STATUSES)
+    listing.add_argument("--agent", help="only runs of this agent")
+    listing.add_argument("--version", help="only runs pinned to this workflow version")
     listing.add_argument("--limit", type=_positive_int, default=50)
+    _add_migrate(actions)
     start = actions.add_parser(
         "start",
         help="start a run through the local Api and wait for it",
@@ -239,6 +244,21 @@ def _add_runs(commands: Any) -> None:
     ):
         action = actions.add_parser(name, parents=[common], help=text)
         action.add_argument("run_id")
+
+
+def _add_migrate(actions: Any) -> None:
+    migrate = actions.add_parser(
+        "migrate",
+        help="move a run to another version of its agent (through the local Api)",
+        description="POST /runs/{run_id}/migrate to the Api local mode serves: the deployed "
+        "@migration says what changes, the new code is replayed over the run's journal first "
+        "and a divergence refuses it. --dry-run checks everything and writes nothing.",
+    )
+    migrate.add_argument("run_id")
+    migrate.add_argument("--to", required=True, metavar="VERSION", help="the version to move to")
+    migrate.add_argument("--dry-run", action="store_true", help="check only, write nothing")
+    migrate.add_argument("--api", type=_http_url, default="http://127.0.0.1:3000")
+    migrate.add_argument("--json", action="store_true", help="print the Api's answer as JSON")
 
 
 def _add_token(commands: Any) -> None:
@@ -347,14 +367,30 @@ def _runs_start(args: argparse.Namespace) -> int:
     return EXIT_ERROR if started.run["status"] in ("FAILED", "PAUSED") else 0
 
 
+def _runs_migrate(args: argparse.Namespace) -> int:
+    from durable_agents.local import runs_migrate  # noqa: PLC0415
+
+    try:
+        answer = runs_migrate.migrate_run(args.api, args.run_id, args.to, dry_run=args.dry_run)
+    except runs_migrate.RunMigrateError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    print(json.dumps(answer, indent=2) if args.json else runs_migrate.describe(answer))
+    return 0
+
+
 def _runs(args: argparse.Namespace) -> int:
     if args.action == "start":
         return _runs_start(args)
+    if args.action == "migrate":
+        return _runs_migrate(args)
     from durable_agents.local.runs import RunsClient, RunsError  # noqa: PLC0415
 
     client = RunsClient(args.endpoint, args.table)
     actions: dict[str, Callable[[], tuple[Any, str]]] = {
-        "list": lambda: client.list(args.status, args.limit),
+        "list": lambda: client.list(
+            args.status, args.limit, agent=args.agent, version=args.version
+        ),
         "show": lambda: client.show(args.run_id),
         "history": lambda: client.history(args.run_id),
         "redrive": lambda: client.redrive(args.run_id),
