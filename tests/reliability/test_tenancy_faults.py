@@ -4,9 +4,10 @@ The reference run belongs to tenant ``a``. On every tick, before the run's own p
 caller of tenant ``b`` sends the Api (the real handler, over the simulator's faulty journal)
 every request that names the run or what it waits on: the run, its history, a redrive, a
 migration, each pending approval (shown and decided over IAM, and by a person with a JWT who
-*is* one of its approvers but of tenant ``b``), each call in review, and the listings. Every answer must be
-404 (or 503 when an injected fault struck the request), every listing empty of the run, and
-the journal unchanged by the requests; the schedule must then keep every invariant.
+*is* one of its approvers but of tenant ``b``), each call in review, and the listings. Every
+answer must be 404 (or 503 when an injected fault struck the request), every listing empty of
+the run, and the journal unchanged by the requests; the schedule must then keep every
+invariant.
 """
 
 from __future__ import annotations
