@@ -228,3 +228,43 @@ def test_a_version_unavailable_run_is_listed_and_can_be_migrated(
     moved = migrate(run_id, {"to_version": "2"})
     assert moved.status == 200, moved.text
     assert moved.json["run"]["status"] == "RUNNING" and moved.json["run"]["error"] is None
+
+
+def test_filtered_pages_are_followed_to_the_end_by_their_cursors(
+    rt: Runtime,
+    api: Deployment,  # noqa: F811
+) -> None:
+    """A filtered page may be short, and its cursor (built from its last run) is accepted."""
+    other = AgentRegistry()
+    agent_decorator(name="other", version="1", registry=other)(v1)
+    flow = rt.registry
+    ours: set[str] = set()
+    for i in range(6):
+        # Newest first: other, flow, flow, other, flow, flow — pages of 3 read 3 index items
+        # a query, so the second query of the first page overfills it: cut at its last run.
+        rt.clock.advance(10)  # type: ignore[attr-defined]
+        rt.registry = other if i % 3 == 2 else flow
+        run, _ = rt.start_run(rt.registry.names()[0], None, tenant="a")
+        if rt.registry is flow:
+            ours.add(run.run_id)
+    rt.registry = flow
+    for scope in (TENANT_A, OPERATOR):  # the tenant's index, and every tenant's
+        seen: list[str] = []
+        cursor = None
+        pages = 0
+        for _ in range(10):
+            pages += 1
+            query = {"status": "RUNNING", "agent": "flow", "version": "1", "limit": "3"}
+            reply = request(
+                "GET",
+                "/runs",
+                user_arn=scope,
+                query={**query, **({"cursor": cursor} if cursor else {})},
+            )
+            assert reply.status == 200, reply.text
+            seen += [r["run_id"] for r in reply.json["runs"]]
+            cursor = reply.json["cursor"]
+            if cursor is None:
+                break
+        assert sorted(seen) == sorted(ours) and len(seen) == len(ours) == 4
+        assert pages == 2
