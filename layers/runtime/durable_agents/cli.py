@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from durable_agents.local import moto_server
+from durable_agents.local import moto_server, runs_migrate
 from durable_agents.local.crash import CRASH_POINTS, CrashSpec
 from durable_agents.local.functions import local_name
 from durable_agents.local.identity import LOCAL_CALLER_ARN, check_caller_arn
@@ -214,7 +214,7 @@ def _add_runs(commands: Any) -> None:
     listing.add_argument("--agent", help="only runs of this agent")
     listing.add_argument("--version", help="only runs pinned to this workflow version")
     listing.add_argument("--limit", type=_positive_int, default=50)
-    _add_migrate(actions)
+    runs_migrate.add_command(actions, _http_url)
     start = actions.add_parser(
         "start",
         help="start a run through the local Api and wait for it",
@@ -244,21 +244,6 @@ def _add_runs(commands: Any) -> None:
     ):
         action = actions.add_parser(name, parents=[common], help=text)
         action.add_argument("run_id")
-
-
-def _add_migrate(actions: Any) -> None:
-    migrate = actions.add_parser(
-        "migrate",
-        help="move a run to another version of its agent (through the local Api)",
-        description="POST /runs/{run_id}/migrate to the Api local mode serves: the deployed "
-        "@migration says what changes, the new code is replayed over the run's journal first "
-        "and a divergence refuses it. --dry-run checks everything and writes nothing.",
-    )
-    migrate.add_argument("run_id")
-    migrate.add_argument("--to", required=True, metavar="VERSION", help="the version to move to")
-    migrate.add_argument("--dry-run", action="store_true", help="check only, write nothing")
-    migrate.add_argument("--api", type=_http_url, default="http://127.0.0.1:3000")
-    migrate.add_argument("--json", action="store_true", help="print the Api's answer as JSON")
 
 
 def _add_token(commands: Any) -> None:
@@ -367,23 +352,11 @@ def _runs_start(args: argparse.Namespace) -> int:
     return EXIT_ERROR if started.run["status"] in ("FAILED", "PAUSED") else 0
 
 
-def _runs_migrate(args: argparse.Namespace) -> int:
-    from durable_agents.local import runs_migrate  # noqa: PLC0415
-
-    try:
-        answer = runs_migrate.migrate_run(args.api, args.run_id, args.to, dry_run=args.dry_run)
-    except runs_migrate.RunMigrateError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    print(json.dumps(answer, indent=2) if args.json else runs_migrate.describe(answer))
-    return 0
-
-
 def _runs(args: argparse.Namespace) -> int:
     if args.action == "start":
         return _runs_start(args)
     if args.action == "migrate":
-        return _runs_migrate(args)
+        return runs_migrate.command(args)
     from durable_agents.local.runs import RunsClient, RunsError  # noqa: PLC0415
 
     client = RunsClient(args.endpoint, args.table)

@@ -8,11 +8,16 @@ writing the journal itself.
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 import urllib.error
+from collections.abc import Callable
 from typing import Any
 
 from durable_agents.local.runs_start import _call
+
+EXIT_ERROR = 1
 
 
 class RunMigrateError(Exception):
@@ -67,3 +72,30 @@ def describe(answer: dict[str, Any]) -> str:
     if record.get("note"):
         lines.insert(1, f"  note: {record['note']}")
     return "\n".join(lines)
+
+
+def add_command(actions: Any, url: Callable[[str], str]) -> None:
+    """Adds ``migrate`` to the ``runs`` sub-commands (``url`` checks ``--api``)."""
+    migrate = actions.add_parser(
+        "migrate",
+        help="move a run to another version of its agent (through the local Api)",
+        description="POST /runs/{run_id}/migrate to the Api local mode serves: the deployed "
+        "@migration says what changes, the new code is replayed over the run's journal first "
+        "and a divergence refuses it. --dry-run checks everything and writes nothing.",
+    )
+    migrate.add_argument("run_id")
+    migrate.add_argument("--to", required=True, metavar="VERSION", help="the version to move to")
+    migrate.add_argument("--dry-run", action="store_true", help="check only, write nothing")
+    migrate.add_argument("--api", type=url, default="http://127.0.0.1:3000")
+    migrate.add_argument("--json", action="store_true", help="print the Api's answer as JSON")
+
+
+def command(args: argparse.Namespace) -> int:
+    """``durable-agents runs migrate``: 0 when the Api moved (or checked) the run, else 1."""
+    try:
+        answer = migrate_run(args.api, args.run_id, args.to, dry_run=args.dry_run)
+    except RunMigrateError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    print(json.dumps(answer, indent=2) if args.json else describe(answer))
+    return 0
