@@ -1,148 +1,332 @@
-"""Migrations under faults: every write refused, landed-but-reported-failed, raced, or followed
-by a crash before its publish leaves the run untouched or migrated exactly once — never half,
-never twice, never stuck. Both journals (in memory, DynamoDB on moto).
+"""``POST /runs/{run_id}/migrate`` under faults: the run is untouched or migrated exactly once.
+
+A v1 run of ``flow`` waits VERSION_UNAVAILABLE under a deployment that carries only v2 and the
+migration 1→2. The Api (the real handler) is asked to move it while the migration's one write
+fails before it lands, lands but the caller sees a failure, lands twice, lands late, or the
+process dies just before or after it, or the ``Step Ready`` after it is lost. Whatever happens:
+
+* the journal holds either no ``run_migrated`` entry and the run as it was, or exactly one and
+  the run re-pinned to v2 — never half of it (an entry without the re-pin, or the reverse);
+* an answer is 200, 409 or 503 (never a 5xx the Api does not document);
+* a run migrated but never told (the ``Step Ready`` lost with the process or the bus) is
+  re-driven by the reconciler, and finishes on v2.
+
+The in-memory ``FaultyJournal`` plays DynamoDB's write outcomes at the exact boundary; the boto3
+fault injector plays them on the real client against moto; the duplicated and the late write
+run on both journals.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+import boto3
 import pytest
+from botocore.config import Config
+from moto import mock_aws
 
-from durable_agents import Runtime
-from durable_agents.errors import InfrastructureError
-from durable_agents.events import CollectingPublisher, EventPublishError, OutgoingEvent
+from durable_agents import AgentRegistry, Runtime, SkipClock
+from durable_agents import agent as agent_decorator
+from durable_agents.errors import (
+    EntryConflictError,
+    RunRevisionConflictError,
+    RunStateConflictError,
+)
+from durable_agents.events import STEP_READY, CollectingPublisher, EventPublishError, OutgoingEvent
+from durable_agents.journal.dynamodb import DynamoDBJournal
+from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.store import JournalStore
-from durable_agents.migration_commit import migrate_run
-from durable_agents.migrations import MigrationRefusedError
-from durable_agents.models import Entry, OpKind, RunChange, RunStatus
+from durable_agents.local.template import create_journal_table
+from durable_agents.migrations import MigrationPlan, RecordedRun, migration
+from durable_agents.models import OpKind, RunChange, RunHeader, RunStatus
 from durable_agents.reconciler import sweep
-from tests.contract.test_migrations_contract import deployment, suspended_v1_run
-from tests.contract.test_versions_contract import approve, drive
+from durable_agents.testing import SimulatedCrash
+from tests.conftest import TEMPLATE
+from tests.contract.test_versions_contract import approve, drive, v1, v2
+from tests.reliability.boto_faults import Injector as BotoInjector
+from tests.reliability.faults import (
+    WRITE_MODES,
+    FaultPlan,
+    FaultyJournal,
+    Injector,
+    LambdaTimeoutError,
+    Mode,
+    Target,
+)
+from tests.unit.test_api_approvals import OPERATOR, request
 
 pytestmark = pytest.mark.reliability
 
+MIGRATED = "run_migrated"
+STALL_MS = 60_000
+FENCED = (RunRevisionConflictError, RunStateConflictError, EntryConflictError)
 
-class FaultyCommits:
-    """The journal, with ``before``/``after`` run around its next migration commit."""
 
-    def __init__(self, store: JournalStore):
-        self._store = store
-        self.before: Callable[[], None] | None = None
-        self.after: Callable[[], None] | None = None
+def only_v2() -> AgentRegistry:
+    """The deployment after v1 was removed: v2's code and the migration from v1."""
+    registry = AgentRegistry()
+    agent_decorator(name="flow", version="2", registry=registry)(v2)
 
-    def commit(
-        self, run_id: str, entries: Sequence[Entry], change: RunChange | None = None, **kw: Any
-    ) -> None:
-        migrating = any(e.kind is OpKind.MIGRATION for e in entries)
-        if migrating and self.before is not None:
-            before, self.before = self.before, None
-            before()
-        self._store.commit(run_id, entries, change, **kw)
-        if migrating and self.after is not None:
-            after, self.after = self.after, None
-            after()
+    @migration("flow", from_version="1", to_version="2", registry=registry)
+    def one_to_two(run: RecordedRun) -> MigrationPlan:
+        ticket = run.result("create-ticket")
+        return MigrationPlan(
+            replays=run.names(), results={"create-ticket": {**ticket, "priority": "normal"}}
+        )
+
+    return registry
+
+
+class LossyPublisher(CollectingPublisher):
+    """Collects events; refuses the first ``fail`` publishes as EventBridge can."""
+
+    def __init__(self, fail: int = 0):
+        super().__init__()
+        self.fail = fail
+
+    def publish(self, events: Sequence[OutgoingEvent]) -> None:
+        if self.fail > 0:
+            self.fail -= 1
+            raise EventPublishError("EventBridge rejected 1 event(s): InternalFailure")
+        super().publish(events)
+
+
+def unavailable_run(store: JournalStore, clock: SkipClock) -> tuple[Runtime, str]:
+    """A v1 run, approved, VERSION_UNAVAILABLE under the v2-only deployment (returned)."""
+    old = Runtime(store, registry=AgentRegistry(), clock=clock, publisher=CollectingPublisher())
+    agent_decorator(name="flow", version="1", registry=old.registry)(v1)
+    run, _ = old.start_run("flow", None)
+    assert drive(old, run.run_id) is RunStatus.SUSPENDED, store.get_run(run.run_id).error
+    approve(old, run.run_id)
+    new = Runtime(store, registry=only_v2(), clock=clock, publisher=LossyPublisher())
+    assert new.execute(run.run_id).kind.value == "version_unavailable"
+    assert store.get_run(run.run_id).status is RunStatus.VERSION_UNAVAILABLE
+    return new, run.run_id
+
+
+def migrations(store: JournalStore, run_id: str) -> int:
+    return sum(e.kind is OpKind.MIGRATION for e in store.load(run_id).entries)
+
+
+def step_readies(rt: Runtime, run_id: str) -> int:
+    events = rt.publisher.events  # type: ignore[attr-defined]
+    return sum(e.detail_type == STEP_READY and e.detail["run_id"] == run_id for e in events)
+
+
+def assert_whole(store: JournalStore, run_id: str, before: RunHeader) -> bool:
+    """Untouched (False) or migrated exactly once (True); never anything in between."""
+    header = store.get_run(run_id)
+    count = migrations(store, run_id)
+    if count == 0:
+        assert header == before, "no run_migrated entry, yet the header changed"
+        return False
+    assert count == 1, f"{count} run_migrated entries"
+    assert header.versions["workflow_version"] == "2", "a run_migrated entry without the re-pin"
+    assert header.status is RunStatus.RUNNING and header.error is None
+    return True
+
+
+def finishes_on_v2(rt: Runtime, run_id: str) -> None:
+    """The reconciler re-drives the run if it was never told, and it finishes on v2."""
+    rt.clock.advance(STALL_MS + 1)  # type: ignore[attr-defined]
+    told = step_readies(rt, run_id)
+    report = sweep(rt, stall_after_ms=STALL_MS)
+    if told == 0:
+        assert report.stalled_redriven == 1, "a migrated run nobody told was left waiting"
+    assert step_readies(rt, run_id) >= 1
+    assert drive(rt, run_id) is RunStatus.SUCCEEDED
+    result = json.loads(rt.store.get_run(run_id).result or "{}")
+    assert result["version"] == "2" and result["ticket"] == {"id": "T-1", "priority": "normal"}
+    assert migrations(rt.store, run_id) == 1
+
+
+def migrate(run_id: str) -> Any:
+    return request("POST", f"/runs/{run_id}/migrate", {"to_version": "2"}, user_arn=OPERATOR)
+
+
+@pytest.fixture
+def serve(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Installs a runtime as the Api's."""
+    from api import app as api_app
+
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "1")
+    monkeypatch.delenv("TENANT_MAP", raising=False)
+
+    def bind(rt: Runtime) -> None:
+        monkeypatch.setattr(api_app, "_runtime", rt)
+
+    return bind
+
+
+# --------------------------------------------------------- the write, at its exact boundary
+@pytest.mark.parametrize("mode", WRITE_MODES)
+def test_a_faulty_migration_write_leaves_the_run_whole(serve: Any, mode: Mode) -> None:
+    clock = SkipClock()
+    injector = Injector(FaultPlan(targets=(Target(MIGRATED, "commit", mode),)), clock.now_ms)
+    store = FaultyJournal(InMemoryJournal(), injector, clock)
+    rt, run_id = unavailable_run(store, clock)
+    serve(rt)
+    before = store.get_run(run_id)
+    try:
+        reply = migrate(run_id)
+        assert reply.status == 503, reply.text  # the journal failed: retry the request
+    except (SimulatedCrash, LambdaTimeoutError):
+        pass  # the process died: no answer at all
+    assert sum(injector.counts.values()) == 1, "the fault never fired: the case tests nothing"
+    landed = assert_whole(store, run_id, before)
+    assert landed == (mode in ("infra_after", "crash_after_write", "timeout_after_write"))
+    assert step_readies(rt, run_id) == 0  # nothing after the write ran
+    # The caller sends the request again: it moves the run, or — if the first one landed —
+    # gets the same answer again (the migration it already made), and nothing is written.
+    again = migrate(run_id)
+    assert again.status == 200, again.text
+    assert (
+        again.json["committed"] is True and again.json["migration"]["to"]["workflow_version"] == "2"
+    )
+    assert assert_whole(store, run_id, before)
+    finishes_on_v2(rt, run_id)
+
+
+def test_a_lost_step_ready_after_the_commit_is_made_good_by_the_reconciler(serve: Any) -> None:
+    clock = SkipClock()
+    store = InMemoryJournal()
+    rt, run_id = unavailable_run(store, clock)
+    rt.publisher = LossyPublisher(fail=1)
+    serve(rt)
+    before = store.get_run(run_id)
+    reply = migrate(run_id)
+    # The migration is recorded: the answer says so (the run is RUNNING; the reconciler
+    # re-drives a RUNNING run nobody advances).
+    assert reply.status == 200, reply.text
+    assert reply.json["committed"] is True
+    assert assert_whole(store, run_id, before)
+    assert step_readies(rt, run_id) == 0
+    finishes_on_v2(rt, run_id)
+
+
+# ------------------------------------------------------- the real client, against moto
+ONE_TRY = Config(retries={"total_max_attempts": 1, "mode": "standard"})
+BOTO_FAULTS = [
+    ("TransactWriteItems", "internal"),
+    ("TransactWriteItems", "throttling"),
+    ("TransactWriteItems", "timeout"),
+    ("TransactWriteItems", "transaction-conflict"),
+]
+
+
+@pytest.fixture
+def faulty_dynamodb() -> Iterator[tuple[BotoInjector, DynamoDBJournal]]:
+    with mock_aws():
+        injector = BotoInjector()
+        ddb = injector.attach(boto3.client("dynamodb", region_name="us-east-1", config=ONE_TRY))
+        create_journal_table(ddb, "journal", TEMPLATE)
+        yield injector, DynamoDBJournal(ddb, "journal")
+
+
+@pytest.mark.parametrize(("operation", "kind"), BOTO_FAULTS, ids=[k for _, k in BOTO_FAULTS])
+def test_a_dynamodb_fault_on_the_migration_commit_leaves_the_run_whole(
+    serve: Any,
+    faulty_dynamodb: tuple[BotoInjector, DynamoDBJournal],
+    operation: str,
+    kind: str,
+) -> None:
+    injector, store = faulty_dynamodb
+    rt, run_id = unavailable_run(store, SkipClock())
+    serve(rt)
+    before = store.get_run(run_id)
+    injector.fail(operation, kind)
+    reply = migrate(run_id)
+    assert injector.fired[kind] == 1, "the fault never fired: the case tests nothing"
+    assert reply.status in (200, 503), reply.text
+    landed = assert_whole(store, run_id, before)
+    assert landed == (reply.status == 200)
+    if not landed:
+        assert migrate(run_id).status == 200
+        assert assert_whole(store, run_id, before)
+    finishes_on_v2(rt, run_id)
+
+
+# ----------------------------------------------- the write delivered twice, or late (both journals)
+class Replaying:
+    """A journal that keeps the migration's write, to deliver it again later."""
+
+    def __init__(self, inner: JournalStore):
+        self.inner = inner
+        self.kept: list[tuple[Any, ...]] = []
+
+    def commit(self, run_id: str, entries: Sequence[Any], change: Any = None, **kw: Any) -> None:
+        self.inner.commit(run_id, entries, change, **kw)
+        if any(e.name == MIGRATED for e in entries):
+            self.kept.append((run_id, list(entries), change, kw))
+
+    def again(self) -> BaseException | None:
+        """Delivers the kept write once more; returns how the journal refused it."""
+        ((run_id, entries, change, kw),) = self.kept
+        try:
+            self.inner.commit(run_id, entries, change, **kw)
+        except FENCED as exc:
+            return exc
+        return None
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
+        return getattr(self.inner, name)
 
 
-def raise_infrastructure() -> None:
-    raise InfrastructureError("TransactWriteItems", "ProvisionedThroughputExceededException")
-
-
-def faulty_runtime(journal: JournalStore) -> tuple[Runtime, FaultyCommits, str]:
-    rt, run_id = suspended_v1_run(journal)
-    faulty = FaultyCommits(journal)
-    migrating = deployment(faulty, rt.clock)  # type: ignore[arg-type]
-    return migrating, faulty, run_id
-
-
-def migrations_of(journal: JournalStore, run_id: str) -> list[Entry]:
-    return [e for e in journal.load(run_id).entries if e.kind is OpKind.MIGRATION]
-
-
-def finishes_on_v2(journal: JournalStore, rt: Runtime, run_id: str) -> None:
-    approve(rt, run_id)
-    assert drive(rt, run_id) is RunStatus.SUCCEEDED
-    assert '"version":"2"' in (journal.get_run(run_id).result or "")
-    assert len(migrations_of(journal, run_id)) == 1
-
-
-def test_a_refused_write_leaves_the_run_untouched_and_a_retry_migrates_it_once(
-    journal: JournalStore,
+@pytest.mark.parametrize("when", ["at-once", "after-the-run-finished"])
+def test_a_duplicated_or_late_migration_write_is_refused(
+    serve: Any, journal: JournalStore, when: str
 ) -> None:
-    rt, faulty, run_id = faulty_runtime(journal)
-    before = journal.load(run_id)
-    faulty.before = raise_infrastructure
-    with pytest.raises(InfrastructureError):
-        migrate_run(rt, run_id, "2", by="user:ops")
-    assert journal.load(run_id) == before
-    assert migrate_run(rt, run_id, "2", by="user:ops").committed
-    finishes_on_v2(journal, rt, run_id)
+    store = Replaying(journal)
+    rt, run_id = unavailable_run(store, SkipClock())  # type: ignore[arg-type]
+    serve(rt)
+    before = journal.get_run(run_id)
+    assert migrate(run_id).status == 200
+    if when == "after-the-run-finished":
+        finishes_on_v2(rt, run_id)
+    after = journal.load(run_id)
+    refused = store.again()
+    assert refused is not None, "the same migration write landed twice"
+    assert journal.load(run_id) == after
+    if when == "at-once":
+        assert assert_whole(journal, run_id, before)
+        finishes_on_v2(rt, run_id)
+    assert migrations(journal, run_id) == 1
 
 
-def test_a_write_that_landed_but_reported_failure_is_answered_the_same_when_asked_again(
-    journal: JournalStore,
+def test_a_migration_that_read_before_a_concurrent_change_reads_again(
+    serve: Any, journal: JournalStore
 ) -> None:
-    rt, faulty, run_id = faulty_runtime(journal)
-    faulty.after = raise_infrastructure
-    with pytest.raises(InfrastructureError):
-        migrate_run(rt, run_id, "2", by="user:ops")
-    again = migrate_run(rt, run_id, "2", by="user:ops")  # the client retries
-    assert again.committed and again.record["replays"] == ["create-ticket", "approve"]
-    assert len(migrations_of(journal, run_id)) == 1
-    finishes_on_v2(journal, rt, run_id)
+    """Its write lands late, after another writer changed the run: fenced, decided again."""
+    store = Replaying(journal)
+    rt, run_id = unavailable_run(store, SkipClock())  # type: ignore[arg-type]
+    serve(rt)
+    original = store.commit
+    raced: list[int] = []
 
+    def late_commit(run_id_: str, entries: Sequence[Any], change: Any = None, **kw: Any) -> None:
+        if any(e.name == MIGRATED for e in entries) and not raced:
+            # Another invocation of the v2-only deployment marks it unavailable again first.
+            journal.commit(
+                run_id_,
+                [],
+                RunChange(
+                    expected=frozenset({RunStatus.VERSION_UNAVAILABLE}),
+                    status=RunStatus.VERSION_UNAVAILABLE,
+                    updated_at_ms=rt.clock.now_ms() + 1,
+                ),
+            )
+            raced.append(journal.get_run(run_id_).revision)
+        original(run_id_, entries, change, **kw)
 
-def test_two_migrations_racing_record_one(journal: JournalStore) -> None:
-    rt, faulty, run_id = faulty_runtime(journal)
-    other = deployment(journal, rt.clock)
-    results: list[Any] = []
-    # The other request reads and commits between this one's read and its write.
-    faulty.before = lambda: results.append(migrate_run(other, run_id, "2", by="user:b"))
-    mine = migrate_run(rt, run_id, "2", by="user:a")
-    assert results[0].committed and mine.committed
-    assert mine.record == results[0].record and mine.record["by"] == "user:b"
-    finishes_on_v2(journal, rt, run_id)
-
-
-def test_a_decision_between_the_read_and_the_write_wins_and_the_migration_is_refused(
-    journal: JournalStore,
-) -> None:
-    rt, faulty, run_id = faulty_runtime(journal)
-    faulty.before = lambda: approve(rt, run_id)  # the run wakes (RUNNING) under the migration
-    with pytest.raises(MigrationRefusedError, match="RUNNING"):
-        migrate_run(rt, run_id, "2", by="user:ops")
-    assert migrations_of(journal, run_id) == []
-    assert drive(rt, run_id) is RunStatus.SUCCEEDED  # on v1, with the decision
-    assert '"version":"1"' in (journal.get_run(run_id).result or "")
-
-
-def test_a_crash_before_the_step_ready_leaves_a_run_the_reconciler_drives(
-    journal: JournalStore,
-) -> None:
-    rt, _, run_id = faulty_runtime(journal)
-    only_v2 = Runtime(journal, registry=rt.registry, clock=rt.clock)
-    approve(rt, run_id)
-    # The decision woke it under a deployment without v1: VERSION_UNAVAILABLE.
-    gone = deployment(journal, rt.clock)
-    gone.registry._agents["flow"].pop("1")  # this deployment lacks v1
-    assert gone.execute(run_id).kind.value == "version_unavailable"
-
-    class Dying(CollectingPublisher):
-        def publish(self, events: Sequence[OutgoingEvent]) -> None:
-            raise EventPublishError("the process died before its PutEvents")
-
-    dying = deployment(journal, rt.clock)
-    dying.publisher = Dying()
-    with pytest.raises(EventPublishError):
-        migrate_run(dying, run_id, "2", by="user:ops")
-    assert journal.get_run(run_id).status is RunStatus.RUNNING  # migrated, nobody told
-    rt.clock.advance(120_000)  # ms: past the stall threshold
-    assert isinstance(only_v2.publisher, CollectingPublisher)
-    report = sweep(only_v2, stall_after_ms=60_000)
-    assert report.stalled_redriven == 1
-    assert drive(only_v2, run_id) is RunStatus.SUCCEEDED
-    assert '"version":"2"' in (journal.get_run(run_id).result or "")
+    store.commit = late_commit  # type: ignore[method-assign]
+    before = journal.get_run(run_id)
+    reply = migrate(run_id)
+    assert raced, "the concurrent change never happened: the case tests nothing"
+    assert reply.status == 200, reply.text
+    assert migrations(journal, run_id) == 1
+    assert journal.get_run(run_id).revision > raced[0]  # written after the concurrent change
+    assert journal.get_run(run_id).versions["workflow_version"] == "2"
+    assert before.revision < raced[0]
+    finishes_on_v2(rt, run_id)

@@ -23,7 +23,7 @@ from durable_agents.errors import (
     SuspendExecution,
     VersionUnavailableError,
 )
-from durable_agents.events import step_ready
+from durable_agents.events import EventPublishError, step_ready
 from durable_agents.invocation import Invocation, Reason
 from durable_agents.migration_records import migration_entries, migration_record
 from durable_agents.migrations import (
@@ -128,7 +128,12 @@ def migrate_run(
             _log.info("run %s changed while its migration was decided (%s): again", run_id, exc)
             continue
         # The new code takes it from here (for a suspended run it replays and waits again).
-        runtime.publisher.publish([step_ready(run_id, "migrated")])
+        try:
+            runtime.publisher.publish([step_ready(run_id, "migrated")])
+        except EventPublishError:
+            # Committed: the answer must say so. A RUNNING run nobody advances is re-driven
+            # by the reconciler; a SUSPENDED one is woken by what it waits for.
+            _log.warning("run %s migrated; Step Ready not published (reconciler)", run_id)
         _log.info("run %s migrated to %s version %s by %s", run_id, target.name, to_version, by)
         return MigrationResult(change.apply(header), record, committed=True)
     raise MigrationRefusedError(run_id, f"the run kept changing; tried {ATTEMPTS} times")

@@ -258,12 +258,17 @@ class JournalStore(ABC):
         cursor: str | None = None,
         oldest_first: bool = False,
         tenant: str | None = None,
+        agent: str | None = None,
+        version: str | None = None,
     ) -> RunPage:
         """Lists runs, newest change first (or oldest first), optionally only in ``status``.
 
         Only ``tenant``'s runs when given (every tenant's when None: trusted callers such as
-        the reconciler, or the operators' tenant). Read from an index: a listed header may be
-        out of date. Decide on ``get_run``/``load``.
+        the reconciler, or the operators' tenant); only runs of ``agent`` and only runs pinned
+        to workflow ``version`` when given. Those two filter what the index reads (they are not
+        part of its key): a filtered page may hold fewer than ``limit`` runs, even none, and
+        still carry a cursor to more. Read from an index: a listed header may be out of date.
+        Decide on ``get_run``/``load``.
         """
 
     def due_runs(self, now_ms: int, *, limit: int = 100) -> list[RunHeader]:
