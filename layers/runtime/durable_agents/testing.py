@@ -34,7 +34,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from durable_agents.agent import AgentDefinition, AgentRegistry
+from durable_agents.agent import AgentDefinition, AgentRegistry, default_registry
 from durable_agents.clock import SkipClock
 from durable_agents.events import STEP_READY, CollectingPublisher
 from durable_agents.journal.memory import InMemoryJournal
@@ -47,6 +47,7 @@ from durable_agents.models import (
     WaitRecord,
     WaitStatus,
 )
+from durable_agents.prompts import PromptRegistry
 from durable_agents.runtime import InvocationOutcome, OutcomeKind, Runtime
 from durable_agents.serde import decode
 from durable_agents.testing_views import (
@@ -111,6 +112,9 @@ class AgentTestRunner:
             ``runner.scripted`` counts the calls.
         providers: More model providers by name (a stub ``bedrock``, say).
         memory: The store behind ``ctx.memory`` (a fresh ``InMemoryMemoryStore`` by default).
+        prompts: The prompts and model configurations the agents pin (``ctx.prompt``,
+            ``ctx.model_config``): the default registry's (where ``register_prompt`` puts
+            them) unless given.
 
     Example:
         >>> from durable_agents import AgentRegistry, agent
@@ -145,6 +149,7 @@ class AgentTestRunner:
         | None = None,
         providers: Mapping[str, LlmProvider] | None = None,
         memory: MemoryStore | None = None,
+        prompts: PromptRegistry | None = None,
     ):
         if mode not in ("continuous", "faithful"):
             raise ValueError("mode is 'continuous' or 'faithful'")
@@ -155,6 +160,9 @@ class AgentTestRunner:
         self.lease_ms = int(lease_seconds * 1000)
         self.max_invocations = max_invocations
         self.registry = AgentRegistry()
+        # The runner's registry holds only these agents, but the prompts they pin live where
+        # they were registered: without them no run of such an agent could start.
+        self.registry.prompts = prompts if prompts is not None else default_registry.prompts
         self.registry.add(agent_definition)
         for sub_agent in agents:  # sub-agents the agent invokes
             self.registry.add(sub_agent)
