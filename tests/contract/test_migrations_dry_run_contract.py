@@ -1,15 +1,12 @@
 """What the migration dry run concludes at its end (both journals).
 
-Both tests fail on the current ``migration_commit._dry_run`` (strict xfail, reported to the
-lead: the fix belongs in that module):
+Two conclusions that were wrong before (each test failed then):
 
-* it treats every exception the new code raises as "a recorded error replayed and not
-  caught: consistent", so a migration whose new code fails the run on replay — here v2 reads a
-  field the recorded state does not have and the plan forgot to transform — is committed, and
-  the run, healthy and waiting before, FAILS as soon as it resumes;
-* it builds its ``Invocation`` without the runtime's memory store, so a memory read at the
-  frontier raises ``ConfigurationError`` and the ``run_migrated`` record says the new code
-  "fails the run on replay" where it only stops at that read.
+* a migration whose new code fails the run on replay — here v2 reads a field the recorded
+  state does not have and the plan forgot to transform — is refused: committed, the run,
+  healthy and waiting before, would FAIL as soon as it resumed;
+* a memory read at the frontier is where the new code stops (the dry run has the runtime's
+  memory store), not a failure of the new code.
 """
 
 from __future__ import annotations
@@ -64,9 +61,6 @@ def waiting_v1_run(journal: JournalStore, clock: SkipClock) -> str:
     return run.run_id
 
 
-@pytest.mark.xfail(
-    strict=True, reason="_dry_run accepts any exception of the new code as consistent"
-)
 def test_a_migration_whose_new_code_fails_on_the_recorded_state_is_refused(
     journal: JournalStore,
 ) -> None:
@@ -85,7 +79,6 @@ def test_a_migration_whose_new_code_fails_on_the_recorded_state_is_refused(
             assert journal.get_run(run_id).status is RunStatus.FAILED
 
 
-@pytest.mark.xfail(strict=True, reason="_dry_run's Invocation gets no memory store")
 def test_the_dry_run_stops_at_a_memory_read_at_the_frontier(journal: JournalStore) -> None:
     clock = SkipClock()
     run_id = waiting_v1_run(journal, clock)

@@ -218,6 +218,7 @@ def _dry_run(
         budget=0,
         lease_ms=0,
         registry=runtime.registry,
+        memory=runtime.memory,  # a read at the frontier stops there (budget 0), not fails
     )
     ctx = DurableContext(
         inv,
@@ -235,12 +236,17 @@ def _dry_run(
     except VersionUnavailableError as exc:
         raise MigrationRefusedError(header.run_id, str(exc)) from exc
     except Exception as exc:
-        if inv.fault is None:  # a recorded error replayed and not caught: consistent
-            where = f"the new code fails the run on replay: {type(exc).__name__}: {exc}"
-        else:
+        if inv.fault is not None:
             raise MigrationRefusedError(
                 header.run_id, f"the new code diverges from the journal: {inv.fault}"
             ) from exc
+        # The run did not fail there on its own code: moving it to code that fails on the
+        # recorded (transformed) state would turn a healthy run into a failed one.
+        raise MigrationRefusedError(
+            header.run_id,
+            f"the new code fails the run on replay: {type(exc).__name__}: {exc} "
+            "(does the plan transform every result whose shape the new code expects?)",
+        ) from exc
     if inv.fault is not None:
         raise MigrationRefusedError(
             header.run_id, f"the new code diverges from the journal: {inv.fault}"

@@ -101,9 +101,9 @@ def run_step(
         if due > now:
             raise SuspendExecution(Reason.TIMER, wake_at_ms=due, detail=op_id)
 
+    inv.take_budget(op_id)  # first: a budget of 0 (a dry run) stops before any check
     if ready is not None:
         ready()
-    inv.take_budget(op_id)
     inv.hooks.before_claim(op_id)
     attempt += 1
     claim = inv.entry(
