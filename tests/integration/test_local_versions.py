@@ -111,7 +111,7 @@ def test_v2_deployed_beside_v1_a_migration_and_a_version_that_comes_back(
         }
         status, history = http_json("GET", f"{both.base_url}/runs/{quote(migrated)}/history")
         assert status == 200, history
-        assert [e["name"] for e in history["events"]].count("run_migrated") == 1
+        assert [e["event"] for e in history["events"]].count("run_migrated") == 1
 
         fresh = start_run(both, "D", "versioned")
         pending_approval(both, fresh)
