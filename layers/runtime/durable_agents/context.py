@@ -22,6 +22,7 @@ from durable_agents.models import OpKind
 from durable_agents.operations.parallel import BatchResult, CompletionPolicy
 from durable_agents.retry import RetryPolicy
 from durable_agents.semantics import StepSemantics
+from durable_agents.serde import SerdesSpec, as_serdes
 from durable_agents.side_effects.tools import Tool, ToolNotApprovedError
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ class DurableContext(WaitOperations):
         retry: RetryPolicy | None = None,
         semantics: StepSemantics = StepSemantics.AT_LEAST_ONCE,
         result_type: Any = None,
+        serdes: SerdesSpec | None = None,
     ) -> T:
         """Runs ``fn(*args)`` once and records its result; replays return the record.
 
@@ -74,12 +76,17 @@ class DurableContext(WaitOperations):
                 ``StepInterruptedError``).
             result_type: The type to validate the recorded result against (defaults to
                 ``fn``'s return annotation).
+            serdes: A custom serializer for the result (a ``Serdes`` or a pair of functions);
+                by default datetimes, decimals, sets, dataclasses, … round-trip as tagged
+                JSON (docs/values-and-errors.md).
 
         Returns:
             The result, exactly as a replay will return it (serializer round trip).
 
         Raises:
-            Exception: The step's final error, with the same type and message on every replay.
+            Exception: The step's final error, rebuilt with the same type, ``args`` and
+                attributes on the first run and on every replay (``StepError`` if its class
+                cannot be rebuilt here).
             ReplayDivergedError: If the journal recorded another operation at this position.
 
         Example:
@@ -89,7 +96,9 @@ class DurableContext(WaitOperations):
         from durable_agents.operations.step import run_step  # noqa: PLC0415 - avoid a cycle
 
         op_name = check_name(name) if name is not None else name_of(fn)
-        return run_step(self, fn, args, op_name, retry, semantics, result_type)  # type: ignore[no-any-return]
+        return run_step(  # type: ignore[no-any-return]
+            self, fn, args, op_name, retry, semantics, result_type, serdes=as_serdes(serdes)
+        )
 
     def tool(self, tool: Tool[Any, T], request: Any, *, name: str | None = None) -> T:
         """Calls a tool that changes the outside world, exactly once, with recovery.
@@ -287,10 +296,12 @@ class DurableContext(WaitOperations):
         *,
         name: str | None = None,
         result_type: Any = None,
+        serdes: SerdesSpec | None = None,
     ) -> T:
         """Runs ``fn(child_ctx)`` as one operation with its own nested operation ids.
 
         Once the child's result is recorded, replays return it without running ``fn`` again.
+        ``serdes`` serializes the result as for ``step``.
 
         Raises:
             Exception: The child's final error, re-raised identically on replay.
@@ -299,7 +310,7 @@ class DurableContext(WaitOperations):
         from durable_agents.operations.child import run_child  # noqa: PLC0415
 
         op_name = check_name(name) if name is not None else name_of(fn)
-        return run_child(self, fn, op_name, result_type)  # type: ignore[no-any-return]
+        return run_child(self, fn, op_name, result_type, serdes=as_serdes(serdes))  # type: ignore[no-any-return]
 
     def now(self) -> datetime:
         """Returns the current time (UTC), recorded on first execution and replayed after.

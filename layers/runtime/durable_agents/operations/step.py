@@ -21,7 +21,14 @@ from durable_agents.leases import lease_end, lease_expired
 from durable_agents.models import EntryType, OpKind
 from durable_agents.retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy
 from durable_agents.semantics import StepSemantics
-from durable_agents.serde import decode, encode, error_info, rebuild_error
+from durable_agents.serde import (
+    Serdes,
+    decode_value,
+    encode_value,
+    error_info,
+    rebuild_error,
+    replay_value,
+)
 
 if TYPE_CHECKING:
     from durable_agents.context import DurableContext
@@ -66,6 +73,7 @@ def run_step(
     kind: OpKind = OpKind.STEP,
     pass_info: bool = False,
     fingerprint: Fingerprint | None = None,
+    serdes: Serdes | None = None,
 ) -> Any:
     """Executes or replays one step (see ``DurableContext.step``).
 
@@ -78,7 +86,7 @@ def run_step(
     position, op_id, record = ctx.next_operation(kind, name, fingerprint)
     hint = result_type if result_type is not None else return_hint(fn)
     if record is not None and record.result is not None:
-        return inv.replay(record.result, hint)
+        return replay_value(record.result, hint, serdes)
 
     policy = retry or DEFAULT_RETRY
     now = inv.now_ms()
@@ -121,7 +129,7 @@ def run_step(
     inv.in_step = True
     try:
         value = fn(StepInfo(op_id, attempt), *args) if pass_info else fn(*args)
-        payload = encode(value, hint)
+        payload = encode_value(value, hint, serdes)
     except Exception as exc:
         inv.in_step = False
         failures = _failures(record) + 1  # crashes before this attempt do not count
@@ -134,7 +142,7 @@ def run_step(
         position, op_id, kind, name, EntryType.SUCCEEDED, attempt=attempt, value=payload
     )
     _record_result(ctx, result, op_id)
-    return decode(payload, hint)
+    return decode_value(payload, hint, serdes)
 
 
 def _record_result(ctx: DurableContext, entry: Any, op_id: str) -> None:
