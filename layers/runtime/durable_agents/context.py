@@ -202,7 +202,15 @@ class DurableContext(WaitOperations):
 
         return run_llm(self, check_name(name), request, config, stream=stream, retry=retry)
 
-    def invoke(self, agent: AgentDefinition[Any, T], value: Any, *, name: str | None = None) -> T:
+    def invoke(
+        self,
+        agent: AgentDefinition[Any, T],
+        value: Any,
+        *,
+        name: str | None = None,
+        payload_serdes: SerdesSpec | None = None,
+        result_serdes: SerdesSpec | None = None,
+    ) -> T:
         """Runs a sub-agent as a child run and waits for its output (holding no compute).
 
         The child is started exactly once, however often this run replays: its id comes from
@@ -212,6 +220,9 @@ class DurableContext(WaitOperations):
             agent: The sub-agent (what ``@agent`` returned); it must be deployed too.
             value: Its input.
             name: The operation name (defaults to the agent name).
+            payload_serdes: Makes the child's input: ``serialize(value)`` must be JSON text.
+            result_serdes: Makes this call's result from the JSON text of the child's output
+                (default: validated by the sub-agent's output type).
 
         Returns:
             The child's output.
@@ -222,7 +233,14 @@ class DurableContext(WaitOperations):
         """
         from durable_agents.operations.invoke import run_invoke  # noqa: PLC0415
 
-        return run_invoke(self, agent, value, check_name(name or agent.name))  # type: ignore[no-any-return]
+        return run_invoke(  # type: ignore[no-any-return]
+            self,
+            agent,
+            value,
+            check_name(name or agent.name),
+            payload_serdes=as_serdes(payload_serdes),
+            result_serdes=as_serdes(result_serdes),
+        )
 
     def parallel(
         self,
@@ -231,15 +249,18 @@ class DurableContext(WaitOperations):
         name: str = "parallel",
         completion: CompletionPolicy | None = None,
         max_concurrency: int | None = None,
+        serdes: SerdesSpec | None = None,
     ) -> BatchResult[Any]:
         """Runs branches as independent child scopes; on Lambda, each in its own invocation.
 
         Args:
-            branches: Functions ``fn(child_ctx)``; results must be JSON values.
+            branches: Functions ``fn(child_ctx)``; their results are recorded as step results
+                are (tagged JSON).
             name: The operation name.
             completion: When the batch is done (default: all branches, failing on the first
                 failure).
             max_concurrency: At most this many branches in progress at a time.
+            serdes: A custom serializer for every branch's result.
 
         Returns:
             A ``BatchResult`` with every branch's outcome in index order (call
@@ -258,6 +279,7 @@ class DurableContext(WaitOperations):
             list(branches),
             completion or ALL_SUCCESSFUL,
             max_concurrency,
+            as_serdes(serdes),
         )
 
     def map(
@@ -268,8 +290,11 @@ class DurableContext(WaitOperations):
         name: str = "map",
         completion: CompletionPolicy | None = None,
         max_concurrency: int | None = None,
+        serdes: SerdesSpec | None = None,
     ) -> BatchResult[Any]:
         """Runs ``fn(child_ctx, item, index)`` for every item, like ``parallel``.
+
+        ``serdes`` serializes each item's result (as for ``parallel``).
 
         Raises:
             ValueError: If ``max_concurrency`` is below 1.
@@ -288,6 +313,7 @@ class DurableContext(WaitOperations):
             branches,
             completion or ALL_SUCCESSFUL,
             max_concurrency,
+            as_serdes(serdes),
         )
 
     def run_in_child_context(

@@ -53,7 +53,7 @@ from durable_agents.models import (
     WaitStatus,
 )
 from durable_agents.runtime import InvocationOutcome, OutcomeKind, Runtime
-from durable_agents.serde import decode
+from durable_agents.serde import decode, decode_value
 
 _SETTLED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.PAUSED)
 
@@ -430,7 +430,7 @@ class AgentTestRunner:
                     name=record.name,
                     status=status,
                     attempts=started,
-                    result=decode(result.value) if result and result.value else None,
+                    result=_view(result.value) if result and result.value else None,
                     error=result.error if result else None,
                     entries=list(record.entries),
                 )
@@ -450,3 +450,11 @@ class AgentTestRunner:
             outcomes=outcomes or [],
             events=list(self.publisher.events),
         )
+
+
+def _view(text: str) -> Any:
+    """An operation's recorded result as a test sees it: decoded, or the text a serdes wrote."""
+    try:
+        return decode_value(text)
+    except ValueError:  # a custom serdes' text (or a class this process cannot rebuild)
+        return text
