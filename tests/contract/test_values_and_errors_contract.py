@@ -237,3 +237,24 @@ def test_a_value_that_cannot_be_recorded_fails_the_step_without_retrying(
 
     two_invocations(journal, body)
     assert len(caught) == 2 and "object" in caught[0]
+
+
+def test_a_value_that_cannot_be_read_back_is_not_recorded_as_a_success(
+    journal: JournalStore,
+) -> None:
+    caught: list[str] = []
+
+    @dataclass
+    class Unregistered:  # a local class: recordable, but not resolvable when read back
+        n: int
+
+    def body(ctx: DurableContext) -> None:
+        try:
+            ctx.step(lambda: Unregistered(1), name="local")
+        except PayloadError as exc:
+            caught.append(str(exc))
+
+    run_id = two_invocations(journal, body)
+    assert len(caught) == 2 and "register_type" in caught[0] and caught[0] == caught[1]
+    local = [e for e in journal.load(run_id).entries if e.name == "local"]
+    assert [e.type for e in local] == [EntryType.STARTED, EntryType.FAILED]

@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from durable_agents.agent import AgentDefinition, AgentRegistry
 from durable_agents.clock import SkipClock
+from durable_agents.errors import PayloadError
 from durable_agents.events import STEP_READY, CollectingPublisher, OutgoingEvent
 from durable_agents.invocation import InvocationHooks, group_entries
 from durable_agents.journal.memory import InMemoryJournal
@@ -456,5 +457,5 @@ def _view(text: str) -> Any:
     """An operation's recorded result as a test sees it: decoded, or the text a serdes wrote."""
     try:
         return decode_value(text)
-    except ValueError:  # a custom serdes' text (or a class this process cannot rebuild)
+    except (ValueError, PayloadError):  # a custom serdes' text, or a class not available here
         return text

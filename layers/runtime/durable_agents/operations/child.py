@@ -49,6 +49,8 @@ def run_child(
         value = fn(child)
         child.check_scope_end()
         payload = encode_value(value, hint, serdes)
+        # Read back before recording: a value a replay could not read is a failure, now.
+        value = decode_value(payload, hint, serdes)
     except Exception as exc:
         if inv.fault is not None:
             raise
@@ -61,7 +63,7 @@ def run_child(
         inv.entry(position, op_id, kind, name, EntryType.SUCCEEDED, value=payload, meta=meta),
         op_id,
     )
-    return decode_value(payload, hint, serdes)
+    return value
 
 
 def _commit(ctx: DurableContext, entry: Any, op_id: str) -> None:

@@ -130,6 +130,8 @@ def run_step(
     try:
         value = fn(StepInfo(op_id, attempt), *args) if pass_info else fn(*args)
         payload = encode_value(value, hint, serdes)
+        # Read back before recording: a value a replay could not read is a failure, now.
+        value = decode_value(payload, hint, serdes)
     except Exception as exc:
         inv.in_step = False
         failures = _failures(record) + 1  # crashes before this attempt do not count
@@ -142,7 +144,7 @@ def run_step(
         position, op_id, kind, name, EntryType.SUCCEEDED, attempt=attempt, value=payload
     )
     _record_result(ctx, result, op_id)
-    return decode_value(payload, hint, serdes)
+    return value
 
 
 def _record_result(ctx: DurableContext, entry: Any, op_id: str) -> None:
