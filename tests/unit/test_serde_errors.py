@@ -173,3 +173,18 @@ def test_rebuilding_is_stable(exc: Exception) -> None:
     twice = round_trip(once)
     assert type(twice) is type(once)
     assert error_info(twice) == error_info(once)
+
+
+def test_an_attribute_that_refers_to_the_error_is_dropped() -> None:
+    exc = RuntimeError("loop")
+    exc.me = [exc]  # type: ignore[attr-defined]
+    exc.parts = [1, 2]  # type: ignore[attr-defined]
+    info = error_info(exc)
+    assert info.data is not None
+    assert info.data["__durable_exception__"]["dropped"] == ["me"]
+    assert round_trip(exc).parts == [1, 2]  # type: ignore[attr-defined]
+
+
+def test_a_recorded_field_holding_a_secret_is_masked() -> None:
+    info = error_info(CallbackTimeoutError("cb-1", Secret("sk-live-abcdef123456")))  # type: ignore[arg-type]
+    assert info.data == {"callback_id": "cb-1", "reason": "***"}

@@ -232,3 +232,10 @@ def test_as_serdes_refuses_what_is_not_one() -> None:
         as_serdes((print,))  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         as_serdes("json")  # type: ignore[arg-type]
+
+
+def test_a_value_that_refers_to_itself_is_a_payload_error() -> None:
+    looped: list[Any] = []
+    looped.append(looped)
+    with pytest.raises(PayloadError, match="refers to itself"):
+        encode_value(looped)

@@ -33,11 +33,10 @@ from durable_agents.models import Entry, EntryType, ErrorInfo
 from durable_agents.serde_errors import error_info, rebuild_error
 from durable_agents.serde_values import (
     check_no_secrets,
-    dumps,
     from_tagged,
     refuse_secret,
     register_type,
-    to_tagged,
+    to_text,
 )
 
 __all__ = [
@@ -189,7 +188,7 @@ def encode_value(value: Any, hint: Any = None, serdes: Serdes | None = None) -> 
         return text
     if hint is not None and hint is not Any:
         return encode(value, hint)
-    return dumps(to_tagged(value))
+    return to_text(value)
 
 
 def decode_value(text: str | None, hint: Any = None, serdes: Serdes | None = None) -> Any:

@@ -23,10 +23,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from durable_agents.errors import PayloadError, StepError
+from durable_agents.errors import PayloadError, SecretSerializationError, StepError
 from durable_agents.models import ErrorInfo
 from durable_agents.scrub import MASK, scrub, scrub_value
-from durable_agents.serde_values import dumps, from_tagged, resolve_class, to_tagged
+from durable_agents.serde_values import from_tagged, resolve_class, to_text
 
 STATE_KEY = "__durable_exception__"
 """The ``ErrorInfo.data`` key holding a rebuildable exception's ``args`` and attributes."""
@@ -60,17 +60,17 @@ def _text(exc: BaseException) -> str:
 
 def _recordable(value: Any) -> Any:
     """The tagged tree of ``value``; raises PayloadError if it has none (NaN, a socket, …)."""
-    tree = to_tagged(value)
-    dumps(tree)  # NaN and infinity are refused here, not by the journal later
-    return tree
+    # The text is made to refuse NaN, infinity and cycles here, not in the journal later.
+    return json.loads(to_text(value))
 
 
 def _field(value: Any) -> Any:
     try:
         return _recordable(value)
-    except PayloadError as exc:
-        # A credential is masked; anything else the serializer cannot say is shown as text.
-        return MASK if "secret" in str(exc) else repr(value)
+    except SecretSerializationError:
+        return MASK  # a credential is never recorded, not even as its repr
+    except PayloadError:
+        return repr(value)  # what the serializer cannot say is shown as text
 
 
 def _state(exc: BaseException) -> dict[str, Any]:

@@ -305,3 +305,18 @@ def dumps(tree: Any) -> str:
         return json.dumps(tree, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise PayloadError(f"cannot record value: {exc}") from exc
+
+
+def to_text(value: Any) -> str:
+    """``dumps(to_tagged(value))``: the recorded text of a value.
+
+    Raises:
+        SecretSerializationError: If the value holds a credential.
+        PayloadError: If it has no recorded form, holds NaN, or refers to itself.
+    """
+    try:
+        return dumps(to_tagged(value))
+    except RecursionError as exc:
+        # A value that contains itself (or is nested thousands deep) fails the same way on
+        # every attempt: a PayloadError, never retried.
+        raise PayloadError("cannot record a value that refers to itself") from exc
