@@ -239,3 +239,10 @@ def test_a_value_that_refers_to_itself_is_a_payload_error() -> None:
     looped.append(looped)
     with pytest.raises(PayloadError, match="refers to itself"):
         encode_value(looped)
+
+
+def test_dict_subclasses_with_string_keys_stay_plain_json() -> None:
+    from collections import OrderedDict, defaultdict
+
+    assert encode_value(OrderedDict(b=1, a=2)) == '{"b":1,"a":2}'
+    assert encode_value(defaultdict(list, {"k": [1]})) == '{"k":[1]}'

@@ -190,6 +190,8 @@ def _tag(value: Any) -> Any:
         items = sorted((to_tagged(item) for item in value), key=_sort_key)
         return {TAG: "frozenset" if isinstance(value, frozenset) else "set", "items": items}
     if isinstance(value, dict):
+        if all(type(k) is str for k in value) and TAG not in value:
+            return {key: to_tagged(item) for key, item in value.items()}  # OrderedDict & co.
         return {TAG: "dict", "items": [[to_tagged(k), to_tagged(v)] for k, v in value.items()]}
     if isinstance(value, list):
         return [to_tagged(item) for item in value]
