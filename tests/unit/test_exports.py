@@ -41,6 +41,7 @@ EXPECTED = {
     "Runtime",
     "Secret",
     "SecretSerializationError",
+    "Serdes",
     "SkipClock",
     "StepError",
     "StepInterruptedError",
@@ -60,6 +61,7 @@ EXPECTED = {
     "agent",
     "default_registry",
     "default_tools",
+    "register_type",
     "tool",
 }
 

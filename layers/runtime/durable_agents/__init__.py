@@ -41,6 +41,7 @@ from durable_agents.models import Entry, EntryType, OpKind, RunHeader, RunStatus
 from durable_agents.retry import NO_RETRY, RetryPolicy
 from durable_agents.runtime import InputValidationError, InvocationOutcome, OutcomeKind, Runtime
 from durable_agents.semantics import StepSemantics
+from durable_agents.serde import Serdes, register_type
 from durable_agents.side_effects.tools import (
     Found,
     NotFound,
@@ -94,6 +95,7 @@ __all__ = [
     "Runtime",
     "Secret",
     "SecretSerializationError",
+    "Serdes",
     "SkipClock",
     "StepError",
     "StepInterruptedError",
@@ -113,5 +115,6 @@ __all__ = [
     "agent",
     "default_registry",
     "default_tools",
+    "register_type",
     "tool",
 ]

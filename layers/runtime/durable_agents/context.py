@@ -24,6 +24,7 @@ from durable_agents.operations.parallel import BatchResult, CompletionPolicy
 from durable_agents.prompts import Prompt, pinned_for_run
 from durable_agents.retry import RetryPolicy
 from durable_agents.semantics import StepSemantics
+from durable_agents.serde import SerdesSpec, as_serdes
 from durable_agents.side_effects.tools import Tool, ToolNotApprovedError
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ class DurableContext(WaitOperations):
         retry: RetryPolicy | None = None,
         semantics: StepSemantics = StepSemantics.AT_LEAST_ONCE,
         result_type: Any = None,
+        serdes: SerdesSpec | None = None,
     ) -> T:
         """Runs ``fn(*args)`` once and records its result; replays return the record.
 
@@ -76,12 +78,17 @@ class DurableContext(WaitOperations):
                 ``StepInterruptedError``).
             result_type: The type to validate the recorded result against (defaults to
                 ``fn``'s return annotation).
+            serdes: A custom serializer for the result (a ``Serdes`` or a pair of functions);
+                by default datetimes, decimals, sets, dataclasses, … round-trip as tagged
+                JSON (docs/values-and-errors.md).
 
         Returns:
             The result, exactly as a replay will return it (serializer round trip).
 
         Raises:
-            Exception: The step's final error, with the same type and message on every replay.
+            Exception: The step's final error, rebuilt with the same type, ``args`` and
+                attributes on the first run and on every replay (``StepError`` if its class
+                cannot be rebuilt here).
             ReplayDivergedError: If the journal recorded another operation at this position.
 
         Example:
@@ -91,7 +98,9 @@ class DurableContext(WaitOperations):
         from durable_agents.operations.step import run_step  # noqa: PLC0415 - avoid a cycle
 
         op_name = check_name(name) if name is not None else name_of(fn)
-        return run_step(self, fn, args, op_name, retry, semantics, result_type)  # type: ignore[no-any-return]
+        return run_step(  # type: ignore[no-any-return]
+            self, fn, args, op_name, retry, semantics, result_type, serdes=as_serdes(serdes)
+        )
 
     def tool(self, tool: Tool[Any, T], request: Any, *, name: str | None = None) -> T:
         """Calls a tool that changes the outside world, exactly once, with recovery.
@@ -202,6 +211,8 @@ class DurableContext(WaitOperations):
         *,
         name: str | None = None,
         tenant_id: str | None = None,
+        payload_serdes: SerdesSpec | None = None,
+        result_serdes: SerdesSpec | None = None,
     ) -> T:
         """Runs a sub-agent as a child run and waits for its output (holding no compute).
 
@@ -214,6 +225,9 @@ class DurableContext(WaitOperations):
             value: Its input.
             name: The operation name (defaults to the agent name).
             tenant_id: The child run's tenant (default: this run's).
+            payload_serdes: Makes the child's input: ``serialize(value)`` must be JSON text.
+            result_serdes: Makes this call's result from the JSON text of the child's output
+                (default: validated by the sub-agent's output type).
 
         Returns:
             The child's output.
@@ -227,8 +241,15 @@ class DurableContext(WaitOperations):
         from durable_agents.operations.invoke import run_invoke  # noqa: PLC0415
 
         agent_name = agent if isinstance(agent, str) else agent.name
-        op_name = check_name(name or agent_name)
-        return run_invoke(self, agent, value, op_name, tenant_id)  # type: ignore[no-any-return]
+        return run_invoke(  # type: ignore[no-any-return]
+            self,
+            agent,
+            value,
+            check_name(name or agent_name),
+            tenant_id,
+            payload_serdes=as_serdes(payload_serdes),
+            result_serdes=as_serdes(result_serdes),
+        )
 
     def parallel(
         self,
@@ -237,15 +258,18 @@ class DurableContext(WaitOperations):
         name: str = "parallel",
         completion: CompletionPolicy | None = None,
         max_concurrency: int | None = None,
+        serdes: SerdesSpec | None = None,
     ) -> BatchResult[Any]:
         """Runs branches as independent child scopes; on Lambda, each in its own invocation.
 
         Args:
-            branches: Functions ``fn(child_ctx)``; results must be JSON values.
+            branches: Functions ``fn(child_ctx)``; their results are recorded as step results
+                are (tagged JSON).
             name: The operation name.
             completion: When the batch is done (default: all branches, failing on the first
                 failure).
             max_concurrency: At most this many branches in progress at a time.
+            serdes: A custom serializer for every branch's result.
 
         Returns:
             A ``BatchResult`` with every branch's outcome in index order (call
@@ -264,6 +288,7 @@ class DurableContext(WaitOperations):
             list(branches),
             completion or ALL_SUCCESSFUL,
             max_concurrency,
+            as_serdes(serdes),
         )
 
     def map(
@@ -274,8 +299,11 @@ class DurableContext(WaitOperations):
         name: str = "map",
         completion: CompletionPolicy | None = None,
         max_concurrency: int | None = None,
+        serdes: SerdesSpec | None = None,
     ) -> BatchResult[Any]:
         """Runs ``fn(child_ctx, item, index)`` for every item, like ``parallel``.
+
+        ``serdes`` serializes each item's result (as for ``parallel``).
 
         Raises:
             ValueError: If ``max_concurrency`` is below 1.
@@ -294,6 +322,7 @@ class DurableContext(WaitOperations):
             branches,
             completion or ALL_SUCCESSFUL,
             max_concurrency,
+            as_serdes(serdes),
         )
 
     def run_in_child_context(
@@ -302,10 +331,12 @@ class DurableContext(WaitOperations):
         *,
         name: str | None = None,
         result_type: Any = None,
+        serdes: SerdesSpec | None = None,
     ) -> T:
         """Runs ``fn(child_ctx)`` as one operation with its own nested operation ids.
 
         Once the child's result is recorded, replays return it without running ``fn`` again.
+        ``serdes`` serializes the result as for ``step``.
 
         Raises:
             Exception: The child's final error, re-raised identically on replay.
@@ -314,7 +345,7 @@ class DurableContext(WaitOperations):
         from durable_agents.operations.child import run_child  # noqa: PLC0415
 
         op_name = check_name(name) if name is not None else name_of(fn)
-        return run_child(self, fn, op_name, result_type)  # type: ignore[no-any-return]
+        return run_child(self, fn, op_name, result_type, serdes=as_serdes(serdes))  # type: ignore[no-any-return]
 
     def now(self) -> datetime:
         """Returns the current time (UTC), recorded on first execution and replayed after.

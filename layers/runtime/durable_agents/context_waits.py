@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 from durable_agents.context_scope import OperationScope
 from durable_agents.fingerprints import Fingerprint
 from durable_agents.ids import check_name
-from durable_agents.serde import canonical_json
+from durable_agents.serde import SerdesSpec, as_serdes, canonical_json
 from durable_agents.waits.approval import ApprovalDecision
 from durable_agents.waits.callback import Callback
 from durable_agents.waits.principals import check_approvers
@@ -41,11 +41,13 @@ class WaitOperations(OperationScope):
         delay_seconds: float = 5.0,
         backoff_rate: float = 1.5,
         max_delay_seconds: float = 300.0,
+        serdes: SerdesSpec | None = None,
     ) -> Any:
         """Polls durably: ``state = check(state)`` until ``until(state)``, sleeping in between.
 
         Each check is a recorded step and each pause a durable timer, so the state threads
-        through suspensions and crashes; nothing is held while waiting.
+        through suspensions and crashes; nothing is held while waiting. The state is recorded
+        as step results are (tagged JSON), or with ``serdes``.
 
         Returns:
             The first state for which ``until`` is true.
@@ -66,6 +68,7 @@ class WaitOperations(OperationScope):
             delay_seconds,
             backoff_rate,
             max_delay_seconds,
+            serdes=as_serdes(serdes),
         )
 
     def wait_for_approval(
@@ -123,6 +126,7 @@ class WaitOperations(OperationScope):
         *,
         timeout: float | timedelta | None = None,
         heartbeat_timeout: float | timedelta | None = None,
+        serdes: SerdesSpec | None = None,
     ) -> Callback:
         """Creates a callback an external system completes with ``POST /callbacks/{id}/…``.
 
@@ -130,6 +134,7 @@ class WaitOperations(OperationScope):
             name: The operation name.
             timeout: Seconds (or a timedelta) until it expires (None = never).
             heartbeat_timeout: The longest silence allowed between heartbeats.
+            serdes: Turns the result's JSON text into the value ``result()`` returns.
 
         Returns:
             A handle: pass ``callback_id`` on, then call ``result()`` to wait for it.
@@ -140,7 +145,11 @@ class WaitOperations(OperationScope):
         from durable_agents.waits.callback import run_create_callback  # noqa: PLC0415
 
         return run_create_callback(
-            self._context(), check_name(name), _ms(timeout), _ms(heartbeat_timeout)
+            self._context(),
+            check_name(name),
+            _ms(timeout),
+            _ms(heartbeat_timeout),
+            as_serdes(serdes),
         )
 
     def wait_for_callback(
@@ -150,15 +159,20 @@ class WaitOperations(OperationScope):
         *,
         timeout: float | timedelta | None = None,
         heartbeat_timeout: float | timedelta | None = None,
+        serdes: SerdesSpec | None = None,
     ) -> Any:
         """Creates a callback, hands its id to ``submitter`` (a recorded step), and waits.
+
+        ``serdes`` is the callback's (see ``create_callback``).
 
         Raises:
             CallbackFailedError: If the external system reported failure.
             CallbackTimeoutError: If the deadline passed or heartbeats stopped first.
             ReplayDivergedError: If the journal recorded another operation at this position.
         """
-        callback = self.create_callback(name, timeout=timeout, heartbeat_timeout=heartbeat_timeout)
+        callback = self.create_callback(
+            name, timeout=timeout, heartbeat_timeout=heartbeat_timeout, serdes=serdes
+        )
         self._context().step(submitter, callback.callback_id, name=f"{name}-submit")
         return callback.result()
 

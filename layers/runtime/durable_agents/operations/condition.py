@@ -10,6 +10,7 @@ from durable_agents.fingerprints import Fingerprint
 from durable_agents.models import OpKind
 from durable_agents.operations.child import run_child
 from durable_agents.retry import RetryPolicy
+from durable_agents.serde import Serdes
 
 if TYPE_CHECKING:
     from durable_agents.context import DurableContext
@@ -36,6 +37,8 @@ def run_condition(
     delay_seconds: float,
     backoff_rate: float,
     max_delay_seconds: float,
+    *,
+    serdes: Serdes | None = None,
 ) -> Any:
     """Polls inside one scope of kind ``condition`` (see ``DurableContext.wait_for_condition``).
 
@@ -55,7 +58,7 @@ def run_condition(
     def poll(scope: DurableContext) -> Any:
         state = initial_state
         for attempt in range(1, max_attempts + 1):
-            state = scope.step(check, state, name=f"check-{attempt}")
+            state = scope.step(check, state, name=f"check-{attempt}", serdes=serdes)
             if until(state):
                 return state
             if attempt < max_attempts:
@@ -65,4 +68,6 @@ def run_condition(
     # The first check's fingerprint covers the initial state while polling; the scope's own
     # covers it once the result is recorded (replay then no longer enters the scope).
     fingerprint = Fingerprint.of_value(initial_state)
-    return run_child(ctx, poll, name, None, kind=OpKind.CONDITION, fingerprint=fingerprint)
+    return run_child(
+        ctx, poll, name, None, kind=OpKind.CONDITION, fingerprint=fingerprint, serdes=serdes
+    )

@@ -11,20 +11,29 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 from typing import TYPE_CHECKING, Any
 
 from durable_agents.errors import (
     AgentNotFoundError,
     DurableError,
     EntryConflictError,
+    PayloadError,
     RunStateConflictError,
     SuspendExecution,
 )
 from durable_agents.events import step_ready
 from durable_agents.fingerprints import Fingerprint
-from durable_agents.invocation import Reason, Suspension
-from durable_agents.models import EntryType, OpKind, RunStatus
-from durable_agents.serde import canonical_json, decode, error_info
+from durable_agents.invocation import Invocation, Reason, Suspension
+from durable_agents.models import Entry, EntryType, OpKind, RunStatus
+from durable_agents.serde import (
+    Serdes,
+    canonical_json,
+    decode,
+    encode_value,
+    error_info,
+    replay_value,
+)
 
 if TYPE_CHECKING:
     from durable_agents.agent import AgentDefinition
@@ -79,17 +88,26 @@ def run_invoke(
     value: Any,
     name: str,
     tenant: str | None = None,
+    *,
+    payload_serdes: Serdes | None = None,
+    result_serdes: Serdes | None = None,
 ) -> Any:
-    """Starts, awaits or replays one sub-agent run (see ``DurableContext.invoke``)."""
+    """Starts, awaits or replays one sub-agent run (see ``DurableContext.invoke``).
+
+    Raises:
+        PayloadError: If ``payload_serdes`` does not produce JSON text (the child's input).
+    """
     from durable_agents.runtime import Runtime  # noqa: PLC0415 - the runtime imports operations
 
     inv = ctx.invocation
     agent_name = agent if isinstance(agent, str) else agent.name
+    if payload_serdes is not None:
+        value = _serialized_input(value, payload_serdes)
     fingerprint = Fingerprint.of_value({"agent": agent_name, "input": value})
     position, op_id, record = ctx.next_operation(OpKind.INVOKE, name, fingerprint)
     output_type = _output_type(inv, agent_name) if isinstance(agent, str) else agent.output_type
     if record is not None and record.result is not None:
-        return inv.replay(record.result, output_type)
+        return _replay(inv, record.result, output_type, result_serdes)
     child_id = child_run_id(inv.run_id, op_id, name)
     if record is None or record.scheduled is None:
         if agent_name not in inv.registry.names():
@@ -172,8 +190,23 @@ def run_invoke(
         inv.commit([done])
     except EntryConflictError as exc:
         raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
-    return (
-        inv.replay(done, output_type)
-        if done.type is EntryType.FAILED
-        else decode(done.value, output_type)
-    )
+    return _replay(inv, done, output_type, result_serdes)
+
+
+def _serialized_input(value: Any, serdes: Serdes) -> Any:
+    """The child's input: the JSON that ``serdes`` makes of ``value``."""
+    text = encode_value(value, None, serdes)
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise PayloadError(f"payload_serdes must produce JSON (the child's input): {exc}") from exc
+
+
+def _replay(inv: Invocation, entry: Entry, output_type: Any, serdes: Serdes | None) -> Any:
+    # The child's output is the plain JSON its run recorded: without a serdes it is decoded as
+    # the run output is (by the agent's output type), never as tagged JSON.
+    if serdes is not None:
+        return replay_value(entry, None, serdes)
+    if entry.type is EntryType.FAILED:
+        return inv.replay(entry, output_type)
+    return decode(entry.value, output_type)

@@ -11,6 +11,7 @@ whichever invocation sees every needed branch finished records the batch result.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
@@ -21,7 +22,8 @@ from durable_agents.errors import DurableError, EntryConflictError, SuspendExecu
 from durable_agents.ids import format_position
 from durable_agents.invocation import Reason
 from durable_agents.models import EntryType, ErrorInfo, OpKind
-from durable_agents.serde import decode, encode, error_info
+from durable_agents.serde import Serdes, decode, decode_value, encode, encode_value, error_info
+from durable_agents.serde_values import from_tagged
 
 if TYPE_CHECKING:
     from durable_agents.context import DurableContext
@@ -162,14 +164,18 @@ def run_batch(
     branches: Sequence[Callable[[DurableContext], Any]],
     policy: CompletionPolicy,
     max_concurrency: int | None,
+    serdes: Serdes | None = None,
 ) -> BatchResult[Any]:
-    """Executes, dispatches or replays one batch (see ``DurableContext.parallel``/``map``)."""
+    """Executes, dispatches or replays one batch (see ``DurableContext.parallel``/``map``).
+
+    Item results are recorded like step results (tagged JSON), or with ``serdes``.
+    """
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError("max_concurrency must be at least 1")
     inv = ctx.invocation
     position, op_id, record = ctx.next_operation(kind, name)
     if record is not None and record.result is not None:
-        return BatchResult[Any].model_validate(inv.replay(record.result, None))
+        return _decoded(BatchResult[Any].model_validate(inv.replay(record.result, None)), serdes)
     scope = ctx.child(op_id, position)
     states = [
         _Branch(
@@ -185,7 +191,8 @@ def run_batch(
         child = inv.records.get(state.position)
         if child is not None and child.result is not None:
             state.status = "succeeded" if child.result.type is EntryType.SUCCEEDED else "failed"
-            state.result = decode(child.result.value) if child.result.value else None
+            value = child.result.value
+            state.result = decode_value(value, None, serdes) if value else None
             state.error = child.result.error
         state.started = state.status != "pending" or state.position in scopes
         tally.count(state, +1)
@@ -209,7 +216,7 @@ def run_batch(
         state.started = True
         inv.branches.append(state.position)
         try:
-            _run_branch(ctx, scope, state, branch)
+            _run_branch(ctx, scope, state, branch, serdes)
             finished_here = True
         except SuspendExecution as signal:
             if inv.fault is not None:
@@ -234,7 +241,7 @@ def run_batch(
 
     reason = tally.decided(policy)
     if reason is not None and (inv.target is None or _all_known(states)):
-        return _complete(ctx, position, op_id, kind, name, states, reason)
+        return _complete(ctx, position, op_id, kind, name, states, reason, serdes)
     if dispatch:
         raise SuspendExecution(
             Reason.DISPATCH,
@@ -296,13 +303,17 @@ def _all_known(states: list[_Branch]) -> bool:
 
 
 def _run_branch(
-    ctx: DurableContext, scope: DurableContext, state: _Branch, branch: Callable[..., Any]
+    ctx: DurableContext,
+    scope: DurableContext,
+    state: _Branch,
+    branch: Callable[..., Any],
+    serdes: Serdes | None,
 ) -> None:
     from durable_agents.operations.child import run_child  # noqa: PLC0415
 
     scope._counter = state.index
     try:
-        value = run_child(scope, branch, state.name, None)
+        value = run_child(scope, branch, state.name, None, serdes=serdes)
     except SuspendExecution:
         raise
     except Exception as exc:
@@ -321,13 +332,14 @@ def _complete(
     name: str,
     states: list[_Branch],
     reason: str,
+    serdes: Serdes | None,
 ) -> BatchResult[Any]:
     inv = ctx.invocation
     items = [
         BatchItem(
             index=s.index,
             status=s.status if s.status in ("succeeded", "failed") else "not_started",  # type: ignore[arg-type]
-            result=s.result,
+            result=_recorded(s.result, serdes) if s.status == "succeeded" else None,
             error=s.error.to_dict() if s.error else None,
         )
         for s in states
@@ -341,4 +353,22 @@ def _complete(
     except EntryConflictError as exc:
         raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
     inv.hooks.after_record(op_id)
-    return BatchResult[Any].model_validate(decode(payload))
+    return _decoded(BatchResult[Any].model_validate(decode(payload)), serdes)
+
+
+def _recorded(value: Any, serdes: Serdes | None) -> Any:
+    """An item's result as the batch record holds it: the serdes text, or tagged JSON."""
+    text = encode_value(value, None, serdes)
+    return text if serdes is not None else json.loads(text)
+
+
+def _decoded(batch: BatchResult[Any], serdes: Serdes | None) -> BatchResult[Any]:
+    """The batch with its items' results decoded from what ``_recorded`` made of them."""
+    for item in batch.items:
+        if item.status != "succeeded" or item.result is None:
+            continue
+        if serdes is not None:
+            item.result = decode_value(item.result, None, serdes)
+        else:
+            item.result = from_tagged(item.result)
+    return batch

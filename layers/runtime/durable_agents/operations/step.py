@@ -21,7 +21,14 @@ from durable_agents.leases import lease_end, lease_expired
 from durable_agents.models import EntryType, OpKind
 from durable_agents.retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy
 from durable_agents.semantics import StepSemantics
-from durable_agents.serde import decode, encode, error_info, rebuild_error
+from durable_agents.serde import (
+    Serdes,
+    decode_value,
+    encode_value,
+    error_info,
+    rebuild_error,
+    replay_value,
+)
 
 if TYPE_CHECKING:
     from durable_agents.context import DurableContext
@@ -67,6 +74,7 @@ def run_step(
     pass_info: bool = False,
     fingerprint: Fingerprint | None = None,
     ready: Callable[[], None] | None = None,
+    serdes: Serdes | None = None,
 ) -> Any:
     """Executes or replays one step (see ``DurableContext.step``).
 
@@ -81,7 +89,7 @@ def run_step(
     position, op_id, record = ctx.next_operation(kind, name, fingerprint)
     hint = result_type if result_type is not None else return_hint(fn)
     if record is not None and record.result is not None:
-        return inv.replay(record.result, hint)
+        return replay_value(record.result, hint, serdes)
 
     policy = retry or DEFAULT_RETRY
     now = inv.now_ms()
@@ -126,7 +134,9 @@ def run_step(
     inv.in_step = True
     try:
         value = fn(StepInfo(op_id, attempt), *args) if pass_info else fn(*args)
-        payload = encode(value, hint)
+        payload = encode_value(value, hint, serdes)
+        # Read back before recording: a value a replay could not read is a failure, now.
+        value = decode_value(payload, hint, serdes)
     except Exception as exc:
         inv.in_step = False
         failures = _failures(record) + 1  # crashes before this attempt do not count
@@ -139,7 +149,7 @@ def run_step(
         position, op_id, kind, name, EntryType.SUCCEEDED, attempt=attempt, value=payload
     )
     _record_result(ctx, result, op_id)
-    return decode(payload, hint)
+    return value
 
 
 def _record_result(ctx: DurableContext, entry: Any, op_id: str) -> None:
