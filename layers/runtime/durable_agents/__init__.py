@@ -38,6 +38,11 @@ from durable_agents.events import EventBridgePublisher, EventPublisher, Outgoing
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.store import JournalStore
 from durable_agents.models import Entry, EntryType, OpKind, RunHeader, RunStatus
+from durable_agents.operations.condition import (
+    ConditionCheckFailedError,
+    ConditionNotMetError,
+    WaitDecision,
+)
 from durable_agents.retry import NO_RETRY, Jitter, RetryDecision, RetryPolicy
 from durable_agents.runtime import InputValidationError, InvocationOutcome, OutcomeKind, Runtime
 from durable_agents.semantics import StepSemantics
@@ -63,6 +68,8 @@ __all__ = [
     "AgentNotFoundError",
     "AgentRegistry",
     "Clock",
+    "ConditionCheckFailedError",
+    "ConditionNotMetError",
     "ConfigurationError",
     "CredentialProvider",
     "DurableContext",
@@ -112,6 +119,7 @@ __all__ = [
     "Unknown",
     "VersionBundle",
     "VersionNotDeployedError",
+    "WaitDecision",
     "agent",
     "default_registry",
     "default_tools",

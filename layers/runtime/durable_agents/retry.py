@@ -46,11 +46,23 @@ def jittered(base: float, jitter: float | Jitter, seed: str) -> float:
         >>> 5.0 <= jittered(10.0, Jitter.HALF, "op") <= 10.0
         True
     """
+    return jitter_delay(base, jitter, random.Random(seed).random())
+
+
+def jitter_delay(base: float, jitter: float | Jitter, draw: float) -> float:
+    """``base`` less ``1 - draw`` of its randomised share (``draw`` in 0..1, drawn by the caller).
+
+    Example:
+        >>> jitter_delay(10.0, Jitter.FULL, 0.25)
+        2.5
+        >>> jitter_delay(10.0, 0.5, 0.0)
+        5.0
+    """
     fraction = jitter.fraction if isinstance(jitter, Jitter) else float(jitter)
     if fraction == 0:
         return float(base)
     spread = base * fraction
-    return float(base - spread + random.Random(seed).random() * spread)
+    return float(base - spread + draw * spread)
 
 
 @dataclass(frozen=True, slots=True)
