@@ -156,7 +156,7 @@ class RetryPolicy:
     retryable: tuple[type[BaseException], ...] | None = None
     non_retryable: tuple[type[BaseException], ...] = field(default=())
     retryable_messages: tuple[str | re.Pattern[str], ...] = field(default=())
-    decide: RetryStrategy | None = field(default=None, compare=False)
+    decide: RetryStrategy | None = None
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
