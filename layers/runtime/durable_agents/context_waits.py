@@ -81,7 +81,10 @@ class WaitOperations(OperationScope):
             ReplayDivergedError: If the journal recorded another operation at this position.
 
         Example:
-            >>> def ready(ctx, job_id: str) -> dict:
+            >>> from durable_agents import AgentRegistry, agent
+            >>> from durable_agents.testing import AgentTestRunner
+            >>> @agent(name="ready", version="1", registry=AgentRegistry())
+            ... def ready(ctx, job_id: str) -> dict:
             ...     return ctx.wait_for_condition(
             ...         lambda s: {**s, "done": s["polls"] >= 2, "polls": s["polls"] + 1},
             ...         initial_state={"job": job_id, "polls": 0, "done": False},
@@ -89,6 +92,8 @@ class WaitOperations(OperationScope):
             ...         delay_seconds=10,
             ...         jitter=Jitter.HALF,
             ...     )
+            >>> AgentTestRunner(ready).run("job-7").output
+            {'job': 'job-7', 'polls': 3, 'done': True}
         """
         from durable_agents.operations.condition import Polling, run_condition  # noqa: PLC0415
 
