@@ -38,7 +38,12 @@ from durable_agents.events import EventBridgePublisher, EventPublisher, Outgoing
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.store import JournalStore
 from durable_agents.models import Entry, EntryType, OpKind, RunHeader, RunStatus
-from durable_agents.retry import NO_RETRY, RetryPolicy
+from durable_agents.operations.condition import (
+    ConditionCheckFailedError,
+    ConditionNotMetError,
+    WaitDecision,
+)
+from durable_agents.retry import NO_RETRY, Jitter, RetryDecision, RetryPolicy
 from durable_agents.runtime import InputValidationError, InvocationOutcome, OutcomeKind, Runtime
 from durable_agents.semantics import StepSemantics
 from durable_agents.serde import Serdes, register_type
@@ -64,6 +69,8 @@ __all__ = [
     "AgentNotFoundError",
     "AgentRegistry",
     "Clock",
+    "ConditionCheckFailedError",
+    "ConditionNotMetError",
     "ConfigurationError",
     "CredentialProvider",
     "DurableContext",
@@ -79,6 +86,7 @@ __all__ = [
     "InputValidationError",
     "InvalidNameError",
     "InvocationOutcome",
+    "Jitter",
     "JournalStore",
     "NestedOperationError",
     "NotFound",
@@ -87,6 +95,7 @@ __all__ = [
     "OutgoingEvent",
     "PayloadError",
     "ReplayDivergedError",
+    "RetryDecision",
     "RetryPolicy",
     "RunHeader",
     "RunNotFoundError",
@@ -112,6 +121,7 @@ __all__ = [
     "Unknown",
     "VersionBundle",
     "VersionNotDeployedError",
+    "WaitDecision",
     "agent",
     "default_registry",
     "default_tools",

@@ -184,9 +184,10 @@ def _record_failure(
     inv = ctx.invocation
     info = error_info(exc)
     # A payload that cannot be recorded fails the same way on every attempt: never retry it.
-    if not isinstance(exc, PayloadError) and policy.should_retry(exc, failures):
-        delay_ms = int(policy.delay_seconds(failures, seed=op_id) * 1000)
-        due = inv.now_ms() + delay_ms
+    # Asked once: the delay is recorded (due_at_ms) and read back, never recomputed.
+    decision = None if isinstance(exc, PayloadError) else policy.decision(exc, failures, seed=op_id)
+    if decision is not None and decision.should_retry:
+        due = inv.now_ms() + int(decision.delay_seconds * 1000)
         failed = inv.entry(
             position,
             op_id,
@@ -267,7 +268,7 @@ def _handle_interrupted(
         failures = _failures(record) + 1
         # The work may have happened: retried only where the policy names the interruption
         # itself, never merely because it retries every ``Exception``.
-        listed = StepInterruptedError in policy.retryable
+        listed = policy.names_interruption()
         _record_failure(
             ctx,
             position,
