@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from durable_agents.context_scope import OperationScope
 from durable_agents.fingerprints import Fingerprint
-from durable_agents.ids import check_name
+from durable_agents.ids import check_name, name_of
 from durable_agents.retry import NO_RETRY, Jitter, RetryPolicy
 from durable_agents.serde import SerdesSpec, as_serdes, canonical_json
 from durable_agents.waits.approval import ApprovalDecision
@@ -169,7 +169,7 @@ class WaitOperations(OperationScope):
 
     def create_callback(
         self,
-        name: str,
+        name: str = "callback",
         *,
         timeout: float | timedelta | None = None,
         heartbeat_timeout: float | timedelta | None = None,
@@ -178,7 +178,7 @@ class WaitOperations(OperationScope):
         """Creates a callback an external system completes with ``POST /callbacks/{id}/…``.
 
         Args:
-            name: The operation name.
+            name: The operation name (default ``callback``).
             timeout: Seconds (or a timedelta) until it expires (None = never).
             heartbeat_timeout: The longest silence allowed between heartbeats.
             serdes: Turns the result's JSON text into the value ``result()`` returns.
@@ -201,27 +201,67 @@ class WaitOperations(OperationScope):
 
     def wait_for_callback(
         self,
-        name: str,
-        submitter: Callable[[str], Any],
+        submitter: Callable[[str], Any] | str,
+        legacy_submitter: Callable[[str], Any] | None = None,
         *,
+        name: str | None = None,
         timeout: float | timedelta | None = None,
         heartbeat_timeout: float | timedelta | None = None,
         serdes: SerdesSpec | None = None,
+        retry: RetryPolicy | None = None,
     ) -> Any:
-        """Creates a callback, hands its id to ``submitter`` (a recorded step), and waits.
+        """Creates a callback, hands its id to ``submitter``, and waits: one operation.
 
-        ``serdes`` is the callback's (see ``create_callback``).
+        The operation is a scope named ``name`` (default: the submitter's name) holding the
+        callback (same name) and the submitter's step (``submit``, retried with ``retry``);
+        its result is the callback's. The submitter runs once per attempt, never again on
+        replay. ``serdes`` is the callback's result's (see ``create_callback``).
+
+        The earlier form ``wait_for_callback(name, submitter)`` still works, with its journal
+        layout (a callback, then a ``<name>-submit`` step, side by side): runs recorded with it
+        replay unchanged.
 
         Raises:
             CallbackFailedError: If the external system reported failure.
             CallbackTimeoutError: If the deadline passed or heartbeats stopped first.
             ReplayDivergedError: If the journal recorded another operation at this position.
+            TypeError: If ``submitter`` is not callable.
+
+        Example:
+            >>> from durable_agents import AgentRegistry, agent
+            >>> from durable_agents.testing import AgentTestRunner
+            >>> sent = []
+            >>> @agent(name="shipper", version="1", registry=AgentRegistry())
+            ... def shipper(ctx, order: str) -> dict:
+            ...     return ctx.wait_for_callback(lambda cid: sent.append(cid), name="ship")
+            >>> runner = AgentTestRunner(shipper)
+            >>> waiting = runner.run("o-1")
+            >>> runner.complete_callback(waiting.run_id, "ship", result={"ok": True}).output
+            {'ok': True}
+            >>> len(sent)
+            1
         """
-        callback = self.create_callback(
-            name, timeout=timeout, heartbeat_timeout=heartbeat_timeout, serdes=serdes
-        )
-        self._context().step(submitter, callback.callback_id, name=f"{name}-submit")
-        return callback.result()
+        if isinstance(submitter, str):  # the earlier form: (name, submitter)
+            if legacy_submitter is None:
+                raise TypeError("wait_for_callback(name, submitter): the submitter is missing")
+            callback = self.create_callback(
+                submitter, timeout=timeout, heartbeat_timeout=heartbeat_timeout, serdes=serdes
+            )
+            self._context().step(legacy_submitter, callback.callback_id, name=f"{submitter}-submit")
+            return callback.result()
+        if not callable(submitter):
+            raise TypeError("wait_for_callback needs a submitter: a function of the callback id")
+        submit = submitter
+        op_name = check_name(name) if name is not None else name_of(submit)
+
+        def composite(scope: DurableContext) -> Any:
+            callback = scope.create_callback(
+                op_name, timeout=timeout, heartbeat_timeout=heartbeat_timeout, serdes=serdes
+            )
+            scope.step(submit, callback.callback_id, name="submit", retry=retry)
+            return callback.result()
+
+        return self._context().run_in_child_context(composite, name=op_name, serdes=serdes)
 
     def wait(self, duration: float | timedelta, *, name: str = "wait") -> None:
         """Suspends the run for ``duration`` (seconds or a timedelta) without holding compute.
