@@ -42,6 +42,7 @@ EXPECTED = {
     "Secret",
     "SecretSerializationError",
     "SkipClock",
+    "StepContext",
     "StepError",
     "StepInterruptedError",
     "StepSemantics",

@@ -55,6 +55,7 @@ from durable_agents.side_effects.tools import (
     default_tools,
     tool,
 )
+from durable_agents.step_context import StepContext
 from durable_agents.versions import VersionBundle
 
 __all__ = [
@@ -95,6 +96,7 @@ __all__ = [
     "Secret",
     "SecretSerializationError",
     "SkipClock",
+    "StepContext",
     "StepError",
     "StepInterruptedError",
     "StepSemantics",

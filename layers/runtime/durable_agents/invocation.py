@@ -161,6 +161,7 @@ class Invocation:
         registry: Any = None,
         wait_scheduler: Any = None,
         memory: Any = None,
+        deadline_ms: int | None = None,
     ):
         self.store = store
         self.header: RunHeader = snapshot.header
@@ -185,6 +186,8 @@ class Invocation:
         self.clock = clock
         self.budget = budget
         self.lease_ms = lease_ms
+        # When this invocation must be done (a step's ``StepContext.deadline_ms``).
+        self.deadline_ms = clock.now_ms() + lease_ms if deadline_ms is None else deadline_ms
         self.hooks = hooks
         self.live = not self.records
         self.executed: list[str] = []

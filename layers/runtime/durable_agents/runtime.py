@@ -236,6 +236,8 @@ class Runtime:
             return pause(self.store, self.clock, header, error_info(exc), [])
 
         lease_ms = DEFAULT_LEASE_MS if remaining_ms is None else max(remaining_ms, 0)
+        # The Lambda's own deadline (without the lease's clock-skew margin): a step's to use.
+        deadline_ms = self.clock.now_ms() + lease_ms
         inv = Invocation(
             self.store,
             snapshot,
@@ -250,6 +252,7 @@ class Runtime:
             registry=self.registry,
             wait_scheduler=self.wait_scheduler,
             memory=self.memory,
+            deadline_ms=deadline_ms,
         )
         ctx = DurableContext(
             inv,

@@ -22,6 +22,7 @@ from durable_agents.models import EntryType, OpKind
 from durable_agents.retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy
 from durable_agents.semantics import StepSemantics
 from durable_agents.serde import decode, encode, error_info, rebuild_error
+from durable_agents.step_context import call_step
 
 if TYPE_CHECKING:
     from durable_agents.context import DurableContext
@@ -120,7 +121,10 @@ def run_step(
     inv.hooks.before_execute(op_id, attempt)
     inv.in_step = True
     try:
-        value = fn(StepInfo(op_id, attempt), *args) if pass_info else fn(*args)
+        if pass_info:
+            value = fn(StepInfo(op_id, attempt), *args)
+        else:  # with its StepContext first if its signature asks for it
+            value = call_step(ctx, fn, args, op_id, name, attempt)
         payload = encode(value, hint)
     except Exception as exc:
         inv.in_step = False
