@@ -32,6 +32,7 @@ EXPECTED = {
     "OutcomeKind",
     "OutgoingEvent",
     "PayloadError",
+    "Plugin",
     "ReplayDivergedError",
     "RetryPolicy",
     "RunHeader",

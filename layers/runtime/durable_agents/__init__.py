@@ -38,6 +38,7 @@ from durable_agents.events import EventBridgePublisher, EventPublisher, Outgoing
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.store import JournalStore
 from durable_agents.models import Entry, EntryType, OpKind, RunHeader, RunStatus
+from durable_agents.plugins import Plugin
 from durable_agents.retry import NO_RETRY, RetryPolicy
 from durable_agents.runtime import InputValidationError, InvocationOutcome, OutcomeKind, Runtime
 from durable_agents.semantics import StepSemantics
@@ -86,6 +87,7 @@ __all__ = [
     "OutcomeKind",
     "OutgoingEvent",
     "PayloadError",
+    "Plugin",
     "ReplayDivergedError",
     "RetryPolicy",
     "RunHeader",

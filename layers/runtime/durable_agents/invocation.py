@@ -27,6 +27,7 @@ from durable_agents.models import (
     SideEffectRecord,
     WaitChange,
 )
+from durable_agents.plugin_calls import InvocationObserver
 from durable_agents.serde import decode, rebuild_error
 
 _ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
@@ -161,9 +162,12 @@ class Invocation:
         registry: Any = None,
         wait_scheduler: Any = None,
         memory: Any = None,
+        observer: InvocationObserver | None = None,
         deadline_ms: int | None = None,
     ):
-        self.store = store
+        # With plugins, every write is reported to them once it landed (durable_agents.plugins).
+        self.store = store if observer is None else observer.watch(store)
+        self.observer = observer
         self.header: RunHeader = snapshot.header
         self.run_id = snapshot.header.run_id
         self.records = group_entries(snapshot.entries, snapshot.effects)

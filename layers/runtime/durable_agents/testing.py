@@ -52,6 +52,7 @@ from durable_agents.models import (
     WaitRecord,
     WaitStatus,
 )
+from durable_agents.plugins import Plugin
 from durable_agents.runtime import InvocationOutcome, OutcomeKind, Runtime
 from durable_agents.serde import decode
 
@@ -210,6 +211,7 @@ class AgentTestRunner:
             ``runner.scripted`` counts the calls.
         providers: More model providers by name (a stub ``bedrock``, say).
         memory: The store behind ``ctx.memory`` (a fresh ``InMemoryMemoryStore`` by default).
+        plugins: Instrumentation hooks (``durable_agents.plugins``) for the runtime.
 
     Example:
         >>> from durable_agents import AgentRegistry, agent
@@ -244,6 +246,7 @@ class AgentTestRunner:
         | None = None,
         providers: Mapping[str, LlmProvider] | None = None,
         memory: MemoryStore | None = None,
+        plugins: Sequence[Plugin] = (),
     ):
         if mode not in ("continuous", "faithful"):
             raise ValueError("mode is 'continuous' or 'faithful'")
@@ -270,6 +273,7 @@ class AgentTestRunner:
             clock=self.clock,
             providers=models or None,
             memory=self.memory,
+            plugins=plugins,
         )
 
     def run(
