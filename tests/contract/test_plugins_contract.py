@@ -284,3 +284,25 @@ def test_an_interrupted_attempt_is_reported_when_the_next_one_is_claimed(
     # simulated crash; a real dead process reports nothing).
     crashed = [i for i in recorder.of("on_invocation_end") if i.error_type is not None]
     assert [(i.outcome, i.error_type) for i in crashed] == [(None, "SimulatedCrash")]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_failure_of_the_instrumentation_itself_changes_nothing(
+    journal: JournalStore, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from durable_agents import plugin_calls
+
+    baseline = run(journal, mode, [])
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise AttributeError("a bug in the bookkeeping")
+
+    # The bookkeeping between the journal and the hooks, not a plugin, breaks at every turn.
+    for method in ("_operation", "_recorded", "_report_end"):
+        monkeypatch.setattr(plugin_calls.InvocationObserver, method, broken)
+    result = run(journal, mode, [Recorder()])
+    assert (result.status, result.output, result.invocations) == (
+        baseline.status,
+        baseline.output,
+        baseline.invocations,
+    )

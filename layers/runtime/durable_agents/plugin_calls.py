@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -103,22 +103,23 @@ class InvocationSpan:
         tb: TracebackType | None,
     ) -> None:
         if not self._plugins:
-            return
+            return  # what escaped the invocation goes on (the span never swallows it)
         if self._observer is not None:
             self._observer.close()
-        outcome = self.outcome if exc is None else None
-        self._plugins.emit(
-            "on_invocation_end",
-            InvocationEndInfo(
-                run_id=self._run_id,
-                target=self._target,
-                outcome=outcome.kind.value if outcome is not None else None,
-                executed=tuple(outcome.executed) if outcome is not None else (),
-                detail=outcome.detail if outcome is not None else "",
-                duration_ms=self._clock.now_ms() - self._started,
-                error_type=type(exc).__name__ if exc is not None else None,
-            ),
-        )
+        with _bookkeeping("invocation end"):
+            outcome = self.outcome if exc is None else None
+            self._plugins.emit(
+                "on_invocation_end",
+                InvocationEndInfo(
+                    run_id=self._run_id,
+                    target=self._target,
+                    outcome=outcome.kind.value if outcome is not None else None,
+                    executed=tuple(outcome.executed) if outcome is not None else (),
+                    detail=outcome.detail if outcome is not None else "",
+                    duration_ms=self._clock.now_ms() - self._started,
+                    error_type=type(exc).__name__ if exc is not None else None,
+                ),
+            )
 
 
 @dataclass(slots=True)
@@ -151,6 +152,23 @@ class InvocationObserver:
         self, kind: str, name: str, op_id: str, position: str, record: OpRecord | None
     ) -> None:
         """The invocation takes up the operation at ``position`` (``record``: what is recorded)."""
+        with _bookkeeping("operation"):
+            self._operation(kind, name, op_id, position, record)
+
+    def recorded(self, entries: Sequence[Entry], effect: Any) -> None:
+        """Reports what a write that landed recorded (its entries, a tool's claim)."""
+        with _bookkeeping("recorded"):
+            self._recorded(entries, effect)
+
+    def close(self) -> None:
+        """The invocation ended: what it did not finish is reported ``pending``."""
+        with _bookkeeping("close"):
+            for position in list(self._open):
+                self._report_end(position, "pending", None)
+
+    def _operation(
+        self, kind: str, name: str, op_id: str, position: str, record: OpRecord | None
+    ) -> None:
         result = record.result if record is not None else None
         self._plugins.emit(
             "on_operation_start",
@@ -174,8 +192,7 @@ class InvocationObserver:
             ),
         )
 
-    def recorded(self, entries: Sequence[Entry], effect: Any) -> None:
-        """Reports what a write that landed recorded (its entries, a tool's claim)."""
+    def _recorded(self, entries: Sequence[Entry], effect: Any) -> None:
         for entry in entries:
             state = self._open.get(entry.position) if entry.run_id == self._run_id else None
             if state is None:
@@ -196,11 +213,6 @@ class InvocationObserver:
             claimed = effect.expected_status is None or record.attempt != effect.expected_attempt
             if record.status is EffectStatus.PREPARED and claimed:  # a tool's attempt claimed
                 self._attempt_started(record.position, state, record.attempt)
-
-    def close(self) -> None:
-        """The invocation ended: what it did not finish is reported ``pending``."""
-        for position in list(self._open):
-            self._report_end(position, "pending", None)
 
     def _attempt_started(self, position: str, state: _Open, attempt: int) -> None:
         previous, record = attempt - 1, state.record
@@ -259,6 +271,20 @@ class InvocationObserver:
                 error_type=error,
             ),
         )
+
+
+@contextlib.contextmanager
+def _bookkeeping(step: str) -> Iterator[None]:
+    """Logs and swallows a failure of the observer's own code.
+
+    It runs between a write that landed and the code that goes on from it: a bug here must not
+    turn into a failed invocation (or a lost outcome) — instrumentation only listens.
+    """
+    try:
+        yield
+    except Exception:
+        with contextlib.suppress(Exception):
+            _LOG.exception("plugin bookkeeping failed in %s; ignored", step)
 
 
 def _outcome(result: Entry) -> str:
