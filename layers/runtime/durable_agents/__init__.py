@@ -43,6 +43,7 @@ from durable_agents.operations.condition import (
     ConditionNotMetError,
     WaitDecision,
 )
+from durable_agents.plugins import Plugin
 from durable_agents.retry import NO_RETRY, Jitter, RetryDecision, RetryPolicy
 from durable_agents.runtime import InputValidationError, InvocationOutcome, OutcomeKind, Runtime
 from durable_agents.semantics import StepSemantics
@@ -61,6 +62,7 @@ from durable_agents.side_effects.tools import (
     default_tools,
     tool,
 )
+from durable_agents.step_context import StepContext
 from durable_agents.versions import VersionBundle
 
 __all__ = [
@@ -94,6 +96,7 @@ __all__ = [
     "OutcomeKind",
     "OutgoingEvent",
     "PayloadError",
+    "Plugin",
     "ReplayDivergedError",
     "RetryDecision",
     "RetryPolicy",
@@ -106,6 +109,7 @@ __all__ = [
     "SecretSerializationError",
     "Serdes",
     "SkipClock",
+    "StepContext",
     "StepError",
     "StepInterruptedError",
     "StepSemantics",

@@ -67,7 +67,9 @@ class DurableContext(WaitOperations):
         """Runs ``fn(*args)`` once and records its result; replays return the record.
 
         Args:
-            fn: The work: reads, computation, an external call. It must not call ``ctx``.
+            fn: The work: reads, computation, an external call. It must not call ``ctx``. It
+                receives a ``StepContext`` (attempt, operation id, logger, deadline) first if
+                its signature asks for it (``durable_agents.step_context``).
             *args: Arguments passed to ``fn``. Not recorded, but fingerprinted when they are
                 JSON values or pydantic models: a replay with other arguments diverges. Pass the
                 input here rather than capturing it in a closure (closures are not checked).

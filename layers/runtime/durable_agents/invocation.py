@@ -28,6 +28,7 @@ from durable_agents.models import (
     SideEffectRecord,
     WaitChange,
 )
+from durable_agents.plugin_calls import InvocationObserver
 from durable_agents.serde import decode, rebuild_error
 
 _ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
@@ -162,8 +163,12 @@ class Invocation:
         registry: Any = None,
         wait_scheduler: Any = None,
         memory: Any = None,
+        observer: InvocationObserver | None = None,
+        deadline_ms: int | None = None,
     ):
-        self.store = store
+        # With plugins, every write is reported to them once it landed (durable_agents.plugins).
+        self.store = store if observer is None else observer.watch(store)
+        self.observer = observer
         self.header: RunHeader = snapshot.header
         self.run_id = snapshot.header.run_id
         # Seen through the run's migrations: their records out, transformed results in.
@@ -187,6 +192,8 @@ class Invocation:
         self.clock = clock
         self.budget = budget
         self.lease_ms = lease_ms
+        # When this invocation must be done (a step's ``StepContext.deadline_ms``).
+        self.deadline_ms = clock.now_ms() + lease_ms if deadline_ms is None else deadline_ms
         self.hooks = hooks
         self.live = not self.records
         self.executed: list[str] = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -55,6 +55,8 @@ from durable_agents.outcomes import (
     suspended,
     version_unavailable,
 )
+from durable_agents.plugin_calls import InvocationSpan, PluginSet
+from durable_agents.plugins import Plugin
 from durable_agents.serde import decode, encode, error_info
 from durable_agents.tenancy import DEFAULT_TENANT, check_tenant
 from durable_agents.versions import resolve_pinned
@@ -107,6 +109,8 @@ class Runtime:
         wait_scheduler: Schedules precise deadlines of approvals and callbacks (optional; the
             reconciler's sweep expires them anyway).
         memory: The long-term memory store behind ``ctx.memory`` (optional).
+        plugins: Instrumentation hooks (``durable_agents.plugins``), called in order; one that
+            raises is logged and never changes a run.
     """
 
     def __init__(
@@ -124,8 +128,10 @@ class Runtime:
         stream_sink: StreamSink | None = None,
         wait_scheduler: WaitScheduler | None = None,
         memory: MemoryStore | None = None,
+        plugins: Sequence[Plugin] = (),
     ):
         self.store = store
+        self.plugins = PluginSet(plugins)
         self.registry = registry or default_registry
         self.publisher: EventPublisher = publisher or CollectingPublisher()
         self.clock: Clock = clock or SystemClock()
@@ -239,6 +245,25 @@ class Runtime:
             EventPublishError: If the follow-up event could not be published (the invocation
                 should fail so that it is retried; nothing recorded is lost).
         """
+        # The Lambda's own deadline (without the lease's clock-skew margin): a step's to use.
+        known = DEFAULT_LEASE_MS - LEASE_MARGIN_MS if remaining_ms is None else remaining_ms
+        deadline_ms = self.clock.now_ms() + max(known, 0)
+        with self.plugins.invocation(run_id, target, self.clock, deadline_ms) as span:
+            outcome = self._execute(span, run_id, budget, remaining_ms, hooks, publish, target)
+            span.outcome = outcome
+        return outcome
+
+    def _execute(
+        self,
+        span: InvocationSpan,
+        run_id: str,
+        budget: int | None,
+        remaining_ms: int | None,
+        hooks: InvocationHooks | None,
+        publish: bool,
+        target: str | None,
+    ) -> InvocationOutcome:
+        """``execute``, within its plugins' span."""
         snapshot = self.store.load(run_id)
         header = snapshot.header
         if header.status.terminal or header.status is RunStatus.PAUSED:
@@ -278,6 +303,8 @@ class Runtime:
             registry=self.registry,
             wait_scheduler=self.wait_scheduler,
             memory=self.memory,
+            observer=span.observer(),
+            deadline_ms=span.deadline_ms,
         )
         ctx = DurableContext(
             inv,

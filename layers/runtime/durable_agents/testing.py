@@ -47,6 +47,7 @@ from durable_agents.models import (
     WaitRecord,
     WaitStatus,
 )
+from durable_agents.plugins import Plugin
 from durable_agents.prompts import PromptRegistry
 from durable_agents.runtime import InvocationOutcome, OutcomeKind, Runtime
 from durable_agents.serde import decode
@@ -112,6 +113,7 @@ class AgentTestRunner:
             ``runner.scripted`` counts the calls.
         providers: More model providers by name (a stub ``bedrock``, say).
         memory: The store behind ``ctx.memory`` (a fresh ``InMemoryMemoryStore`` by default).
+        plugins: Instrumentation hooks (``durable_agents.plugins``) for the runtime.
         prompts: The prompts and model configurations the agents pin (``ctx.prompt``,
             ``ctx.model_config``): the default registry's (where ``register_prompt`` puts
             them) unless given.
@@ -149,6 +151,7 @@ class AgentTestRunner:
         | None = None,
         providers: Mapping[str, LlmProvider] | None = None,
         memory: MemoryStore | None = None,
+        plugins: Sequence[Plugin] = (),
         prompts: PromptRegistry | None = None,
     ):
         if mode not in ("continuous", "faithful"):
@@ -179,6 +182,7 @@ class AgentTestRunner:
             clock=self.clock,
             providers=models or None,
             memory=self.memory,
+            plugins=plugins,
         )
 
     def run(

@@ -29,6 +29,7 @@ from durable_agents.serde import (
     rebuild_error,
     replay_value,
 )
+from durable_agents.step_context import call_step
 
 if TYPE_CHECKING:
     from durable_agents.context import DurableContext
@@ -133,7 +134,10 @@ def run_step(
     inv.hooks.before_execute(op_id, attempt)
     inv.in_step = True
     try:
-        value = fn(StepInfo(op_id, attempt), *args) if pass_info else fn(*args)
+        if pass_info:
+            value = fn(StepInfo(op_id, attempt), *args)
+        else:  # with its StepContext first if its signature asks for it
+            value = call_step(ctx, fn, args, op_id, name, attempt)
         payload = encode_value(value, hint, serdes)
         # Read back before recording: a value a replay could not read is a failure, now.
         value = decode_value(payload, hint, serdes)
