@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random as _random
 import uuid as _uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -255,7 +255,8 @@ class DurableContext(WaitOperations):
 
     def parallel(
         self,
-        branches: Sequence[Callable[[DurableContext], Any]],
+        branches: Sequence[Callable[[DurableContext], Any]]
+        | Mapping[str, Callable[[DurableContext], Any]],
         *,
         name: str = "parallel",
         completion: CompletionPolicy | None = None,
@@ -265,66 +266,68 @@ class DurableContext(WaitOperations):
         """Runs branches as independent child scopes; on Lambda, each in its own invocation.
 
         Args:
-            branches: Functions ``fn(child_ctx)``; their results are recorded as step results
-                are (tagged JSON).
+            branches: Functions ``fn(child_ctx)``, or a mapping of branch names to them; their
+                results are recorded as step results are (tagged JSON).
             name: The operation name.
             completion: When the batch is done (default: all branches, failing on the first
-                failure).
+                failure). Only the failure tolerances end a batch early on failures.
             max_concurrency: At most this many branches in progress at a time.
             serdes: A custom serializer for every branch's result.
 
         Returns:
-            A ``BatchResult`` with every branch's outcome in index order (call
-            ``raise_on_failure()`` to turn an exceeded failure tolerance into an error).
+            A ``BatchResult`` with every branch's outcome in index order (``throw_if_error()``
+            raises on any failure, ``raise_on_failure()`` on an exceeded tolerance).
 
         Raises:
             ValueError: If ``max_concurrency`` is below 1.
+            InvalidNameError: If a branch name is not a valid operation name.
             ReplayDivergedError: If the journal recorded another operation at this position.
         """
-        from durable_agents.operations.parallel import ALL_SUCCESSFUL, run_batch  # noqa: PLC0415
-
-        return run_batch(
-            self,
-            OpKind.PARALLEL,
-            check_name(name),
-            list(branches),
-            completion or ALL_SUCCESSFUL,
-            max_concurrency,
-            as_serdes(serdes),
+        from durable_agents.operations.parallel import (  # noqa: PLC0415
+            ALL_SUCCESSFUL,
+            branch_names,
+            run_batch,
         )
+
+        fns, names = branch_names(branches)
+        policy = completion or ALL_SUCCESSFUL
+        spec = as_serdes(serdes)
+        kind = OpKind.PARALLEL
+        return run_batch(self, kind, check_name(name), fns, policy, max_concurrency, spec, names)
 
     def map(
         self,
         items: Sequence[Any],
-        fn: Callable[[DurableContext, Any, int], Any],
+        fn: Callable[..., Any],
         *,
         name: str = "map",
         completion: CompletionPolicy | None = None,
         max_concurrency: int | None = None,
         serdes: SerdesSpec | None = None,
+        item_namer: Callable[[Any, int], str] | None = None,
     ) -> BatchResult[Any]:
         """Runs ``fn(child_ctx, item, index)`` for every item, like ``parallel``.
 
-        ``serdes`` serializes each item's result (as for ``parallel``).
+        ``fn`` may take ``(child_ctx, item, index, items)`` instead. ``serdes`` serializes
+        each item's result (as for ``parallel``); ``item_namer(item, index)`` names each
+        item's branch (``branch-<i>`` by default).
 
         Raises:
             ValueError: If ``max_concurrency`` is below 1.
+            InvalidNameError: If ``item_namer`` gives an invalid operation name.
             ReplayDivergedError: If the journal recorded another operation at this position.
         """
-        from durable_agents.operations.parallel import ALL_SUCCESSFUL, run_batch  # noqa: PLC0415
+        from durable_agents.operations.parallel import (  # noqa: PLC0415
+            ALL_SUCCESSFUL,
+            map_branches,
+            run_batch,
+        )
 
-        branches = [
-            (lambda child, item=item, index=index: fn(child, item, index))
-            for index, item in enumerate(items)
-        ]
+        fns, names = map_branches(items, fn, item_namer)
+        policy = completion or ALL_SUCCESSFUL
+        spec = as_serdes(serdes)
         return run_batch(
-            self,
-            OpKind.MAP,
-            check_name(name),
-            branches,
-            completion or ALL_SUCCESSFUL,
-            max_concurrency,
-            as_serdes(serdes),
+            self, OpKind.MAP, check_name(name), fns, policy, max_concurrency, spec, names
         )
 
     def run_in_child_context(
