@@ -7,6 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
+import botocore.loaders
+import botocore.session
 import pytest
 from moto import mock_aws
 
@@ -25,6 +27,26 @@ os.environ["AWS_ACCESS_KEY_ID"] = "testing"
 os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
 os.environ.pop("AWS_PROFILE", None)
 os.environ.pop("AWS_ENDPOINT_URL", None)
+
+# The runtime builds a fresh boto3 Session per cold start (deployment.build_runtime), and the
+# fixtures reset the handlers' runtimes per test: each Session would read and parse botocore's
+# service models again (~0.2 s per client). One loader (its cache of those read-only JSON
+# models) is shared by every Session in the test process instead; nothing else is shared.
+_LOADERS: dict[str | None, botocore.loaders.Loader] = {}
+
+
+def _register_shared_data_loader(self: botocore.session.Session) -> None:
+    def create() -> botocore.loaders.Loader:
+        path = self.get_config_variable("data_path")
+        if path not in _LOADERS:
+            _LOADERS[path] = botocore.loaders.create_loader(path)
+        return _LOADERS[path]
+
+    self._components.lazy_register_component("data_loader", create)
+
+
+if hasattr(botocore.session.Session, "_register_data_loader"):  # else: a slower suite, as before
+    botocore.session.Session._register_data_loader = _register_shared_data_loader
 
 
 @pytest.fixture
