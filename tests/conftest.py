@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import botocore.loaders
@@ -47,6 +48,26 @@ def _register_shared_data_loader(self: botocore.session.Session) -> None:
 
 if hasattr(botocore.session.Session, "_register_data_loader"):  # else: a slower suite, as before
     botocore.session.Session._register_data_loader = _register_shared_data_loader
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """A pytest-xdist worker finished: keep its fault-suite counts for the report."""
+    state = getattr(node, "workeroutput", {}).get("reliability")
+    if state:
+        from tests.reliability import report
+
+        report.merge(state)
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    # Without xdist, tests/reliability/conftest.py prints the fault suite's report itself.
+    if config.pluginmanager.hasplugin("dsession"):
+        from tests.reliability import report
+
+        report.write(terminalreporter)
 
 
 @pytest.fixture
