@@ -17,6 +17,7 @@ from durable_agents import AgentRegistry, InMemoryJournal, Runtime, SkipClock
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.payloads import S3PayloadStore
 from durable_agents.journal.store import JournalStore
+from durable_agents.local import moto_server
 from durable_agents.local.template import create_journal_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,6 +49,29 @@ def _register_shared_data_loader(self: botocore.session.Session) -> None:
 
 if hasattr(botocore.session.Session, "_register_data_loader"):  # else: a slower suite, as before
     botocore.session.Session._register_data_loader = _register_shared_data_loader
+
+
+# Under pytest-xdist, two workers asking the OS for a free port at the same moment could be
+# handed the same one (free_port releases it before the server binds it). Each worker keeps to
+# its own share of the ports instead: (port // 2) % workers == its index (Linux hands out odd
+# ports to bind(0), so the parity alone would leave one worker nothing).
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_XDIST_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+_os_free_port = moto_server.free_port
+
+
+def _worker_free_port(host: str = moto_server.HOST) -> int:
+    """``free_port``, restricted to this xdist worker's share of the ports."""
+    index = int(_XDIST_WORKER.removeprefix("gw"))
+    for _ in range(10_000):
+        port = _os_free_port(host)
+        if (port // 2) % _XDIST_WORKERS == index:
+            return port
+    raise RuntimeError(f"no free port in xdist worker {_XDIST_WORKER}'s share")
+
+
+if _XDIST_WORKER.startswith("gw") and _XDIST_WORKERS > 1:
+    moto_server.free_port = _worker_free_port
 
 
 @pytest.hookimpl(optionalhook=True)
