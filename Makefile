@@ -135,8 +135,12 @@ lint-policy: $(POLICY_STAMP) ## checkov (IAM least privilege) + cfn-lint-serverl
 	$(VENV_POLICY)/bin/python scripts/policy_lint.py template.yaml
 	$(VENV_POLICY)/bin/cfn-lint --append-rules cfn_lint_serverless.rules -- template.yaml
 
-pytest: $(VENV_STAMP) ## Run the test suite
-	$(VENV)/bin/python -m pytest
+# pytest-xdist runs the suite on PYTEST_WORKERS processes (auto: one per core; 0: in this
+# process, as plain pytest). --dist loadfile keeps each test file on one worker, so a module's
+# fixtures (a moto server, the fake services) start once and its tests never race each other.
+PYTEST_WORKERS ?= auto
+pytest: $(VENV_STAMP) ## Run the test suite (on every core: PYTEST_WORKERS=auto)
+	$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile
 
 test: lint typecheck validate lint-policy pytest ## lint + typecheck + validate + lint-policy + pytest (what CI runs)
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
+import botocore.loaders
+import botocore.session
 import pytest
 from moto import mock_aws
 
@@ -14,6 +17,7 @@ from durable_agents import AgentRegistry, InMemoryJournal, Runtime, SkipClock
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.payloads import S3PayloadStore
 from durable_agents.journal.store import JournalStore
+from durable_agents.local import moto_server
 from durable_agents.local.template import create_journal_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,6 +29,69 @@ os.environ["AWS_ACCESS_KEY_ID"] = "testing"
 os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
 os.environ.pop("AWS_PROFILE", None)
 os.environ.pop("AWS_ENDPOINT_URL", None)
+
+# The runtime builds a fresh boto3 Session per cold start (deployment.build_runtime), and the
+# fixtures reset the handlers' runtimes per test: each Session would read and parse botocore's
+# service models again (~0.2 s per client). One loader (its cache of those read-only JSON
+# models) is shared by every Session in the test process instead; nothing else is shared.
+_LOADERS: dict[str | None, botocore.loaders.Loader] = {}
+
+
+def _register_shared_data_loader(self: botocore.session.Session) -> None:
+    def create() -> botocore.loaders.Loader:
+        path = self.get_config_variable("data_path")
+        if path not in _LOADERS:
+            _LOADERS[path] = botocore.loaders.create_loader(path)
+        return _LOADERS[path]
+
+    self._components.lazy_register_component("data_loader", create)
+
+
+if hasattr(botocore.session.Session, "_register_data_loader"):  # else: a slower suite, as before
+    botocore.session.Session._register_data_loader = _register_shared_data_loader
+
+
+# Under pytest-xdist, two workers asking the OS for a free port at the same moment could be
+# handed the same one (free_port releases it before the server binds it). Each worker keeps to
+# its own share of the ports instead: (port // 2) % workers == its index (Linux hands out odd
+# ports to bind(0), so the parity alone would leave one worker nothing).
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_XDIST_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+_os_free_port = moto_server.free_port
+
+
+def _worker_free_port(host: str = moto_server.HOST) -> int:
+    """``free_port``, restricted to this xdist worker's share of the ports."""
+    index = int(_XDIST_WORKER.removeprefix("gw"))
+    for _ in range(10_000):
+        port = _os_free_port(host)
+        if (port // 2) % _XDIST_WORKERS == index:
+            return port
+    raise RuntimeError(f"no free port in xdist worker {_XDIST_WORKER}'s share")
+
+
+if _XDIST_WORKER.startswith("gw") and _XDIST_WORKERS > 1:
+    moto_server.free_port = _worker_free_port
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """A pytest-xdist worker finished: keep its fault-suite counts for the report."""
+    state = getattr(node, "workeroutput", {}).get("reliability")
+    if state:
+        from tests.reliability import report
+
+        report.merge(state)
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    # Without xdist, tests/reliability/conftest.py prints the fault suite's report itself.
+    if config.pluginmanager.hasplugin("dsession"):
+        from tests.reliability import report
+
+        report.write(terminalreporter)
 
 
 @pytest.fixture

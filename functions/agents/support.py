@@ -6,9 +6,18 @@
   (the payments service, idempotent); refunds above ``APPROVAL_THRESHOLD_CENTS`` wait for a
   person in ``group:support-leads`` to approve the exact refund first.
 
+Prompts and model configurations live in the registry (``register_prompt``,
+``register_model_config``), each under a version; the agents declare which ones they use
+(``@agent(prompts=..., model_configs=...)``) and ask for them with ``ctx.prompt(name)`` and
+``ctx.model_config(name)``. A run pins the versions (and content hashes) that were the latest
+when it started and keeps them for its whole life, however many newer ones are deployed while
+it waits for an approval (``docs/versions.md``). To change a prompt or a model, register a new
+version beside the old one; never edit a registered version in place (the runs pinned to it
+would stop, ``VERSION_UNAVAILABLE``).
+
 The model is scripted (``agents:scripts/support.json``) so the example runs offline and
-deterministically; switch ``SUPPORT_MODEL`` to ``provider="bedrock"`` and a Bedrock model id —
-and bump ``model_config_version`` — to run it on a real model.
+deterministically; register a ``support-model`` version 2 with ``provider="bedrock"`` and a
+Bedrock model id to run new runs on a real model.
 """
 
 from __future__ import annotations
@@ -23,28 +32,32 @@ from agents.tools import (
     create_ticket,
 )
 from durable_agents import DurableContext, ToolCall, ToolResult, agent, tool
+from durable_agents.agent import register_model_config, register_prompt
 from durable_agents.llm.loop import run_tool_loop
 from durable_agents.llm.types import LlmRequest, Message, ModelConfig
 
 APPROVAL_THRESHOLD_CENTS = 5_000
 
-TRIAGE_MODEL = ModelConfig(
-    name="triage-model",
-    version="1",
-    provider="scripted",
-    model_id="scripted-triage",
-    system_prompt="Classify the customer's message as one word: refund, order or other.",
-    prompt_version="1",
+# Every version stays registered while runs pinned to it may still be in flight; the last
+# version registered under a name is the one new runs pin.
+register_prompt(
+    "triage-system", "1", "Classify the customer's message as one word: refund, order or other."
 )
-SUPPORT_MODEL = ModelConfig(
-    name="support-model",
-    version="1",
-    provider="scripted",
-    model_id="scripted-support",
-    temperature=0.0,
-    max_tokens=1024,
-    system_prompt="You are a support agent. Use the tools; refunds need a ticket.",
-    prompt_version="1",
+register_prompt(
+    "support-system", "1", "You are a support agent. Use the tools; refunds need a ticket."
+)
+register_model_config(
+    ModelConfig(name="triage-model", version="1", provider="scripted", model_id="scripted-triage")
+)
+register_model_config(
+    ModelConfig(
+        name="support-model",
+        version="1",
+        provider="scripted",
+        model_id="scripted-support",
+        temperature=0.0,
+        max_tokens=1024,
+    )
 )
 
 ORDERS: dict[str, dict[str, Any]] = {
@@ -114,23 +127,37 @@ def issue_refund(request: RefundRequest, call: ToolCall) -> ToolResult[Any]:
     return ToolResult(result.value.model_dump(mode="json"), external_id=result.external_id)
 
 
+def pinned_model(ctx: DurableContext, config: str, system_prompt: str) -> ModelConfig:
+    """The run's pinned model configuration, with its pinned system prompt filled in.
+
+    Raises:
+        NotPinnedError: If the agent does not declare them (the run pauses for a person).
+        VersionUnavailableError: If a pinned version is not deployed unchanged.
+    """
+    prompt = ctx.prompt(system_prompt)
+    return ctx.model_config(config).model_copy(
+        update={"system_prompt": prompt.text, "prompt_version": f"{prompt.name}@{prompt.version}"}
+    )
+
+
 @agent(
     name="triage",
     version="1",
-    model_config_version=TRIAGE_MODEL.version,
-    prompt_version=TRIAGE_MODEL.prompt_version,
+    prompts=["triage-system"],
+    model_configs=["triage-model"],
 )
 def triage(ctx: DurableContext, message: str) -> str:
     """Classifies a message (a sub-agent: its own run, started exactly once)."""
-    answer = ctx.llm("classify", LlmRequest(messages=[Message.user(message)]), config=TRIAGE_MODEL)
+    model = pinned_model(ctx, "triage-model", "triage-system")
+    answer = ctx.llm("classify", LlmRequest(messages=[Message.user(message)]), config=model)
     return answer.text.strip().lower() or "other"
 
 
 @agent(
     name="example-support",
     version="1",
-    model_config_version=SUPPORT_MODEL.version,
-    prompt_version=SUPPORT_MODEL.prompt_version,
+    prompts=["support-system"],
+    model_configs=["support-model"],
     tool_schema_version="1",
 )
 def support(ctx: DurableContext, request: SupportRequest) -> dict[str, Any]:
@@ -138,7 +165,7 @@ def support(ctx: DurableContext, request: SupportRequest) -> dict[str, Any]:
     category = ctx.invoke(triage, request.message, name="triage")
     outcome = run_tool_loop(
         ctx,
-        config=SUPPORT_MODEL,
+        config=pinned_model(ctx, "support-model", "support-system"),
         messages=[Message.user(f"[{category}] customer {request.customer}: {request.message}")],
         tools=[lookup_order, create_ticket, issue_refund],
         stream=True,

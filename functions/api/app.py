@@ -49,9 +49,11 @@ from durable_agents.errors import (
     PayloadError,
     RunNotFoundError,
     RunStateConflictError,
+    VersionUnavailableError,
     WaitNotFoundError,
 )
 from durable_agents.events import step_ready
+from durable_agents.migrations import MigrationNotFoundError, MigrationRefusedError
 from durable_agents.models import WaitStatus
 from durable_agents.runtime import InputValidationError, Runtime
 from durable_agents.scrub import ScrubFilter
@@ -204,6 +206,10 @@ ERROR_STATUS: dict[type[Exception], HTTPStatus] = {
     IdempotencyConflictError: HTTPStatus.CONFLICT,
     RunStateConflictError: HTTPStatus.CONFLICT,
     InputValidationError: HTTPStatus.UNPROCESSABLE_ENTITY,
+    # POST /runs/{id}/migrate: the run exists, what it is asked to move to does not (or may not).
+    MigrationRefusedError: HTTPStatus.CONFLICT,
+    MigrationNotFoundError: HTTPStatus.CONFLICT,
+    VersionUnavailableError: HTTPStatus.CONFLICT,
     PayloadError: HTTPStatus.UNPROCESSABLE_ENTITY,
     ValidationError: HTTPStatus.UNPROCESSABLE_ENTITY,
 }
@@ -240,6 +246,14 @@ def error_response(exc: Exception) -> Response[str]:
         extra["details"] = exc.errors
     elif isinstance(exc, IdempotencyConflictError):
         extra["run_id"] = exc.existing_run_id
+    elif isinstance(exc, MigrationRefusedError):
+        extra["reason"] = exc.reason
+    elif isinstance(exc, MigrationNotFoundError):
+        extra["missing"] = {"migration": {"from": exc.from_version, "to": exc.to_version}}
+        extra["deployed"] = exc.known
+    elif isinstance(exc, VersionUnavailableError):
+        extra["missing"] = {exc.component: exc.version}
+        extra["deployed"] = exc.deployed
     elif isinstance(exc, ReviewAlreadyDecidedError):
         extra["current"] = effect_view(exc.record)
     elif isinstance(exc, WaitGoneError):

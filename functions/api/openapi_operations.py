@@ -59,7 +59,7 @@ def operations() -> dict[tuple[str, str], Operation]:
         MintLinkRequest,
     )
     from api.routes.callbacks import CallbackFailureRequest  # noqa: PLC0415
-    from api.routes.runs import StartRunRequest  # noqa: PLC0415
+    from api.routes.runs import MAX_VERSION_CHARS, MigrateRunRequest, StartRunRequest  # noqa: PLC0415
     from durable_agents.models import RunStatus  # noqa: PLC0415
 
     statuses = [s.value for s in RunStatus]
@@ -83,6 +83,17 @@ def operations() -> dict[tuple[str, str], Operation]:
         ("GET", "/runs"): Operation(
             query=(
                 Param("status", {"type": "string", "enum": statuses}, "Only runs in this status."),
+                Param(
+                    "agent",
+                    {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,79}$"},
+                    "Only runs of this agent.",
+                ),
+                Param(
+                    "version",
+                    {"type": "string", "minLength": 1, "maxLength": MAX_VERSION_CHARS},
+                    "Only runs pinned to this workflow version. With agent or version, a page "
+                    "may hold fewer than limit runs and still carry a cursor.",
+                ),
                 _LIMIT,
                 Param("cursor", {"type": "string", "maxLength": MAX_CURSOR_CHARS}, "From a page."),
             ),
@@ -101,6 +112,12 @@ def operations() -> dict[tuple[str, str], Operation]:
             tags=("runs",),
         ),
         ("POST", "/runs/{run_id}/redrive"): Operation(202, errors=(404, 409), tags=("runs",)),
+        ("POST", "/runs/{run_id}/migrate"): Operation(
+            body=MigrateRunRequest,
+            example={"to_version": "2", "dry_run": True},
+            errors=(404, 409, 413, 422),
+            tags=("runs",),
+        ),
         ("GET", "/reviews"): Operation(tags=("reviews",)),
         ("POST", "/reviews/{operation_id}"): Operation(
             body=ReviewDecisionRequest,

@@ -19,6 +19,7 @@ from durable_agents.errors import InfrastructureError, InvocationRetryError, Run
 from durable_agents.events import STEP_READY
 from durable_agents.runtime import Runtime
 from durable_agents.scrub import ScrubFilter
+from step_runner.telemetry import PowertoolsPlugin
 
 logger = Logger()
 # Revealed secrets are masked in every line this function writes (durable_agents.scrub).
@@ -44,7 +45,9 @@ def get_runtime() -> Runtime:
     """Builds the runtime once per execution environment (on first use, not at import)."""
     global _runtime  # noqa: PLW0603 - one runtime per Lambda execution environment
     if _runtime is None:
-        _runtime = build_runtime(Settings.from_env(), logger=logger)
+        # Its logs, metrics and trace annotations come from the runtime's plugin hooks.
+        plugin = PowertoolsPlugin(logger=logger, metrics=metrics, tracer=tracer)
+        _runtime = build_runtime(Settings.from_env(), logger=logger, plugins=[plugin])
     return _runtime
 
 
@@ -85,15 +88,5 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         # Retrying cannot make a missing run appear: report and drop the event.
         logger.warning("Step Ready for an unknown run", extra={"reason": detail.reason})
         return {"run_id": detail.run_id, "outcome": "not_found", "executed": []}
-    metrics.add_metric(
-        name="OperationsExecuted", unit=MetricUnit.Count, value=len(outcome.executed)
-    )
-    logger.info(
-        "invocation finished",
-        extra={
-            "outcome": outcome.kind.value,
-            "executed": outcome.executed,
-            "detail": outcome.detail,
-        },
-    )
+    # "invocation finished" and OperationsExecuted: PowertoolsPlugin.on_invocation_end.
     return {"run_id": detail.run_id, "outcome": outcome.kind.value, "executed": outcome.executed}

@@ -145,11 +145,12 @@ def test_runs_stay_pinned_to_their_version(journal: JournalStore) -> None:
     def v2(ctx: DurableContext, _: Any) -> str:
         return ctx.step(lambda: "new", name="new-flow")
 
-    # A deployment with only version 2 cannot continue a run pinned to version 1: it pauses.
+    # A deployment with only version 2 cannot continue a run pinned to version 1: it waits,
+    # visibly, for its version (tests/contract/test_versions_contract.py has the rest).
     only_v2 = deploy(journal, clock, v2, version="2")
-    assert only_v2.execute(run_id).kind.value == "paused"
+    assert only_v2.execute(run_id).kind.value == "version_unavailable"
     run = journal.get_run(run_id)
-    assert run.status is RunStatus.PAUSED
+    assert run.status is RunStatus.VERSION_UNAVAILABLE
     assert run.error is not None and run.error.type == "VersionNotDeployedError"
     assert run.versions["workflow_version"] == "1"
 

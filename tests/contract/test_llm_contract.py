@@ -259,16 +259,18 @@ def test_a_failing_stream_cache_never_fails_the_step(journal: JournalStore, fail
 # -- errors -------------------------------------------------------------------------------------
 
 
-def test_missing_provider_is_a_clear_error(journal: JournalStore) -> None:
+def test_missing_provider_pauses_the_run_with_a_clear_reason(journal: JournalStore) -> None:
+    """A deployment question, not the agent's error: paused (redrivable), nothing recorded."""
     nowhere = CONFIG.model_copy(update={"provider": "nowhere"})
     result = make_runner(make_agent([], config=nowhere), journal, weather_provider()).run(
         "What is the weather in Oslo?"
     )
-    assert result.status == "FAILED"
+    assert result.status == "PAUSED"
     assert result.error is not None
-    assert result.error.type == ConfigurationError.__name__
+    assert result.error.type == "ProviderNotConfiguredError"
     assert "no model provider 'nowhere'" in result.error.message
     assert "scripted" in result.error.message  # it says what is registered
+    assert all(op.kind != "llm" for op in result.operations)  # no claim left behind
 
 
 def test_drifted_script_fails_at_once_with_model_retry(journal: JournalStore) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from durable_agents import AgentRegistry, DurableContext, agent
+from durable_agents import AgentRegistry, DurableContext, RetryPolicy, agent
 from durable_agents.journal.store import JournalStore
 from durable_agents.operations.parallel import BatchFailedError, BatchResult, CompletionPolicy
 from durable_agents.testing import AgentTestRunner, Crash
@@ -151,11 +151,24 @@ def _no_retry() -> Any:
         ),
         ([], None, "all_completed", []),
         ([], CompletionPolicy(min_successful=0), "min_successful_reached", []),
+        # A min_successful out of reach does not stop the batch: only tolerances do.
         (
             [False, False],
             CompletionPolicy(min_successful=1),
-            "failure_tolerance_exceeded",
+            "all_completed",
             ["failed", "failed"],
+        ),
+        (
+            [False, False, True, True],
+            CompletionPolicy(min_successful=3),
+            "all_completed",
+            ["failed", "failed", "succeeded", "succeeded"],
+        ),
+        (
+            [False, False, True, True],
+            CompletionPolicy(min_successful=3, tolerated_failure_count=1),
+            "failure_tolerance_exceeded",
+            ["failed", "failed", "not_started", "not_started"],
         ),
     ],
 )
@@ -198,3 +211,65 @@ def test_raise_on_failure_and_invalid_arguments() -> None:
         batch.raise_on_failure()
     with pytest.raises(ValueError):
         CompletionPolicy(tolerated_failure_percentage=120)
+
+
+def test_named_branches_items_and_the_batch_result_in_full(journal: JournalStore) -> None:
+    @agent(name="batches", version="1", registry=AgentRegistry())
+    def batches(ctx: DurableContext, _: Any) -> dict[str, Any]:
+        def fail(child: DurableContext) -> int:
+            return child.step(lambda: 1 // 0, name="divide", retry=RetryPolicy.none())
+
+        named = ctx.parallel(
+            {"fetch-a": lambda c: c.step(lambda: "a", name="get"), "broken": fail},
+            completion=CompletionPolicy(tolerated_failure_count=1),
+        )
+        mapped = ctx.map(
+            ["x", "yy"],
+            lambda c, item, index, items: f"{item}:{index}/{len(items)}",
+            item_namer=lambda item, index: f"item-{item}",
+        )
+        try:
+            named.throw_if_error()
+            thrown = ""
+        except BatchFailedError as exc:
+            thrown = exc.completion_reason
+        return {
+            "counts": [named.success_count, named.failure_count, named.total_count],
+            "results": named.all_results(),
+            "errors": [e["type"] if e else None for e in named.all_errors()],
+            "thrown": thrown,
+            "mapped": mapped.all_results(),
+        }
+
+    for mode in ("continuous", "faithful"):
+        result = AgentTestRunner(batches, journal=journal, mode=mode).run(None)  # type: ignore[arg-type]
+        assert result.status == "SUCCEEDED", (mode, result.header.waiting_on)
+        assert result.output == {
+            "counts": [1, 1, 2],
+            "results": ["a", None],
+            "errors": [None, "ZeroDivisionError"],
+            "thrown": "all_completed",
+            "mapped": ["x:0/2", "yy:1/2"],
+        }
+        ids = {op.op_id.split(":", 1)[1] for op in result.operations}
+        assert {"parallel:1/fetch-a:1", "parallel:1/broken:2"} <= ids
+        assert {"map:2/item-x:1", "map:2/item-yy:2"} <= ids
+
+
+def test_a_batch_after_a_parallel_one_is_not_left_waiting_for_nobody(
+    journal: JournalStore,
+) -> None:
+    """The invocation sent to a parallel branch finished that batch, then reached a map: the
+    map's branches are not "another invocation's" — no invocation was ever sent to them. (It
+    suspended waiting for its branches, with nothing to wake it.)"""
+
+    @agent(name="two-batches", version="1", registry=AgentRegistry())
+    def two_batches(ctx: DurableContext, _: Any) -> list[Any]:
+        ctx.parallel(
+            [lambda c: c.step(lambda: "a", name="get"), lambda c: c.step(lambda: "b", name="get")]
+        )
+        return ctx.map(["x", "yy"], lambda c, item, index: f"{item}").results()
+
+    result = AgentTestRunner(two_batches, journal=journal, mode="faithful").run(None)
+    assert result.status == "SUCCEEDED", result.header.waiting_on
+    assert result.output == ["x", "yy"]

@@ -116,3 +116,44 @@ def test_polling_gives_up_after_max_attempts(journal: JournalStore) -> None:
 
     result = AgentTestRunner(hopeless, journal=journal, mode="faithful").run(None)
     assert result.output == "gave up after 3, last 3"
+
+
+def test_a_sub_agent_invoked_by_name_with_its_own_tenant(journal: JournalStore) -> None:
+    registry = AgentRegistry()
+
+    @agent(name="summarizer", version="1", registry=registry)
+    def summarizer(ctx: DurableContext, text: str) -> dict[str, int]:
+        return {"length": ctx.step(lambda: len(text), name="count")}
+
+    @agent(name="caller", version="1", registry=registry)
+    def caller(ctx: DurableContext, text: str) -> int:
+        found = ctx.invoke("summarizer", text, tenant_id="acme")  # by name: any deployed agent
+        return int(found["length"])
+
+    runner = AgentTestRunner(caller, journal=journal, mode="faithful", agents=[summarizer])
+    result = runner.run("hello")
+    assert result.status == "SUCCEEDED", result.error
+    assert result.output == 5
+    child_id = result.operation("summarizer").entries[-1].meta["child_run_id"]
+    child = journal.get_run(child_id)
+    assert child.tenant == "acme" and child.parent_run_id == result.run_id
+
+
+def test_a_sub_agent_that_is_not_deployed_pauses_the_run_with_the_reason(
+    journal: JournalStore,
+) -> None:
+    registry = AgentRegistry()
+
+    @agent(name="delegator", version="1", registry=registry)
+    def delegator(ctx: DurableContext, _: Any) -> str:
+        try:
+            return str(ctx.invoke("missing-helper", None))
+        except Exception:  # agent code cannot catch its way past a missing deployment
+            return "guessed"
+
+    runner = AgentTestRunner(delegator, journal=journal, mode="faithful")
+    result = runner.run(None)
+    assert result.status == "PAUSED"
+    header = journal.get_run(result.run_id)
+    assert header.error is not None and header.error.type == "SubAgentNotDeployedError"
+    assert "'missing-helper'" in header.error.message

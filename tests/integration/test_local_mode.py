@@ -171,8 +171,16 @@ def test_cli_reads_runs_from_the_journal(
 
     assert cli_main(["runs", "list", "--status", "succeeded", *endpoint]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0].split() == ["RUN", "ID", "AGENT", "STATUS", "CREATED", "UPDATED"]
+    header = ["RUN", "ID", "AGENT", "VERSION", "STATUS", "CREATED", "UPDATED"]
+    assert out.splitlines()[0].split() == header
     assert any(line.startswith(run_id) and "SUCCEEDED" in line for line in out.splitlines())
+    by_version = ["--agent", "example-research", "--version", "1", "--json"]
+    assert cli_main(["runs", "list", *by_version, *endpoint]) == 0
+    assert run_id in {r["run_id"] for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert (
+        cli_main(["runs", "list", "--agent", "example-research", "--version", "9", *endpoint]) == 0
+    )
+    assert capsys.readouterr().out.strip() == "no runs"
 
     assert cli_main(["runs", "show", run_id, "--json", *endpoint]) == 0
     shown = json.loads(capsys.readouterr().out)

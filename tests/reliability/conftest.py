@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.reliability import api_fuzz, soak_stack, tally
+from tests.reliability import report
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -20,17 +20,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    lines = tally.summary()
-    if lines:
-        terminalreporter.section("reliability: schedules per fault class")
-        for line in lines:
-            terminalreporter.write_line(line)
-    if soak_stack.SUMMARY:
-        terminalreporter.section("reliability: local-mode SIGKILL soak")
-        for line in soak_stack.SUMMARY:
-            terminalreporter.write_line(line)
-    if api_fuzz.summary():
-        terminalreporter.section("reliability: Api fuzzing (schemathesis)")
-        for line in api_fuzz.summary():
-            terminalreporter.write_line(line)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: the controller prints the report
+        workeroutput["reliability"] = report.export()
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    if not config.pluginmanager.hasplugin("dsession"):  # under xdist: tests/conftest.py prints
+        report.write(terminalreporter)

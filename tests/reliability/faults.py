@@ -268,15 +268,19 @@ class FaultyJournal(JournalStore):
         cursor: str | None = None,
         oldest_first: bool = False,
         tenant: str | None = None,
+        agent: str | None = None,
+        version: str | None = None,
     ) -> RunPage:
         return self._index(
-            f"list_runs:{status}:{cursor}:{oldest_first}:{tenant}",
+            f"list_runs:{status}:{cursor}:{oldest_first}:{tenant}:{agent}:{version}",
             lambda: self.inner.list_runs(
                 status=status,
                 limit=limit,
                 cursor=cursor,
                 oldest_first=oldest_first,
                 tenant=tenant,
+                agent=agent,
+                version=version,
             ),
         )
 

@@ -169,6 +169,8 @@ def test_the_write_recorder_sees_an_accepted_request(stack: FuzzStack) -> None:
 def test_fuzz_every_route_short(stack: FuzzStack) -> None:
     sent = _fuzz(stack, REQUESTS, derandomize=True)
     assert sent >= REQUESTS
+    # Every route of the document was fuzzed (the migration route among them).
+    assert api_fuzz.requests["POST /runs/{run_id}/migrate"] > 0
 
 
 @pytest.mark.reliability_full

@@ -1,8 +1,9 @@
 """Faults at every write boundary of every operation kind of the reference agent.
 
 For each operation (step, model call, the four tool kinds, wait, approval, callback, sub-agent
-invoke and its step, map and a map branch, emit, a memory write and read, and the reversible
-tool's compensation, which recovery writes as further commits of ``book-hotel``):
+invoke and its step, map and a map branch, emit, a memory write and read, durable polling (its
+scope, a check, a pause), and the reversible tool's compensation, which recovery writes as
+further commits of ``book-hotel``):
 
 * at each of the runtime's hook points (where it has them): a crash (``SimulatedCrash``) and a
   Lambda timeout, once and three times in a row;
@@ -43,15 +44,19 @@ OPERATIONS = {
     "emit": "done-event",
     "memory-write": "memory.put",
     "memory-read": "memory.get",
+    "condition": "settle",  # durable polling: its scope's result is one write
+    "condition-check": "check-1",  # a check: a step with the check's retry policy
+    "condition-pause": "pause-1",  # the timer between the two checks
 }
 HOOK_POINTS = ("before_claim", "before_execute", "after_execute", "after_record")
 # Operation kinds with all four hook points (they claim, execute, then record).
 EXECUTED = ("step", "llm", "tool-lookup", "tool-idempotent", "tool-reversible+compensation",
-            "tool-irreversible", "invoke", "sub-agent-step", "map-branch")  # fmt: skip
+            "tool-irreversible", "invoke", "sub-agent-step", "map-branch",
+            "condition-check")  # fmt: skip
 # The others call before_claim / after_record around their writes; the wait writes twice (its
 # timer, then its completion), so its 2nd opportunity is a case of its own.
 RECORDED = {"wait": 2, "approval": 1, "callback": 1, "map": 1, "child": 1, "emit": 1,
-            "memory-read": 1}  # fmt: skip
+            "memory-read": 1, "condition": 1, "condition-pause": 2}  # fmt: skip
 # A memory write has no claim: it applies the write (keyed by its operation id) between
 # before_claim and after_execute, then records it; a crash after_execute must not write twice.
 MEMORY_WRITE_POINTS = ("before_claim", "after_execute", "after_record")

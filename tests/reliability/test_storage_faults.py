@@ -14,14 +14,17 @@ recorded; once the fault clears, the same run finishes with the fault-free resul
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import boto3
 import pytest
 from botocore.config import Config
+from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from durable_agents import AgentRegistry, DurableContext, Runtime, SkipClock, agent
+from durable_agents import NO_RETRY, AgentRegistry, DurableContext, Runtime, SkipClock, agent
 from durable_agents.errors import InfrastructureError
 from durable_agents.events import EventBridgePublisher, EventPublishError, step_ready
 from durable_agents.journal.dynamodb import DynamoDBJournal
@@ -49,6 +52,28 @@ def catcher(ctx: DurableContext, _: Any) -> str:
         big = ctx.step(lambda: "x" * 500_000, name="big")  # spilled to S3
         return f"{first}-{len(big)}"
     except Exception as exc:  # the point of the test: agent code that swallows errors
+        return f"caught {type(exc).__name__}"
+
+
+def _reserve() -> None:
+    raise ClientError({"Error": {"Code": "ConditionalCheckFailedException"}}, "PutItem")
+
+
+@agent(name="valuer", version="1", registry=registry)
+def valuer(ctx: DurableContext, _: Any) -> str:
+    """Tagged values (one spilled to S3) and a step's own ClientError, caught by its code: a
+    storage ClientError must neither be mistaken for it nor change what the agent sees."""
+    try:
+        when = ctx.step(lambda: datetime(2026, 1, 1, tzinfo=UTC), name="when")
+        ctx.wait(1, name="nap")
+        big = ctx.step(lambda: {Decimal(i) / 4 for i in range(12_000)}, name="big")  # > 400 KB
+        try:
+            ctx.step(_reserve, name="reserve", retry=NO_RETRY)
+            code = "reserved"
+        except ClientError as exc:
+            code = exc.response["Error"]["Code"]
+        return f"{when.isoformat()} {len(big)} {sum(big)} {code}"
+    except Exception as exc:  # a storage error it could catch would become its result
         return f"caught {type(exc).__name__}"
 
 
@@ -109,6 +134,26 @@ def test_storage_fault_aborts_the_invocation(
     # The agent's result must be the fault-free one, never "caught ClientError".
     assert final.status is RunStatus.SUCCEEDED, final
     assert final.result == '"one-500000"', f"agent code saw the storage error: {final.result}"
+    assert isinstance(seen, InfrastructureError), f"surfaced as {type(seen).__name__}: {seen}"
+
+
+@pytest.mark.parametrize(("operation", "kind"), FAULTS, ids=[f"{o}-{k}" for o, k in FAULTS])
+def test_storage_fault_keeps_tagged_values_and_step_errors(
+    world: dict[str, Any], operation: str, kind: str
+) -> None:
+    runtime: Runtime = world["runtime"]
+    header, _ = runtime.start_run("valuer", None, run_id="run-00000000000000c1")
+    world["injector"].fail(operation, kind)
+    seen: BaseException | None = None
+    try:
+        _finish(runtime, header.run_id)
+    except BaseException as exc:
+        seen = exc
+    assert world["injector"].fired[kind] == 1, "the fault never fired: the case tests nothing"
+    final = _finish(runtime, header.run_id)
+    assert final.status is RunStatus.SUCCEEDED, final
+    expected = '"2026-01-01T00:00:00+00:00 12000 17998500.00 ConditionalCheckFailedException"'
+    assert final.result == expected, f"the agent saw something else: {final.result}"
     assert isinstance(seen, InfrastructureError), f"surfaced as {type(seen).__name__}: {seen}"
 
 

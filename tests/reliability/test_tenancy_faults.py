@@ -2,11 +2,12 @@
 
 The reference run belongs to tenant ``a``. On every tick, before the run's own people act, a
 caller of tenant ``b`` sends the Api (the real handler, over the simulator's faulty journal)
-every request that names the run or what it waits on: the run, its history, a redrive, each
-pending approval (shown and decided over IAM, and by a person with a JWT who *is* one of its
-approvers but of tenant ``b``), each call in review, and the listings. Every answer must be
-404 (or 503 when an injected fault struck the request), every listing empty of the run, and
-the journal unchanged by the requests; the schedule must then keep every invariant.
+every request that names the run or what it waits on: the run, its history, a redrive, a
+migration, each pending approval (shown and decided over IAM, and by a person with a JWT who
+*is* one of its approvers but of tenant ``b``), each call in review, and the listings. Every
+answer must be 404 (or 503 when an injected fault struck the request), every listing empty of
+the run, and the journal unchanged by the requests; the schedule must then keep every
+invariant.
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ class IntrudedSimulator(Simulator):
         before = self._state()
         person = {"Authorization": f"Bearer {KEYS.sign(self._person())}"}
         named = [("GET", f"/runs/{RUN_ID}", None), ("GET", f"/runs/{RUN_ID}/history", None),
-                 ("POST", f"/runs/{RUN_ID}/redrive", None)]  # fmt: skip
+                 ("POST", f"/runs/{RUN_ID}/redrive", None),
+                 ("POST", f"/runs/{RUN_ID}/migrate", {"to_version": "2"})]  # fmt: skip
         for record in self.inner.list_waits("approval", WaitStatus.PENDING):
             approval = f"/approvals/{record.wait_id}"
             named += [("GET", approval, None), ("POST", approval, {"decision": "approve"})]

@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from durable_agents import AgentRegistry, DurableContext, agent
+from durable_agents import AgentRegistry, DurableContext, Jitter, RetryPolicy, agent
 from durable_agents.llm.types import ContentBlock, LlmRequest, LlmResponse, Message, ModelConfig
 from durable_agents.memory import InMemoryMemoryStore
 from durable_agents.side_effects.tools import Found, NotFound, ToolCall, ToolRegistry, tool
@@ -228,7 +228,22 @@ def reference(ctx: DurableContext, value: dict[str, Any]) -> dict[str, Any]:
     out["remembered"] = ctx.memory.scope(f"customer:{order}").get("last-order")
     out["event"] = ctx.emit("Order Completed", {"order": order}, name="done-event")
     out["summary"] = _ask(ctx, "summary", f"summarise {order}")
+    # Durable polling last (no later operation's id moves): a scope of checks, recorded steps
+    # with their own retry policy, and a pause between them.
+    out["settled"] = ctx.wait_for_condition(
+        _settle,
+        initial_state=0,
+        until=lambda n: n >= 2,
+        delay_seconds=30,
+        retry=RetryPolicy(max_attempts=3, initial_delay_seconds=1, jitter=Jitter.FULL),
+        name="settle",
+    )
     return out
+
+
+def _settle(checks: int) -> int:
+    """A check of the polling: settled after its second look."""
+    return checks + 1
 
 
 def _submit_shipment(callback_id: str) -> str:

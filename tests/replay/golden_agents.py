@@ -8,6 +8,9 @@ version (or write a migration) instead of editing the golden file.
 from __future__ import annotations
 
 from durable_agents import AgentRegistry, DurableContext, RetryPolicy, agent
+from durable_agents.agent import register_model_config, register_prompt
+from durable_agents.llm.types import ModelConfig
+from durable_agents.migrations import MigrationPlan, RecordedRun, migration
 
 registry = AgentRegistry()
 _attempts: dict[str, int] = {}
@@ -58,3 +61,126 @@ def checkout(ctx: DurableContext, order_id: str) -> dict[str, object]:
         "shipped_at": shipped_at.isoformat(),
         "tracking": str(ctx.uuid()),
     }
+
+
+# -- golden-ticket: two versions deployed side by side, and the migration between them --------
+#
+# v2 differs from v1 in a way that matters for runs in flight: its tickets carry a priority
+# (state shape), and after the cool-off it records an operation v1 never had. A v1 journal
+# replayed on v2's code diverges, so v1 runs must finish on v1 (or be migrated explicitly).
+
+
+def open_ticket_v1(order_id: str) -> dict[str, str]:
+    """v1's ticket: an id."""
+    return {"id": f"T-{order_id}"}
+
+
+def open_ticket_v2(order_id: str) -> dict[str, str]:
+    """v2's ticket: an id and a priority."""
+    return {"id": f"T-{order_id}", "priority": "high"}
+
+
+def ticket_v1(ctx: DurableContext, order_id: str) -> dict[str, object]:
+    """Opens a ticket, cools off for an hour, closes it."""
+    ticket = ctx.step(open_ticket_v1, order_id, name="open-ticket")
+    ctx.wait(3600, name="cool-off")
+    closed = ctx.step(lambda: f"closed {ticket['id']}", name="close-ticket")
+    return {"ticket": ticket, "closed": closed, "version": "1"}
+
+
+def ticket_v2(ctx: DurableContext, order_id: str) -> dict[str, object]:
+    """Like v1, but escalates by the ticket's priority before closing it."""
+    ticket = ctx.step(open_ticket_v2, order_id, name="open-ticket")
+    ctx.wait(3600, name="cool-off")
+    escalated = ctx.step(lambda: f"{ticket['id']} at {ticket['priority']}", name="escalate")
+    closed = ctx.step(lambda: f"closed {ticket['id']}", name="close-ticket")
+    return {"ticket": ticket, "escalated": escalated, "closed": closed, "version": "2"}
+
+
+TICKET_CODE = {"1": ticket_v1, "2": ticket_v2}
+
+
+def deploy_tickets(target: AgentRegistry, versions: list[str]) -> None:
+    """Registers these versions of golden-ticket in ``target`` (the last one: new runs)."""
+    for version in versions:
+        agent(name="golden-ticket", version=version, registry=target)(TICKET_CODE[version])
+
+
+def ticket_1_to_2(run: RecordedRun) -> MigrationPlan:
+    """v1 tickets get v2's priority; v2 replays every operation v1 recorded."""
+    ticket = run.result("open-ticket")
+    return MigrationPlan(
+        replays=run.names(),
+        results={"open-ticket": {**ticket, "priority": "normal"}},
+        note="v2 tickets carry a priority; v1 tickets were all normal",
+    )
+
+
+# -- golden-writer: a run pins its prompt and model configuration ----------------------------
+
+TONE = {"1": "Answer in one short sentence.", "2": "Answer thoroughly, with examples."}
+MODEL = {
+    "1": ModelConfig(
+        name="golden-model", version="1", provider="scripted", model_id="m-small", temperature=0.0
+    ),
+    "2": ModelConfig(
+        name="golden-model", version="2", provider="scripted", model_id="m-large", temperature=0.7
+    ),
+}
+
+
+def compose(tone: str, model_id: str, topic: str) -> str:
+    """The draft: what the prompt and the model configuration made of the topic."""
+    return f"[{model_id}] {topic}: {tone}"
+
+
+def writer(ctx: DurableContext, topic: str) -> dict[str, object]:
+    """Drafts with the pinned prompt and model config, waits for a review, reports both.
+
+    The pinned text flows into a step's input (fingerprinted: another text diverges) and into
+    the result, which replay recomputes and the golden check compares.
+    """
+    tone = ctx.prompt("golden-tone")
+    model = ctx.model_config("golden-model")
+    draft = ctx.step(compose, tone.text, model.model_id, topic, name="draft")
+    ctx.wait(600, name="review")
+    again = ctx.prompt("golden-tone")
+    return {
+        "draft": draft,
+        "tone": again.text,
+        "prompt_version": again.version,
+        "model": ctx.model_config("golden-model").model_id,
+        "temperature": model.temperature,
+    }
+
+
+def deploy_writer(target: AgentRegistry, versions: list[str]) -> None:
+    """Registers these versions of the writer's prompt and model config, then the writer."""
+    for version in versions:
+        register_prompt("golden-tone", version, TONE[version], registry=target)
+        register_model_config(MODEL[version], registry=target)
+    agent(
+        name="golden-writer",
+        version="1",
+        prompts=["golden-tone"],
+        model_configs=["golden-model"],
+        registry=target,
+    )(writer)
+
+
+# Today's deployment: every supported version side by side (new runs start on the last).
+deploy_tickets(registry, ["1", "2"])
+migration("golden-ticket", from_version="1", to_version="2", registry=registry)(ticket_1_to_2)
+deploy_writer(registry, ["1", "2"])
+
+
+def earlier_registry() -> AgentRegistry:
+    """The deployment before v2: golden-ticket v1 only, prompt and model config v1 only.
+
+    The runs of older versions are recorded on it (``start_run`` starts the latest version);
+    they replay on today's ``registry``.
+    """
+    earlier = AgentRegistry()
+    deploy_tickets(earlier, ["1"])
+    deploy_writer(earlier, ["1"])
+    return earlier

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from durable_agents import AgentRegistry, InMemoryJournal, Runtime, SkipClock
 from durable_agents.agent import default_registry
 from durable_agents.journal.export import snapshot_to_dict
+from durable_agents.migration_commit import migrate_run
 from durable_agents.runtime import OutcomeKind
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
@@ -24,7 +26,15 @@ class GoldenCase:
         agent: The agent name.
         input: The run input.
         stop_at_wait: Record only up to this wait (an in-flight run), or to the end if None.
-        registry: Which registry holds the agent ("example" = the default registry).
+        registry: Which registry holds the agent ("example" = the default registry): today's
+            deployment, on which the run replays.
+        version: The agent version the recorded run is pinned to (after a migration: the
+            version it was migrated to).
+        recorded_on: "earlier" to start the run on the deployment before v2
+            (``golden_agents.earlier_registry``: a run of an older version, or pinning older
+            prompts); None to start it on today's.
+        migrate_at_wait: Migrate the run (on today's deployment) when it reaches this wait.
+        migrate_to: The version to migrate it to.
     """
 
     file: str
@@ -32,6 +42,10 @@ class GoldenCase:
     input: Any
     stop_at_wait: str | None
     registry: str
+    version: str = "1"
+    recorded_on: str | None = None
+    migrate_at_wait: str | None = None
+    migrate_to: str | None = None
 
     def resolve_registry(self) -> AgentRegistry:
         """Imports the agent's module and returns its registry."""
@@ -42,6 +56,14 @@ class GoldenCase:
         from tests.replay.golden_agents import registry
 
         return registry
+
+    def recording_registry(self) -> AgentRegistry:
+        """The deployment the run started on (``recorded_on``)."""
+        if self.recorded_on == "earlier":
+            from tests.replay.golden_agents import earlier_registry
+
+            return earlier_registry()
+        return self.resolve_registry()
 
 
 CASES = [
@@ -69,6 +91,61 @@ CASES = [
         "await-courier",
         "golden",
     ),
+    # golden-ticket: v1 runs (started before v2 was deployed) and v2 runs, side by side.
+    GoldenCase(
+        "golden-ticket-v1-completed.json",
+        "golden-ticket",
+        "order-2001",
+        None,
+        "golden",
+        recorded_on="earlier",
+    ),
+    GoldenCase(
+        "golden-ticket-v1-waiting.json",
+        "golden-ticket",
+        "order-2002",
+        "cool-off",
+        "golden",
+        recorded_on="earlier",
+    ),
+    GoldenCase(
+        "golden-ticket-v2-completed.json", "golden-ticket", "order-2003", None, "golden", "2"
+    ),
+    GoldenCase(
+        "golden-ticket-v2-waiting.json", "golden-ticket", "order-2004", "cool-off", "golden", "2"
+    ),
+    # A v1 run migrated to v2 while it waited (a run_migrated entry, a transformed result).
+    GoldenCase(
+        "golden-ticket-v1-migrated-v2-completed.json",
+        "golden-ticket",
+        "order-2005",
+        None,
+        "golden",
+        "2",
+        recorded_on="earlier",
+        migrate_at_wait="cool-off",
+        migrate_to="2",
+    ),
+    GoldenCase(
+        "golden-ticket-v1-migrated-v2-waiting.json",
+        "golden-ticket",
+        "order-2006",
+        "cool-off",
+        "golden",
+        "2",
+        recorded_on="earlier",
+        migrate_at_wait="cool-off",
+        migrate_to="2",
+    ),
+    # A run that pinned prompt and model config v1; today's deployment has v2 of both.
+    GoldenCase(
+        "golden-writer-v1-completed.json",
+        "golden-writer",
+        "durable prompts",
+        None,
+        "golden",
+        recorded_on="earlier",
+    ),
 ]
 
 
@@ -78,31 +155,52 @@ def record(case: GoldenCase) -> dict[str, Any]:
     clock = SkipClock()
     runtime = Runtime(
         journal,
-        registry=case.resolve_registry(),
+        registry=case.recording_registry(),
         clock=clock,
         run_id_factory=lambda: f"run-{case.file.removesuffix('.json')}",
     )
     run, _ = runtime.start_run(case.agent, case.input)
+    migrated = False
     for _ in range(1000):
         outcome = runtime.execute(run.run_id, budget=1, remaining_ms=60_000)
         if outcome.kind in (OutcomeKind.SUCCEEDED, OutcomeKind.FAILED, OutcomeKind.PAUSED):
             break
         if outcome.kind is OutcomeKind.SUSPENDED and outcome.wake_at_ms is not None:
             waiting = journal.get_run(run.run_id).waiting_on or {}
-            if case.stop_at_wait and f":{case.stop_at_wait}:" in waiting.get("op_id", ""):
+            at = waiting.get("op_id", "")
+            if case.migrate_at_wait and not migrated and f":{case.migrate_at_wait}:" in at:
+                # Today's deployment moves the suspended run; it goes on on the new code.
+                runtime = Runtime(journal, registry=case.resolve_registry(), clock=clock)
+                migrate_run(runtime, run.run_id, case.migrate_to or "", by="golden_cases")
+                migrated = True
+            if case.stop_at_wait and f":{case.stop_at_wait}:" in at:
                 break
             clock.advance_to(outcome.wake_at_ms)
     data = snapshot_to_dict(journal.load(run.run_id))
-    data["description"] = f"{case.agent} run recorded by tests/replay/golden_cases.py" + (
-        f", in flight at wait {case.stop_at_wait!r}" if case.stop_at_wait else ", completed"
+    data["description"] = (
+        f"{case.agent} run recorded by tests/replay/golden_cases.py"
+        + (
+            f", migrated to version {case.migrate_to!r} at wait {case.migrate_at_wait!r}"
+            if case.migrate_to
+            else ""
+        )
+        + (f", in flight at wait {case.stop_at_wait!r}" if case.stop_at_wait else ", completed")
     )
     return data
 
 
-def main() -> None:
-    """Re-records every golden file (only when a change is meant to break in-flight runs)."""
+def main(argv: list[str] | None = None) -> None:
+    """Re-records golden files: the ones named, or every one.
+
+    Re-record an existing file only when a change is meant to break in-flight runs; name the
+    new files when adding a version (``python -m tests.replay.golden_cases FILE...``), so the
+    others stay byte for byte what was recorded.
+    """
+    names = set(sys.argv[1:] if argv is None else argv)
     GOLDEN_DIR.mkdir(exist_ok=True)
     for case in CASES:
+        if names and case.file not in names:
+            continue
         path = GOLDEN_DIR / case.file
         path.write_text(json.dumps(record(case), indent=2, sort_keys=True) + "\n")
         print(f"wrote {path.relative_to(Path.cwd())}")

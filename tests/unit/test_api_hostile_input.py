@@ -230,9 +230,10 @@ LONG_ID = "r" * 3000
         ("GET", f"/runs/{LONG_ID}/history", None),
         ("GET", f"/runs/{LONG_ID}/stream", None),
         ("POST", f"/runs/{LONG_ID}/redrive", None),
+        ("POST", f"/runs/{LONG_ID}/migrate", '{"to_version": "2"}'),
         ("POST", f"/reviews/{'op' * 1500}", '{"decision": "committed"}'),
     ],
-    ids=["run", "history", "stream", "redrive", "review"],
+    ids=["run", "history", "stream", "redrive", "migrate", "review"],
 )
 def test_ids_longer_than_a_key_are_400(
     deployment: Deployment, method: str, path: str, body: str | None

@@ -1,4 +1,4 @@
-"""Runs (IAM, SigV4): start, list, show, history and redrive — each within the caller's tenant.
+"""Runs (IAM, SigV4): start, list, show, history, redrive and migrate — within the caller's tenant.
 
 A run belongs to the tenant of the caller who started it (``routes.tenancy``); every route that
 names a run of another tenant answers 404 exactly as for a run that does not exist, and the
@@ -14,12 +14,13 @@ from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from api.routes.common import BadRequest, header, json_body, ok, runtime
 from api.routes.limits import check_key, check_run_cursor
 from api.routes.tenancy import iam_caller, owned_run
-from durable_agents.ids import check_run_id
+from durable_agents.ids import check_name, check_run_id
+from durable_agents.migration_commit import migrate_run
 from durable_agents.models import RunStatus
 from durable_agents.tenancy import ALL_TENANTS, DEFAULT_TENANT
 from durable_agents.views import history, run_view
@@ -28,6 +29,7 @@ logger = Logger(child=True)
 tracer = Tracer()
 router = Router()  # type: ignore[no-untyped-call]
 MAX_LIMIT = 100
+MAX_VERSION_CHARS = 80
 
 
 class StartRunRequest(BaseModel):
@@ -38,6 +40,15 @@ class StartRunRequest(BaseModel):
     agent: str = Field(min_length=1, max_length=80)
     input: Any = None
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
+
+
+class MigrateRunRequest(BaseModel):
+    """Body of ``POST /runs/{run_id}/migrate``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    to_version: str = Field(min_length=1, max_length=MAX_VERSION_CHARS)
+    dry_run: StrictBool = False
 
 
 def _event() -> APIGatewayProxyEvent:
@@ -94,9 +105,11 @@ def start_run() -> Response[str]:
 @router.get("/runs")
 @tracer.capture_method(capture_response=False)
 def list_runs() -> Response[str]:
-    """Lists the caller's tenant's runs, optionally by ``status``, newest first.
+    """Lists the caller's tenant's runs, optionally by ``status``, ``agent``, ``version``.
 
-    ``limit`` ≤ 100 and ``cursor`` (a cursor of another tenant's listing is refused).
+    Newest first; ``limit`` ≤ 100 and ``cursor`` (a cursor of another tenant's listing is
+    refused). ``agent`` and ``version`` (the pinned workflow version) filter what the index
+    reads: such a page may hold fewer than ``limit`` runs and still carry a cursor.
     """
     event = _event()
     _, tenant = iam_caller(event)
@@ -118,8 +131,25 @@ def list_runs() -> Response[str]:
     cursor = params.get("cursor") or None
     if cursor is not None:
         check_run_cursor(cursor, status.value if status else None, scope)
-    page = runtime().store.list_runs(status=status, limit=limit, cursor=cursor, tenant=scope)
+    agent = check_name(params["agent"], "agent") if params.get("agent") else None
+    version = _version_param(params.get("version"))
+    page = runtime().store.list_runs(
+        status=status, limit=limit, cursor=cursor, tenant=scope, agent=agent, version=version
+    )
     return ok(HTTPStatus.OK, {"runs": [run_view(h) for h in page.runs], "cursor": page.cursor})
+
+
+def _version_param(value: str | None) -> str | None:
+    """The ``version`` query parameter (None when absent).
+
+    Raises:
+        BadRequest: If it is longer than ``MAX_VERSION_CHARS`` or not printable.
+    """
+    if not value:
+        return None
+    if len(value) > MAX_VERSION_CHARS or not value.isprintable():
+        raise BadRequest(f"version must be 1-{MAX_VERSION_CHARS} printable characters")
+    return value
 
 
 @router.get("/runs/<run_id>")
@@ -150,3 +180,36 @@ def redrive(run_id: str) -> Response[str]:
     header_ = runtime().redrive(run_id)
     logger.info("run re-driven", extra={"run_id": run_id, "caller": caller_name(event)})
     return ok(HTTPStatus.ACCEPTED, run_view(header_))
+
+
+@router.post("/runs/<run_id>/migrate")
+@tracer.capture_method(capture_response=False)
+def migrate(run_id: str) -> Response[str]:
+    """Moves a SUSPENDED, PAUSED or VERSION_UNAVAILABLE run to another version of its agent.
+
+    The deployed migration says what changes; the new code is replayed over the journal first
+    and a divergence refuses it (409, with the reason). ``dry_run`` checks everything and
+    writes nothing. Unknown migration or undeployed version: 409 naming what is missing (the
+    run exists; what it asks for does not). Another tenant's run: 404, like none.
+    """
+    event = _event()
+    principal, tenant = iam_caller(event)
+    run_id = check_run_id(run_id)
+    request = MigrateRunRequest.model_validate(json_body(event))
+    owned_run(tenant, run_id)
+    result = migrate_run(
+        runtime(), run_id, request.to_version, by=principal.display, dry_run=request.dry_run
+    )
+    logger.info(
+        "run migrated" if result.committed else "run migration checked (dry run)",
+        extra={
+            "run_id": run_id,
+            "from_version": result.record["from"].get("workflow_version"),
+            "to_version": request.to_version,
+            "caller": caller_name(event),
+        },
+    )
+    return ok(
+        HTTPStatus.OK,
+        {"run": run_view(result.run), "migration": result.record, "committed": result.committed},
+    )

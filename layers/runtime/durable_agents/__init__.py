@@ -38,9 +38,16 @@ from durable_agents.events import EventBridgePublisher, EventPublisher, Outgoing
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.store import JournalStore
 from durable_agents.models import Entry, EntryType, OpKind, RunHeader, RunStatus
-from durable_agents.retry import NO_RETRY, RetryPolicy
+from durable_agents.operations.condition import (
+    ConditionCheckFailedError,
+    ConditionNotMetError,
+    WaitDecision,
+)
+from durable_agents.plugins import Plugin
+from durable_agents.retry import NO_RETRY, Jitter, RetryDecision, RetryPolicy
 from durable_agents.runtime import InputValidationError, InvocationOutcome, OutcomeKind, Runtime
 from durable_agents.semantics import StepSemantics
+from durable_agents.serde import Serdes, register_type
 from durable_agents.side_effects.tools import (
     Found,
     NotFound,
@@ -55,6 +62,7 @@ from durable_agents.side_effects.tools import (
     default_tools,
     tool,
 )
+from durable_agents.step_context import StepContext
 from durable_agents.versions import VersionBundle
 
 __all__ = [
@@ -63,6 +71,8 @@ __all__ = [
     "AgentNotFoundError",
     "AgentRegistry",
     "Clock",
+    "ConditionCheckFailedError",
+    "ConditionNotMetError",
     "ConfigurationError",
     "CredentialProvider",
     "DurableContext",
@@ -78,6 +88,7 @@ __all__ = [
     "InputValidationError",
     "InvalidNameError",
     "InvocationOutcome",
+    "Jitter",
     "JournalStore",
     "NestedOperationError",
     "NotFound",
@@ -85,7 +96,9 @@ __all__ = [
     "OutcomeKind",
     "OutgoingEvent",
     "PayloadError",
+    "Plugin",
     "ReplayDivergedError",
+    "RetryDecision",
     "RetryPolicy",
     "RunHeader",
     "RunNotFoundError",
@@ -94,7 +107,9 @@ __all__ = [
     "Runtime",
     "Secret",
     "SecretSerializationError",
+    "Serdes",
     "SkipClock",
+    "StepContext",
     "StepError",
     "StepInterruptedError",
     "StepSemantics",
@@ -110,8 +125,10 @@ __all__ = [
     "Unknown",
     "VersionBundle",
     "VersionNotDeployedError",
+    "WaitDecision",
     "agent",
     "default_registry",
     "default_tools",
+    "register_type",
     "tool",
 ]

@@ -6,11 +6,16 @@ import importlib
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from durable_agents.errors import AgentNotFoundError, ConfigurationError, VersionNotDeployedError
 from durable_agents.ids import check_name
+from durable_agents.llm.types import ModelConfig
+from durable_agents.prompts import Prompt, PromptRegistry
 from durable_agents.versions import VersionBundle
+
+if TYPE_CHECKING:
+    from durable_agents.migrations import Migration
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -26,6 +31,8 @@ class AgentDefinition(Generic[In, Out]):
         fn: The agent function ``fn(ctx, input)``.
         input_type: The input's type (from the annotation), or ``None`` for plain JSON.
         output_type: The output's type (from the annotation), or ``None`` for plain JSON.
+        prompts: The prompts its runs pin at start (``name`` = the latest, ``name@version``).
+        model_configs: The model configurations its runs pin at start (the same way).
     """
 
     name: str
@@ -33,6 +40,8 @@ class AgentDefinition(Generic[In, Out]):
     fn: Callable[..., Out]
     input_type: Any = None
     output_type: Any = None
+    prompts: tuple[str, ...] = ()
+    model_configs: tuple[str, ...] = ()
 
     @property
     def version(self) -> str:
@@ -50,6 +59,40 @@ class AgentRegistry:
     def __init__(self) -> None:
         self._agents: dict[str, dict[str, AgentDefinition[Any, Any]]] = {}
         self._latest: dict[str, str] = {}
+        self.prompts = PromptRegistry()
+        """The prompts and model configurations runs of these agents pin."""
+        self._migrations: dict[tuple[str, str, str], Migration] = {}
+
+    def add_migration(self, migration: Migration) -> None:
+        """Registers an explicit migration of runs between two versions of an agent.
+
+        Raises:
+            ConfigurationError: If another migration is registered for the same versions.
+        """
+        key = (migration.agent, migration.from_version, migration.to_version)
+        existing = self._migrations.get(key)
+        if existing is not None and existing.fn is not migration.fn:
+            raise ConfigurationError(
+                f"two migrations of {migration.agent!r} from {migration.from_version!r} to "
+                f"{migration.to_version!r} are registered"
+            )
+        self._migrations[key] = migration
+
+    def migration(self, agent: str, from_version: str, to_version: str) -> Migration | None:
+        """Returns the migration registered between two versions, if any."""
+        return self._migrations.get((agent, from_version, to_version))
+
+    def migrations_from(self, agent: str, from_version: str) -> list[Migration]:
+        """Every migration registered from ``from_version`` of ``agent``."""
+        return [
+            m
+            for (a, f, _), m in sorted(self._migrations.items())
+            if (a, f) == (agent, from_version)
+        ]
+
+    def deployed_versions(self, name: str) -> list[str]:
+        """The versions of ``name`` this deployment carries (empty when none)."""
+        return sorted(self._agents.get(name, {}))
 
     def add(self, definition: AgentDefinition[Any, Any]) -> None:
         """Registers ``definition``; the last version added is the one new runs use.
@@ -158,6 +201,41 @@ class AgentModuleError(ConfigurationError):
 default_registry = AgentRegistry()
 
 
+def register_prompt(
+    name: str, version: str, text: str, *, registry: AgentRegistry | None = None
+) -> Prompt:
+    """Registers one version of a prompt for the agents of ``registry`` (the default one).
+
+    Returns:
+        The prompt.
+
+    Raises:
+        ConfigurationError: If that version is already registered with another text.
+
+    Example:
+        >>> reg = AgentRegistry()
+        >>> register_prompt("support-system", "1", "You are a support agent.", registry=reg).version
+        '1'
+    """
+    return (registry or default_registry).prompts.add_prompt(
+        Prompt(name=name, version=version, text=text)
+    )
+
+
+def register_model_config(
+    config: ModelConfig, *, registry: AgentRegistry | None = None
+) -> ModelConfig:
+    """Registers one version of a model configuration (see ``register_prompt``).
+
+    Returns:
+        The configuration.
+
+    Raises:
+        ConfigurationError: If that version is already registered with other settings.
+    """
+    return (registry or default_registry).prompts.add_model_config(config)
+
+
 def agent(
     *,
     name: str,
@@ -166,6 +244,8 @@ def agent(
     model_config_version: str = "none",
     tool_schema_version: str = "none",
     state_schema_version: str = "1",
+    prompts: Iterable[str] = (),
+    model_configs: Iterable[str] = (),
     registry: AgentRegistry | None = None,
 ) -> Callable[[Callable[..., Out]], AgentDefinition[Any, Out]]:
     """Registers a function as a durable agent.
@@ -180,6 +260,9 @@ def agent(
         model_config_version: Version of the model configuration.
         tool_schema_version: Version of the tool schemas.
         state_schema_version: Version of the state the agent records.
+        prompts: Registered prompts its runs use (``ctx.prompt``): ``name`` pins the latest
+            version when a run starts, ``name@version`` that version.
+        model_configs: Registered model configurations (``ctx.model_config``), the same way.
         registry: Where to register (the process-wide default registry if omitted).
 
     Returns:
@@ -216,6 +299,8 @@ def agent(
             fn=fn,
             input_type=input_type,
             output_type=hints.get("return"),
+            prompts=tuple(prompts),
+            model_configs=tuple(model_configs),
         )
         (registry or default_registry).add(definition)
         return definition

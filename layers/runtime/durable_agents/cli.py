@@ -4,6 +4,7 @@
 * ``durable-agents moto``: only the moto server, in the foreground.
 * ``durable-agents runs list|show|history|redrive``: read (or nudge) runs straight from the
   journal in a running moto server.
+* ``durable-agents runs start|migrate``: through the Api local mode serves (it has the agents).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from durable_agents.local import moto_server
+from durable_agents.local import moto_server, runs_migrate
 from durable_agents.local.crash import CRASH_POINTS, CrashSpec
 from durable_agents.local.functions import local_name
 from durable_agents.local.identity import LOCAL_CALLER_ARN, check_caller_arn
@@ -25,7 +26,8 @@ OIDC_PORT = 3001  # durable_agents.local.oidc.DEFAULT_PORT (not imported: it loa
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 DEFAULT_ENDPOINT = moto_server.endpoint_url(moto_server.DEFAULT_PORT)
-STATUSES = ("RUNNING", "SUSPENDED", "PAUSED", "SUCCEEDED", "FAILED")
+# durable_agents.models.RunStatus (not imported: the parser stays light).
+STATUSES = ("RUNNING", "SUSPENDED", "PAUSED", "VERSION_UNAVAILABLE", "SUCCEEDED", "FAILED")
 
 
 def _positive_float(text: str) -> float:
@@ -205,11 +207,14 @@ def _add_runs(commands: Any) -> None:
     )
     common.add_argument("--table", default=local_name("JournalTable"), help=argparse.SUPPRESS)
     common.add_argument("--json", action="store_true", help="print JSON")
-    runs = commands.add_parser("runs", help="list, show, trace or redrive runs")
+    runs = commands.add_parser("runs", help="list, show, trace, redrive or migrate runs")
     actions = runs.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", parents=[common], help="list runs, newest first")
     listing.add_argument("--status", type=str.upper, choices=STATUSES)
+    listing.add_argument("--agent", help="only runs of this agent")
+    listing.add_argument("--version", help="only runs pinned to this workflow version")
     listing.add_argument("--limit", type=_positive_int, default=50)
+    runs_migrate.add_command(actions, _http_url)
     start = actions.add_parser(
         "start",
         help="start a run through the local Api and wait for it",
@@ -350,11 +355,15 @@ def _runs_start(args: argparse.Namespace) -> int:
 def _runs(args: argparse.Namespace) -> int:
     if args.action == "start":
         return _runs_start(args)
+    if args.action == "migrate":
+        return runs_migrate.command(args)
     from durable_agents.local.runs import RunsClient, RunsError  # noqa: PLC0415
 
     client = RunsClient(args.endpoint, args.table)
     actions: dict[str, Callable[[], tuple[Any, str]]] = {
-        "list": lambda: client.list(args.status, args.limit),
+        "list": lambda: client.list(
+            args.status, args.limit, agent=args.agent, version=args.version
+        ),
         "show": lambda: client.show(args.run_id),
         "history": lambda: client.history(args.run_id),
         "redrive": lambda: client.redrive(args.run_id),

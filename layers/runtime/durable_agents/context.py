@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import random as _random
 import uuid as _uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from durable_agents.agent import AgentDefinition
 from durable_agents.context_waits import WaitOperations
+from durable_agents.errors import DurableError
 from durable_agents.ids import check_name, name_of
 from durable_agents.llm.types import LlmRequest, LlmResponse, ModelConfig
 from durable_agents.models import OpKind
 from durable_agents.operations.parallel import BatchResult, CompletionPolicy
+from durable_agents.prompts import Prompt, pinned_for_run
 from durable_agents.retry import RetryPolicy
 from durable_agents.semantics import StepSemantics
+from durable_agents.serde import SerdesSpec, as_serdes
 from durable_agents.side_effects.tools import Tool, ToolNotApprovedError
 
 if TYPE_CHECKING:
@@ -59,11 +62,14 @@ class DurableContext(WaitOperations):
         retry: RetryPolicy | None = None,
         semantics: StepSemantics = StepSemantics.AT_LEAST_ONCE,
         result_type: Any = None,
+        serdes: SerdesSpec | None = None,
     ) -> T:
         """Runs ``fn(*args)`` once and records its result; replays return the record.
 
         Args:
-            fn: The work: reads, computation, an external call. It must not call ``ctx``.
+            fn: The work: reads, computation, an external call. It must not call ``ctx``. It
+                receives a ``StepContext`` (attempt, operation id, logger, deadline) first if
+                its signature asks for it (``durable_agents.step_context``).
             *args: Arguments passed to ``fn``. Not recorded, but fingerprinted when they are
                 JSON values or pydantic models: a replay with other arguments diverges. Pass the
                 input here rather than capturing it in a closure (closures are not checked).
@@ -74,12 +80,17 @@ class DurableContext(WaitOperations):
                 ``StepInterruptedError``).
             result_type: The type to validate the recorded result against (defaults to
                 ``fn``'s return annotation).
+            serdes: A custom serializer for the result (a ``Serdes`` or a pair of functions);
+                by default datetimes, decimals, sets, dataclasses, … round-trip as tagged
+                JSON (docs/values-and-errors.md).
 
         Returns:
             The result, exactly as a replay will return it (serializer round trip).
 
         Raises:
-            Exception: The step's final error, with the same type and message on every replay.
+            Exception: The step's final error, rebuilt with the same type, ``args`` and
+                attributes on the first run and on every replay (``StepError`` if its class
+                cannot be rebuilt here).
             ReplayDivergedError: If the journal recorded another operation at this position.
 
         Example:
@@ -89,7 +100,9 @@ class DurableContext(WaitOperations):
         from durable_agents.operations.step import run_step  # noqa: PLC0415 - avoid a cycle
 
         op_name = check_name(name) if name is not None else name_of(fn)
-        return run_step(self, fn, args, op_name, retry, semantics, result_type)  # type: ignore[no-any-return]
+        return run_step(  # type: ignore[no-any-return]
+            self, fn, args, op_name, retry, semantics, result_type, serdes=as_serdes(serdes)
+        )
 
     def tool(self, tool: Tool[Any, T], request: Any, *, name: str | None = None) -> T:
         """Calls a tool that changes the outside world, exactly once, with recovery.
@@ -193,92 +206,128 @@ class DurableContext(WaitOperations):
 
         return run_llm(self, check_name(name), request, config, stream=stream, retry=retry)
 
-    def invoke(self, agent: AgentDefinition[Any, T], value: Any, *, name: str | None = None) -> T:
+    def invoke(
+        self,
+        agent: AgentDefinition[Any, T] | str,
+        value: Any,
+        *,
+        name: str | None = None,
+        tenant_id: str | None = None,
+        payload_serdes: SerdesSpec | None = None,
+        result_serdes: SerdesSpec | None = None,
+    ) -> T:
         """Runs a sub-agent as a child run and waits for its output (holding no compute).
 
         The child is started exactly once, however often this run replays: its id comes from
         this operation's position and creating it is a conditional write.
 
         Args:
-            agent: The sub-agent (what ``@agent`` returned); it must be deployed too.
+            agent: The sub-agent: what ``@agent`` returned, or the name of any agent of the
+                deployment (its latest version).
             value: Its input.
             name: The operation name (defaults to the agent name).
+            tenant_id: The child run's tenant (default: this run's).
+            payload_serdes: Makes the child's input: ``serialize(value)`` must be JSON text.
+            result_serdes: Makes this call's result from the JSON text of the child's output
+                (default: validated by the sub-agent's output type).
 
         Returns:
             The child's output.
 
         Raises:
             ChildRunFailedError: If the child run failed (its error type and message inside).
+            SubAgentNotDeployedError: If the sub-agent is not deployed (the run pauses).
             ReplayDivergedError: If the journal recorded another operation at this position.
+            ValueError: If ``tenant_id`` is not a valid tenant name.
         """
         from durable_agents.operations.invoke import run_invoke  # noqa: PLC0415
 
-        return run_invoke(self, agent, value, check_name(name or agent.name))  # type: ignore[no-any-return]
+        agent_name = agent if isinstance(agent, str) else agent.name
+        return run_invoke(  # type: ignore[no-any-return]
+            self,
+            agent,
+            value,
+            check_name(name or agent_name),
+            tenant_id,
+            payload_serdes=as_serdes(payload_serdes),
+            result_serdes=as_serdes(result_serdes),
+        )
 
     def parallel(
         self,
-        branches: Sequence[Callable[[DurableContext], Any]],
+        branches: Sequence[Callable[[DurableContext], Any]]
+        | Mapping[str, Callable[[DurableContext], Any]],
         *,
         name: str = "parallel",
         completion: CompletionPolicy | None = None,
         max_concurrency: int | None = None,
+        serdes: SerdesSpec | None = None,
     ) -> BatchResult[Any]:
         """Runs branches as independent child scopes; on Lambda, each in its own invocation.
 
         Args:
-            branches: Functions ``fn(child_ctx)``; results must be JSON values.
+            branches: Functions ``fn(child_ctx)``, or a mapping of branch names to them; their
+                results are recorded as step results are (tagged JSON).
             name: The operation name.
             completion: When the batch is done (default: all branches, failing on the first
-                failure).
+                failure). Only the failure tolerances end a batch early on failures.
             max_concurrency: At most this many branches in progress at a time.
+            serdes: A custom serializer for every branch's result.
 
         Returns:
-            A ``BatchResult`` with every branch's outcome in index order (call
-            ``raise_on_failure()`` to turn an exceeded failure tolerance into an error).
+            A ``BatchResult`` with every branch's outcome in index order (``throw_if_error()``
+            raises on any failure, ``raise_on_failure()`` on an exceeded tolerance).
 
         Raises:
             ValueError: If ``max_concurrency`` is below 1.
+            InvalidNameError: If a branch name is not a valid operation name.
             ReplayDivergedError: If the journal recorded another operation at this position.
         """
-        from durable_agents.operations.parallel import ALL_SUCCESSFUL, run_batch  # noqa: PLC0415
-
-        return run_batch(
-            self,
-            OpKind.PARALLEL,
-            check_name(name),
-            list(branches),
-            completion or ALL_SUCCESSFUL,
-            max_concurrency,
+        from durable_agents.operations.parallel import (  # noqa: PLC0415
+            ALL_SUCCESSFUL,
+            branch_names,
+            run_batch,
         )
+
+        fns, names = branch_names(branches)
+        policy = completion or ALL_SUCCESSFUL
+        spec = as_serdes(serdes)
+        kind = OpKind.PARALLEL
+        return run_batch(self, kind, check_name(name), fns, policy, max_concurrency, spec, names)
 
     def map(
         self,
         items: Sequence[Any],
-        fn: Callable[[DurableContext, Any, int], Any],
+        fn: Callable[..., Any],
         *,
         name: str = "map",
         completion: CompletionPolicy | None = None,
         max_concurrency: int | None = None,
+        serdes: SerdesSpec | None = None,
+        item_namer: Callable[[Any, int], str] | None = None,
     ) -> BatchResult[Any]:
         """Runs ``fn(child_ctx, item, index)`` for every item, like ``parallel``.
 
+        ``fn`` may take ``(child_ctx, item, index, items)`` instead. ``serdes`` serializes
+        each item's result (as for ``parallel``); ``item_namer(item, index)`` names each
+        item's branch (``branch-<i>`` by default).
+
         Raises:
             ValueError: If ``max_concurrency`` is below 1.
+            InvalidNameError: If ``item_namer`` gives an invalid operation name.
             ReplayDivergedError: If the journal recorded another operation at this position.
         """
-        from durable_agents.operations.parallel import ALL_SUCCESSFUL, run_batch  # noqa: PLC0415
+        from durable_agents.operations.parallel import (  # noqa: PLC0415
+            ALL_SUCCESSFUL,
+            map_branches,
+            run_batch,
+        )
 
-        branches = [
-            (lambda child, item=item, index=index: fn(child, item, index))
-            for index, item in enumerate(items)
-        ]
+        fns, names = map_branches(items, fn, item_namer)
+        policy = completion or ALL_SUCCESSFUL
+        spec = as_serdes(serdes)
         return run_batch(
-            self,
-            OpKind.MAP,
-            check_name(name),
-            branches,
-            completion or ALL_SUCCESSFUL,
-            max_concurrency,
+            self, OpKind.MAP, check_name(name), fns, policy, max_concurrency, spec, names
         )
 
     def run_in_child_context(
@@ -287,10 +336,12 @@ class DurableContext(WaitOperations):
         *,
         name: str | None = None,
         result_type: Any = None,
+        serdes: SerdesSpec | None = None,
     ) -> T:
         """Runs ``fn(child_ctx)`` as one operation with its own nested operation ids.
 
         Once the child's result is recorded, replays return it without running ``fn`` again.
+        ``serdes`` serializes the result as for ``step``.
 
         Raises:
             Exception: The child's final error, re-raised identically on replay.
@@ -299,7 +350,7 @@ class DurableContext(WaitOperations):
         from durable_agents.operations.child import run_child  # noqa: PLC0415
 
         op_name = check_name(name) if name is not None else name_of(fn)
-        return run_child(self, fn, op_name, result_type)  # type: ignore[no-any-return]
+        return run_child(self, fn, op_name, result_type, serdes=as_serdes(serdes))  # type: ignore[no-any-return]
 
     def now(self) -> datetime:
         """Returns the current time (UTC), recorded on first execution and replayed after.
@@ -324,6 +375,41 @@ class DurableContext(WaitOperations):
         from durable_agents.memory.ops import Memory  # noqa: PLC0415 - avoid a cycle
 
         return Memory(self)
+
+    def prompt(self, name: str) -> Prompt:
+        """Returns exactly the version of prompt ``name`` this run pinned when it started.
+
+        Newer versions registered since (a redeploy during a three-day approval) do not
+        change what a running run sees; ``docs/versions.md``.
+
+        Raises:
+            NotPinnedError: If the run did not pin it (the run pauses for a person).
+        """
+        found = self._pinned("prompt", name)
+        assert isinstance(found, Prompt)
+        return found
+
+    def model_config(self, name: str) -> ModelConfig:
+        """Returns exactly the model configuration ``name`` this run pinned when it started.
+
+        Raises:
+            NotPinnedError: If the run did not pin it (the run pauses for a person).
+        """
+        found = self._pinned("model_config", name)
+        assert isinstance(found, ModelConfig)
+        return found
+
+    def _pinned(self, what: str, name: str) -> Prompt | ModelConfig:
+        inv = self._inv
+        try:
+            return pinned_for_run(
+                inv.registry.prompts, inv.header.agent, inv.header.versions, what, name
+            )
+        except DurableError as exc:
+            # Not the agent's error to handle: a version question for a person, like a
+            # divergence (agent code cannot catch its way past it).
+            inv.fault = exc
+            raise
 
     def uuid(self) -> _uuid.UUID:
         """Returns a UUID that is the same on every replay (derived from the position)."""

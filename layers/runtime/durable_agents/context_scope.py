@@ -114,6 +114,8 @@ class OperationScope:
             raise inv.fault
         if record is None or record.result is None:
             inv.live = True
+        if inv.observer is not None:
+            inv.observer.operation(str(kind), name, op_id, position, record)
         return position, op_id, record
 
     def child(self, op_id: str, position: str) -> Self:

@@ -11,14 +11,16 @@ from typing import TYPE_CHECKING, Any, cast
 
 from durable_agents.context_scope import OperationScope
 from durable_agents.fingerprints import Fingerprint
-from durable_agents.ids import check_name
-from durable_agents.serde import canonical_json
+from durable_agents.ids import check_name, name_of
+from durable_agents.retry import NO_RETRY, Jitter, RetryPolicy
+from durable_agents.serde import SerdesSpec, as_serdes, canonical_json
 from durable_agents.waits.approval import ApprovalDecision
 from durable_agents.waits.callback import Callback
 from durable_agents.waits.principals import check_approvers
 
 if TYPE_CHECKING:
     from durable_agents.context import DurableContext
+    from durable_agents.operations.condition import WaitStrategy
 
 
 class WaitOperations(OperationScope):
@@ -35,38 +37,86 @@ class WaitOperations(OperationScope):
         check: Callable[[Any], Any],
         *,
         initial_state: Any,
-        until: Callable[[Any], bool],
+        until: Callable[[Any], bool] | None = None,
+        wait_strategy: WaitStrategy | None = None,
         name: str = "condition",
         max_attempts: int = 60,
         delay_seconds: float = 5.0,
         backoff_rate: float = 1.5,
         max_delay_seconds: float = 300.0,
+        jitter: float | Jitter = Jitter.NONE,
+        retry: RetryPolicy | None = None,
+        serdes: SerdesSpec | None = None,
     ) -> Any:
-        """Polls durably: ``state = check(state)`` until ``until(state)``, sleeping in between.
+        """Polls durably: ``state = check(state)`` until polling ends, sleeping in between.
 
         Each check is a recorded step and each pause a durable timer, so the state threads
-        through suspensions and crashes; nothing is held while waiting.
+        through suspensions and crashes; nothing is held while waiting. Give exactly one of
+        ``until`` (stop once it is true of a state; pauses back off from ``delay_seconds``) and
+        ``wait_strategy`` (``(state, checks_done) -> WaitDecision``: stop, or the next pause).
+        Both must be deterministic. A check that raises fails the condition at once, unless
+        ``retry`` retries it.
+
+        Args:
+            check: ``state -> state``.
+            initial_state: The first check's argument.
+            until: Stop as soon as it is true of the state a check returned.
+            wait_strategy: Decides after each check whether and when to check again.
+            name: The operation name.
+            max_attempts: At most this many checks.
+            delay_seconds: The first pause under ``until``.
+            backoff_rate: Each further pause's multiplier under ``until``.
+            max_delay_seconds: The longest pause under ``until`` (before jitter).
+            jitter: ``Jitter.NONE`` (default), ``HALF``, ``FULL`` or a fraction, applied to
+                the pauses under ``until`` (deterministic per run and operation, recorded).
+            retry: The retry policy of each check (default: no retry).
+            serdes: How the state is recorded (default: tagged JSON, as step results are).
 
         Returns:
-            The first state for which ``until`` is true.
+            The state that ended the polling.
 
         Raises:
-            ConditionNotMetError: If ``max_attempts`` checks did not satisfy ``until``.
+            ConditionCheckFailedError: If a check raised (after its retries).
+            ConditionNotMetError: If ``max_attempts`` checks did not end the polling.
+            ValueError: Unless exactly one of ``until`` and ``wait_strategy`` is given, or if
+                ``max_attempts`` is below 1.
             ReplayDivergedError: If the journal recorded another operation at this position.
-        """
-        from durable_agents.operations.condition import run_condition  # noqa: PLC0415
 
-        return run_condition(
-            self._context(),
-            check_name(name),
+        Example:
+            >>> from durable_agents import AgentRegistry, agent
+            >>> from durable_agents.testing import AgentTestRunner
+            >>> @agent(name="ready", version="1", registry=AgentRegistry())
+            ... def ready(ctx, job_id: str) -> dict:
+            ...     return ctx.wait_for_condition(
+            ...         lambda s: {**s, "done": s["polls"] >= 2, "polls": s["polls"] + 1},
+            ...         initial_state={"job": job_id, "polls": 0, "done": False},
+            ...         until=lambda s: s["done"],
+            ...         delay_seconds=10,
+            ...         jitter=Jitter.HALF,
+            ...     )
+            >>> AgentTestRunner(ready).run("job-7").output
+            {'job': 'job-7', 'polls': 3, 'done': True}
+        """
+        from durable_agents.operations.condition import Polling, run_condition  # noqa: PLC0415
+
+        pacing = RetryPolicy(
+            max_attempts=max_attempts,
+            initial_delay_seconds=delay_seconds,
+            backoff_rate=backoff_rate,
+            max_delay_seconds=max_delay_seconds,
+            jitter=jitter,
+        )
+        polling = Polling(
             check,
             initial_state,
             until,
+            wait_strategy,
             max_attempts,
-            delay_seconds,
-            backoff_rate,
-            max_delay_seconds,
+            pacing,
+            retry or NO_RETRY,
+            as_serdes(serdes),
         )
+        return run_condition(self._context(), check_name(name), polling)
 
     def wait_for_approval(
         self,
@@ -119,17 +169,19 @@ class WaitOperations(OperationScope):
 
     def create_callback(
         self,
-        name: str,
+        name: str = "callback",
         *,
         timeout: float | timedelta | None = None,
         heartbeat_timeout: float | timedelta | None = None,
+        serdes: SerdesSpec | None = None,
     ) -> Callback:
         """Creates a callback an external system completes with ``POST /callbacks/{id}/…``.
 
         Args:
-            name: The operation name.
+            name: The operation name (default ``callback``).
             timeout: Seconds (or a timedelta) until it expires (None = never).
             heartbeat_timeout: The longest silence allowed between heartbeats.
+            serdes: Turns the result's JSON text into the value ``result()`` returns.
 
         Returns:
             A handle: pass ``callback_id`` on, then call ``result()`` to wait for it.
@@ -140,27 +192,76 @@ class WaitOperations(OperationScope):
         from durable_agents.waits.callback import run_create_callback  # noqa: PLC0415
 
         return run_create_callback(
-            self._context(), check_name(name), _ms(timeout), _ms(heartbeat_timeout)
+            self._context(),
+            check_name(name),
+            _ms(timeout),
+            _ms(heartbeat_timeout),
+            as_serdes(serdes),
         )
 
     def wait_for_callback(
         self,
-        name: str,
-        submitter: Callable[[str], Any],
+        submitter: Callable[[str], Any] | str,
+        legacy_submitter: Callable[[str], Any] | None = None,
         *,
+        name: str | None = None,
         timeout: float | timedelta | None = None,
         heartbeat_timeout: float | timedelta | None = None,
+        serdes: SerdesSpec | None = None,
+        retry: RetryPolicy | None = None,
     ) -> Any:
-        """Creates a callback, hands its id to ``submitter`` (a recorded step), and waits.
+        """Creates a callback, hands its id to ``submitter``, and waits: one operation.
+
+        The operation is a scope named ``name`` (default: the submitter's name) holding the
+        callback (same name) and the submitter's step (``submit``, retried with ``retry``);
+        its result is the callback's. The submitter runs once per attempt, never again on
+        replay. ``serdes`` is the callback's result's (see ``create_callback``).
+
+        The earlier form ``wait_for_callback(name, submitter)`` still works, with its journal
+        layout (a callback, then a ``<name>-submit`` step, side by side): runs recorded with it
+        replay unchanged.
 
         Raises:
             CallbackFailedError: If the external system reported failure.
             CallbackTimeoutError: If the deadline passed or heartbeats stopped first.
             ReplayDivergedError: If the journal recorded another operation at this position.
+            TypeError: If ``submitter`` is not callable.
+
+        Example:
+            >>> from durable_agents import AgentRegistry, agent
+            >>> from durable_agents.testing import AgentTestRunner
+            >>> sent = []
+            >>> @agent(name="shipper", version="1", registry=AgentRegistry())
+            ... def shipper(ctx, order: str) -> dict:
+            ...     return ctx.wait_for_callback(lambda cid: sent.append(cid), name="ship")
+            >>> runner = AgentTestRunner(shipper)
+            >>> waiting = runner.run("o-1")
+            >>> runner.complete_callback(waiting.run_id, "ship", result={"ok": True}).output
+            {'ok': True}
+            >>> len(sent)
+            1
         """
-        callback = self.create_callback(name, timeout=timeout, heartbeat_timeout=heartbeat_timeout)
-        self._context().step(submitter, callback.callback_id, name=f"{name}-submit")
-        return callback.result()
+        if isinstance(submitter, str):  # the earlier form: (name, submitter)
+            if legacy_submitter is None:
+                raise TypeError("wait_for_callback(name, submitter): the submitter is missing")
+            callback = self.create_callback(
+                submitter, timeout=timeout, heartbeat_timeout=heartbeat_timeout, serdes=serdes
+            )
+            self._context().step(legacy_submitter, callback.callback_id, name=f"{submitter}-submit")
+            return callback.result()
+        if not callable(submitter):
+            raise TypeError("wait_for_callback needs a submitter: a function of the callback id")
+        submit = submitter
+        op_name = check_name(name) if name is not None else name_of(submit)
+
+        def composite(scope: DurableContext) -> Any:
+            callback = scope.create_callback(
+                op_name, timeout=timeout, heartbeat_timeout=heartbeat_timeout, serdes=serdes
+            )
+            scope.step(submit, callback.callback_id, name="submit", retry=retry)
+            return callback.result()
+
+        return self._context().run_in_child_context(composite, name=op_name, serdes=serdes)
 
     def wait(self, duration: float | timedelta, *, name: str = "wait") -> None:
         """Suspends the run for ``duration`` (seconds or a timedelta) without holding compute.

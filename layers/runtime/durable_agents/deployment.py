@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.resources
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,7 @@ from durable_agents.llm.bedrock import BedrockProvider
 from durable_agents.llm.scripted import ScriptedProvider
 from durable_agents.llm.types import LlmProvider
 from durable_agents.memory.dynamodb import DynamoDBMemoryStore
+from durable_agents.plugins import Plugin
 from durable_agents.runtime import Runtime
 from durable_agents.scrub import install_log_scrubbing
 from durable_agents.streams import DynamoDBStreamCache
@@ -208,6 +209,7 @@ def build_runtime(
     registry: AgentRegistry | None = None,
     clock: Clock | None = None,
     logger: Any = None,
+    plugins: Sequence[Plugin] = (),
 ) -> Runtime:
     """Builds a Runtime on DynamoDB, S3 and EventBridge, with the model providers.
 
@@ -217,6 +219,7 @@ def build_runtime(
         registry: The agent registry (the default one if omitted).
         clock: The time source.
         logger: The base logger for agents.
+        plugins: Instrumentation hooks (``durable_agents.plugins``).
 
     Raises:
         ConfigurationError: If an agent module cannot be imported (``AgentModuleError``) or
@@ -256,6 +259,7 @@ def build_runtime(
         memory=DynamoDBMemoryStore(dynamodb, settings.memory_table)
         if settings.memory_table
         else None,
+        plugins=plugins,
     )
 
 

@@ -208,16 +208,37 @@ class NestedOperationError(DurableError):
 
 
 class StepError(DurableError):
-    """A recorded step failure whose original exception type cannot be rebuilt here.
+    """A recorded failure whose original exception cannot be rebuilt in this process.
 
-    Attributes carry the original type name and message so agent code can still branch on them.
+    Raised (on the first run and on replay alike) when the original class is not importable
+    here, or cannot be made without its constructor. Agent code can still branch on it.
+
+    Attributes:
+        original_type: The original exception's class name (``error_type`` is the same).
+        module: The module the original class was defined in (``""`` if unknown).
+        message: The original message (scrubbed of revealed secrets).
+        attributes: The original instance attributes that could be recorded and decoded
+            here (values whose own classes are missing stay in their recorded JSON form).
     """
 
     recorded_fields = ("error_type", "message")
 
-    def __init__(self, error_type: str, message: str):
+    def __init__(
+        self,
+        error_type: str,
+        message: str,
+        *,
+        module: str = "",
+        attributes: dict[str, Any] | None = None,
+        recorded_data: dict[str, Any] | None = None,
+    ):
         self.error_type = error_type
+        self.original_type = error_type
+        self.module = module
         self.message = message
+        self.attributes: dict[str, Any] = dict(attributes or {})
+        # What the journal held, recorded again as it was if this error fails a scope.
+        self.recorded_data = recorded_data
         super().__init__(f"{error_type}: {message}")
 
 
@@ -232,15 +253,40 @@ class StepInterruptedError(DurableError):
         super().__init__(f"attempt {attempt} of {op_id!r} was interrupted before it finished")
 
 
-class VersionNotDeployedError(DurableError):
-    """The run is pinned to an agent version that this deployment does not contain."""
+class VersionUnavailableError(DurableError):
+    """A run is pinned to a version of something this deployment does not have.
 
-    def __init__(self, agent: str, version: str, deployed: list[str]):
+    ``component`` says what: ``agent`` (no agent of that name at all), ``workflow_version``
+    (its code), ``prompt <name>`` or ``model_config <name>``. The run goes
+    ``VERSION_UNAVAILABLE`` and resumes by itself once that version is deployed again.
+    """
+
+    recorded_fields = ("agent", "component", "version", "deployed")
+
+    def __init__(
+        self, agent: str, component: str, version: str, deployed: list[str], detail: str = ""
+    ):
         self.agent = agent
+        self.component = component
         self.version = version
         self.deployed = deployed
         super().__init__(
-            f"run is pinned to {agent!r} version {version!r}; deployed versions: {deployed}"
+            detail
+            or f"run of {agent!r} is pinned to {component} {version!r}, which is not "
+            f"deployed; deployed: {deployed or 'none'}"
+        )
+
+
+class VersionNotDeployedError(VersionUnavailableError):
+    """The run is pinned to an agent version that this deployment does not contain."""
+
+    def __init__(self, agent: str, version: str, deployed: list[str]):
+        super().__init__(
+            agent,
+            "workflow_version",
+            version,
+            deployed,
+            f"run is pinned to {agent!r} version {version!r}; deployed versions: {deployed}",
         )
 
 

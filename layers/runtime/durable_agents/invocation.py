@@ -15,6 +15,7 @@ from durable_agents.errors import (
     WaitConflictError,
 )
 from durable_agents.leases import lease_end
+from durable_agents.migration_records import migrated_view
 from durable_agents.models import (
     Entry,
     EntryType,
@@ -27,6 +28,7 @@ from durable_agents.models import (
     SideEffectRecord,
     WaitChange,
 )
+from durable_agents.plugin_calls import InvocationObserver
 from durable_agents.serde import decode, rebuild_error
 
 _ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
@@ -161,11 +163,16 @@ class Invocation:
         registry: Any = None,
         wait_scheduler: Any = None,
         memory: Any = None,
+        observer: InvocationObserver | None = None,
+        deadline_ms: int | None = None,
     ):
-        self.store = store
+        # With plugins, every write is reported to them once it landed (durable_agents.plugins).
+        self.store = store if observer is None else observer.watch(store)
+        self.observer = observer
         self.header: RunHeader = snapshot.header
         self.run_id = snapshot.header.run_id
-        self.records = group_entries(snapshot.entries, snapshot.effects)
+        # Seen through the run's migrations: their records out, transformed results in.
+        self.records = group_entries(migrated_view(snapshot.entries), snapshot.effects)
         self.credentials = credentials
         self.providers: dict[str, Any] = providers or {}
         self.stream_sink = stream_sink
@@ -185,6 +192,8 @@ class Invocation:
         self.clock = clock
         self.budget = budget
         self.lease_ms = lease_ms
+        # When this invocation must be done (a step's ``StepContext.deadline_ms``).
+        self.deadline_ms = clock.now_ms() + lease_ms if deadline_ms is None else deadline_ms
         self.hooks = hooks
         self.live = not self.records
         self.executed: list[str] = []
@@ -297,16 +306,24 @@ class Invocation:
                 expected_revision=self.header.revision,
             )
         elif self.header.status is RunStatus.SUSPENDED:
+            # Fenced by the read too: a migration may have re-pinned the run to other code
+            # since, and nothing this (older) code decided may land after it.
             change = RunChange(
                 expected=_ACTIVE,
                 status=RunStatus.RUNNING,
                 updated_at_ms=now,
                 wake_at_ms=None,
                 waiting_on=None,
+                expected_revision=self.header.revision,
             )
         try:
             self.store.commit(self.run_id, entries, change, wait=wait)
         except RunRevisionConflictError as exc:
+            if suspension is None:  # resuming on a stale read: write nothing, look again
+                targets = (self.branches[-1],) if self.branches else ()
+                raise SuspendExecution(
+                    Reason.CONTINUE, detail=f"run header changed meanwhile: {exc}", targets=targets
+                ) from exc
             self._record_without_suspending(entries, wait, exc)
         except RunStateConflictError as exc:
             raise SuspendExecution(Reason.CONTENDED, detail=str(exc)) from exc

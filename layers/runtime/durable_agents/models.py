@@ -18,7 +18,11 @@ class RunStatus(StrEnum):
     SUSPENDED = "SUSPENDED"
     """Waiting for a timer, a retry delay or an external event; holds no compute."""
     PAUSED = "PAUSED"
-    """Stopped by the runtime for a person to look at (replay diverged, version missing)."""
+    """Stopped by the runtime for a person to look at (replay diverged, crash budget spent)."""
+    VERSION_UNAVAILABLE = "VERSION_UNAVAILABLE"
+    """Pinned to a version (of the code, a prompt or a model configuration) this deployment
+    does not have. ``waiting_on`` names it; the run resumes by itself once it is deployed
+    again, or moves on when a person migrates it (``durable_agents.migrations``)."""
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
 
@@ -45,6 +49,8 @@ class OpKind(StrEnum):
     CONDITION = "condition"
     EMIT = "emit"
     MEMORY = "memory"
+    MIGRATION = "migration"
+    """Not an operation of agent code: a ``run_migrated`` record (``durable_agents.migrations``)."""
 
 
 class EntryType(StrEnum):
@@ -234,6 +240,7 @@ class RunChange:
     error: Any = UNSET
     wake_at_ms: Any = UNSET
     waiting_on: Any = UNSET
+    versions: Any = UNSET
     expected_revision: int | None = None
 
     def apply(self, header: RunHeader) -> RunHeader:
@@ -243,7 +250,7 @@ class RunChange:
             "updated_at_ms": self.updated_at_ms,
             "revision": header.revision + 1,
         }
-        for name in ("result", "error", "wake_at_ms", "waiting_on"):
+        for name in ("result", "error", "wake_at_ms", "waiting_on", "versions"):
             value = getattr(self, name)
             if value is not UNSET:
                 changes[name] = value

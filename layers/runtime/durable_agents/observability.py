@@ -19,16 +19,23 @@ class ReplayAwareLogger:
     observability is a separate plane and must never fail execution.
     """
 
-    def __init__(self, invocation: _Live, logger: Any, run_id: str):
+    def __init__(
+        self, invocation: _Live, logger: Any, run_id: str, keys: dict[str, Any] | None = None
+    ):
         self._inv = invocation
         self._logger = logger
         self._run_id = run_id
+        self._keys = keys or {}
+
+    def bind(self, **keys: Any) -> ReplayAwareLogger:
+        """A logger like this one whose every line also carries ``keys`` (a step's op id)."""
+        return ReplayAwareLogger(self._inv, self._logger, self._run_id, {**self._keys, **keys})
 
     def _emit(self, level: int, msg: str, args: tuple[Any, ...], extra: dict[str, Any]) -> None:
         if not self._inv.live:
             return
         try:
-            merged = scrub_value({"run_id": self._run_id, **extra})
+            merged = scrub_value({"run_id": self._run_id, **self._keys, **extra})
             text = msg % args if args else msg
             self._logger.log(level, scrub(text), extra=merged)  # revealed secrets masked
         except Exception:  # noqa: S110 - the trace plane must not break execution

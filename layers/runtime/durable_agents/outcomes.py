@@ -12,10 +12,17 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from durable_agents.clock import Clock
-from durable_agents.errors import RunRevisionConflictError, RunStateConflictError, SuspendExecution
+from durable_agents.errors import (
+    RunRevisionConflictError,
+    RunStateConflictError,
+    SuspendExecution,
+    VersionUnavailableError,
+)
 from durable_agents.invocation import Invocation, Reason
 from durable_agents.journal.store import JournalStore
 from durable_agents.models import ErrorInfo, RunChange, RunHeader, RunStatus
+from durable_agents.serde import error_info
+from durable_agents.versions import unavailable_waiting_on
 
 ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
 
@@ -32,7 +39,9 @@ class OutcomeKind(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     PAUSED = "paused"
-    """Stopped for a person (replay diverged, pinned version missing)."""
+    """Stopped for a person (replay diverged, crash budget spent)."""
+    VERSION_UNAVAILABLE = "version_unavailable"
+    """The run's pinned version is not deployed here; it resumes once it is."""
     NOOP = "noop"
     """The run was already finished or paused."""
 
@@ -200,3 +209,37 @@ def pause(
     return InvocationOutcome(
         header.run_id, OutcomeKind.PAUSED, executed, detail=f"{error.type}: {error.message}"
     )
+
+
+def version_unavailable(
+    store: JournalStore, clock: Clock, header: RunHeader, exc: VersionUnavailableError
+) -> InvocationOutcome:
+    """Parks the run as ``VERSION_UNAVAILABLE``, naming the version it needs.
+
+    The change is fenced by the revision this invocation read: it was decided on that read,
+    and must not land over a newer change (a migration, another deployment resuming it).
+
+    Returns:
+        VERSION_UNAVAILABLE; CONTINUE when the header changed since it was read (the next
+        invocation decides again on a fresh read); CONTENDED when the run left the statuses
+        this can change.
+
+    Raises:
+        RunNotFoundError: If the run is gone.
+    """
+    change = RunChange(
+        expected=frozenset({*ACTIVE, RunStatus.VERSION_UNAVAILABLE}),
+        status=RunStatus.VERSION_UNAVAILABLE,
+        updated_at_ms=clock.now_ms(),
+        error=error_info(exc),
+        wake_at_ms=None,
+        waiting_on=unavailable_waiting_on(exc),
+        expected_revision=header.revision,
+    )
+    try:
+        store.commit(header.run_id, [], change)
+    except RunRevisionConflictError as exc_conflict:
+        return InvocationOutcome(header.run_id, OutcomeKind.CONTINUE, detail=str(exc_conflict))
+    except RunStateConflictError as exc_state:
+        return InvocationOutcome(header.run_id, OutcomeKind.CONTENDED, detail=str(exc_state))
+    return InvocationOutcome(header.run_id, OutcomeKind.VERSION_UNAVAILABLE, detail=str(exc))

@@ -10,7 +10,8 @@ A sweep, in order (each category paged, bounded by ``limit`` and the Lambda's ti
 2. due approvals and callbacks are expired;
 3. due run timers are fired;
 4. stalled RUNNING runs are re-driven, oldest first (``reconciler_runs``);
-5. SUSPENDED runs that nothing pending can wake are re-driven (``reconciler_runs``).
+5. SUSPENDED runs that nothing pending can wake are re-driven (``reconciler_runs``);
+6. VERSION_UNAVAILABLE runs whose version is deployed again are resumed (``reconciler_runs``).
 
 Listings come from eventually consistent indexes; every decision re-reads the base item
 consistently and conditions its write on what it read. Units are isolated (``sweeping``): one
@@ -26,7 +27,12 @@ from durable_agents.errors import RunNotFoundError, WaitNotFoundError
 from durable_agents.events import step_ready
 from durable_agents.models import RunStatus, WaitRecord, WaitStatus
 from durable_agents.reconciler_effects import recover_stale_effects
-from durable_agents.reconciler_runs import is_stalled, redrive_stalled, redrive_stuck_suspended
+from durable_agents.reconciler_runs import (
+    is_stalled,
+    redrive_stalled,
+    redrive_stuck_suspended,
+    resume_version_available,
+)
 from durable_agents.runtime import Runtime
 from durable_agents.side_effects.tools import ToolRegistry, default_tools
 from durable_agents.sweeping import SAFETY_MARGIN_MS, SweepContext, SweepReport
@@ -74,6 +80,7 @@ def sweep(
         partial(_fire_due_timers, ctx),
         partial(redrive_stalled, ctx, stall_after_ms),
         partial(redrive_stuck_suspended, ctx, stall_after_ms),
+        partial(resume_version_available, ctx),
     ]
     for step in steps:
         step()

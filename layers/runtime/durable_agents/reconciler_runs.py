@@ -1,4 +1,4 @@
-"""The reconciler's run sweeps: stalled RUNNING runs and stuck SUSPENDED runs.
+"""The reconciler's run sweeps: stalled RUNNING, stuck SUSPENDED, VERSION_UNAVAILABLE runs.
 
 Both read their status partition **oldest first** (gsi1 sort key ``<updated_at_ms>#<run_id>``)
 and stop at the first run changed within ``stall_after``: every later one is newer still, so
@@ -24,7 +24,7 @@ import json
 from functools import partial
 from typing import Any
 
-from durable_agents.errors import RunNotFoundError, WaitNotFoundError
+from durable_agents.errors import RunNotFoundError, VersionUnavailableError, WaitNotFoundError
 from durable_agents.events import step_ready
 from durable_agents.invocation import OpRecord, group_entries
 from durable_agents.journal.store import Page
@@ -32,6 +32,7 @@ from durable_agents.leases import lease_expired
 from durable_agents.models import EffectStatus, EntryType, OpKind, RunHeader, RunStatus, WaitStatus
 from durable_agents.runtime import Runtime
 from durable_agents.sweeping import SweepContext
+from durable_agents.versions import resolve_pinned
 
 RUN_PAGE = 50
 
@@ -120,6 +121,27 @@ def is_stuck_suspended(runtime: Runtime, run_id: str, now_ms: int, stall_after_m
         if record.result is None and (_live_claim(record, now_ms) or _can_wake(runtime, record)):
             return False
     return True
+
+
+def resume_version_available(ctx: SweepContext) -> None:
+    """Nudges VERSION_UNAVAILABLE runs whose pinned version this deployment has (again).
+
+    Decided on the index copy of the header — the pins never change except by a migration,
+    which also leaves the status — because the only action is a ``Step Ready``: the StepRunner
+    moves the run back to RUNNING on a consistent read, fenced by its revision, or leaves it.
+    """
+    for header in _oldest(ctx, RunStatus.VERSION_UNAVAILABLE):
+        ctx.report.version_examined += 1
+        try:
+            resolve_pinned(ctx.runtime.registry, header)
+        except VersionUnavailableError:
+            continue  # still not deployed here
+        ctx.unit(f"run {header.run_id}", partial(_resume, ctx, header.run_id))
+
+
+def _resume(ctx: SweepContext, run_id: str) -> None:
+    ctx.runtime.publisher.publish([step_ready(run_id, "version-available")])
+    ctx.report.version_resumed += 1
 
 
 def _live_claim(record: OpRecord, now_ms: int) -> bool:

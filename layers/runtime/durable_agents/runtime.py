@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
@@ -19,12 +19,12 @@ from durable_agents.clock import Clock, SystemClock
 from durable_agents.context import DurableContext
 from durable_agents.credentials import CredentialProvider
 from durable_agents.errors import (
-    AgentNotFoundError,
     DurableError,
     EntryConflictError,
+    RunRevisionConflictError,
     RunStateConflictError,
     SuspendExecution,
-    VersionNotDeployedError,
+    VersionUnavailableError,
 )
 from durable_agents.events import (
     RUN_FINISHED,
@@ -38,11 +38,28 @@ from durable_agents.invocation import NO_HOOKS, Invocation, InvocationHooks
 from durable_agents.journal.store import JournalStore, input_hash
 from durable_agents.llm.types import LlmProvider, StreamSink
 from durable_agents.memory.store import MemoryStore
-from durable_agents.models import EffectStatus, Entry, RunChange, RunHeader, RunStatus
+from durable_agents.models import (
+    EffectStatus,
+    Entry,
+    RunChange,
+    RunHeader,
+    RunSnapshot,
+    RunStatus,
+)
 from durable_agents.observability import ReplayAwareLogger
-from durable_agents.outcomes import InvocationOutcome, OutcomeKind, finish, pause, suspended
+from durable_agents.outcomes import (
+    InvocationOutcome,
+    OutcomeKind,
+    finish,
+    pause,
+    suspended,
+    version_unavailable,
+)
+from durable_agents.plugin_calls import InvocationSpan, PluginSet
+from durable_agents.plugins import Plugin
 from durable_agents.serde import decode, encode, error_info
 from durable_agents.tenancy import DEFAULT_TENANT, check_tenant
+from durable_agents.versions import resolve_pinned
 from durable_agents.waits.schedules import WaitScheduler
 
 # InvocationOutcome and OutcomeKind live in durable_agents.outcomes; their importers keep
@@ -92,6 +109,8 @@ class Runtime:
         wait_scheduler: Schedules precise deadlines of approvals and callbacks (optional; the
             reconciler's sweep expires them anyway).
         memory: The long-term memory store behind ``ctx.memory`` (optional).
+        plugins: Instrumentation hooks (``durable_agents.plugins``), called in order; one that
+            raises is logged and never changes a run.
     """
 
     def __init__(
@@ -109,8 +128,10 @@ class Runtime:
         stream_sink: StreamSink | None = None,
         wait_scheduler: WaitScheduler | None = None,
         memory: MemoryStore | None = None,
+        plugins: Sequence[Plugin] = (),
     ):
         self.store = store
+        self.plugins = PluginSet(plugins)
         self.registry = registry or default_registry
         self.publisher: EventPublisher = publisher or CollectingPublisher()
         self.clock: Clock = clock or SystemClock()
@@ -159,7 +180,10 @@ class Runtime:
         header = RunHeader(
             run_id=check_run_id(run_id) if run_id else self._new_run_id(),
             agent=definition.name,
-            versions=definition.versions.as_dict(),
+            # The bundle, plus the exact prompt and model-config versions (and content
+            # hashes) this run will use for its whole life.
+            versions=definition.versions.as_dict()
+            | self.registry.prompts.pin(definition.prompts, definition.model_configs),
             status=RunStatus.RUNNING,
             input=input_json,
             created_at_ms=now,
@@ -221,6 +245,25 @@ class Runtime:
             EventPublishError: If the follow-up event could not be published (the invocation
                 should fail so that it is retried; nothing recorded is lost).
         """
+        # The Lambda's own deadline (without the lease's clock-skew margin): a step's to use.
+        known = DEFAULT_LEASE_MS - LEASE_MARGIN_MS if remaining_ms is None else remaining_ms
+        deadline_ms = self.clock.now_ms() + max(known, 0)
+        with self.plugins.invocation(run_id, target, self.clock, deadline_ms) as span:
+            outcome = self._execute(span, run_id, budget, remaining_ms, hooks, publish, target)
+            span.outcome = outcome
+        return outcome
+
+    def _execute(
+        self,
+        span: InvocationSpan,
+        run_id: str,
+        budget: int | None,
+        remaining_ms: int | None,
+        hooks: InvocationHooks | None,
+        publish: bool,
+        target: str | None,
+    ) -> InvocationOutcome:
+        """``execute``, within its plugins' span."""
         snapshot = self.store.load(run_id)
         header = snapshot.header
         if header.status.terminal or header.status is RunStatus.PAUSED:
@@ -231,9 +274,19 @@ class Runtime:
                 self._republish(header)
             return InvocationOutcome(run_id, OutcomeKind.NOOP, detail=f"run is {header.status}")
         try:
-            definition = self.registry.pinned(header.agent, header.versions["workflow_version"])
-        except (AgentNotFoundError, VersionNotDeployedError) as exc:
-            return pause(self.store, self.clock, header, error_info(exc), [])
+            definition = resolve_pinned(self.registry, header)
+        except VersionUnavailableError as exc:
+            outcome = version_unavailable(self.store, self.clock, header, exc)
+            if publish and outcome.kind is OutcomeKind.CONTINUE:
+                self.publisher.publish([step_ready(run_id, "continue")])
+            return outcome
+        if header.status is RunStatus.VERSION_UNAVAILABLE:
+            # Its version is deployed (again): back to RUNNING, fenced by what was read, then
+            # on with this same invocation.
+            resumed = self._resume_available(header)
+            if resumed is None:
+                return InvocationOutcome(run_id, OutcomeKind.NOOP, detail="run changed meanwhile")
+            snapshot = RunSnapshot(resumed, snapshot.entries, snapshot.effects)
 
         lease_ms = DEFAULT_LEASE_MS if remaining_ms is None else max(remaining_ms, 0)
         inv = Invocation(
@@ -250,6 +303,8 @@ class Runtime:
             registry=self.registry,
             wait_scheduler=self.wait_scheduler,
             memory=self.memory,
+            observer=span.observer(),
+            deadline_ms=span.deadline_ms,
         )
         ctx = DurableContext(
             inv,
@@ -329,6 +384,27 @@ class Runtime:
                     events.append(review_requested(effect))
         if events:
             self.publisher.publish(events)
+
+    def _resume_available(self, header: RunHeader) -> RunHeader | None:
+        """Moves a ``VERSION_UNAVAILABLE`` run whose version is deployed back to RUNNING.
+
+        Returns:
+            The header after the change; None when another writer changed the run first (it
+            moved on: that writer publishes what follows).
+        """
+        change = RunChange(
+            expected=frozenset({RunStatus.VERSION_UNAVAILABLE}),
+            status=RunStatus.RUNNING,
+            updated_at_ms=self.clock.now_ms(),
+            error=None,
+            waiting_on=None,
+            expected_revision=header.revision,
+        )
+        try:
+            self.store.commit(header.run_id, [], change)
+        except (RunStateConflictError, RunRevisionConflictError):
+            return None
+        return change.apply(header)
 
     # -- operator actions --------------------------------------------------------------------
 

@@ -1,25 +1,113 @@
 """Serialization of recorded values and errors.
 
-Every value the journal records goes through ``encode``/``decode``, and the first execution
-returns ``decode(encode(value))`` — exactly what a replay will return — so a fresh run and a
-resumed run cannot behave differently.
+Every value the journal records goes through an encoder and its decoder, and the first
+execution returns ``decode(encode(value))`` — exactly what a replay will return — so a fresh run
+and a resumed run cannot behave differently.
+
+Two encoders exist:
+
+* ``encode``/``decode``: plain JSON (plus pydantic models, or whatever a type hint describes).
+  Used at the run's own boundaries (its input and output, tool results, approvals), whose JSON
+  is shown by the Api and sent to other systems as it is.
+* ``encode_value``/``decode_value``: what operations record (step results, child scopes,
+  batch item results, callback results, polling state). Without a hint or ``serdes`` they use
+  the tagged JSON of ``durable_agents.serde_values`` (datetimes, decimals, sets, dataclasses,
+  …); a hint validates with pydantic as ``encode`` does; a ``Serdes`` replaces both.
+
+Errors are recorded by ``error_info`` and rebuilt by ``rebuild_error``
+(``durable_agents.serde_errors``).
 """
 
 from __future__ import annotations
 
 import json
-import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel, SecretBytes, SecretStr, TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
-from durable_agents.credentials import Secret
-from durable_agents.errors import PayloadError, SecretSerializationError, StepError
-from durable_agents.models import ErrorInfo
-from durable_agents.scrub import scrub, scrub_value
+from durable_agents.errors import PayloadError
+from durable_agents.models import Entry, EntryType, ErrorInfo
+from durable_agents.serde_errors import error_info, rebuild_error
+from durable_agents.serde_values import (
+    check_no_secrets,
+    from_tagged,
+    refuse_secret,
+    register_type,
+    to_text,
+)
 
-_SECRET_TYPES = (Secret, SecretStr, SecretBytes)
+__all__ = [
+    "DEFAULT_SERDES",
+    "FunctionSerdes",
+    "Serdes",
+    "SerdesSpec",
+    "as_serdes",
+    "canonical_json",
+    "decode",
+    "decode_value",
+    "encode",
+    "encode_value",
+    "error_info",
+    "rebuild_error",
+    "register_type",
+    "replay_value",
+]
+
+
+@runtime_checkable
+class Serdes(Protocol):
+    """A custom serializer for one operation's value (``serdes=`` of ``ctx`` operations).
+
+    ``deserialize(serialize(value))`` is what the operation returns, on the first run and on
+    every replay. Credentials inside the value are refused before ``serialize`` sees it.
+    """
+
+    def serialize(self, value: Any) -> str:
+        """Returns the text recorded for ``value``."""
+        ...  # pragma: no cover - a protocol
+
+    def deserialize(self, text: str) -> Any:
+        """Returns the value recorded as ``text``."""
+        ...  # pragma: no cover - a protocol
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionSerdes:
+    """A ``Serdes`` made of two functions (what ``serdes=(dump, load)`` becomes)."""
+
+    dump: Callable[[Any], str]
+    load: Callable[[str], Any]
+
+    def serialize(self, value: Any) -> str:
+        """Returns ``dump(value)``."""
+        return self.dump(value)
+
+    def deserialize(self, text: str) -> Any:
+        """Returns ``load(text)``."""
+        return self.load(text)
+
+
+SerdesSpec = Serdes | tuple[Callable[[Any], str], Callable[[str], Any]]
+"""What ``serdes=`` accepts: a ``Serdes`` object or a ``(serialize, deserialize)`` pair."""
+
+
+def as_serdes(spec: SerdesSpec | None) -> Serdes | None:
+    """Normalises a ``serdes=`` argument.
+
+    Raises:
+        TypeError: If ``spec`` is neither a ``Serdes`` nor a pair of functions.
+    """
+    if spec is None:
+        return None
+    if isinstance(spec, tuple):
+        if len(spec) == 2 and callable(spec[0]) and callable(spec[1]):
+            return FunctionSerdes(spec[0], spec[1])
+    elif isinstance(spec, Serdes):
+        return spec
+    raise TypeError("serdes must be an object with serialize/deserialize or a pair of functions")
 
 
 @lru_cache(maxsize=512)
@@ -28,34 +116,16 @@ def _adapter(hint: Any) -> TypeAdapter[Any]:
 
 
 def _refuse(value: Any) -> Any:
-    if isinstance(value, _SECRET_TYPES):
-        raise SecretSerializationError(
-            "refusing to record a secret: credentials are minted at execution time, "
-            "never stored in the journal"
-        )
+    refuse_secret(value)
     if isinstance(value, BaseModel):
         # model_dump would mask SecretStr/SecretBytes as "**********": refuse them instead.
-        _check_no_secrets(value)
+        check_no_secrets(value)
         return value.model_dump(mode="json")
     raise PayloadError(f"cannot record a value of type {type(value).__name__}: not JSON")
 
 
-def _check_no_secrets(value: Any) -> None:
-    if isinstance(value, _SECRET_TYPES):
-        _refuse(value)
-    elif isinstance(value, BaseModel):
-        for item in value.__dict__.values():
-            _check_no_secrets(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _check_no_secrets(item)
-    elif isinstance(value, list | tuple | set | frozenset):
-        for item in value:
-            _check_no_secrets(item)
-
-
 def encode(value: Any, hint: Any = None) -> str:
-    """Serializes ``value`` to compact JSON.
+    """Serializes ``value`` to compact plain JSON.
 
     Args:
         value: A JSON value, a pydantic model, or anything ``hint`` describes.
@@ -71,7 +141,7 @@ def encode(value: Any, hint: Any = None) -> str:
     try:
         if hint is None or hint is Any:
             return json.dumps(value, separators=(",", ":"), allow_nan=False, default=_refuse)
-        _check_no_secrets(value)
+        check_no_secrets(value)
         return _adapter(hint).dump_json(value).decode()
     except PayloadError:
         raise
@@ -95,6 +165,81 @@ def decode(text: str | None, hint: Any = None) -> Any:
         raise PayloadError(f"recorded value does not match {hint!r}: {exc}") from exc
 
 
+def encode_value(value: Any, hint: Any = None, serdes: Serdes | None = None) -> str:
+    """Serializes an operation's value: ``serdes``, else ``hint``, else tagged JSON.
+
+    Example:
+        >>> from datetime import date
+        >>> encode_value({"due": date(2026, 1, 2)})
+        '{"due":{"__durable__":"date","value":"2026-01-02"}}'
+
+    Raises:
+        SecretSerializationError: If the value contains a credential (in any container).
+        PayloadError: If the value cannot be recorded (or ``serdes.serialize`` failed).
+    """
+    if serdes is not None:
+        check_no_secrets(value)
+        try:
+            text = serdes.serialize(value)
+        except Exception as exc:
+            raise PayloadError(f"serdes could not serialize the value: {exc!r}") from exc
+        if not isinstance(text, str):
+            raise PayloadError(f"serdes.serialize returned {type(text).__name__}, not str")
+        return text
+    if hint is not None and hint is not Any:
+        return encode(value, hint)
+    return to_text(value)
+
+
+def decode_value(text: str | None, hint: Any = None, serdes: Serdes | None = None) -> Any:
+    """Deserializes what ``encode_value`` recorded (with the same ``hint`` and ``serdes``).
+
+    Example:
+        >>> decode_value('{"__durable__":"set","items":[1,2]}')
+        {1, 2}
+
+    Raises:
+        PayloadError: If the text does not match ``hint``, names a class this process cannot
+            resolve, or ``serdes.deserialize`` failed.
+    """
+    if text is None:
+        return None
+    if serdes is not None:
+        try:
+            return serdes.deserialize(text)
+        except Exception as exc:
+            raise PayloadError(f"serdes could not deserialize the value: {exc!r}") from exc
+    if hint is not None and hint is not Any:
+        return decode(text, hint)
+    return from_tagged(json.loads(text))
+
+
+def replay_value(entry: Entry, hint: Any = None, serdes: Serdes | None = None) -> Any:
+    """Returns an operation's recorded result, or raises its recorded error.
+
+    Raises:
+        Exception: The recorded error, rebuilt as ``rebuild_error`` does.
+        PayloadError: If the recorded value cannot be decoded.
+    """
+    if entry.type is EntryType.FAILED:
+        raise rebuild_error(entry.error or ErrorInfo("StepError", "unknown error"))
+    return decode_value(entry.value, hint, serdes)
+
+
+class _TaggedJson:
+    """The default serializer as a ``Serdes`` (to wrap or compose with your own)."""
+
+    def serialize(self, value: Any) -> str:
+        return encode_value(value)
+
+    def deserialize(self, text: str) -> Any:
+        return decode_value(text)
+
+
+DEFAULT_SERDES: Serdes = _TaggedJson()
+"""The default tagged-JSON serializer, as a ``Serdes``."""
+
+
 def canonical_json(value: Any) -> str:
     """Returns normalised JSON (sorted keys, no spaces): equal values give equal text.
 
@@ -103,7 +248,7 @@ def canonical_json(value: Any) -> str:
         PayloadError: If the value is not serializable.
     """
     if isinstance(value, BaseModel):
-        _check_no_secrets(value)
+        check_no_secrets(value)
         value = value.model_dump(mode="json")
     try:
         return json.dumps(
@@ -111,61 +256,3 @@ def canonical_json(value: Any) -> str:
         )
     except (TypeError, ValueError) as exc:
         raise PayloadError(f"cannot canonicalise value: {exc}") from exc
-
-
-def error_info(exc: BaseException) -> ErrorInfo:
-    """Describes an exception for the journal (type, module, message; no pickling)."""
-    # Messages are scrubbed of revealed secrets: "auth failed for sk-live-…" is recorded masked.
-    if isinstance(exc, StepError):
-        return ErrorInfo(type=exc.error_type, message=scrub(exc.message), module="")
-    cls = type(exc)
-    fields = getattr(exc, "recorded_fields", ())
-    data = scrub_value({name: getattr(exc, name, None) for name in fields}) or None
-    return ErrorInfo(
-        type=cls.__qualname__, message=scrub(str(exc)), module=cls.__module__, data=data
-    )
-
-
-def rebuild_error(info: ErrorInfo) -> Exception:
-    """Rebuilds a recorded exception with the same type and message.
-
-    Only classes already imported in this process are used (nothing is imported from what the
-    journal says). A class that cannot be rebuilt becomes a ``StepError`` carrying the type name.
-    """
-    cls = _resolve_exception_class(info.module, info.type)
-    fields: tuple[str, ...] = getattr(cls, "recorded_fields", ())
-    if cls is not None and info.data and fields:
-        exc = cls.__new__(cls)
-        Exception.__init__(exc, info.message)
-        for name in fields:
-            setattr(exc, name, info.data.get(name))
-        return exc
-    if cls is not None:
-        try:
-            exc = cls(info.message)
-            if str(exc) == info.message:
-                return exc
-        except Exception:  # noqa: S110 - a constructor with other arguments; fall through
-            pass
-        try:
-            exc = cls.__new__(cls)
-            Exception.__init__(exc, info.message)
-            if str(exc) == info.message:
-                return exc
-        except Exception:  # noqa: S110 - not rebuildable: StepError below
-            pass
-    return StepError(info.type, info.message)
-
-
-def _resolve_exception_class(module: str, qualname: str) -> type[Exception] | None:
-    mod = sys.modules.get(module or "builtins")
-    if mod is None:
-        return None
-    obj: Any = mod
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            return None
-    if isinstance(obj, type) and issubclass(obj, Exception):
-        return obj
-    return None

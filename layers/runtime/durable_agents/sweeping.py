@@ -44,6 +44,9 @@ class SweepReport:
         examined: RUNNING runs looked at (oldest first).
         suspended_examined: SUSPENDED runs unchanged for ``stall_after`` looked at.
         suspended_redriven: SUSPENDED runs that nothing pending could wake, re-driven.
+        version_examined: VERSION_UNAVAILABLE runs looked at.
+        version_resumed: VERSION_UNAVAILABLE runs whose pinned version is deployed (again),
+            sent a ``Step Ready`` (the StepRunner resumes them on a consistent read).
         effects_found: stale PREPARED calls that ``lookup`` found and committed.
         effects_retried: stale PREPARED calls executed again (not found, idempotent, or
             compensated first).
@@ -71,6 +74,8 @@ class SweepReport:
     examined: int = 0
     suspended_examined: int = 0
     suspended_redriven: int = 0
+    version_examined: int = 0
+    version_resumed: int = 0
     effects_found: int = 0
     effects_retried: int = 0
     effects_escalated: int = 0

@@ -30,150 +30,53 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from durable_agents.agent import AgentDefinition, AgentRegistry
+from durable_agents.agent import AgentDefinition, AgentRegistry, default_registry
 from durable_agents.clock import SkipClock
-from durable_agents.events import STEP_READY, CollectingPublisher, OutgoingEvent
-from durable_agents.invocation import InvocationHooks, group_entries
+from durable_agents.events import STEP_READY, CollectingPublisher
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.store import JournalStore
 from durable_agents.llm.scripted import ScriptedProvider
 from durable_agents.llm.types import LlmProvider
 from durable_agents.memory.store import InMemoryMemoryStore, MemoryStore
 from durable_agents.models import (
-    Entry,
-    EntryType,
-    ErrorInfo,
-    RunHeader,
     RunStatus,
     WaitRecord,
     WaitStatus,
 )
+from durable_agents.plugins import Plugin
+from durable_agents.prompts import PromptRegistry
 from durable_agents.runtime import InvocationOutcome, OutcomeKind, Runtime
 from durable_agents.serde import decode
+from durable_agents.testing_views import (
+    Crash,
+    CrashPoint,
+    OperationView,
+    SimulatedCrash,
+    TestResult,
+    _CrashHooks,
+    operation_views,
+)
 
-_SETTLED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.PAUSED)
+__all__ = [
+    "AgentTestRunner",
+    "Crash",
+    "CrashPoint",
+    "ModelScript",
+    "OperationView",
+    "SimulatedCrash",
+    "TestResult",
+]
 
-CrashPoint = Literal["before_claim", "before_execute", "after_execute", "after_record"]
-
-
-class SimulatedCrash(BaseException):
-    """The process "died" at an injected point: nothing after it ran, nothing was cleaned up."""
-
-
-@dataclass
-class Crash:
-    """Where to crash.
-
-    Attributes:
-        operation: An operation name (``"charge"``) or full operation id.
-        point: ``before_claim`` (nothing recorded yet), ``before_execute`` (claimed or
-            PREPARED, not run), ``after_execute`` (ran, result not recorded: the dangerous
-            window) or ``after_record`` (recorded, next event not sent).
-        times: How many times to crash there.
-    """
-
-    operation: str
-    point: CrashPoint = "after_execute"
-    times: int = 1
-
-
-class _CrashHooks(InvocationHooks):
-    def __init__(self, crashes: Sequence[Crash]):
-        self._crashes = [Crash(c.operation, c.point, c.times) for c in crashes]
-        self.fired = 0
-
-    def _maybe(self, point: CrashPoint, op_id: str) -> None:
-        name = op_id.rsplit("/", 1)[-1].split(":")[-2] if ":" in op_id else op_id
-        for crash in self._crashes:
-            if crash.point == point and crash.times > 0 and crash.operation in (op_id, name):
-                crash.times -= 1
-                self.fired += 1
-                raise SimulatedCrash(f"crash {point} {op_id}")
-
-    def before_claim(self, op_id: str) -> None:
-        self._maybe("before_claim", op_id)
-
-    def before_execute(self, op_id: str, attempt: int) -> None:
-        self._maybe("before_execute", op_id)
-
-    def after_execute(self, op_id: str, attempt: int) -> None:
-        self._maybe("after_execute", op_id)
-
-    def after_record(self, op_id: str) -> None:
-        self._maybe("after_record", op_id)
-
-
-@dataclass(frozen=True)
-class OperationView:
-    """What the journal holds about one operation.
-
-    Attributes:
-        op_id: The operation id.
-        kind: The operation kind.
-        name: The operation name.
-        status: ``succeeded``, ``failed`` or ``pending``.
-        attempts: How many attempts were claimed (executions started).
-        result: The recorded result (plain JSON).
-        error: The recorded error, if it failed.
-        entries: The raw journal entries.
-    """
-
-    op_id: str
-    kind: str
-    name: str
-    status: str
-    attempts: int
-    result: Any
-    error: ErrorInfo | None
-    entries: list[Entry]
-
-
-@dataclass
-class TestResult:
-    """The end state of a run driven by ``AgentTestRunner``.
-
-    Attributes:
-        run_id: The run.
-        status: The run status (``SUCCEEDED``, ``FAILED``, ``SUSPENDED``, ``PAUSED``, …).
-        output: The decoded output, if it succeeded.
-        error: The error, if it failed or paused.
-        header: The raw run header.
-        operations: Every operation in program order.
-        invocations: How many invocations it took.
-        crashes: How many injected crashes fired.
-        outcomes: Each invocation's outcome.
-        events: Events the runtime published while driving (Step Ready, Review Requested, …).
-    """
-
-    __test__ = False  # not a pytest test class
-
-    run_id: str
-    status: str
-    output: Any
-    error: ErrorInfo | None
-    header: RunHeader
-    operations: list[OperationView]
-    invocations: int
-    crashes: int
-    outcomes: list[InvocationOutcome] = field(default_factory=list)
-    events: list[OutgoingEvent] = field(default_factory=list)
-
-    def operation(self, name_or_id: str) -> OperationView:
-        """Returns the single operation with this name or id.
-
-        Raises:
-            KeyError: If none or several operations match.
-        """
-        found = [op for op in self.operations if name_or_id in (op.op_id, op.name)]
-        if len(found) != 1:
-            names = [op.op_id for op in self.operations]
-            raise KeyError(f"{len(found)} operations match {name_or_id!r}; have {names}")
-        return found[0]
-
+_SETTLED = (
+    RunStatus.SUCCEEDED,
+    RunStatus.FAILED,
+    RunStatus.PAUSED,
+    RunStatus.VERSION_UNAVAILABLE,
+)
 
 ModelScript = ScriptedProvider | Sequence[Any] | Mapping[str, Any] | str | Path
 """What ``AgentTestRunner(model_script=...)`` accepts."""
@@ -210,6 +113,10 @@ class AgentTestRunner:
             ``runner.scripted`` counts the calls.
         providers: More model providers by name (a stub ``bedrock``, say).
         memory: The store behind ``ctx.memory`` (a fresh ``InMemoryMemoryStore`` by default).
+        plugins: Instrumentation hooks (``durable_agents.plugins``) for the runtime.
+        prompts: The prompts and model configurations the agents pin (``ctx.prompt``,
+            ``ctx.model_config``): the default registry's (where ``register_prompt`` puts
+            them) unless given.
 
     Example:
         >>> from durable_agents import AgentRegistry, agent
@@ -244,6 +151,8 @@ class AgentTestRunner:
         | None = None,
         providers: Mapping[str, LlmProvider] | None = None,
         memory: MemoryStore | None = None,
+        plugins: Sequence[Plugin] = (),
+        prompts: PromptRegistry | None = None,
     ):
         if mode not in ("continuous", "faithful"):
             raise ValueError("mode is 'continuous' or 'faithful'")
@@ -254,6 +163,9 @@ class AgentTestRunner:
         self.lease_ms = int(lease_seconds * 1000)
         self.max_invocations = max_invocations
         self.registry = AgentRegistry()
+        # The runner's registry holds only these agents, but the prompts they pin live where
+        # they were registered: without them no run of such an agent could start.
+        self.registry.prompts = prompts if prompts is not None else default_registry.prompts
         self.registry.add(agent_definition)
         for sub_agent in agents:  # sub-agents the agent invokes
             self.registry.add(sub_agent)
@@ -270,6 +182,7 @@ class AgentTestRunner:
             clock=self.clock,
             providers=models or None,
             memory=self.memory,
+            plugins=plugins,
         )
 
     def run(
@@ -300,6 +213,7 @@ class AgentTestRunner:
         hooks = _CrashHooks(crashes)
         budget = 1 if self.mode == "faithful" else None
         outcomes: list[InvocationOutcome] = []
+        crashed = 0
         # Invocations to make, as EventBridge would deliver the published Step Ready events:
         # (run id, parent branch target or None). Sub-agent runs are driven too.
         queue: deque[tuple[str, str | None]] = deque([(run_id, None)])
@@ -326,6 +240,7 @@ class AgentTestRunner:
             except SimulatedCrash:
                 # The platform's view of a dead process: its lease runs out, the event is
                 # delivered again.
+                crashed += current == run_id
                 self.clock.advance(self.lease_ms + 10_000)
                 queue.append((current, target))
                 continue
@@ -342,11 +257,14 @@ class AgentTestRunner:
                 OutcomeKind.SUCCEEDED,
                 OutcomeKind.FAILED,
                 OutcomeKind.PAUSED,
+                OutcomeKind.VERSION_UNAVAILABLE,
             ):
                 break
         else:
             raise RuntimeError(f"run {run_id} did not settle in {self.max_invocations} invocations")
-        return self.inspect(run_id, outcomes=outcomes, crashes=hooks.fired)
+        return self.inspect(
+            run_id, outcomes=outcomes, crashes=hooks.fired, crashed_invocations=crashed
+        )
 
     def pending_waits(self, run_id: str, kind: str) -> list[WaitRecord]:
         """The run's pending approvals (``kind="approval"``) or callbacks (``"callback"``)."""
@@ -405,36 +323,49 @@ class AgentTestRunner:
         )
         return self.resume(run_id)
 
+    def heartbeat(self, run_id: str, name: str) -> WaitRecord:
+        """Sends a heartbeat for the run's pending callback ``name`` (as the external system).
+
+        Raises:
+            ValueError: If the run has no pending callback with that name.
+        """
+        from durable_agents.waits.callback import heartbeat  # noqa: PLC0415
+
+        matching = [w for w in self.pending_waits(run_id, "callback") if w.name == name]
+        if not matching:
+            raise ValueError(f"run {run_id} has no pending callback {name!r}")
+        return heartbeat(self.journal, self.clock, matching[0])
+
+    def advance(self, duration: float | timedelta, run_id: str) -> TestResult:
+        """Moves the skip-clock forward, fires what fell due, and drives the run on.
+
+        Approval and callback deadlines and callback heartbeat timeouts that passed expire as
+        the reconciler would expire them on AWS (their schedule fired), with no manual sweep;
+        then the run is driven on (timers that fell due fire as usual).
+
+        Raises:
+            RuntimeError: If the run needs more than ``max_invocations`` invocations.
+        """
+        from durable_agents.reconciler import expire_wait  # noqa: PLC0415
+
+        seconds = duration.total_seconds() if isinstance(duration, timedelta) else duration
+        self.clock.advance(int(seconds * 1000))
+        for kind in ("approval", "callback"):
+            for record in self.journal.list_waits(kind, WaitStatus.PENDING):
+                expire_wait(self.runtime, record.wait_id)
+        return self.resume(run_id)
+
     def inspect(
         self,
         run_id: str,
         *,
         outcomes: list[InvocationOutcome] | None = None,
         crashes: int = 0,
+        crashed_invocations: int = 0,
     ) -> TestResult:
         """Reads a run's journal into a ``TestResult``."""
         snapshot = self.journal.load(run_id)
         header = snapshot.header
-        operations = []
-        for record in group_entries(snapshot.entries).values():
-            result = record.result
-            if result is None:
-                status = "pending"
-            else:
-                status = "succeeded" if result.type is EntryType.SUCCEEDED else "failed"
-            started = sum(1 for e in record.entries if e.type is EntryType.STARTED)
-            operations.append(
-                OperationView(
-                    op_id=record.op_id,
-                    kind=str(record.kind),
-                    name=record.name,
-                    status=status,
-                    attempts=started,
-                    result=decode(result.value) if result and result.value else None,
-                    error=result.error if result else None,
-                    entries=list(record.entries),
-                )
-            )
         output = None
         if header.status is RunStatus.SUCCEEDED:
             output = decode(header.result, self.agent.output_type)
@@ -444,8 +375,8 @@ class AgentTestRunner:
             output=output,
             error=header.error,
             header=header,
-            operations=operations,
-            invocations=len(outcomes or []),
+            operations=operation_views(snapshot),
+            invocations=len(outcomes or []) + crashed_invocations,
             crashes=crashes,
             outcomes=outcomes or [],
             events=list(self.publisher.events),

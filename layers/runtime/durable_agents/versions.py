@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from durable_agents.errors import AgentNotFoundError, VersionUnavailableError
+
+if TYPE_CHECKING:  # the registry imports this module
+    from durable_agents.agent import AgentDefinition, AgentRegistry
+    from durable_agents.models import RunHeader
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,3 +29,30 @@ class VersionBundle:
     def as_dict(self) -> dict[str, str]:
         """Returns the bundle as the run header stores it."""
         return asdict(self)
+
+
+def resolve_pinned(registry: AgentRegistry, header: RunHeader) -> AgentDefinition[Any, Any]:
+    """Returns the code a run is pinned to, after checking its pinned prompts and configs.
+
+    Raises:
+        VersionUnavailableError: If the agent, its pinned workflow version, or a pinned prompt
+            or model configuration (that version, that content) is not deployed here.
+    """
+    version = header.versions.get("workflow_version", "")
+    try:
+        definition = registry.pinned(header.agent, version)
+    except AgentNotFoundError as exc:
+        raise VersionUnavailableError(header.agent, "agent", version, exc.known) from exc
+    registry.prompts.check_pins(header.agent, header.versions)
+    return definition
+
+
+def unavailable_waiting_on(exc: VersionUnavailableError) -> dict[str, Any]:
+    """What a ``VERSION_UNAVAILABLE`` run's header says it waits for (the missing version)."""
+    return {
+        "kind": "version",
+        "agent": exc.agent,
+        "component": exc.component,
+        "version": exc.version,
+        "deployed": list(exc.deployed),
+    }

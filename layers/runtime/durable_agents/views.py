@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from durable_agents.models import Entry, EntryType, RunHeader, RunSnapshot, SideEffectRecord
+from durable_agents.models import Entry, EntryType, OpKind, RunHeader, RunSnapshot, SideEffectRecord
 from durable_agents.side_effects.records import frozen_reviewers
 
 
@@ -45,6 +45,10 @@ def run_view(header: RunHeader) -> dict[str, Any]:
 
 def entry_event(entry: Entry) -> dict[str, Any]:
     """One journal entry as a history event (``step_started``, ``wait_scheduled``, …)."""
+    if entry.kind is OpKind.MIGRATION:  # not an operation: what a migration changed
+        return {"event": "run_migrated", "op_id": entry.op_id, "kind": entry.kind.value,
+                "name": entry.name, "at": iso(entry.recorded_at_ms),
+                "migration": _json(entry.value)}  # fmt: skip
     event: dict[str, Any] = {
         "event": f"{entry.kind.value}_{entry.type.value}",
         "op_id": entry.op_id,
@@ -83,7 +87,7 @@ def history(snapshot: RunSnapshot) -> list[dict[str, Any]]:
         {"event": f"side_effect_{r.status.value.lower()}", **effect_view(r)}
         for r in snapshot.effects
     ]
-    if header.status.terminal or header.status.value == "PAUSED":
+    if header.status.terminal or header.status.value in ("PAUSED", "VERSION_UNAVAILABLE"):
         events.append(
             {
                 "event": f"run_{header.status.value.lower()}",

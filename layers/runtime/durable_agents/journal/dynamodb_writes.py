@@ -128,6 +128,8 @@ def update_request(table: str, items: ItemCodec, run_id: str, change: RunChange)
             for attr, value in items.value_attrs(run_id, "error", text).items():
                 sets[attr] = value
                 removes.remove(attr)
+    if change.versions is not UNSET:  # a migration re-pins the run
+        sets["versions"] = {"M": {k: {"S": v} for k, v in change.versions.items()}}
     if change.waiting_on is not UNSET:
         if change.waiting_on is None:
             removes.append("waiting_on")

@@ -163,13 +163,21 @@ class InMemoryJournal(JournalStore):
         cursor: str | None = None,
         oldest_first: bool = False,
         tenant: str | None = None,
+        agent: str | None = None,
+        version: str | None = None,
     ) -> RunPage:
-        """Lists runs, most recently changed first (or oldest first); only ``tenant``'s."""
+        """Lists runs, most recently changed first (or oldest first); only ``tenant``'s.
+
+        Optionally only runs of ``agent``, and only those pinned to workflow ``version``.
+        """
         with self._lock:
             runs = [
                 h
                 for h in self._headers.values()
-                if (status is None or h.status is status) and (tenant is None or h.tenant == tenant)
+                if (status is None or h.status is status)
+                and (tenant is None or h.tenant == tenant)
+                and (agent is None or h.agent == agent)
+                and (version is None or h.versions.get("workflow_version") == version)
             ]
         runs.sort(key=lambda h: (h.updated_at_ms, h.run_id), reverse=not oldest_first)
         start = int(cursor) if cursor else 0

@@ -31,11 +31,15 @@ from durable_agents.models import (
 from durable_agents.scrub import scrub, scrub_value
 
 _S = RunStatus
+_V = _S.VERSION_UNAVAILABLE
 ALLOWED_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
-    _S.RUNNING: frozenset({_S.RUNNING, _S.SUSPENDED, _S.PAUSED, _S.SUCCEEDED, _S.FAILED}),
-    _S.SUSPENDED: frozenset({_S.RUNNING, _S.SUSPENDED, _S.PAUSED, _S.SUCCEEDED, _S.FAILED}),
+    _S.RUNNING: frozenset({_S.RUNNING, _S.SUSPENDED, _S.PAUSED, _V, _S.SUCCEEDED, _S.FAILED}),
+    _S.SUSPENDED: frozenset({_S.RUNNING, _S.SUSPENDED, _S.PAUSED, _V, _S.SUCCEEDED, _S.FAILED}),
     # A paused run is re-driven by a person (back to RUNNING) or given up (FAILED).
     _S.PAUSED: frozenset({_S.RUNNING, _S.PAUSED, _S.FAILED}),
+    # Resumed when its version is deployed again or it is migrated (RUNNING, or SUSPENDED
+    # when a migration keeps what it waits for), or given up (FAILED).
+    _V: frozenset({_S.RUNNING, _S.SUSPENDED, _V, _S.FAILED}),
     _S.SUCCEEDED: frozenset(),
     _S.FAILED: frozenset(),
 }
@@ -254,12 +258,17 @@ class JournalStore(ABC):
         cursor: str | None = None,
         oldest_first: bool = False,
         tenant: str | None = None,
+        agent: str | None = None,
+        version: str | None = None,
     ) -> RunPage:
         """Lists runs, newest change first (or oldest first), optionally only in ``status``.
 
         Only ``tenant``'s runs when given (every tenant's when None: trusted callers such as
-        the reconciler, or the operators' tenant). Read from an index: a listed header may be
-        out of date. Decide on ``get_run``/``load``.
+        the reconciler, or the operators' tenant); only runs of ``agent`` and only runs pinned
+        to workflow ``version`` when given. Those two filter what the index reads (they are not
+        part of its key): a filtered page may hold fewer than ``limit`` runs, even none, and
+        still carry a cursor to more. Read from an index: a listed header may be out of date.
+        Decide on ``get_run``/``load``.
         """
 
     def due_runs(self, now_ms: int, *, limit: int = 100) -> list[RunHeader]:

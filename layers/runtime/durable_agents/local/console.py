@@ -34,20 +34,21 @@ def _time(at: str | None) -> str:
 
 
 def runs_table(runs: Sequence[Mapping[str, Any]]) -> str:
-    """One line per run: id, agent, status, created and updated times."""
+    """One line per run: id, agent, version, status, created and updated times."""
     if not runs:
         return "no runs"
     rows = [
         [
             str(r["run_id"]),
             str(r["agent"]),
+            str((r.get("versions") or {}).get("workflow_version", "")),
             str(r["status"]),
             str(r.get("created_at") or ""),
             str(r.get("updated_at") or ""),
         ]
         for r in runs
     ]
-    return table(["RUN ID", "AGENT", "STATUS", "CREATED", "UPDATED"], rows)
+    return table(["RUN ID", "AGENT", "VERSION", "STATUS", "CREATED", "UPDATED"], rows)
 
 
 def run_details(run: Mapping[str, Any]) -> str:

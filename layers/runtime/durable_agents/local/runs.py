@@ -77,14 +77,25 @@ class RunsClient:
         except BotoCoreError as exc:
             raise RunsError(f"talking to {self.endpoint} failed: {exc}") from exc
 
-    def list(self, status: str | None, limit: int) -> tuple[dict[str, Any], str]:
+    def list(
+        self,
+        status: str | None,
+        limit: int,
+        *,
+        agent: str | None = None,
+        version: str | None = None,
+    ) -> tuple[dict[str, Any], str]:
         """Runs, most recently changed first: (JSON, table).
+
+        Optionally only runs of ``agent`` and only those pinned to workflow ``version``.
 
         Raises:
             RunsError: If the endpoint is down or has no journal.
         """
         wanted = RunStatus(status) if status else None
-        page = self._call(lambda: self.store.list_runs(status=wanted, limit=limit))
+        page = self._call(
+            lambda: self.store.list_runs(status=wanted, limit=limit, agent=agent, version=version)
+        )
         runs = [run_view(h) for h in page.runs]
         return {"runs": runs, "cursor": page.cursor}, runs_table(runs)
 

@@ -10,7 +10,14 @@ from durable_agents.fingerprints import Fingerprint
 from durable_agents.invocation import Reason
 from durable_agents.models import EntryType, OpKind
 from durable_agents.operations.step import return_hint
-from durable_agents.serde import decode, encode, error_info, rebuild_error
+from durable_agents.serde import (
+    Serdes,
+    decode_value,
+    encode_value,
+    error_info,
+    rebuild_error,
+    replay_value,
+)
 
 if TYPE_CHECKING:
     from durable_agents.context import DurableContext
@@ -24,6 +31,7 @@ def run_child(
     *,
     kind: OpKind = OpKind.CHILD,
     fingerprint: Fingerprint | None = None,
+    serdes: Serdes | None = None,
 ) -> Any:
     """Executes or replays one child scope (see ``DurableContext.run_in_child_context``).
 
@@ -35,12 +43,14 @@ def run_child(
     meta = fingerprint.meta() if fingerprint is not None else {}
     hint = result_type if result_type is not None else return_hint(fn)
     if record is not None and record.result is not None:
-        return inv.replay(record.result, hint)
+        return replay_value(record.result, hint, serdes)
     child = ctx.child(op_id, position)
     try:
         value = fn(child)
         child.check_scope_end()
-        payload = encode(value, hint)
+        payload = encode_value(value, hint, serdes)
+        # Read back before recording: a value a replay could not read is a failure, now.
+        value = decode_value(payload, hint, serdes)
     except Exception as exc:
         if inv.fault is not None:
             raise
@@ -53,7 +63,7 @@ def run_child(
         inv.entry(position, op_id, kind, name, EntryType.SUCCEEDED, value=payload, meta=meta),
         op_id,
     )
-    return decode(payload, hint)
+    return value
 
 
 def _commit(ctx: DurableContext, entry: Any, op_id: str) -> None:

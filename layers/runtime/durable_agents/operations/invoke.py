@@ -11,19 +11,29 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 from typing import TYPE_CHECKING, Any
 
 from durable_agents.errors import (
+    AgentNotFoundError,
     DurableError,
     EntryConflictError,
+    PayloadError,
     RunStateConflictError,
     SuspendExecution,
 )
 from durable_agents.events import step_ready
 from durable_agents.fingerprints import Fingerprint
-from durable_agents.invocation import Reason, Suspension
-from durable_agents.models import EntryType, OpKind, RunStatus
-from durable_agents.serde import canonical_json, decode, error_info
+from durable_agents.invocation import Invocation, Reason, Suspension
+from durable_agents.models import Entry, EntryType, OpKind, RunStatus
+from durable_agents.serde import (
+    Serdes,
+    canonical_json,
+    decode,
+    encode_value,
+    error_info,
+    replay_value,
+)
 
 if TYPE_CHECKING:
     from durable_agents.agent import AgentDefinition
@@ -48,29 +58,74 @@ def child_run_id(parent_run_id: str, operation_id: str, name: str) -> str:
     return f"{parent_run_id[:80]}.{name[:30]}.{digest}"
 
 
-def run_invoke(ctx: DurableContext, agent: AgentDefinition[Any, Any], value: Any, name: str) -> Any:
-    """Starts, awaits or replays one sub-agent run (see ``DurableContext.invoke``)."""
+class SubAgentNotDeployedError(DurableError):
+    """The sub-agent a run invokes is not deployed here: the run pauses for a person.
+
+    Not the agent's error to handle (it cannot catch it): deploy the sub-agent, then redrive.
+    """
+
+    recorded_fields = ("agent", "deployed")
+
+    def __init__(self, agent: str, deployed: list[str]):
+        self.agent = agent
+        self.deployed = deployed
+        super().__init__(
+            f"sub-agent {agent!r} is not deployed here (deployed agents: {deployed or 'none'}); "
+            "deploy it and redrive the run"
+        )
+
+
+def _output_type(inv: Any, agent: str) -> Any:
+    try:
+        return inv.registry.latest(agent).output_type
+    except AgentNotFoundError:
+        return None  # replaying a recorded result of a sub-agent no longer deployed: JSON
+
+
+def run_invoke(
+    ctx: DurableContext,
+    agent: AgentDefinition[Any, Any] | str,
+    value: Any,
+    name: str,
+    tenant: str | None = None,
+    *,
+    payload_serdes: Serdes | None = None,
+    result_serdes: Serdes | None = None,
+) -> Any:
+    """Starts, awaits or replays one sub-agent run (see ``DurableContext.invoke``).
+
+    Raises:
+        PayloadError: If ``payload_serdes`` does not produce JSON text (the child's input).
+    """
     from durable_agents.runtime import Runtime  # noqa: PLC0415 - the runtime imports operations
 
     inv = ctx.invocation
-    fingerprint = Fingerprint.of_value({"agent": agent.name, "input": value})
+    agent_name = agent if isinstance(agent, str) else agent.name
+    if payload_serdes is not None:
+        value = _serialized_input(value, payload_serdes)
+    fingerprint = Fingerprint.of_value({"agent": agent_name, "input": value})
     position, op_id, record = ctx.next_operation(OpKind.INVOKE, name, fingerprint)
+    output_type = _output_type(inv, agent_name) if isinstance(agent, str) else agent.output_type
     if record is not None and record.result is not None:
-        return inv.replay(record.result, agent.output_type)
+        return _replay(inv, record.result, output_type, result_serdes)
     child_id = child_run_id(inv.run_id, op_id, name)
     if record is None or record.scheduled is None:
+        if agent_name not in inv.registry.names():
+            inv.fault = SubAgentNotDeployedError(agent_name, inv.registry.names())
+            raise inv.fault
         inv.take_budget(op_id)
         inv.hooks.before_claim(op_id)
         runtime = Runtime(inv.store, registry=inv.registry, clock=inv.clock)
         # Creating the child is idempotent by id: a second attempt adopts the existing run.
         with contextlib.suppress(EntryConflictError):
-            # A sub-agent's run is its parent's tenant's: nobody else may see it either.
+            # A sub-agent's run is its parent's tenant's (unless the agent's code names
+            # another: agent code is the deployment's own, trusted code).
             runtime.start_run(
-                agent.name,
+                agent_name,
                 value,
                 run_id=child_id,
                 parent_run_id=inv.run_id,
-                tenant=inv.header.tenant,
+                tenant=tenant or inv.header.tenant,
             )
         inv.pending_events.append(step_ready(child_id, "started"))
         started = inv.entry(
@@ -135,8 +190,23 @@ def run_invoke(ctx: DurableContext, agent: AgentDefinition[Any, Any], value: Any
         inv.commit([done])
     except EntryConflictError as exc:
         raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
-    return (
-        inv.replay(done, agent.output_type)
-        if done.type is EntryType.FAILED
-        else decode(done.value, agent.output_type)
-    )
+    return _replay(inv, done, output_type, result_serdes)
+
+
+def _serialized_input(value: Any, serdes: Serdes) -> Any:
+    """The child's input: the JSON that ``serdes`` makes of ``value``."""
+    text = encode_value(value, None, serdes)
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise PayloadError(f"payload_serdes must produce JSON (the child's input): {exc}") from exc
+
+
+def _replay(inv: Invocation, entry: Entry, output_type: Any, serdes: Serdes | None) -> Any:
+    # The child's output is the plain JSON its run recorded: without a serdes it is decoded as
+    # the run output is (by the agent's output type), never as tagged JSON.
+    if serdes is not None:
+        return replay_value(entry, None, serdes)
+    if entry.type is EntryType.FAILED:
+        return inv.replay(entry, output_type)
+    return decode(entry.value, output_type)

@@ -31,6 +31,20 @@ LLM_RETRY = RetryPolicy(
 )
 
 
+class ProviderNotConfiguredError(ConfigurationError):
+    """A model call names a provider this deployment does not configure: the run pauses."""
+
+    recorded_fields = ("provider", "registered")
+
+    def __init__(self, provider: str, registered: list[str]):
+        self.provider = provider
+        self.registered = registered
+        super().__init__(
+            f"no model provider {provider!r} is configured here; registered: {registered}; "
+            "configure it and redrive the run"
+        )
+
+
 class _SafeSink:
     """Forwards chunks to the stream cache; a failing cache never fails the model call."""
 
@@ -81,16 +95,19 @@ def run_llm(
     """Calls the model once per recorded operation (see ``DurableContext.llm``).
 
     Raises:
-        ConfigurationError: If no provider is registered for ``config.provider``.
+        ProviderNotConfiguredError: If no provider is registered for ``config.provider`` (the
+            run pauses: nothing is recorded, and a redrive after the fix calls the model).
     """
     inv = ctx.invocation
     provider = inv.providers.get(config.provider)
 
+    def ready() -> None:
+        if provider is None:  # a deployment question for a person, not the agent's error
+            inv.fault = ProviderNotConfiguredError(config.provider, sorted(inv.providers))
+            raise inv.fault
+
     def call(info: StepInfo) -> LlmResponse:
-        if provider is None:
-            raise ConfigurationError(
-                f"no model provider {config.provider!r}; registered: {sorted(inv.providers)}"
-            )
+        assert provider is not None  # checked by ready() before the claim
         if not stream:
             answer: LlmResponse = provider.converse(config, request)
             return answer
@@ -111,5 +128,6 @@ def run_llm(
         kind=OpKind.LLM,
         pass_info=True,
         fingerprint=request_fingerprint(request, config),
+        ready=ready,
     )
     return response

@@ -11,17 +11,20 @@ whichever invocation sees every needed branch finished records the batch result.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import inspect
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel
 
 from durable_agents.errors import DurableError, EntryConflictError, SuspendExecution
-from durable_agents.ids import format_position
+from durable_agents.ids import check_name, format_position
 from durable_agents.invocation import Reason
 from durable_agents.models import EntryType, ErrorInfo, OpKind
-from durable_agents.serde import decode, encode, error_info
+from durable_agents.serde import Serdes, decode, decode_value, encode, encode_value, error_info
+from durable_agents.serde_values import from_tagged
 
 if TYPE_CHECKING:
     from durable_agents.context import DurableContext
@@ -76,8 +79,8 @@ class CompletionPolicy:
         if self.min_successful is not None and succeeded >= self.min_successful:
             return "min_successful_reached"
         remaining = total - succeeded - failed
-        if self.min_successful is not None and succeeded + remaining < self.min_successful:
-            return "failure_tolerance_exceeded"  # not enough branches left to reach it
+        # A min_successful that can no longer be reached does not stop the batch by itself:
+        # only the failure tolerances do (the AWS SDK's rule); the rest still run.
         if remaining == 0:
             return "all_completed"
         return None
@@ -132,6 +135,44 @@ class BatchResult(BaseModel, Generic[T]):
         """The successful results, in index order."""
         return [i.result for i in self.successes]
 
+    @property
+    def success_count(self) -> int:
+        """How many branches succeeded."""
+        return len(self.successes)
+
+    @property
+    def failure_count(self) -> int:
+        """How many branches failed."""
+        return len(self.failures)
+
+    @property
+    def not_started_count(self) -> int:
+        """How many branches never started (the batch was decided before)."""
+        return sum(1 for i in self.items if i.status == "not_started")
+
+    @property
+    def total_count(self) -> int:
+        """How many branches the batch has."""
+        return len(self.items)
+
+    def all_results(self) -> list[Any]:
+        """One entry per branch, index-aligned: its result, or None if it did not succeed."""
+        return [i.result if i.status == "succeeded" else None for i in self.items]
+
+    def all_errors(self) -> list[dict[str, Any] | None]:
+        """One entry per branch, index-aligned: its recorded error, or None."""
+        return [i.error if i.status == "failed" else None for i in self.items]
+
+    def throw_if_error(self) -> BatchResult[T]:
+        """Returns self, or raises if any branch failed (whatever the tolerances allowed).
+
+        Raises:
+            BatchFailedError: If at least one branch failed.
+        """
+        if self.failures:
+            raise BatchFailedError(self.completion_reason, [i.error or {} for i in self.failures])
+        return self
+
     def raise_on_failure(self) -> BatchResult[T]:
         """Returns self, or raises if the failure tolerance was exceeded.
 
@@ -162,20 +203,30 @@ def run_batch(
     branches: Sequence[Callable[[DurableContext], Any]],
     policy: CompletionPolicy,
     max_concurrency: int | None,
+    serdes: Serdes | None = None,
+    names: Sequence[str] | None = None,
 ) -> BatchResult[Any]:
-    """Executes, dispatches or replays one batch (see ``DurableContext.parallel``/``map``)."""
+    """Executes, dispatches or replays one batch (see ``DurableContext.parallel``/``map``).
+
+    Item results are recorded like step results (tagged JSON), or with ``serdes``. ``names``
+    names the branches (``branch-<i>`` by default); positions stay index-based.
+    """
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError("max_concurrency must be at least 1")
     inv = ctx.invocation
     position, op_id, record = ctx.next_operation(kind, name)
     if record is not None and record.result is not None:
-        return BatchResult[Any].model_validate(inv.replay(record.result, None))
+        return _decoded(BatchResult[Any].model_validate(inv.replay(record.result, None)), serdes)
+    if inv.target is not None and not inv.target.startswith(f"{position}/"):
+        # This invocation was sent to a branch of an earlier batch, which it saw completed
+        # and moved past: this batch is not that branch's, and nobody else was sent to its
+        # branches. From here on the invocation is an untargeted one.
+        inv.target = None
     scope = ctx.child(op_id, position)
+    labels = list(names) if names is not None else [f"branch-{i}" for i in range(len(branches))]
     states = [
-        _Branch(
-            i, format_position(f"{position}/", i + 1), f"{op_id}/branch-{i}:{i + 1}", f"branch-{i}"
-        )
-        for i in range(len(branches))
+        _Branch(i, format_position(f"{position}/", i + 1), f"{op_id}/{label}:{i + 1}", label)
+        for i, label in enumerate(labels)
     ]
     # What the journal already says, in one pass over the records (replaying a batch stays
     # linear in its size: no scan of the journal per branch, no recount per branch).
@@ -185,7 +236,8 @@ def run_batch(
         child = inv.records.get(state.position)
         if child is not None and child.result is not None:
             state.status = "succeeded" if child.result.type is EntryType.SUCCEEDED else "failed"
-            state.result = decode(child.result.value) if child.result.value else None
+            value = child.result.value
+            state.result = decode_value(value, None, serdes) if value else None
             state.error = child.result.error
         state.started = state.status != "pending" or state.position in scopes
         tally.count(state, +1)
@@ -209,7 +261,7 @@ def run_batch(
         state.started = True
         inv.branches.append(state.position)
         try:
-            _run_branch(ctx, scope, state, branch)
+            _run_branch(ctx, scope, state, branch, serdes)
             finished_here = True
         except SuspendExecution as signal:
             if inv.fault is not None:
@@ -234,7 +286,7 @@ def run_batch(
 
     reason = tally.decided(policy)
     if reason is not None and (inv.target is None or _all_known(states)):
-        return _complete(ctx, position, op_id, kind, name, states, reason)
+        return _complete(ctx, position, op_id, kind, name, states, reason, serdes)
     if dispatch:
         raise SuspendExecution(
             Reason.DISPATCH,
@@ -296,13 +348,17 @@ def _all_known(states: list[_Branch]) -> bool:
 
 
 def _run_branch(
-    ctx: DurableContext, scope: DurableContext, state: _Branch, branch: Callable[..., Any]
+    ctx: DurableContext,
+    scope: DurableContext,
+    state: _Branch,
+    branch: Callable[..., Any],
+    serdes: Serdes | None,
 ) -> None:
     from durable_agents.operations.child import run_child  # noqa: PLC0415
 
     scope._counter = state.index
     try:
-        value = run_child(scope, branch, state.name, None)
+        value = run_child(scope, branch, state.name, None, serdes=serdes)
     except SuspendExecution:
         raise
     except Exception as exc:
@@ -321,13 +377,14 @@ def _complete(
     name: str,
     states: list[_Branch],
     reason: str,
+    serdes: Serdes | None,
 ) -> BatchResult[Any]:
     inv = ctx.invocation
     items = [
         BatchItem(
             index=s.index,
             status=s.status if s.status in ("succeeded", "failed") else "not_started",  # type: ignore[arg-type]
-            result=s.result,
+            result=_recorded(s.result, serdes) if s.status == "succeeded" else None,
             error=s.error.to_dict() if s.error else None,
         )
         for s in states
@@ -341,4 +398,67 @@ def _complete(
     except EntryConflictError as exc:
         raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
     inv.hooks.after_record(op_id)
-    return BatchResult[Any].model_validate(decode(payload))
+    return _decoded(BatchResult[Any].model_validate(decode(payload)), serdes)
+
+
+def _recorded(value: Any, serdes: Serdes | None) -> Any:
+    """An item's result as the batch record holds it: the serdes text, or tagged JSON."""
+    text = encode_value(value, None, serdes)
+    return text if serdes is not None else json.loads(text)
+
+
+def _decoded(batch: BatchResult[Any], serdes: Serdes | None) -> BatchResult[Any]:
+    """The batch with its items' results decoded from what ``_recorded`` made of them."""
+    for item in batch.items:
+        if item.status != "succeeded" or item.result is None:
+            continue
+        if serdes is not None:
+            item.result = decode_value(item.result, None, serdes)
+        else:
+            item.result = from_tagged(item.result)
+    return batch
+
+
+def branch_names(
+    branches: Sequence[Callable[..., Any]] | Mapping[str, Callable[..., Any]],
+) -> tuple[list[Callable[..., Any]], list[str] | None]:
+    """The branches of ``ctx.parallel``, and their names when given as a mapping.
+
+    Raises:
+        InvalidNameError: If a branch name is not a valid operation name.
+    """
+    if isinstance(branches, Mapping):
+        return list(branches.values()), [check_name(n, "branch") for n in branches]
+    return list(branches), None
+
+
+def map_branches(
+    items: Sequence[Any],
+    fn: Callable[..., Any],
+    item_namer: Callable[[Any, int], str] | None,
+) -> tuple[list[Callable[..., Any]], list[str] | None]:
+    """The branches of ``ctx.map``: ``fn(ctx, item, index)`` or ``fn(ctx, item, index, items)``.
+
+    Raises:
+        InvalidNameError: If ``item_namer`` gives a name that is not a valid operation name.
+    """
+    whole = list(items)
+    with_items = _takes_items(fn)
+    branches = [
+        (lambda child, item=item, index=index: fn(child, item, index, whole))
+        if with_items
+        else (lambda child, item=item, index=index: fn(child, item, index))
+        for index, item in enumerate(whole)
+    ]
+    if item_namer is None:
+        return branches, None
+    return branches, [check_name(item_namer(item, i), "item") for i, item in enumerate(whole)]
+
+
+def _takes_items(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 4 or any(p.kind is p.VAR_POSITIONAL for p in params)

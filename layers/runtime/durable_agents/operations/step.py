@@ -21,7 +21,15 @@ from durable_agents.leases import lease_end, lease_expired
 from durable_agents.models import EntryType, OpKind
 from durable_agents.retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy
 from durable_agents.semantics import StepSemantics
-from durable_agents.serde import decode, encode, error_info, rebuild_error
+from durable_agents.serde import (
+    Serdes,
+    decode_value,
+    encode_value,
+    error_info,
+    rebuild_error,
+    replay_value,
+)
+from durable_agents.step_context import call_step
 
 if TYPE_CHECKING:
     from durable_agents.context import DurableContext
@@ -66,19 +74,23 @@ def run_step(
     kind: OpKind = OpKind.STEP,
     pass_info: bool = False,
     fingerprint: Fingerprint | None = None,
+    ready: Callable[[], None] | None = None,
+    serdes: Serdes | None = None,
 ) -> Any:
     """Executes or replays one step (see ``DurableContext.step``).
 
     Other leaf operations (model calls) reuse it with their own ``kind``; with ``pass_info``
     the code receives a ``StepInfo`` (operation id, attempt) as its first argument. The input
     fingerprint (``args``'s unless ``fingerprint`` is given) goes into the claim's meta.
+    ``ready`` is called when the step is about to be claimed and executed (never on replay):
+    it may refuse by raising, before anything is written.
     """
     inv = ctx.invocation
     fingerprint = Fingerprint.of_args(args) if fingerprint is None else fingerprint
     position, op_id, record = ctx.next_operation(kind, name, fingerprint)
     hint = result_type if result_type is not None else return_hint(fn)
     if record is not None and record.result is not None:
-        return inv.replay(record.result, hint)
+        return replay_value(record.result, hint, serdes)
 
     policy = retry or DEFAULT_RETRY
     now = inv.now_ms()
@@ -98,7 +110,9 @@ def run_step(
         if due > now:
             raise SuspendExecution(Reason.TIMER, wake_at_ms=due, detail=op_id)
 
-    inv.take_budget(op_id)
+    inv.take_budget(op_id)  # first: a budget of 0 (a dry run) stops before any check
+    if ready is not None:
+        ready()
     inv.hooks.before_claim(op_id)
     attempt += 1
     claim = inv.entry(
@@ -120,8 +134,13 @@ def run_step(
     inv.hooks.before_execute(op_id, attempt)
     inv.in_step = True
     try:
-        value = fn(StepInfo(op_id, attempt), *args) if pass_info else fn(*args)
-        payload = encode(value, hint)
+        if pass_info:
+            value = fn(StepInfo(op_id, attempt), *args)
+        else:  # with its StepContext first if its signature asks for it
+            value = call_step(ctx, fn, args, op_id, name, attempt)
+        payload = encode_value(value, hint, serdes)
+        # Read back before recording: a value a replay could not read is a failure, now.
+        value = decode_value(payload, hint, serdes)
     except Exception as exc:
         inv.in_step = False
         failures = _failures(record) + 1  # crashes before this attempt do not count
@@ -134,7 +153,7 @@ def run_step(
         position, op_id, kind, name, EntryType.SUCCEEDED, attempt=attempt, value=payload
     )
     _record_result(ctx, result, op_id)
-    return decode(payload, hint)
+    return value
 
 
 def _record_result(ctx: DurableContext, entry: Any, op_id: str) -> None:
@@ -169,9 +188,10 @@ def _record_failure(
     inv = ctx.invocation
     info = error_info(exc)
     # A payload that cannot be recorded fails the same way on every attempt: never retry it.
-    if not isinstance(exc, PayloadError) and policy.should_retry(exc, failures):
-        delay_ms = int(policy.delay_seconds(failures, seed=op_id) * 1000)
-        due = inv.now_ms() + delay_ms
+    # Asked once: the delay is recorded (due_at_ms) and read back, never recomputed.
+    decision = None if isinstance(exc, PayloadError) else policy.decision(exc, failures, seed=op_id)
+    if decision is not None and decision.should_retry:
+        due = inv.now_ms() + int(decision.delay_seconds * 1000)
         failed = inv.entry(
             position,
             op_id,
@@ -252,7 +272,7 @@ def _handle_interrupted(
         failures = _failures(record) + 1
         # The work may have happened: retried only where the policy names the interruption
         # itself, never merely because it retries every ``Exception``.
-        listed = StepInterruptedError in policy.retryable
+        listed = policy.names_interruption()
         _record_failure(
             ctx,
             position,

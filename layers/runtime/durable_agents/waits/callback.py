@@ -39,7 +39,7 @@ from durable_agents.models import (
     WaitRecord,
     WaitStatus,
 )
-from durable_agents.serde import canonical_json, encode, error_info
+from durable_agents.serde import Serdes, canonical_json, encode_value, error_info, replay_value
 from durable_agents.views import iso
 from durable_agents.waits.records import (
     WaitGoneError,
@@ -135,12 +135,14 @@ class Callback:
     _position: str
     _op_id: str
     _name: str
+    _serdes: Serdes | None = None
 
     def result(self) -> Any:
         """Waits (durably, holding no compute) for the callback's outcome.
 
         Returns:
-            The JSON result the external system sent.
+            The JSON result the external system sent (or what the callback's ``serdes``
+            makes of its JSON text).
 
         Raises:
             CallbackFailedError: If the external system reported failure.
@@ -150,7 +152,11 @@ class Callback:
 
 
 def run_create_callback(
-    ctx: DurableContext, name: str, timeout_ms: int | None, heartbeat_ms: int | None
+    ctx: DurableContext,
+    name: str,
+    timeout_ms: int | None,
+    heartbeat_ms: int | None,
+    serdes: Serdes | None = None,
 ) -> Callback:
     """Records a new callback (or replays its creation) and returns its handle."""
     inv = ctx.invocation
@@ -159,7 +165,7 @@ def run_create_callback(
     if record is not None and (record.scheduled is not None or record.result is not None):
         # Replay: the id recorded when the callback was created (same secret every time).
         recorded = _recorded_id(record.scheduled.value if record.scheduled else None)
-        return Callback(recorded or public_id, public_id, ctx, position, op_id, name)
+        return Callback(recorded or public_id, public_id, ctx, position, op_id, name, serdes)
     # Drawn once: if this commit loses to another invocation, this id is never handed out
     # (the run suspends and the next replay reads the winner's).
     secret = secrets.token_urlsafe(SECRET_BYTES)
@@ -193,7 +199,8 @@ def run_create_callback(
         raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
     inv.hooks.after_record(op_id)
     inv.schedule_wait(public_id, pending.due_at_ms)
-    return Callback(f"{public_id}{_SEPARATOR}{secret}", public_id, ctx, position, op_id, name)
+    full_id = f"{public_id}{_SEPARATOR}{secret}"
+    return Callback(full_id, public_id, ctx, position, op_id, name, serdes)
 
 
 def _recorded_id(value: str | None) -> str | None:
@@ -213,7 +220,7 @@ def _await(ctx: DurableContext, handle: Callback) -> Any:
     inv = ctx.invocation
     record = inv.records.get(handle._position)
     if record is not None and record.result is not None:
-        return inv.replay(record.result, None)
+        return replay_value(record.result, None, handle._serdes)
     inv.live = True
     pending = inv.store.get_wait(handle.wait_id)
     if pending.status is not WaitStatus.PENDING:
@@ -290,7 +297,9 @@ def complete_callback(
             error=error_info(failure),
             kind=OpKind.CALLBACK,
         )
-    payload = encode(result)
+    # Tagged JSON escapes a sent object that looks like a tag: an external system cannot make
+    # the agent build one of its classes.
+    payload = encode_value(result)
     return settle(
         store,
         clock,

@@ -1,0 +1,308 @@
+"""How plugins are called: safely, once per fact, on what the journal recorded.
+
+``PluginSet`` is the runtime's list of plugins (``durable_agents.plugins``) and the one place
+their hooks are called; ``InvocationSpan`` reports an invocation's start and end;
+``InvocationObserver`` turns the operations an invocation takes up and the writes that landed
+into operation and attempt hooks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from durable_agents.clock import Clock
+from durable_agents.models import EffectStatus, Entry, EntryType
+from durable_agents.plugins import (
+    AttemptEndInfo,
+    AttemptStartInfo,
+    InvocationEndInfo,
+    InvocationStartInfo,
+    OperationEndInfo,
+    OperationStartInfo,
+    Plugin,
+)
+
+if TYPE_CHECKING:
+    from durable_agents.invocation import OpRecord
+
+_LOG = logging.getLogger("durable_agents.plugins")
+
+
+class PluginSet:
+    """The runtime's plugins, and the one place their hooks are called (safely)."""
+
+    def __init__(self, plugins: Sequence[Plugin] = ()):
+        self.plugins = tuple(plugins)
+
+    def __bool__(self) -> bool:
+        return bool(self.plugins)
+
+    def emit(self, hook: str, info: object) -> None:
+        """Calls ``hook`` on every plugin that has it; what a hook raises is logged, not raised."""
+        for plugin in self.plugins:
+            method = getattr(plugin, hook, None)
+            if method is None:
+                continue
+            try:
+                method(info)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException:  # even a runtime signal: plugins only listen, never steer
+                with contextlib.suppress(Exception):  # a broken log handler changes nothing
+                    _LOG.exception("plugin %s raised in %s; ignored", type(plugin).__name__, hook)
+
+    def invocation(
+        self, run_id: str, target: str | None, clock: Clock, deadline_ms: int
+    ) -> InvocationSpan:
+        """The span of one invocation (a context manager that reports its start and end)."""
+        return InvocationSpan(self, run_id, target, clock, deadline_ms)
+
+
+class InvocationSpan:
+    """One invocation as plugins see it: its start, its operations, its end.
+
+    Attributes:
+        outcome: Set by the runtime to the invocation's outcome before the span closes.
+        deadline_ms: When the invocation must be done.
+    """
+
+    def __init__(
+        self, plugins: PluginSet, run_id: str, target: str | None, clock: Clock, deadline_ms: int
+    ):
+        self._plugins = plugins
+        self._run_id = run_id
+        self._target = target
+        self._clock = clock
+        self.deadline_ms = deadline_ms
+        self.outcome: Any = None
+        self._started = 0
+        self._observer: InvocationObserver | None = None
+
+    def observer(self) -> InvocationObserver | None:
+        """What watches this invocation's operations (None without plugins: zero overhead)."""
+        if self._plugins and self._observer is None:
+            self._observer = InvocationObserver(self._plugins, self._run_id, self._clock)
+        return self._observer
+
+    def __enter__(self) -> InvocationSpan:
+        self._started = self._clock.now_ms()
+        if self._plugins:
+            info = InvocationStartInfo(self._run_id, self._target, self._started, self.deadline_ms)
+            self._plugins.emit("on_invocation_start", info)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if not self._plugins:
+            return  # what escaped the invocation goes on (the span never swallows it)
+        if self._observer is not None:
+            self._observer.close()
+        with _bookkeeping("invocation end"):
+            outcome = self.outcome if exc is None else None
+            self._plugins.emit(
+                "on_invocation_end",
+                InvocationEndInfo(
+                    run_id=self._run_id,
+                    target=self._target,
+                    outcome=outcome.kind.value if outcome is not None else None,
+                    executed=tuple(outcome.executed) if outcome is not None else (),
+                    detail=outcome.detail if outcome is not None else "",
+                    duration_ms=self._clock.now_ms() - self._started,
+                    error_type=type(exc).__name__ if exc is not None else None,
+                ),
+            )
+
+
+@dataclass(slots=True)
+class _Open:
+    """An operation this invocation took up and has not reported the end of."""
+
+    kind: str
+    name: str
+    op_id: str
+    record: OpRecord | None
+    started_ms: int
+    attempts: dict[int, int] = field(default_factory=dict)  # attempt -> when it was claimed
+    ended: set[int] = field(default_factory=set)  # attempts whose end was reported
+
+
+class InvocationObserver:
+    """Turns an invocation's operations and recorded writes into plugin hooks."""
+
+    def __init__(self, plugins: PluginSet, run_id: str, clock: Clock):
+        self._plugins = plugins
+        self._run_id = run_id
+        self._clock = clock
+        self._open: dict[str, _Open] = {}  # by position, in the order they were taken up
+
+    def watch(self, store: Any) -> Any:
+        """``store``, reporting every write of this invocation once it has landed."""
+        return _ObservedStore(store, self)
+
+    def operation(
+        self, kind: str, name: str, op_id: str, position: str, record: OpRecord | None
+    ) -> None:
+        """The invocation takes up the operation at ``position`` (``record``: what is recorded)."""
+        with _bookkeeping("operation"):
+            self._operation(kind, name, op_id, position, record)
+
+    def recorded(self, entries: Sequence[Entry], effect: Any) -> None:
+        """Reports what a write that landed recorded (its entries, a tool's claim)."""
+        with _bookkeeping("recorded"):
+            self._recorded(entries, effect)
+
+    def close(self) -> None:
+        """The invocation ended: what it did not finish is reported ``pending``."""
+        with _bookkeeping("close"):
+            for position in list(self._open):
+                self._report_end(position, "pending", None)
+
+    def _operation(
+        self, kind: str, name: str, op_id: str, position: str, record: OpRecord | None
+    ) -> None:
+        result = record.result if record is not None else None
+        self._plugins.emit(
+            "on_operation_start",
+            OperationStartInfo(self._run_id, op_id, kind, name, result is not None),
+        )
+        if record is None or result is None:
+            self._open[position] = _Open(kind, name, op_id, record, self._clock.now_ms())
+            return
+        self._plugins.emit(
+            "on_operation_end",
+            OperationEndInfo(
+                run_id=self._run_id,
+                op_id=op_id,
+                kind=kind,
+                name=name,
+                replayed=True,
+                outcome=_outcome(result),
+                attempts=record.attempts,
+                duration_ms=None,
+                error_type=result.error.type if result.error is not None else None,
+            ),
+        )
+
+    def _recorded(self, entries: Sequence[Entry], effect: Any) -> None:
+        for entry in entries:
+            state = self._open.get(entry.position) if entry.run_id == self._run_id else None
+            if state is None:
+                continue  # another run's, or an operation this invocation did not take up
+            if entry.type is EntryType.STARTED:
+                self._attempt_started(entry.position, state, entry.attempt)
+            elif entry.type is EntryType.ATTEMPT_FAILED:
+                outcome = "interrupted" if entry.meta.get("interrupted") else "failed"
+                self._attempt_ended(state, entry.attempt, outcome, entry, entry.due_at_ms)
+            elif entry.type.is_result:
+                if entry.attempt >= 1:  # an operation with attempts: its last one ended
+                    self._attempt_ended(state, entry.attempt, _outcome(entry), entry, None)
+                error = entry.error.type if entry.error is not None else None
+                self._report_end(entry.position, _outcome(entry), error, entry.attempt)
+        record = getattr(effect, "record", None)
+        state = self._open.get(record.position) if record is not None else None
+        if record is not None and state is not None and record.run_id == self._run_id:
+            claimed = effect.expected_status is None or record.attempt != effect.expected_attempt
+            if record.status is EffectStatus.PREPARED and claimed:  # a tool's attempt claimed
+                self._attempt_started(record.position, state, record.attempt)
+
+    def _attempt_started(self, position: str, state: _Open, attempt: int) -> None:
+        previous, record = attempt - 1, state.record
+        if (
+            previous >= 1
+            and previous not in state.ended
+            and record is not None
+            and record.last_started is not None
+            and record.last_started.attempt == previous
+            and (record.last_failed is None or record.last_failed.attempt < previous)
+        ):
+            # The previous attempt's claimant died and nothing recorded it: claiming the next
+            # one is what says it was interrupted.
+            self._attempt_ended(state, previous, "interrupted", None, None)
+        state.attempts[attempt] = self._clock.now_ms()
+        self._plugins.emit(
+            "on_operation_attempt_start",
+            AttemptStartInfo(self._run_id, state.op_id, state.kind, state.name, attempt),
+        )
+
+    def _attempt_ended(
+        self, state: _Open, attempt: int, outcome: str, entry: Entry | None, next_at: int | None
+    ) -> None:
+        error = entry.error if entry is not None else None
+        claimed = state.attempts.get(attempt)
+        state.ended.add(attempt)
+        self._plugins.emit(
+            "on_operation_attempt_end",
+            AttemptEndInfo(
+                run_id=self._run_id,
+                op_id=state.op_id,
+                kind=state.kind,
+                name=state.name,
+                attempt=attempt,
+                outcome=outcome,
+                error_type=error.type if error is not None and outcome != "succeeded" else None,
+                duration_ms=self._clock.now_ms() - claimed if claimed is not None else None,
+                next_attempt_at_ms=next_at,
+            ),
+        )
+
+    def _report_end(self, position: str, outcome: str, error: str | None, attempt: int = 0) -> None:
+        state = self._open.pop(position)
+        recorded = state.record.attempts if state.record is not None else 0
+        self._plugins.emit(
+            "on_operation_end",
+            OperationEndInfo(
+                run_id=self._run_id,
+                op_id=state.op_id,
+                kind=state.kind,
+                name=state.name,
+                replayed=False,
+                outcome=outcome,
+                attempts=max(attempt, recorded, *state.attempts, 0),
+                duration_ms=self._clock.now_ms() - state.started_ms,
+                error_type=error,
+            ),
+        )
+
+
+@contextlib.contextmanager
+def _bookkeeping(step: str) -> Iterator[None]:
+    """Logs and swallows a failure of the observer's own code.
+
+    It runs between a write that landed and the code that goes on from it: a bug here must not
+    turn into a failed invocation (or a lost outcome) — instrumentation only listens.
+    """
+    try:
+        yield
+    except Exception:
+        with contextlib.suppress(Exception):
+            _LOG.exception("plugin bookkeeping failed in %s; ignored", step)
+
+
+def _outcome(result: Entry) -> str:
+    return "failed" if result.type is EntryType.FAILED else "succeeded"
+
+
+class _ObservedStore:
+    """A journal store whose successful ``commit`` calls are reported to an observer."""
+
+    def __init__(self, store: Any, observer: InvocationObserver):
+        self._store = store
+        self._observer = observer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def commit(self, run_id: str, entries: Sequence[Entry], *args: Any, **kwargs: Any) -> None:
+        """Commits through the real store, then reports what landed (never before)."""
+        self._store.commit(run_id, entries, *args, **kwargs)
+        effect = kwargs.get("effect", args[1] if len(args) > 1 else None)
+        self._observer.recorded(entries, effect)

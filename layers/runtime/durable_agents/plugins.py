@@ -1,0 +1,212 @@
+"""Instrumentation hooks (plugins): what each invocation did, told to observers as it happens.
+
+A plugin implements any of the ``Plugin`` hooks (subclass it to inherit no-op defaults) and is
+given to ``Runtime(plugins=[...])`` or ``AgentTestRunner(plugins=[...])``. The hooks, in the
+names of AWS's durable functions SDK:
+
+* ``on_invocation_start`` / ``on_invocation_end`` — around every ``Runtime.execute`` (one
+  StepRunner invocation);
+* ``on_operation_start`` / ``on_operation_end`` — every operation the invocation takes up.
+  ``replayed=True`` when its result was already recorded before the invocation took it up
+  (nothing ran); otherwise it ends ``succeeded`` or ``failed`` when its result is recorded, or
+  ``pending`` when the invocation ends with it unfinished (a timer, a retry delay, a wait for a
+  person, the step budget, a crash). An operation completed outside any invocation (an approval
+  decided, a callback completed) is reported replayed the first time the run sees it;
+* ``on_operation_attempt_start`` / ``on_operation_attempt_end`` — every attempt of the
+  operations that claim attempts (steps, model calls, tools): ``succeeded``, ``failed`` (with
+  the error type and the next attempt's time when it is retried) or ``interrupted`` (its worker
+  died; reported when that is recorded or when the next attempt is claimed).
+
+What is reported is what the journal recorded, reported once the write landed: an attempt
+starts when its claim is recorded, an operation ends when its result is. Hooks run in the
+invocation's thread, in order, plugin after plugin, so keep them fast.
+
+A hook that raises is logged (logger ``durable_agents.plugins``, with its traceback) and
+ignored, whatever it raises — even ``SuspendExecution`` or ``InfrastructureError``: a plugin
+never changes a run's outcome and never aborts an invocation. Only ``KeyboardInterrupt`` and
+``SystemExit`` go through.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class InvocationStartInfo:
+    """An invocation begins.
+
+    Attributes:
+        run_id: The run it advances.
+        target: The parallel branch it was sent to advance, if any.
+        started_at_ms: When it began (the runtime's clock).
+        deadline_ms: When it must be done (the Lambda's remaining time; 15 minutes if unknown).
+    """
+
+    run_id: str
+    target: str | None
+    started_at_ms: int
+    deadline_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class InvocationEndInfo:
+    """An invocation ended.
+
+    Attributes:
+        run_id: The run.
+        target: The parallel branch it advanced, if any.
+        outcome: What it did (``OutcomeKind`` value: ``succeeded``, ``suspended``, ``noop``…),
+            or None if an exception escaped it (``error_type``; Lambda retries the event).
+        executed: The operation ids it executed.
+        detail: The outcome's detail.
+        duration_ms: How long it took.
+        error_type: The exception that escaped it, if any.
+    """
+
+    run_id: str
+    target: str | None
+    outcome: str | None
+    executed: tuple[str, ...]
+    detail: str
+    duration_ms: int
+    error_type: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class OperationStartInfo:
+    """An invocation takes an operation up.
+
+    Attributes:
+        run_id: The run.
+        op_id: The operation id.
+        kind: The operation kind (``step``, ``wait``, ``tool``…).
+        name: The operation name.
+        replayed: Its result was recorded already: it is only replayed, nothing runs.
+    """
+
+    run_id: str
+    op_id: str
+    kind: str
+    name: str
+    replayed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class OperationEndInfo:
+    """An invocation is done with an operation.
+
+    Attributes:
+        run_id: The run.
+        op_id: The operation id.
+        kind: The operation kind.
+        name: The operation name.
+        replayed: Its result was recorded before this invocation took it up.
+        outcome: ``succeeded``, ``failed``, or ``pending`` (not finished in this invocation).
+        attempts: The attempts claimed so far (0 for operations without attempts).
+        duration_ms: From its start in this invocation to its end; None when replayed.
+        error_type: The recorded error's type, if it failed.
+    """
+
+    run_id: str
+    op_id: str
+    kind: str
+    name: str
+    replayed: bool
+    outcome: str
+    attempts: int
+    duration_ms: int | None
+    error_type: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptStartInfo:
+    """An attempt was claimed (recorded): its code is about to run.
+
+    Attributes:
+        run_id: The run.
+        op_id: The operation id.
+        kind: The operation kind.
+        name: The operation name.
+        attempt: The attempt number, 1-based.
+    """
+
+    run_id: str
+    op_id: str
+    kind: str
+    name: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEndInfo:
+    """An attempt's outcome was recorded.
+
+    Attributes:
+        run_id: The run.
+        op_id: The operation id.
+        kind: The operation kind.
+        name: The operation name.
+        attempt: The attempt number, 1-based.
+        outcome: ``succeeded``, ``failed`` or ``interrupted`` (its worker died).
+        error_type: The recorded error's type, if it failed.
+        duration_ms: From its claim to its outcome, when both happened in this invocation.
+        next_attempt_at_ms: When the next attempt is due, if it is retried.
+    """
+
+    run_id: str
+    op_id: str
+    kind: str
+    name: str
+    attempt: int
+    outcome: str
+    error_type: str | None
+    duration_ms: int | None
+    next_attempt_at_ms: int | None
+
+
+class Plugin(Protocol):
+    """Instrumentation hooks. Subclass to inherit no-op defaults and override what you need.
+
+    Example:
+        >>> from durable_agents import AgentRegistry, Plugin, agent
+        >>> from durable_agents.testing import AgentTestRunner
+        >>> class Attempts(Plugin):
+        ...     def __init__(self):
+        ...         self.seen = []
+        ...     def on_operation_attempt_end(self, info):
+        ...         self.seen.append((info.name, info.attempt, info.outcome))
+        >>> @agent(name="plugged", version="1", registry=AgentRegistry())
+        ... def plugged(ctx, _):
+        ...     return ctx.step(lambda: "done", name="work")
+        >>> attempts = Attempts()
+        >>> AgentTestRunner(plugged, plugins=[attempts]).run(None).output
+        'done'
+        >>> attempts.seen
+        [('work', 1, 'succeeded')]
+    """
+
+    def on_invocation_start(self, info: InvocationStartInfo) -> None:
+        """An invocation begins."""
+        return None  # a default: not abstract, so a subclass overrides only what it needs
+
+    def on_invocation_end(self, info: InvocationEndInfo) -> None:
+        """An invocation ended (also when an exception escaped it)."""
+        return None
+
+    def on_operation_start(self, info: OperationStartInfo) -> None:
+        """The invocation takes an operation up (``info.replayed``: only to replay it)."""
+        return None
+
+    def on_operation_end(self, info: OperationEndInfo) -> None:
+        """The invocation is done with an operation."""
+        return None
+
+    def on_operation_attempt_start(self, info: AttemptStartInfo) -> None:
+        """An attempt's claim was recorded."""
+        return None
+
+    def on_operation_attempt_end(self, info: AttemptEndInfo) -> None:
+        """An attempt's outcome was recorded."""
+        return None
