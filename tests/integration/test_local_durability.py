@@ -44,7 +44,7 @@ TIMEOUT = 90.0
 def durability_template(directory: Path) -> Path:
     """``template.yaml`` with ``durability_agent`` among the agent modules, absolute paths."""
     text = (ROOT / "template.yaml").read_text()
-    modules = "AGENT_MODULES: agents.example,agents.checkout,agents.support"
+    modules = "AGENT_MODULES: agents.example,agents.checkout,agents.support,agents.concierge"
     assert text.count(modules) == 1, "template.yaml's AGENT_MODULES changed: update this test"
     text = text.replace(modules, f"{modules},{MODULE}")
     text = text.replace("CodeUri: functions/", f"CodeUri: {ROOT}/functions/")

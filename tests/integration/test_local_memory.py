@@ -1,4 +1,5 @@
-"""``ctx.memory`` in local mode: the StepRunner's MEMORY_TABLE, a preference across two runs."""
+"""``ctx.memory`` in local mode: the example concierge learns a preference in one run and uses
+it in the next, over real HTTP, with the StepRunner's MEMORY_TABLE (template's AGENT_MODULES)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,24 @@ from tests.integration.local_workers import start_run, start_worker, wait_for_st
 pytestmark = pytest.mark.slow
 
 
-def test_a_preference_learned_in_one_run_is_used_in_the_next(moto: MotoProcess) -> None:
-    worker = start_worker(moto, ["--agents", "agents.example,tests.integration.memory_agent"])
+def test_the_concierge_learns_a_preference_in_one_run_and_uses_it_in_the_next(
+    moto: MotoProcess,
+) -> None:
+    worker = start_worker(moto)
     try:
-        first = start_run(
-            worker, {"user": "alice", "question": "hi", "prefer": "brief"}, "memory-concierge"
+        told = start_run(
+            worker,
+            {"user": "alice", "question": "Is it late?", "prefer": "brief"},
+            "example-concierge",
         )
-        assert wait_for_status(worker, first, "SUCCEEDED", 60)["result"] == "[brief] hi"
-        second = start_run(worker, {"user": "alice", "question": "news?"}, "memory-concierge")
-        assert wait_for_status(worker, second, "SUCCEEDED", 60)["result"] == "[brief] news?"
+        first = wait_for_status(worker, told, "SUCCEEDED", 60)["result"]
+        assert first["style"] == "brief" and first["learned"] is True
+        asked = start_run(worker, {"user": "alice", "question": "Any news?"}, "example-concierge")
+        second = wait_for_status(worker, asked, "SUCCEEDED", 60)["result"]
+        assert second == {
+            "style": "brief",
+            "learned": False,
+            "answer": "In short: Any news? Yes.",
+        }
     finally:
         worker.stop()

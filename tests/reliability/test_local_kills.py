@@ -104,7 +104,7 @@ def _results(store: Any, run_id: str) -> dict[str, Counter[tuple[str, str, str]]
 def kill_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``template.yaml`` with ``kill_agent`` among the agent modules and absolute code paths."""
     text = (ROOT / "template.yaml").read_text()
-    modules = "AGENT_MODULES: agents.example,agents.checkout,agents.support"
+    modules = "AGENT_MODULES: agents.example,agents.checkout,agents.support,agents.concierge"
     assert text.count(modules) == 1, "template.yaml's AGENT_MODULES changed: update this test"
     text = text.replace(modules, f"{modules},{MODULE}")
     text = text.replace("CodeUri: functions/", f"CodeUri: {ROOT}/functions/")

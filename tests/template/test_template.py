@@ -37,7 +37,9 @@ def test_function_globals_python313_arm64_tracing_and_layer(template: dict[str, 
     assert env["JOURNAL_TABLE"] == {"Ref": "JournalTable"}
     assert env["PAYLOAD_BUCKET"] == {"Ref": "PayloadBucket"}
     assert env["EVENT_BUS_NAME"] == {"Ref": "EventBus"}
-    assert env["AGENT_MODULES"] == "agents.example,agents.checkout,agents.support"
+    assert env["AGENT_MODULES"] == (
+        "agents.example,agents.checkout,agents.support,agents.concierge"
+    )
     assert env["STREAM_TABLE"] == {"Ref": "StreamTable"}
     assert env["POWERTOOLS_SERVICE_NAME"] == "durable-agents"
     assert env["POWERTOOLS_METRICS_NAMESPACE"] == "DurableAgents"
