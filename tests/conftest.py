@@ -18,7 +18,9 @@ from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.payloads import S3PayloadStore
 from durable_agents.journal.store import JournalStore
 from durable_agents.local import moto_server
-from durable_agents.local.template import create_journal_table
+from durable_agents.local.template import create_journal_table, load_template, table_definition
+from durable_agents.memory import InMemoryMemoryStore, MemoryStore
+from durable_agents.memory.dynamodb import DynamoDBMemoryStore
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "template.yaml"
@@ -118,6 +120,20 @@ def journal(request: pytest.FixtureRequest) -> JournalStore:
         return InMemoryJournal()
     store: JournalStore = request.getfixturevalue("dynamodb_journal")
     return store
+
+
+@pytest.fixture(params=["memory-store", "dynamodb-store"])
+def memory_store(request: pytest.FixtureRequest) -> MemoryStore:
+    """Each test using it runs once per memory store: in memory, and DynamoDB on moto (the
+    template's MemoryTable)."""
+    if request.param == "memory-store":
+        return InMemoryMemoryStore()
+    request.getfixturevalue("aws")
+    client = boto3.client("dynamodb", region_name="us-east-1")
+    client.create_table(
+        TableName="memory", **table_definition(load_template(TEMPLATE), "MemoryTable")
+    )
+    return DynamoDBMemoryStore(client, "memory")
 
 
 @pytest.fixture

@@ -4,29 +4,19 @@ what the first execution saw even after memory changed. Both journals x both mem
 
 from __future__ import annotations
 
-import boto3
 import pytest
 
 from agents.concierge import concierge
 from durable_agents.invocation import InvocationHooks
 from durable_agents.journal.store import JournalStore
-from durable_agents.local.template import load_template, table_definition
-from durable_agents.memory import InMemoryMemoryStore, MemoryStore, namespace_for
-from durable_agents.memory.dynamodb import DynamoDBMemoryStore
+from durable_agents.memory import MemoryStore, namespace_for
 from durable_agents.testing import AgentTestRunner
-from tests.conftest import TEMPLATE
 
 
-@pytest.fixture(params=["memory-store", "dynamodb-store"])
-def memory(request: pytest.FixtureRequest) -> MemoryStore:
-    if request.param == "memory-store":
-        return InMemoryMemoryStore()
-    request.getfixturevalue("aws")
-    client = boto3.client("dynamodb", region_name="us-east-1")
-    client.create_table(
-        TableName="memory", **table_definition(load_template(TEMPLATE), "MemoryTable")
-    )
-    return DynamoDBMemoryStore(client, "memory")
+@pytest.fixture
+def memory(memory_store: MemoryStore) -> MemoryStore:
+    """Both memory stores (``memory_store`` in tests/conftest.py)."""
+    return memory_store
 
 
 def test_a_preference_learned_once_is_used_by_the_next_run(

@@ -5,26 +5,18 @@ from __future__ import annotations
 import boto3
 import pytest
 
-from durable_agents.local.template import load_template, table_definition
-from durable_agents.memory import InMemoryMemoryStore, MemoryStore, namespace_for
+from durable_agents.memory import MemoryStore, namespace_for
 from durable_agents.memory.dynamodb import DynamoDBMemoryStore
 from durable_agents.memory.store import check_key
-from tests.conftest import TEMPLATE
 
 NOW = 1_800_000_000_000  # ms
 NS = namespace_for("acme", "user:alice")
 
 
-@pytest.fixture(params=["memory", "dynamodb"])
-def store(request: pytest.FixtureRequest) -> MemoryStore:
-    if request.param == "memory":
-        return InMemoryMemoryStore()
-    request.getfixturevalue("aws")
-    client = boto3.client("dynamodb", region_name="us-east-1")
-    client.create_table(
-        TableName="memory", **table_definition(load_template(TEMPLATE), "MemoryTable")
-    )
-    return DynamoDBMemoryStore(client, "memory")
+@pytest.fixture
+def store(memory_store: MemoryStore) -> MemoryStore:
+    """Both memory stores (``memory_store`` in tests/conftest.py)."""
+    return memory_store
 
 
 def test_put_then_get_round_trips(store: MemoryStore) -> None:

@@ -105,17 +105,7 @@ class PromptRegistry:
             ConfigurationError: If that name and version is registered with another text.
             InvalidNameError: If the name or version is not a valid name.
         """
-        check_name(prompt.name, "prompt")
-        check_name(prompt.version, "prompt version")
-        versions = self._prompts.setdefault(prompt.name, {})
-        existing = versions.get(prompt.version)
-        if existing is not None and existing.sha256 != prompt.sha256:
-            raise ConfigurationError(
-                f"prompt {prompt.name!r} version {prompt.version!r} is registered twice with "
-                "different text; runs pinned to it would change: register a new version"
-            )
-        versions[prompt.version] = prompt
-        self._latest_prompt[prompt.name] = prompt.version
+        self._add(self._prompts, self._latest_prompt, "prompt", prompt, prompt.sha256)
         return prompt
 
     def add_model_config(self, config: ModelConfig) -> ModelConfig:
@@ -128,18 +118,32 @@ class PromptRegistry:
             ConfigurationError: If that name and version is registered with other settings.
             InvalidNameError: If the name or version is not a valid name.
         """
-        check_name(config.name, "model configuration")
-        check_name(config.version, "model configuration version")
-        versions = self._configs.setdefault(config.name, {})
-        existing = versions.get(config.version)
-        if existing is not None and config_sha256(existing) != config_sha256(config):
-            raise ConfigurationError(
-                f"model configuration {config.name!r} version {config.version!r} is "
-                "registered twice with different settings: register a new version"
-            )
-        versions[config.version] = config
-        self._latest_config[config.name] = config.version
+        self._add(
+            self._configs, self._latest_config, "model configuration", config, config_sha256(config)
+        )
         return config
+
+    @staticmethod
+    def _add(
+        table: dict[str, dict[str, Any]],
+        latest: dict[str, str],
+        what: str,
+        item: Prompt | ModelConfig,
+        digest: str,
+    ) -> None:
+        check_name(item.name, what)
+        check_name(item.version, f"{what} version")
+        versions = table.setdefault(item.name, {})
+        existing = versions.get(item.version)
+        if existing is not None:
+            known = existing.sha256 if isinstance(existing, Prompt) else config_sha256(existing)
+            if known != digest:
+                raise ConfigurationError(
+                    f"{what} {item.name!r} version {item.version!r} is registered twice with "
+                    "different content; runs pinned to it would change: register a new version"
+                )
+        versions[item.version] = item
+        latest[item.name] = item.version
 
     def pin(self, prompts: Iterable[str], model_configs: Iterable[str]) -> dict[str, str]:
         """Returns the bundle entries a new run records for the declared names.
