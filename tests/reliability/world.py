@@ -238,6 +238,11 @@ def reference(ctx: DurableContext, value: dict[str, Any]) -> dict[str, Any]:
         retry=RetryPolicy(max_attempts=3, initial_delay_seconds=1, jitter=Jitter.FULL),
         name="settle",
     )
+    # The composite wait for a callback (after the polling: no earlier id moves): one scope
+    # holding the callback and the submitter's step.
+    out["pickup"] = ctx.wait_for_callback(
+        _submit_pickup, name="pickup", heartbeat_timeout=HEARTBEAT_TIMEOUT_SECONDS
+    )
     return out
 
 
@@ -250,6 +255,12 @@ def _submit_shipment(callback_id: str) -> str:
     """The shipper's side of the submit step: it receives the full callback id."""
     SHIPPER_INBOX.append(callback_id)
     return "submitted"
+
+
+def _submit_pickup(callback_id: str) -> str:
+    """The courier's side of the composite wait's submitter."""
+    SHIPPER_INBOX.append(callback_id)
+    return "pickup requested"
 
 
 SHIPPER_INBOX: list[str] = []
