@@ -273,3 +273,38 @@ def test_a_batch_after_a_parallel_one_is_not_left_waiting_for_nobody(
     result = AgentTestRunner(two_batches, journal=journal, mode="faithful").run(None)
     assert result.status == "SUCCEEDED", result.header.waiting_on
     assert result.output == ["x", "yy"]
+
+
+@pytest.mark.parametrize("mode", ["continuous", "faithful"])
+def test_flat_branches_write_no_scope_record_and_end_the_same(
+    journal: JournalStore, mode: str
+) -> None:
+    calls: Counter[str] = Counter()
+
+    def fetch(item: str) -> str:
+        calls[item] += 1
+        return item.upper()
+
+    def make(nesting: str) -> Any:
+        @agent(name=f"fan-{nesting}", version="1", registry=AgentRegistry())
+        def fan(ctx: DurableContext, _: Any) -> list[Any]:
+            done = ctx.map(
+                ["a", "b", "c"],
+                lambda c, item, index: c.step(fetch, item, name="fetch"),
+                nesting=nesting,  # type: ignore[arg-type]
+            )
+            return done.results()
+
+        return fan
+
+    flat = AgentTestRunner(make("flat"), journal=journal, mode=mode).run(None)  # type: ignore[arg-type]
+    nested = AgentTestRunner(make("nested"), journal=journal, mode=mode).run(None)  # type: ignore[arg-type]
+    assert flat.status == nested.status == "SUCCEEDED"
+    assert flat.output == nested.output == ["A", "B", "C"]
+    assert calls == {"a": 2, "b": 2, "c": 2}  # once per run: replays never fetch again
+    kinds = Counter(op.kind for op in flat.operations)
+    assert kinds == {"step": 3, "map": 1}  # no branch scope records
+    assert Counter(op.kind for op in nested.operations) == {"step": 3, "child": 3, "map": 1}
+    sideways = AgentTestRunner(make("sideways"), journal=journal).run(None)
+    assert sideways.status == "FAILED" and sideways.error is not None
+    assert "nesting is 'nested' or 'flat'" in sideways.error.message

@@ -50,17 +50,20 @@ OPERATIONS = {
     # wait_for_callback: a scope and its callback (both "pickup"), and the submitter's step
     "wait-for-callback": "pickup",
     "wait-for-callback-submit": "submit",
+    # a flat map (no branch scope records) and a step of one of its branches
+    "flat-map": "flat-parts",
+    "flat-map-branch": "flat-part",
 }
 HOOK_POINTS = ("before_claim", "before_execute", "after_execute", "after_record")
 # Operation kinds with all four hook points (they claim, execute, then record).
 EXECUTED = ("step", "llm", "tool-lookup", "tool-idempotent", "tool-reversible+compensation",
             "tool-irreversible", "invoke", "sub-agent-step", "map-branch",
-            "condition-check", "wait-for-callback-submit")  # fmt: skip
+            "condition-check", "wait-for-callback-submit", "flat-map-branch")  # fmt: skip
 # The others call before_claim / after_record around their writes; the wait writes twice (its
 # timer, then its completion), so its 2nd opportunity is a case of its own.
 RECORDED = {"wait": 2, "approval": 1, "callback": 1, "map": 1, "child": 1, "emit": 1,
             "memory-read": 1, "condition": 1, "condition-pause": 2,
-            "wait-for-callback": 2}  # fmt: skip
+            "wait-for-callback": 2, "flat-map": 1}  # fmt: skip
 # A memory write has no claim: it applies the write (keyed by its operation id) between
 # before_claim and after_execute, then records it; a crash after_execute must not write twice.
 MEMORY_WRITE_POINTS = ("before_claim", "after_execute", "after_record")

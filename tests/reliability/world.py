@@ -243,6 +243,15 @@ def reference(ctx: DurableContext, value: dict[str, Any]) -> dict[str, Any]:
     out["pickup"] = ctx.wait_for_callback(
         _submit_pickup, name="pickup", heartbeat_timeout=HEARTBEAT_TIMEOUT_SECONDS
     )
+    # A flat batch: its branches write no scope record; a finished one replays until the
+    # batch's own result is recorded.
+    flat = ctx.map(
+        ["x", "y"],
+        lambda child, item, index: child.step(lambda: f"{item}!", name="flat-part"),
+        name="flat-parts",
+        nesting="flat",
+    )
+    out["flat"] = flat.throw_if_error().results()
     return out
 
 

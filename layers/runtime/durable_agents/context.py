@@ -12,7 +12,7 @@ import random as _random
 import uuid as _uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from durable_agents.agent import AgentDefinition
 from durable_agents.context_waits import WaitOperations
@@ -262,6 +262,7 @@ class DurableContext(WaitOperations):
         completion: CompletionPolicy | None = None,
         max_concurrency: int | None = None,
         serdes: SerdesSpec | None = None,
+        nesting: Literal["nested", "flat"] = "nested",
     ) -> BatchResult[Any]:
         """Runs branches as independent child scopes; on Lambda, each in its own invocation.
 
@@ -273,6 +274,8 @@ class DurableContext(WaitOperations):
                 failure). Only the failure tolerances end a batch early on failures.
             max_concurrency: At most this many branches in progress at a time.
             serdes: A custom serializer for every branch's result.
+            nesting: ``flat``: branches write no scope record of their own (one write less
+                per branch; a finished branch is replayed until the batch records its result).
 
         Returns:
             A ``BatchResult`` with every branch's outcome in index order (``throw_if_error()``
@@ -292,8 +295,10 @@ class DurableContext(WaitOperations):
         fns, names = branch_names(branches)
         policy = completion or ALL_SUCCESSFUL
         spec = as_serdes(serdes)
-        kind = OpKind.PARALLEL
-        return run_batch(self, kind, check_name(name), fns, policy, max_concurrency, spec, names)
+        flat = _flat(nesting)
+        return run_batch(
+            self, OpKind.PARALLEL, check_name(name), fns, policy, max_concurrency, spec, names, flat
+        )
 
     def map(
         self,
@@ -305,12 +310,13 @@ class DurableContext(WaitOperations):
         max_concurrency: int | None = None,
         serdes: SerdesSpec | None = None,
         item_namer: Callable[[Any, int], str] | None = None,
+        nesting: Literal["nested", "flat"] = "nested",
     ) -> BatchResult[Any]:
         """Runs ``fn(child_ctx, item, index)`` for every item, like ``parallel``.
 
         ``fn`` may take ``(child_ctx, item, index, items)`` instead. ``serdes`` serializes
         each item's result (as for ``parallel``); ``item_namer(item, index)`` names each
-        item's branch (``branch-<i>`` by default).
+        item's branch (``branch-<i>`` by default); ``nesting`` as for ``parallel``.
 
         Raises:
             ValueError: If ``max_concurrency`` is below 1.
@@ -326,8 +332,9 @@ class DurableContext(WaitOperations):
         fns, names = map_branches(items, fn, item_namer)
         policy = completion or ALL_SUCCESSFUL
         spec = as_serdes(serdes)
+        flat = _flat(nesting)
         return run_batch(
-            self, OpKind.MAP, check_name(name), fns, policy, max_concurrency, spec, names
+            self, OpKind.MAP, check_name(name), fns, policy, max_concurrency, spec, names, flat
         )
 
     def run_in_child_context(
@@ -420,3 +427,9 @@ class DurableContext(WaitOperations):
         """Returns a float in [0, 1) that is the same on every replay (seeded by position)."""
         self._n_random += 1
         return _random.Random(f"{self._id_prefix}random:{self._n_random}").random()
+
+
+def _flat(nesting: str) -> bool:
+    if nesting not in ("nested", "flat"):
+        raise ValueError(f"nesting is 'nested' or 'flat', not {nesting!r}")
+    return nesting == "flat"

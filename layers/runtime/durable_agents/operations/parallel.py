@@ -205,11 +205,14 @@ def run_batch(
     max_concurrency: int | None,
     serdes: Serdes | None = None,
     names: Sequence[str] | None = None,
+    flat: bool = False,
 ) -> BatchResult[Any]:
     """Executes, dispatches or replays one batch (see ``DurableContext.parallel``/``map``).
 
     Item results are recorded like step results (tagged JSON), or with ``serdes``. ``names``
-    names the branches (``branch-<i>`` by default); positions stay index-based.
+    names the branches (``branch-<i>`` by default); positions stay index-based. ``flat``
+    branches write no scope record of their own: one write less per branch; until the batch
+    records its result, a finished branch is replayed (its operations are recorded) to get it.
     """
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError("max_concurrency must be at least 1")
@@ -261,7 +264,7 @@ def run_batch(
         state.started = True
         inv.branches.append(state.position)
         try:
-            _run_branch(ctx, scope, state, branch, serdes)
+            _run_branch(ctx, scope, state, branch, serdes, flat)
             finished_here = True
         except SuspendExecution as signal:
             if inv.fault is not None:
@@ -353,12 +356,16 @@ def _run_branch(
     state: _Branch,
     branch: Callable[..., Any],
     serdes: Serdes | None,
+    flat: bool,
 ) -> None:
     from durable_agents.operations.child import run_child  # noqa: PLC0415
 
     scope._counter = state.index
     try:
-        value = run_child(scope, branch, state.name, None, serdes=serdes)
+        if flat:
+            value = _run_flat(scope, branch, state, serdes)
+        else:
+            value = run_child(scope, branch, state.name, None, serdes=serdes)
     except SuspendExecution:
         raise
     except Exception as exc:
@@ -367,6 +374,21 @@ def _run_branch(
         state.status, state.error = "failed", error_info(exc)
         return
     state.status, state.result = "succeeded", value
+
+
+def _run_flat(
+    scope: DurableContext, branch: Callable[..., Any], state: _Branch, serdes: Serdes | None
+) -> Any:
+    """Runs a branch in its own id space, with no record of its own.
+
+    Its result is what the batch records: the value read back from its encoding, what a
+    replay will return.
+    """
+    position, op_id, _ = scope.next_operation(OpKind.CHILD, state.name)
+    child = scope.child(op_id, position)
+    value = branch(child)
+    child.check_scope_end()
+    return decode_value(encode_value(value, None, serdes), None, serdes)
 
 
 def _complete(
