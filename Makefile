@@ -55,7 +55,7 @@ PYENV_313 = $(shell python3.13 --version >/dev/null 2>&1 || pyenv versions --bar
 BUILD_ENV = $(if $(PYENV_313),PYENV_VERSION=$(shell pyenv version-name 2>/dev/null):$(PYENV_313))
 
 .PHONY: help venv venv-sam venv-cfn venv-policy lint typecheck validate lint-policy pytest test reliability \
-        reliability-fast openapi demo bench bench-local local \
+        reliability-fast openapi docs demo bench bench-local local \
         build build-check deploy clean distclean
 
 help: ## Show this help
@@ -160,6 +160,12 @@ reliability-fast: $(VENV_STAMP) ## The fault suite's fast subset (what `make pyt
 # the copy is stale.
 openapi: $(VENV_STAMP) ## Regenerate docs/openapi.json (the Api's OpenAPI document)
 	$(VENV)/bin/python scripts/openapi.py
+
+# The API reference, generated from the docstrings by pdoc (scripts/api_docs.py), then every
+# internal link in it, in docs/ and in README.md is checked. `make pytest` builds it too (into
+# a temporary directory, tests/unit/test_docs_links.py), so `make test` fails on a broken link.
+docs: $(VENV_STAMP) ## Build the API reference into build/docs/ (pdoc) and check the docs' links
+	$(VENV)/bin/python scripts/api_docs.py build/docs
 
 # ---------------------------------------------------------------------------------- running
 demo: $(VENV_STAMP) ## Run the local demo (moto, no AWS account, no Docker)

@@ -1,18 +1,46 @@
-"""The public API is what durable_agents exports; this pins it so changes are deliberate."""
+"""The public API is what durable_agents exports; this pins it so changes are deliberate.
+
+Every error an agent author can catch and every type they configure an operation with is
+exported from the package root; the errors that stay in their modules are listed below with
+the reason, so a new error class has to be placed on one side or the other.
+"""
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import os
+import subprocess
+import sys
+
 import durable_agents
+from durable_agents.errors import DurableError
 
 EXPECTED = {
+    "DEFAULT_RETRY",
     "NO_RETRY",
     "AgentDefinition",
     "AgentNotFoundError",
     "AgentRegistry",
+    "AgentTestRunner",
+    "ApprovalDecision",
+    "ApprovalTimeoutError",
+    "ApprovedRequestMismatchError",
+    "AttemptEndInfo",
+    "AttemptStartInfo",
+    "BatchFailedError",
+    "BatchResult",
+    "Callback",
+    "CallbackFailedError",
+    "CallbackTimeoutError",
+    "ChildRunFailedError",
     "Clock",
+    "CompletionPolicy",
     "ConditionCheckFailedError",
     "ConditionNotMetError",
     "ConfigurationError",
+    "ContentBlock",
+    "Crash",
     "CredentialProvider",
     "DurableContext",
     "DurableError",
@@ -22,53 +50,96 @@ EXPECTED = {
     "EventBridgePublisher",
     "EventPublisher",
     "Found",
+    "FunctionSerdes",
     "IdempotencyConflictError",
     "InMemoryJournal",
+    "InfrastructureError",
     "InputValidationError",
     "InvalidNameError",
+    "InvocationEndInfo",
     "InvocationOutcome",
+    "InvocationStartInfo",
     "Jitter",
     "JournalStore",
+    "LlmProvider",
+    "LlmRequest",
+    "LlmResponse",
+    "LoopResult",
+    "Memory",
+    "MemoryItem",
+    "MemoryPage",
+    "Message",
+    "Migration",
+    "MigrationNotFoundError",
+    "MigrationPlan",
+    "MigrationRefusedError",
+    "ModelConfig",
+    "ModelOutputError",
+    "ModelRequestError",
+    "ModelScript",
     "NestedOperationError",
     "NotFound",
+    "NotPinnedError",
     "OpKind",
+    "OperationEndInfo",
+    "OperationStartInfo",
+    "OperationView",
     "OutcomeKind",
     "OutgoingEvent",
     "PayloadError",
     "Plugin",
+    "Prompt",
+    "ProviderNotConfiguredError",
+    "RecordedOperation",
+    "RecordedRun",
     "ReplayDivergedError",
     "RetryDecision",
     "RetryPolicy",
+    "RetryStrategy",
     "RunHeader",
     "RunNotFoundError",
     "RunStateConflictError",
     "RunStatus",
     "Runtime",
+    "ScriptedProvider",
     "Secret",
     "SecretSerializationError",
     "Serdes",
+    "SerdesSpec",
     "SkipClock",
     "StepContext",
     "StepError",
     "StepInterruptedError",
     "StepSemantics",
+    "SubAgentNotDeployedError",
     "SuspendExecution",
     "SystemClock",
+    "TestResult",
     "Tool",
     "ToolAbandonedError",
     "ToolCall",
     "ToolGaveUpError",
+    "ToolNotApprovedError",
     "ToolRegistry",
     "ToolRejectedError",
     "ToolResult",
+    "ToolSpec",
+    "TurnLimitError",
     "Unknown",
+    "Usage",
     "VersionBundle",
     "VersionNotDeployedError",
+    "VersionUnavailableError",
     "WaitDecision",
+    "WaitStrategy",
     "agent",
     "default_registry",
     "default_tools",
+    "migration",
+    "register_model_config",
+    "register_prompt",
     "register_type",
+    "run_tool_loop",
     "tool",
 }
 
@@ -81,3 +152,77 @@ def test_public_exports_are_pinned() -> None:
 
 def test_suspension_cannot_be_swallowed_by_agent_code() -> None:
     assert not issubclass(durable_agents.SuspendExecution, Exception)
+
+
+# The modules agent authors meet (ctx operations, their options and their errors, the harness).
+USER_FACING_MODULES = (
+    "durable_agents.errors",
+    "durable_agents.operations.condition",
+    "durable_agents.operations.invoke",
+    "durable_agents.operations.llm",
+    "durable_agents.operations.parallel",
+    "durable_agents.waits.approval",
+    "durable_agents.waits.callback",
+    "durable_agents.side_effects.tools",
+    "durable_agents.llm.bedrock",
+    "durable_agents.llm.loop",
+    "durable_agents.migrations",
+    "durable_agents.prompts",
+    "durable_agents.runtime",
+)
+
+# Errors that agent code never sees: they are raised to the Api, the operators' tooling or the
+# handlers' edge, and exported from their own modules for those.
+NOT_EXPORTED_ERRORS = {
+    "EffectConflictError": "a side-effect record's conditional write lost (the protocol retries)",
+    "EffectNotFoundError": "the Api's review routes (404)",
+    "WaitNotFoundError": "the Api's approval and callback routes (404)",
+    "WaitConflictError": "the Api's approval and callback routes (409)",
+    "RunRevisionConflictError": "the journal's fencing of run changes (the runtime re-reads)",
+    "InvocationRetryError": "the handlers' edge, turning InfrastructureError into a retry",
+}
+
+
+def _errors_defined_in(module_name: str) -> dict[str, type[BaseException]]:
+    module = importlib.import_module(module_name)
+    return {
+        name: obj
+        for name, obj in vars(module).items()
+        if inspect.isclass(obj)
+        and issubclass(obj, DurableError)
+        and obj.__module__ == module_name
+        and not name.startswith("_")
+    }
+
+
+def test_every_error_agents_meet_is_exported_or_placed() -> None:
+    for module_name in USER_FACING_MODULES:
+        for name, cls in _errors_defined_in(module_name).items():
+            if name in NOT_EXPORTED_ERRORS:
+                assert name not in EXPECTED, f"{name} is both exported and listed as internal"
+                continue
+            assert name in EXPECTED, f"{module_name}.{name} is neither exported nor placed"
+            assert getattr(durable_agents, name) is cls
+
+
+def test_exports_are_documented() -> None:
+    # The API reference (docs/api) is generated from these docstrings.
+    for name in EXPECTED:
+        obj = getattr(durable_agents, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            assert (obj.__doc__ or "").strip(), f"{name} has no docstring"
+
+
+def test_importing_the_package_stays_light() -> None:
+    # A Lambda cold start imports durable_agents: the test harness is in-process and cheap,
+    # but boto3, moto, Flask and the JWT stack must only load where they are used.
+    heavy = ("boto3", "moto", "flask", "werkzeug", "jwt", "yaml", "hypothesis", "pytest")
+    code = f"import sys, durable_agents\nprint(','.join(m for m in {heavy!r} if m in sys.modules))"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    ).stdout.strip()
+    assert out == "", f"importing durable_agents loaded {out}"
