@@ -27,6 +27,7 @@ API_ROUTES = {
     "GetRunHistory": ("GET", "/runs/{run_id}/history"),
     "GetRunStream": ("GET", "/runs/{run_id}/stream"),
     "RedriveRun": ("POST", "/runs/{run_id}/redrive"),
+    "MigrateRun": ("POST", "/runs/{run_id}/migrate"),
     "ListReviews": ("GET", "/reviews"),
     "DecideReview": ("POST", "/reviews/{operation_id}"),
     "ListApprovals": ("GET", "/approvals"),

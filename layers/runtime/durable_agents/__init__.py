@@ -15,6 +15,8 @@ Example:
     ...     return greeting
 """
 
+from typing import TYPE_CHECKING, Any
+
 from durable_agents.agent import (
     AgentDefinition,
     AgentRegistry,
@@ -120,7 +122,6 @@ from durable_agents.side_effects.tools import (
     tool,
 )
 from durable_agents.step_context import StepContext
-from durable_agents.testing import AgentTestRunner, Crash, ModelScript, OperationView, TestResult
 from durable_agents.versions import VersionBundle
 from durable_agents.waits.approval import (
     ApprovalDecision,
@@ -255,3 +256,30 @@ __all__ = [
     "run_tool_loop",
     "tool",
 ]
+
+
+# The test harness is not part of the Lambda layer (layers/runtime/Makefile, LOCAL_ONLY): its
+# names resolve on first use, so that importing the package on Lambda never needs it.
+_HARNESS = frozenset({"AgentTestRunner", "Crash", "ModelScript", "OperationView", "TestResult"})
+
+if TYPE_CHECKING:
+    from durable_agents.testing import (
+        AgentTestRunner,
+        Crash,
+        ModelScript,
+        OperationView,
+        TestResult,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """Resolves the test harness's names lazily (``from durable_agents import AgentTestRunner``).
+
+    Raises:
+        AttributeError: For any other unknown name.
+    """
+    if name in _HARNESS:
+        from durable_agents import testing  # noqa: PLC0415
+
+        return getattr(testing, name)
+    raise AttributeError(f"module 'durable_agents' has no attribute {name!r}")
