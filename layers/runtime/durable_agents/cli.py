@@ -20,6 +20,7 @@ from durable_agents.local import moto_server, runs_migrate
 from durable_agents.local.crash import CRASH_POINTS, CrashSpec
 from durable_agents.local.functions import local_name
 from durable_agents.local.identity import LOCAL_CALLER_ARN, check_caller_arn
+from durable_agents.models import RunStatus
 
 OIDC_PORT = 3001  # durable_agents.local.oidc.DEFAULT_PORT (not imported: it loads cryptography)
 
@@ -27,7 +28,7 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 DEFAULT_ENDPOINT = moto_server.endpoint_url(moto_server.DEFAULT_PORT)
 # durable_agents.models.RunStatus (not imported: the parser stays light).
-STATUSES = ("RUNNING", "SUSPENDED", "PAUSED", "VERSION_UNAVAILABLE", "SUCCEEDED", "FAILED")
+STATUSES = tuple(status.value for status in RunStatus)
 
 
 def _positive_float(text: str) -> float:

@@ -199,6 +199,8 @@ class Invocation:
         self.executed: list[str] = []
         self.fault: BaseException | None = None
         self.in_step = False
+        # A cooperative cancel's state (``durable_agents.cancellation.StopState``), if any.
+        self.stop: Any = None
         self._scopes: frozenset[str] | None = None
 
     def scopes_with_records(self) -> frozenset[str]:

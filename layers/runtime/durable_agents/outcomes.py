@@ -44,6 +44,10 @@ class OutcomeKind(StrEnum):
     """The run's pinned version is not deployed here; it resumes once it is."""
     NOOP = "noop"
     """The run was already finished or paused."""
+    CANCELLED = "cancelled"
+    TERMINATED = "terminated"
+    TIMED_OUT = "timed_out"
+    """Stopped on request or by its time limit (``durable_agents.cancellation``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +159,8 @@ def finish(
 ) -> InvocationOutcome:
     """Records that the run ended (SUCCEEDED or FAILED) with ``result`` or ``error``.
 
+    A run whose agent was told it is cancelled ends CANCELLED, however its function ended.
+
     Returns:
         The outcome; CONTENDED when a concurrent invocation settled the run first.
 
@@ -162,6 +168,9 @@ def finish(
         RunNotFoundError: If the run is gone.
         PayloadError: If the result or error cannot be recorded.
     """
+    stop = inv.stop
+    if stop is not None and stop.observed:
+        status, error = RunStatus.CANCELLED, stop.request.error_info(inv.run_id)
     change = RunChange(
         expected=ACTIVE,
         status=status,
@@ -178,7 +187,7 @@ def finish(
         return InvocationOutcome(
             inv.run_id, OutcomeKind.CONTENDED, list(inv.executed), detail=str(exc)
         )
-    kind = OutcomeKind.SUCCEEDED if status is RunStatus.SUCCEEDED else OutcomeKind.FAILED
+    kind = OutcomeKind(status.value.lower())
     detail = f"{error.type}: {error.message}" if error else ""
     return InvocationOutcome(inv.run_id, kind, list(inv.executed), detail=detail)
 

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from durable_agents.agent import AgentDefinition, AgentRegistry, default_registry
+from durable_agents.cancellation import prepare, settle_leftovers, stop_run, stopped_events
 from durable_agents.clock import Clock, SystemClock
 from durable_agents.context import DurableContext
 from durable_agents.credentials import CredentialProvider
@@ -74,6 +75,15 @@ __all__ = [
     "new_run_id",
 ]
 
+_ENDED = frozenset(
+    {
+        OutcomeKind.SUCCEEDED,
+        OutcomeKind.FAILED,
+        OutcomeKind.CANCELLED,
+        OutcomeKind.TERMINATED,
+        OutcomeKind.TIMED_OUT,
+    }
+)
 LEASE_MARGIN_MS = 5_000
 DEFAULT_LEASE_MS = 15 * 60 * 1000 + LEASE_MARGIN_MS  # the Lambda maximum, plus clock skew
 
@@ -265,6 +275,12 @@ class Runtime:
     ) -> InvocationOutcome:
         """``execute``, within its plugins' span."""
         snapshot = self.store.load(run_id)
+        snapshot, stop, end = prepare(self.store, self.clock, self.publisher, snapshot)
+        if end is not None:  # terminated, or past its time limit: no agent code runs
+            outcome = stop_run(self.store, self.clock, self.publisher, snapshot, end)
+            if publish:
+                self._publish_follow_up(outcome, snapshot.header, [], [])
+            return outcome
         header = snapshot.header
         if header.status.terminal or header.status is RunStatus.PAUSED:
             if publish:
@@ -272,6 +288,7 @@ class Runtime:
                 # failed, or its process died before it. What that commit must tell others is
                 # derived from the journal and sent again (consumers dedupe on event_id).
                 self._republish(header)
+                settle_leftovers(self.store, self.clock, self.publisher, snapshot)
             return InvocationOutcome(run_id, OutcomeKind.NOOP, detail=f"run is {header.status}")
         try:
             definition = resolve_pinned(self.registry, header)
@@ -306,6 +323,7 @@ class Runtime:
             observer=span.observer(),
             deadline_ms=span.deadline_ms,
         )
+        inv.stop = stop
         ctx = DurableContext(
             inv,
             id_prefix=f"{run_id}:",
@@ -313,6 +331,8 @@ class Runtime:
             logger=ReplayAwareLogger(inv, self.logger, run_id),
         )
         outcome = self._drive(definition, header, inv, ctx)
+        if outcome.kind is OutcomeKind.CANCELLED:  # what cleanup left open is closed too
+            settle_leftovers(self.store, self.clock, self.publisher, self.store.load(run_id))
         if publish:
             self._publish_follow_up(outcome, header, inv.pending_events, inv.notifications)
         return outcome
@@ -361,7 +381,7 @@ class Runtime:
         elif outcome.kind is OutcomeKind.SUSPENDED and outcome.wake_at_ms is not None:
             if outcome.wake_at_ms <= self.clock.now_ms():  # a zero delay: no need to wait
                 events.append(step_ready(outcome.run_id, "timer"))
-        elif outcome.kind in (OutcomeKind.SUCCEEDED, OutcomeKind.FAILED):
+        elif outcome.kind in _ENDED:
             status = RunStatus(outcome.kind.value.upper())
             events += _finished_events(header.replace(status=status))
         events += [event for event, _ in notifications]
@@ -449,6 +469,7 @@ def _finished_events(header: RunHeader) -> list[OutgoingEvent]:
             },
         )
     ]
+    events += stopped_events(header)  # Run Cancelled / Run Timed Out
     if header.parent_run_id:  # a sub-agent finished: wake its parent
         events.append(step_ready(header.parent_run_id, "child-finished"))
     return events
