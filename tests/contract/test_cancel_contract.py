@@ -16,8 +16,9 @@ from durable_agents.cancellation import (
 from durable_agents.errors import RunCancelledError, RunStateConflictError
 from durable_agents.events import RUN_FINISHED, CollectingPublisher
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import OpKind, RunChange, RunStatus, WaitStatus
-from durable_agents.testing import AgentTestRunner
+from durable_agents.models import EffectStatus, OpKind, RunChange, RunStatus, WaitStatus
+from durable_agents.reconciler import sweep
+from durable_agents.testing import AgentTestRunner, Crash, SimulatedCrash
 from durable_agents.waits.approval import record_decision
 from durable_agents.waits.records import WaitGoneError
 
@@ -272,3 +273,44 @@ def test_a_cancel_inside_a_batch_ends_the_batch_not_one_branch(journal: JournalS
     assert result.status == "CANCELLED"
     assert calls["ask"] == 1 and calls["a2"] == 0
     assert calls["after-batch"] == 0  # the batch did not carry on as if a branch failed
+
+
+def _crash_inside_the_tool(journal: JournalStore) -> tuple[AgentTestRunner, str, Any]:
+    """A run whose worker died after the provider acted: its call is left PREPARED."""
+    from durable_agents.testing_views import _CrashHooks
+    from tests.contract.test_side_effects_contract import Provider, declare, pay_agent
+
+    provider = Provider(dedupe=True)
+    charge, tools = declare(provider, "lookup")
+    runner = AgentTestRunner(pay_agent(charge), journal=journal, mode="faithful")
+    header, _ = runner.runtime.start_run("pay", 500)
+    hooks = _CrashHooks([Crash("charge", "after_execute")])
+    with pytest.raises(SimulatedCrash):
+        for _ in range(10):
+            runner.runtime.execute(header.run_id, budget=1, remaining_ms=60_000, hooks=hooks)
+    (effect,) = journal.load(header.run_id).effects
+    assert effect.status is EffectStatus.PREPARED and len(provider.ledger) == 1
+    return runner, header.run_id, tools
+
+
+@pytest.mark.parametrize("terminate", [False, True])
+def test_a_prepared_call_is_settled_whatever_stops_the_run(
+    journal: JournalStore, terminate: bool
+) -> None:
+    runner, run_id, tools = _crash_inside_the_tool(journal)
+    result = runner.cancel(run_id, terminate=terminate)
+    if terminate:
+        assert result.status == "TERMINATED"
+        # The reconciler recovers the call as usual once its lease is over.
+        runner.clock.advance(10 * 60_000)
+        sweep(runner.runtime, stall_after_ms=10**9, tools=tools)
+    else:
+        assert result.status == "CANCELLED"
+        # The tool call was let finish through its own recovery; "after" never ran.
+        assert [op.name for op in result.operations if op.kind == "step"] == ["before"]
+    (effect,) = journal.load(run_id).effects
+    # Settled either way: recorded by the run's own recovery, or — the run having ended —
+    # parked for a person by the reconciler (reconciler_effects), never left PREPARED.
+    expected = EffectStatus.NEEDS_REVIEW if terminate else EffectStatus.COMMITTED
+    assert effect.status is expected
+    assert journal.stale_effects(10**15) == []

@@ -53,6 +53,7 @@ from durable_agents.models import (
 )
 from durable_agents.outcomes import InvocationOutcome, OutcomeKind
 from durable_agents.serde import error_info
+from durable_agents.time_limits import deadline_ms
 from durable_agents.waits.records import WaitGoneError, settle, wait_id
 
 CANCEL = "cancel"
@@ -181,21 +182,6 @@ def request_stop(
         publisher.publish([step_ready(run_id, mode)])
         return change.apply(header)
     raise RunStateConflictError(run_id, ["a header that stays still"], "changing")
-
-
-def deadline_ms(header: RunHeader) -> int | None:
-    """When the run's execution time limit passes (None: it has none)."""
-    if header.execution_timeout_ms is None:
-        return None
-    return header.created_at_ms + header.execution_timeout_ms
-
-
-def cap_wake(header: RunHeader, wake_at_ms: int | None) -> int | None:
-    """A suspended run's wake-up time, no later than its time limit (so it can time out)."""
-    limit = deadline_ms(header)
-    if limit is None:
-        return wake_at_ms
-    return limit if wake_at_ms is None else min(wake_at_ms, limit)
 
 
 @dataclass(slots=True)

@@ -22,6 +22,7 @@ from durable_agents.invocation import Invocation, Reason
 from durable_agents.journal.store import JournalStore
 from durable_agents.models import ErrorInfo, RunChange, RunHeader, RunStatus
 from durable_agents.serde import error_info
+from durable_agents.time_limits import cap_wake
 from durable_agents.versions import unavailable_waiting_on
 
 ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
@@ -101,7 +102,7 @@ def suspended(
         run_id,
         kind,
         list(inv.executed),
-        wake_at_ms=signal.wake_at_ms,
+        wake_at_ms=cap_wake(inv.header, signal.wake_at_ms),
         detail=str(signal),
         targets=signal.targets,
         external=signal.reason == Reason.EXTERNAL,
@@ -125,14 +126,15 @@ def mark_suspended(
         RunNotFoundError: If the run is gone.
     """
     header = inv.header
-    if header.status is RunStatus.SUSPENDED and header.wake_at_ms == signal.wake_at_ms:
+    wake_at_ms = cap_wake(header, signal.wake_at_ms)  # no later than the run's time limit
+    if header.status is RunStatus.SUSPENDED and header.wake_at_ms == wake_at_ms:
         return True
     waiting = header.waiting_on if header.status is RunStatus.SUSPENDED else None
     change = RunChange(
         expected=ACTIVE,
         status=RunStatus.SUSPENDED,
         updated_at_ms=clock.now_ms(),
-        wake_at_ms=signal.wake_at_ms,
+        wake_at_ms=wake_at_ms,
         waiting_on=waiting or {"kind": "branches", "detail": signal.detail[:200]},
         expected_revision=header.revision,
     )
@@ -143,8 +145,8 @@ def mark_suspended(
     except RunStateConflictError:
         return True  # paused or finished meanwhile: that status stands
     inv.header = change.apply(header)
-    if signal.wake_at_ms is not None:
-        inv.schedule_run_wake(signal.wake_at_ms)
+    if wake_at_ms is not None:
+        inv.schedule_run_wake(wake_at_ms)
     return True
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from durable_agents.agent import AgentDefinition, AgentRegistry, default_registry
+from durable_agents.agent import AgentDefinition, AgentRegistry, default_registry, timeout_to_ms
 from durable_agents.cancellation import prepare, settle_leftovers, stop_run, stopped_events
 from durable_agents.clock import Clock, SystemClock
 from durable_agents.context import DurableContext
@@ -165,11 +165,13 @@ class Runtime:
         run_id: str | None = None,
         parent_run_id: str | None = None,
         tenant: str = DEFAULT_TENANT,
+        execution_timeout: float | None = None,
     ) -> tuple[RunHeader, bool]:
         """Starts a run of the latest version of ``agent_name`` and publishes ``Step Ready``.
 
         The run belongs to ``tenant`` for good; an idempotency key is only ever matched
-        against the same tenant's runs.
+        against the same tenant's runs. ``execution_timeout`` (seconds) replaces the agent's
+        own time limit for this run.
 
         Returns:
             The run header and whether this call created it (False when the idempotency key
@@ -180,9 +182,10 @@ class Runtime:
             InputValidationError: If the input does not match the agent's input type.
             IdempotencyConflictError: If the key was used with a different input.
             PayloadError: If the input cannot be recorded (for example it holds a secret).
-            ValueError: If ``tenant`` is not a valid tenant name.
+            ValueError: If ``tenant`` is not a valid tenant name, or the timeout not positive.
         """
         check_tenant(tenant)
+        limit_ms = timeout_to_ms(execution_timeout)
         definition = self.registry.latest(agent_name)
         value = self._validate_input(definition, input_value)
         input_json = encode(value, definition.input_type)
@@ -202,6 +205,7 @@ class Runtime:
             idempotency_key=idempotency_key,
             input_hash=input_hash(definition.name, input_json),
             tenant=tenant,
+            execution_timeout_ms=definition.execution_timeout_ms if limit_ms is None else limit_ms,
         )
         stored, created = self.store.create_run(header)
         if stored.status is RunStatus.RUNNING:
