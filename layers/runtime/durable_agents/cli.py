@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from durable_agents.local import moto_server, runs_migrate
+from durable_agents.local import moto_server, runs_migrate, runs_stop
 from durable_agents.local.crash import CRASH_POINTS, CrashSpec
 from durable_agents.local.functions import local_name
 from durable_agents.local.identity import LOCAL_CALLER_ARN, check_caller_arn
@@ -208,7 +208,7 @@ def _add_runs(commands: Any) -> None:
     )
     common.add_argument("--table", default=local_name("JournalTable"), help=argparse.SUPPRESS)
     common.add_argument("--json", action="store_true", help="print JSON")
-    runs = commands.add_parser("runs", help="list, show, trace, redrive or migrate runs")
+    runs = commands.add_parser("runs", help="list, show, trace, redrive, migrate or stop runs")
     actions = runs.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", parents=[common], help="list runs, newest first")
     listing.add_argument("--status", type=str.upper, choices=STATUSES)
@@ -216,6 +216,7 @@ def _add_runs(commands: Any) -> None:
     listing.add_argument("--version", help="only runs pinned to this workflow version")
     listing.add_argument("--limit", type=_positive_int, default=50)
     runs_migrate.add_command(actions, _http_url)
+    runs_stop.add_commands(actions, _http_url)
     start = actions.add_parser(
         "start",
         help="start a run through the local Api and wait for it",
@@ -358,6 +359,8 @@ def _runs(args: argparse.Namespace) -> int:
         return _runs_start(args)
     if args.action == "migrate":
         return runs_migrate.command(args)
+    if args.action in runs_stop.ACTIONS:
+        return runs_stop.command(args)
     from durable_agents.local.runs import RunsClient, RunsError  # noqa: PLC0415
 
     client = RunsClient(args.endpoint, args.table)
