@@ -128,9 +128,12 @@ def test_cancel_is_seen_at_the_next_operation_and_replays_there(journal: Journal
 
 
 def test_cancel_wakes_a_run_sleeping_on_a_timer(journal: JournalStore) -> None:
+    calls: Counter[str] = Counter()
+
     @agent(name="sleeper", version="1", registry=AgentRegistry())
     def sleeper(ctx: DurableContext, _: None) -> str:
         ctx.wait(7 * DAY, name="nap")
+        ctx.step(lambda: calls.update(["after-nap"]), name="after-nap")
         return "woke"
 
     runner = AgentTestRunner(sleeper, journal=journal)
@@ -141,6 +144,7 @@ def test_cancel_wakes_a_run_sleeping_on_a_timer(journal: JournalStore) -> None:
     result = runner.cancel(header.run_id)
     assert result.status == "CANCELLED"
     assert runner.clock.now_ms() - started < DAY * 1000  # it did not wait for the timer
+    assert calls == Counter()  # the closed timer raised: nothing after it ran
 
 
 def test_repeated_and_late_requests(journal: JournalStore) -> None:
