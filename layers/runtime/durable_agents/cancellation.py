@@ -41,6 +41,7 @@ from durable_agents.events import EventPublisher, OutgoingEvent, step_ready
 from durable_agents.invocation import Invocation, OpRecord, Reason, group_entries
 from durable_agents.journal.store import JournalStore
 from durable_agents.models import (
+    UNSET,
     Entry,
     EntryType,
     ErrorInfo,
@@ -173,6 +174,9 @@ def request_stop(
             status=header.status,
             updated_at_ms=request.at_ms,
             cancel_requested=request.to_dict(),
+            # A suspended run is also due at once in the timer index: if the Step Ready below
+            # is lost (the bus, or this process dying), the reconciler's sweep wakes it.
+            wake_at_ms=request.at_ms if header.status is RunStatus.SUSPENDED else UNSET,
             expected_revision=header.revision,
         )
         try:
