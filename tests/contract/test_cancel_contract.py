@@ -78,6 +78,12 @@ def test_cancel_closes_a_pending_approval_and_lets_the_agent_clean_up(
     # A replay after the end changes nothing and runs nothing again.
     again = runner.resume(first.run_id)
     assert again.status == "CANCELLED" and calls["release"] == 1
+    # A delivery to the ended run sends its events again, from the journal (same event ids).
+    sent = len(runner.publisher.events)
+    runner.runtime.execute(first.run_id)
+    resent = [e for e in runner.publisher.events[sent:] if e.detail_type == RUN_CANCELLED]
+    (original,) = [e for e in result.events if e.detail_type == RUN_CANCELLED]
+    assert [e.detail for e in resent] == [original.detail]
 
 
 def test_an_uncaught_cancel_ends_the_run_cancelled(journal: JournalStore) -> None:

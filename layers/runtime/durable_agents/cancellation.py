@@ -16,7 +16,7 @@ consistent read an invocation starts with (``prepare``):
   step's attempt, a tool call's PREPARE → COMMIT) are let finish through their own protocol
   first: cancelling never leaves a PREPARED side effect unsettled.
 
-See docs/adr/0013-cancel-terminate-timeouts.md for the choices made here.
+See docs/adr/0011-cancel-terminate-timeouts.md for the choices made here.
 """
 
 from __future__ import annotations
