@@ -324,3 +324,32 @@ def test_a_prepared_call_is_settled_whatever_stops_the_run(
     expected = EffectStatus.NEEDS_REVIEW if terminate else EffectStatus.COMMITTED
     assert effect.status is expected
     assert journal.stale_effects(10**15) == []
+
+
+class _EndWatcher:
+    """A journal that notes which of the run's waits were still PENDING when it ended."""
+
+    def __init__(self, inner: JournalStore):
+        self._inner = inner
+        self.open_at_end: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def commit(self, run_id: str, entries: Any, change: Any = None, **kw: Any) -> None:
+        self._inner.commit(run_id, entries, change, **kw)
+        if change is not None and change.status.terminal:
+            self.open_at_end += [
+                w.wait_id
+                for w in self._inner.list_waits("approval", WaitStatus.PENDING)
+                if w.run_id == run_id
+            ]
+
+
+def test_a_terminated_run_has_nothing_open_once_it_reads_ended(journal: JournalStore) -> None:
+    calls: Counter[str] = Counter()
+    watcher = _EndWatcher(journal)
+    runner = AgentTestRunner(approval_agent(calls), journal=watcher)  # type: ignore[arg-type]
+    run_id = runner.run(500).run_id
+    assert runner.cancel(run_id, terminate=True).status == "TERMINATED"
+    assert watcher.open_at_end == []  # closed before the end was written, not after

@@ -55,6 +55,7 @@ from durable_agents.models import (
 from durable_agents.outcomes import InvocationOutcome, OutcomeKind
 from durable_agents.serde import error_info
 from durable_agents.time_limits import deadline_ms
+from durable_agents.views import iso
 from durable_agents.waits.records import WaitGoneError, settle, wait_id
 
 CANCEL = "cancel"
@@ -397,14 +398,16 @@ def stop_now(
     snapshot: RunSnapshot,
     status: RunStatus,
 ) -> bool:
-    """Ends the run as TERMINATED or TIMED_OUT without running its code, then closes its waits.
+    """Closes the run's waits and stops its children, then ends it without running its code.
 
-    The end is one conditional change fenced by the revision read (a run that moved on since
-    is looked at again); its waits and children are closed after it, and again on every
-    delivery to the ended run (``settle_leftovers``), so a crash in between loses nothing.
+    Closing comes first, so that whoever reads the run ended finds nothing of it still open
+    (an approval that could still be decided, a child still running). The end is then one
+    conditional change fenced by a fresh read's revision (a run that moved on since is looked
+    at again); every later delivery to the ended run closes again what may have been left
+    (``settle_leftovers``), so a crash in between loses nothing.
 
     Returns:
-        False if the header changed since it was read (the caller reloads and decides again).
+        False if the run changed meanwhile (the caller reloads and decides again).
 
     Raises:
         RunNotFoundError: If the run is gone.
@@ -413,12 +416,18 @@ def stop_now(
     request = StopRequest.of(header)
     if status is RunStatus.TIMED_OUT:
         limit = deadline_ms(header) or 0
-        error = ErrorInfo("RunTimedOut", f"execution timeout passed at {limit} ms", "")
+        error = ErrorInfo("RunTimedOut", f"its execution timeout passed at {iso(limit)}", "")
+        mode = TIMEOUT
     else:
         by = request.by if request else "unknown"
         error = ErrorInfo(
             "RunTerminated", f"terminated by {by}: {request.reason if request else ''}"
         )
+        mode = TERMINATE
+    if close_open(store, clock, publisher, snapshot, error, mode):
+        header = store.get_run(header.run_id)  # closing woke it: decide on a fresh read
+        if header.status.terminal:
+            return False
     change = RunChange(
         expected=frozenset({header.status}),
         status=status,
@@ -432,7 +441,6 @@ def stop_now(
         store.commit(header.run_id, [], change)
     except RunStateConflictError:  # revision conflicts included
         return False
-    settle_leftovers(store, clock, publisher, RunSnapshot(change.apply(header), snapshot.entries))
     return True
 
 
