@@ -353,3 +353,28 @@ def test_a_terminated_run_has_nothing_open_once_it_reads_ended(journal: JournalS
     run_id = runner.run(500).run_id
     assert runner.cancel(run_id, terminate=True).status == "TERMINATED"
     assert watcher.open_at_end == []  # closed before the end was written, not after
+
+
+def test_cancel_cuts_a_retry_delay_short(journal: JournalStore) -> None:
+    from durable_agents.retry import RetryPolicy
+
+    calls: Counter[str] = Counter()
+
+    @agent(name="flaky", version="1", registry=AgentRegistry())
+    def flaky(ctx: DurableContext, _: None) -> str:
+        def attempt() -> str:
+            calls["attempt"] += 1
+            raise ConnectionError("the service is down")
+
+        policy = RetryPolicy(max_attempts=5, initial_delay_seconds=3600)
+        return str(ctx.step(attempt, name="call", retry=policy))
+
+    runner = AgentTestRunner(flaky, journal=journal)
+    started = runner.clock.now_ms()
+    header, _ = runner.runtime.start_run("flaky", None)
+    runner.runtime.execute(header.run_id, budget=None)
+    assert journal.get_run(header.run_id).status is RunStatus.SUSPENDED  # waiting to retry
+    result = runner.cancel(header.run_id)
+    assert result.status == "CANCELLED"
+    assert calls["attempt"] == 1  # no attempt after the cancel
+    assert runner.clock.now_ms() - started < 3600_000
