@@ -173,6 +173,7 @@ def test_a_run_started_with_its_own_time_limit(rt: Runtime, api: Deployment) -> 
     )
     assert reply.status == 201, reply.text
     assert reply.json["run"]["execution_timeout_ms"] == 60_000
+    assert reply.json["run"]["execution_deadline"] is not None
     bad = request("POST", "/runs", {"agent": "refunder", "execution_timeout": 0}, user_arn=TENANT_A)
     assert bad.status == 422
     run_id = reply.json["run"]["run_id"]

@@ -351,7 +351,8 @@ def _runs_start(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     print(json.dumps(started.run, indent=2) if args.json else runs_start.describe(started))
-    return EXIT_ERROR if started.run["status"] in ("FAILED", "PAUSED") else 0
+    ended_badly = ("FAILED", "PAUSED", "CANCELLED", "TERMINATED", "TIMED_OUT")
+    return EXIT_ERROR if started.run["status"] in ended_badly else 0
 
 
 def _runs(args: argparse.Namespace) -> int:

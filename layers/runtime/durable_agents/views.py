@@ -8,6 +8,7 @@ from typing import Any
 
 from durable_agents.models import Entry, EntryType, OpKind, RunHeader, RunSnapshot, SideEffectRecord
 from durable_agents.side_effects.records import frozen_reviewers
+from durable_agents.time_limits import deadline_ms
 
 
 def iso(epoch_ms: int | None) -> str | None:
@@ -43,6 +44,7 @@ def run_view(header: RunHeader) -> dict[str, Any]:
         # A request to stop it (mode, reason, who, when) and its time limit, if any.
         "cancel_requested": _stop_view(header.cancel_requested),
         "execution_timeout_ms": header.execution_timeout_ms,
+        "execution_deadline": iso(deadline_ms(header)),
     }
 
 
