@@ -1,15 +1,18 @@
-"""A cancel (or terminate) racing every operation kind of the reference agent.
+"""A cancel, a terminate or a time limit racing every operation kind of the reference agent.
 
 For each operation of ``test_boundaries.OPERATIONS`` and each hook point it has, a request to
 stop the run is recorded exactly there — between the invocation's read of the run and its
 write, so the invocation in flight does not know of it — and the simulator drives everything
-on (the StepRunner, the reconciler's sweeps, the people). Then, whatever happened:
+on (the StepRunner, the reconciler's sweeps, the people). Terminate, and the run's execution
+timeout passing (the clock jumps past it there), are raced once per operation. Then, whatever
+happened:
 
-* the run ended — CANCELLED (TERMINATED) or, if the request came after its last operation
-  was recorded, SUCCEEDED — and never both: a SUCCEEDED run holds no sign that its agent was
-  told, a CANCELLED one does; every sub-agent run it started ended too (no stuck run);
+* the run ended — CANCELLED (TERMINATED, TIMED_OUT) or, if the stop came after its last
+  operation was recorded, SUCCEEDED — and never both: a SUCCEEDED run holds no sign that its
+  agent was told, a CANCELLED one does; every sub-agent run it started ended too (no stuck
+  run);
 * no tool call was prepared, and no operation started at a new position, after the agent was
-  told (the reference agent chooses no cleanup) or after the run was terminated;
+  told (the reference agent chooses no cleanup) or after the run was terminated or timed out;
 * no tool call happened twice, and none is left PREPARED once the reconciler had its turn;
 * no result was recorded twice at a position.
 """
@@ -31,6 +34,7 @@ from tests.reliability.test_boundaries import EXECUTED, HOOK_POINTS, OPERATIONS,
 pytestmark = pytest.mark.reliability
 
 AFTERWARDS_MS = 60 * 60_000  # the reconciler's turn once the run ended
+LIMIT_MS = 30 * 24 * 3600_000  # longer than any schedule: only the race's jump passes it
 
 
 class _StopHooks(sim.SimHooks):
@@ -41,9 +45,13 @@ class _StopHooks(sim.SimHooks):
         if race is not None and not race.sent and (op_name(op_id), point) == race.at:
             race.sent = True
             s = self.sim
-            request_stop(
-                s.inner, s.clock, s.bus, sim.RUN_ID, mode=race.mode, reason="race", by="user:ops"
-            )
+            if race.mode == "timeout":
+                s.clock.advance(LIMIT_MS)  # the run's time limit passes right here
+            else:
+                request_stop(
+                    s.inner, s.clock, s.bus, sim.RUN_ID, mode=race.mode, reason="race",
+                    by="user:ops",
+                )  # fmt: skip
         super()._at(point, op_id)
 
 
@@ -67,8 +75,9 @@ def _cases() -> list[Any]:
             points = ("before_claim",)
         for point in points:
             cases.append(pytest.param(op, point, "cancel", id=f"cancel-{kind}-{point}"))
-        # Terminate: once per operation (its decision does not depend on the agent's code).
+        # Terminate and the time limit: once per operation (no agent code runs after either).
         cases.append(pytest.param(op, points[0], "terminate", id=f"terminate-{kind}"))
+        cases.append(pytest.param(op, points[0], "timeout", id=f"timeout-{kind}"))
     return cases
 
 
@@ -89,6 +98,14 @@ def _drive_on(simulator: sim.Simulator, duration_ms: int) -> None:
             simulator._tick()
 
 
+def _jumped_wait(header: Any) -> bool:
+    """Whether the run failed because a wait of its own timed out (the clock jumped past it)."""
+    return header.error is not None and header.error.type in (
+        "CallbackTimeoutError",
+        "ApprovalTimeoutError",
+    )
+
+
 def _told_at(entries: list[Any]) -> int | None:
     """When the agent was told (a ``cancel`` entry, or an operation closed with the error)."""
     times = [
@@ -106,6 +123,11 @@ def test_a_stop_racing_an_operation(
 ) -> None:
     monkeypatch.setattr(sim, "SimHooks", _StopHooks)
     simulator = sim.Simulator(FaultPlan(seed=0))
+    limit_s = LIMIT_MS / 1000
+    start = simulator.runtime.start_run
+    simulator.runtime.start_run = (  # type: ignore[method-assign]
+        lambda *a, **kw: start(*a, execution_timeout=limit_s, **kw)
+    )
     race = _Race(op, point, mode)
     simulator.race = race  # type: ignore[attr-defined]
     result = simulator.run()
@@ -117,15 +139,20 @@ def test_a_stop_racing_an_operation(
         problems.append(f"an invocation raised an unexpected error: {simulator.escaped[:3]}")
     header = store.get_run(sim.RUN_ID)
     snapshot = store.load(sim.RUN_ID)
-    stopped = RunStatus.CANCELLED if mode == "cancel" else RunStatus.TERMINATED
+    stopped = {"cancel": RunStatus.CANCELLED, "terminate": RunStatus.TERMINATED}.get(
+        mode, RunStatus.TIMED_OUT
+    )
     told = _told_at(snapshot.entries)
     if header.status is RunStatus.SUCCEEDED:
         if told is not None:
             problems.append("SUCCEEDED although its agent was told it is cancelled")
+    elif mode == "timeout" and header.status is RunStatus.FAILED and _jumped_wait(header):
+        pass  # the jump also expired a wait the invocation in flight then saw time out
     elif header.status is not stopped:
         problems.append(f"ended {header.status.value}, not {stopped.value} or SUCCEEDED")
     # Terminate: nothing new after the run ended; cancel: nothing new after the agent was told.
-    cutoff = header.updated_at_ms if header.status is RunStatus.TERMINATED else told
+    ended_at_once = header.status in (RunStatus.TERMINATED, RunStatus.TIMED_OUT)
+    cutoff = header.updated_at_ms if ended_at_once else told
     if cutoff is not None:
         started_before = {e.position for e in snapshot.entries if e.recorded_at_ms <= cutoff}
         late = sorted(
