@@ -40,6 +40,7 @@ EXPECTED = {
     "RetryDecision",
     "RetryPolicy",
     "RunHeader",
+    "RunCancelledError",
     "RunNotFoundError",
     "RunStateConflictError",
     "RunStatus",
