@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.approval_page import render_message_page
 from api.authn import require_iam_identity
-from api.routes import approvals, callbacks, openapi_doc, runs, streams
+from api.routes import approvals, callbacks, openapi_doc, run_stops, runs, streams
 from api.routes.common import (
     BadRequest,
     UnprocessableRequest,
@@ -39,6 +39,7 @@ from api.routes.common import json_body as _json_body
 from api.routes.common import ok as _ok
 from api.routes.limits import PayloadTooLargeError
 from api.routes.tenancy import TenantNotMappedError, check_effect_owner, collect, iam_caller
+from durable_agents.cancellation import RunNotCancellableError
 from durable_agents.deployment import Settings, build_runtime, import_agent_modules
 from durable_agents.errors import (
     AgentNotFoundError,
@@ -205,6 +206,7 @@ ERROR_STATUS: dict[type[Exception], HTTPStatus] = {
     ReviewResultError: HTTPStatus.UNPROCESSABLE_ENTITY,
     IdempotencyConflictError: HTTPStatus.CONFLICT,
     RunStateConflictError: HTTPStatus.CONFLICT,
+    RunNotCancellableError: HTTPStatus.CONFLICT,
     InputValidationError: HTTPStatus.UNPROCESSABLE_ENTITY,
     # POST /runs/{id}/migrate: the run exists, what it is asked to move to does not (or may not).
     MigrationRefusedError: HTTPStatus.CONFLICT,
@@ -217,6 +219,9 @@ ERROR_STATUS: dict[type[Exception], HTTPStatus] = {
 
 def _gone_message(record: Any) -> str:
     noun = "approval" if record.kind == "approval" else "callback"
+    closed = (record.outcome or {}).get("closed")
+    if record.status is WaitStatus.EXPIRED and closed:  # durable_agents.cancellation
+        return f"{noun} {record.wait_id} was closed: its run was stopped ({closed})"
     if record.status is WaitStatus.EXPIRED:
         return f"{noun} {record.wait_id} expired: its deadline passed before it was settled"
     if record.kind == "approval":
@@ -341,6 +346,7 @@ def decide_review(operation_id: str) -> Response[str]:
 
 
 app.include_router(runs.router)
+app.include_router(run_stops.router)
 app.include_router(approvals.router)
 app.include_router(callbacks.router)
 app.include_router(streams.router)

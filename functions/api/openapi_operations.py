@@ -59,6 +59,7 @@ def operations() -> dict[tuple[str, str], Operation]:
         MintLinkRequest,
     )
     from api.routes.callbacks import CallbackFailureRequest  # noqa: PLC0415
+    from api.routes.run_stops import StopRunRequest  # noqa: PLC0415
     from api.routes.runs import MAX_VERSION_CHARS, MigrateRunRequest, StartRunRequest  # noqa: PLC0415
     from durable_agents.models import RunStatus  # noqa: PLC0415
 
@@ -115,6 +116,22 @@ def operations() -> dict[tuple[str, str], Operation]:
         ("POST", "/runs/{run_id}/migrate"): Operation(
             body=MigrateRunRequest,
             example={"to_version": "2", "dry_run": True},
+            errors=(404, 409, 413, 422),
+            tags=("runs",),
+        ),
+        ("POST", "/runs/{run_id}/cancel"): Operation(
+            202,
+            body=StopRunRequest,
+            body_required=False,
+            example={"reason": "the customer withdrew the request"},
+            errors=(404, 409, 413, 422),
+            tags=("runs",),
+        ),
+        ("POST", "/runs/{run_id}/terminate"): Operation(
+            202,
+            body=StopRunRequest,
+            body_required=False,
+            example={"reason": "runaway loop"},
             errors=(404, 409, 413, 422),
             tags=("runs",),
         ),

@@ -329,7 +329,7 @@ class Simulator:
 
     def _settled(self) -> bool:
         header = self.inner.get_run(RUN_ID)
-        if header.status in (RunStatus.SUCCEEDED, RunStatus.FAILED):
+        if header.status.terminal:  # cancelled, terminated and timed out runs too
             return True
         if header.status is RunStatus.PAUSED and not self._in_review():
             return True

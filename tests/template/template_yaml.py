@@ -28,6 +28,8 @@ API_ROUTES = {
     "GetRunStream": ("GET", "/runs/{run_id}/stream"),
     "RedriveRun": ("POST", "/runs/{run_id}/redrive"),
     "MigrateRun": ("POST", "/runs/{run_id}/migrate"),
+    "CancelRun": ("POST", "/runs/{run_id}/cancel"),
+    "TerminateRun": ("POST", "/runs/{run_id}/terminate"),
     "ListReviews": ("GET", "/reviews"),
     "DecideReview": ("POST", "/reviews/{operation_id}"),
     "ListApprovals": ("GET", "/approvals"),

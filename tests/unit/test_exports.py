@@ -97,6 +97,7 @@ EXPECTED = {
     "RetryPolicy",
     "RetryStrategy",
     "RunHeader",
+    "RunCancelledError",
     "RunNotFoundError",
     "RunStateConflictError",
     "RunStatus",

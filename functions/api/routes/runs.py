@@ -1,5 +1,7 @@
 """Runs (IAM, SigV4): start, list, show, history, redrive and migrate — within the caller's tenant.
 
+Cancel and terminate are in ``routes.run_stops``.
+
 A run belongs to the tenant of the caller who started it (``routes.tenancy``); every route that
 names a run of another tenant answers 404 exactly as for a run that does not exist, and the
 listing reads only the caller's tenant's index partition (the operators' tenant ``*``: all).
@@ -30,6 +32,7 @@ tracer = Tracer()
 router = Router()  # type: ignore[no-untyped-call]
 MAX_LIMIT = 100
 MAX_VERSION_CHARS = 80
+MAX_TIMEOUT_SECONDS = 366 * 24 * 3600
 
 
 class StartRunRequest(BaseModel):
@@ -40,6 +43,8 @@ class StartRunRequest(BaseModel):
     agent: str = Field(min_length=1, max_length=80)
     input: Any = None
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
+    execution_timeout: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_SECONDS)
+    """This run's time limit in seconds (replaces the agent's ``execution_timeout``)."""
 
 
 class MigrateRunRequest(BaseModel):
@@ -84,7 +89,11 @@ def start_run() -> Response[str]:
     key = request.idempotency_key or header_key
     owner = DEFAULT_TENANT if tenant == ALL_TENANTS else tenant
     run, created = runtime().start_run(
-        request.agent, request.input, idempotency_key=key, tenant=owner
+        request.agent,
+        request.input,
+        idempotency_key=key,
+        tenant=owner,
+        execution_timeout=request.execution_timeout,
     )
     logger.info(
         "run started" if created else "run start repeated",

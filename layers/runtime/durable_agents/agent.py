@@ -6,6 +6,7 @@ import importlib
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from durable_agents.errors import AgentNotFoundError, ConfigurationError, VersionNotDeployedError
@@ -33,6 +34,8 @@ class AgentDefinition(Generic[In, Out]):
         output_type: The output's type (from the annotation), or ``None`` for plain JSON.
         prompts: The prompts its runs pin at start (``name`` = the latest, ``name@version``).
         model_configs: The model configurations its runs pin at start (the same way).
+        execution_timeout_ms: How long a run may take from its start (None: no limit); past
+            it the run ends ``TIMED_OUT`` (``durable_agents.cancellation``).
     """
 
     name: str
@@ -42,6 +45,7 @@ class AgentDefinition(Generic[In, Out]):
     output_type: Any = None
     prompts: tuple[str, ...] = ()
     model_configs: tuple[str, ...] = ()
+    execution_timeout_ms: int | None = None
 
     @property
     def version(self) -> str:
@@ -236,6 +240,20 @@ def register_model_config(
     return (registry or default_registry).prompts.add_model_config(config)
 
 
+def timeout_to_ms(timeout: float | timedelta | None) -> int | None:
+    """An execution timeout (seconds or a timedelta) in milliseconds.
+
+    Raises:
+        ValueError: If it is not positive.
+    """
+    if timeout is None:
+        return None
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+    if not seconds > 0:
+        raise ValueError(f"an execution timeout must be positive, not {timeout!r}")
+    return int(seconds * 1000)
+
+
 def agent(
     *,
     name: str,
@@ -247,6 +265,7 @@ def agent(
     prompts: Iterable[str] = (),
     model_configs: Iterable[str] = (),
     registry: AgentRegistry | None = None,
+    execution_timeout: float | timedelta | None = None,
 ) -> Callable[[Callable[..., Out]], AgentDefinition[Any, Out]]:
     """Registers a function as a durable agent.
 
@@ -264,12 +283,16 @@ def agent(
             version when a run starts, ``name@version`` that version.
         model_configs: Registered model configurations (``ctx.model_config``), the same way.
         registry: Where to register (the process-wide default registry if omitted).
+        execution_timeout: How long a run may take, from its start to its end, in seconds
+            or a timedelta (None: no limit). A run still going then ends ``TIMED_OUT`` even
+            while it waits (for a person, say); ``POST /runs`` may set a run's own.
 
     Returns:
         A decorator producing an ``AgentDefinition``.
 
     Raises:
         InvalidNameError: If ``name`` is not a valid name.
+        ValueError: If ``execution_timeout`` is not positive.
 
     Example:
         >>> from durable_agents import agent
@@ -281,6 +304,7 @@ def agent(
     """
     check_name(name, "agent")
     check_name(version, "version")
+    timeout_ms = timeout_to_ms(execution_timeout)
     bundle = VersionBundle(
         workflow_version=version,
         state_schema_version=state_schema_version,
@@ -301,6 +325,7 @@ def agent(
             output_type=hints.get("return"),
             prompts=tuple(prompts),
             model_configs=tuple(model_configs),
+            execution_timeout_ms=timeout_ms,
         )
         (registry or default_registry).add(definition)
         return definition

@@ -16,10 +16,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from durable_agents.local import moto_server, runs_migrate
+from durable_agents.local import moto_server, runs_migrate, runs_stop
 from durable_agents.local.crash import CRASH_POINTS, CrashSpec
 from durable_agents.local.functions import local_name
 from durable_agents.local.identity import LOCAL_CALLER_ARN, check_caller_arn
+from durable_agents.models import RunStatus
 
 OIDC_PORT = 3001  # durable_agents.local.oidc.DEFAULT_PORT (not imported: it loads cryptography)
 
@@ -27,7 +28,7 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 DEFAULT_ENDPOINT = moto_server.endpoint_url(moto_server.DEFAULT_PORT)
 # durable_agents.models.RunStatus (not imported: the parser stays light).
-STATUSES = ("RUNNING", "SUSPENDED", "PAUSED", "VERSION_UNAVAILABLE", "SUCCEEDED", "FAILED")
+STATUSES = tuple(status.value for status in RunStatus)
 
 
 def _positive_float(text: str) -> float:
@@ -207,7 +208,7 @@ def _add_runs(commands: Any) -> None:
     )
     common.add_argument("--table", default=local_name("JournalTable"), help=argparse.SUPPRESS)
     common.add_argument("--json", action="store_true", help="print JSON")
-    runs = commands.add_parser("runs", help="list, show, trace, redrive or migrate runs")
+    runs = commands.add_parser("runs", help="list, show, trace, redrive, migrate or stop runs")
     actions = runs.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", parents=[common], help="list runs, newest first")
     listing.add_argument("--status", type=str.upper, choices=STATUSES)
@@ -215,6 +216,7 @@ def _add_runs(commands: Any) -> None:
     listing.add_argument("--version", help="only runs pinned to this workflow version")
     listing.add_argument("--limit", type=_positive_int, default=50)
     runs_migrate.add_command(actions, _http_url)
+    runs_stop.add_commands(actions, _http_url)
     start = actions.add_parser(
         "start",
         help="start a run through the local Api and wait for it",
@@ -349,7 +351,8 @@ def _runs_start(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     print(json.dumps(started.run, indent=2) if args.json else runs_start.describe(started))
-    return EXIT_ERROR if started.run["status"] in ("FAILED", "PAUSED") else 0
+    ended_badly = ("FAILED", "PAUSED", "CANCELLED", "TERMINATED", "TIMED_OUT")
+    return EXIT_ERROR if started.run["status"] in ended_badly else 0
 
 
 def _runs(args: argparse.Namespace) -> int:
@@ -357,6 +360,8 @@ def _runs(args: argparse.Namespace) -> int:
         return _runs_start(args)
     if args.action == "migrate":
         return runs_migrate.command(args)
+    if args.action in runs_stop.ACTIONS:
+        return runs_stop.command(args)
     from durable_agents.local.runs import RunsClient, RunsError  # noqa: PLC0415
 
     client = RunsClient(args.endpoint, args.table)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Self
 
+from durable_agents.cancellation import stop_point
 from durable_agents.errors import NestedOperationError, ReplayDivergedError
 from durable_agents.fingerprints import Fingerprint
 from durable_agents.ids import format_position
@@ -87,6 +88,7 @@ class OperationScope:
         position = format_position(self._pos_prefix, self._counter)
         op_id = f"{self._id_prefix}{name}:{self._counter}"
         record = inv.records.get(position)
+        stop_point(inv, position, op_id, name, record)  # a cancel is seen here (and replayed)
         if record is not None and (record.kind is not kind or record.name != name):
             inv.fault = ReplayDivergedError(
                 record.op_id,

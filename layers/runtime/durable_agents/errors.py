@@ -253,6 +253,22 @@ class StepInterruptedError(DurableError):
         super().__init__(f"attempt {attempt} of {op_id!r} was interrupted before it finished")
 
 
+class RunCancelledError(DurableError):
+    """The run was asked to stop: raised by the operation the agent asks for next.
+
+    The agent may catch it to clean up (compensations and other operations still run
+    durably); however its function then ends, the run is ``CANCELLED``.
+    """
+
+    recorded_fields = ("run_id", "reason", "requested_by")
+
+    def __init__(self, run_id: str, reason: str, requested_by: str):
+        self.run_id = run_id
+        self.reason = reason
+        self.requested_by = requested_by
+        super().__init__(f"run {run_id} was cancelled by {requested_by}: {reason}")
+
+
 class VersionUnavailableError(DurableError):
     """A run is pinned to a version of something this deployment does not have.
 

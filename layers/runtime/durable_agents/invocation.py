@@ -30,6 +30,7 @@ from durable_agents.models import (
 )
 from durable_agents.plugin_calls import InvocationObserver
 from durable_agents.serde import decode, rebuild_error
+from durable_agents.time_limits import cap_wake
 
 _ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
 
@@ -199,6 +200,8 @@ class Invocation:
         self.executed: list[str] = []
         self.fault: BaseException | None = None
         self.in_step = False
+        # A cooperative cancel's state (``durable_agents.cancellation.StopState``), if any.
+        self.stop: Any = None
         self._scopes: frozenset[str] | None = None
 
     def scopes_with_records(self) -> frozenset[str]:
@@ -301,7 +304,8 @@ class Invocation:
                 expected=_ACTIVE,
                 status=RunStatus.SUSPENDED,
                 updated_at_ms=now,
-                wake_at_ms=suspension.wake_at_ms,
+                # No later than its time limit: a run waiting for a person still times out.
+                wake_at_ms=cap_wake(self.header, suspension.wake_at_ms),
                 waiting_on=suspension.waiting_on,
                 expected_revision=self.header.revision,
             )
@@ -329,8 +333,8 @@ class Invocation:
             raise SuspendExecution(Reason.CONTENDED, detail=str(exc)) from exc
         if change is not None:
             self.header = change.apply(self.header)
-        if suspension is not None and suspension.wake_at_ms is not None:
-            self.schedule_run_wake(suspension.wake_at_ms)
+        if suspension is not None and self.header.wake_at_ms is not None:
+            self.schedule_run_wake(self.header.wake_at_ms)
 
     def _record_without_suspending(
         self, entries: Sequence[Entry], wait: WaitChange | None, conflict: Exception

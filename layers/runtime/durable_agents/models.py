@@ -25,11 +25,28 @@ class RunStatus(StrEnum):
     again, or moves on when a person migrates it (``durable_agents.migrations``)."""
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    """Cancelled on request: the agent saw ``RunCancelledError`` and ended (``cancellation``)."""
+    TERMINATED = "TERMINATED"
+    """Stopped on request without running agent code again (``cancellation``)."""
+    TIMED_OUT = "TIMED_OUT"
+    """Its ``execution_timeout`` passed before it ended (``cancellation``)."""
 
     @property
     def terminal(self) -> bool:
         """Whether the run can never change again."""
-        return self in (RunStatus.SUCCEEDED, RunStatus.FAILED)
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset(
+    {
+        RunStatus.SUCCEEDED,
+        RunStatus.FAILED,
+        RunStatus.CANCELLED,
+        RunStatus.TERMINATED,
+        RunStatus.TIMED_OUT,
+    }
+)
 
 
 class OpKind(StrEnum):
@@ -51,6 +68,9 @@ class OpKind(StrEnum):
     MEMORY = "memory"
     MIGRATION = "migration"
     """Not an operation of agent code: a ``run_migrated`` record (``durable_agents.migrations``)."""
+    CANCEL = "cancel"
+    """Where the agent saw ``RunCancelledError``: recorded at the position of the operation it
+    asked for next, so every replay raises it at the same point (``cancellation``)."""
 
 
 class EntryType(StrEnum):
@@ -179,6 +199,10 @@ class RunHeader:
             (``RunChange.expected_revision``), so a write that lands late cannot undo a newer
             one (a delayed suspension erasing a later timer, say).
         tenant: Whose run it is (``durable_agents.tenancy``): set at start, never changed.
+        cancel_requested: A recorded request to stop the run (``durable_agents.cancellation``):
+            ``mode`` (``cancel``, ``terminate`` or ``timeout``), ``reason``, ``by``, ``at_ms``.
+        execution_timeout_ms: The run's time limit from its start, if any; past
+            ``created_at_ms`` + this the run ends ``TIMED_OUT``.
     """
 
     run_id: str
@@ -197,6 +221,8 @@ class RunHeader:
     input_hash: str = ""
     revision: int = 0
     tenant: str = DEFAULT_TENANT
+    cancel_requested: dict[str, Any] | None = None
+    execution_timeout_ms: int | None = None
 
     def replace(self, **changes: Any) -> RunHeader:
         """Returns a copy with ``changes`` applied."""
@@ -242,6 +268,7 @@ class RunChange:
     waiting_on: Any = UNSET
     versions: Any = UNSET
     expected_revision: int | None = None
+    cancel_requested: Any = UNSET
 
     def apply(self, header: RunHeader) -> RunHeader:
         """Returns ``header`` with this change applied (no condition check)."""
@@ -250,7 +277,7 @@ class RunChange:
             "updated_at_ms": self.updated_at_ms,
             "revision": header.revision + 1,
         }
-        for name in ("result", "error", "wake_at_ms", "waiting_on", "versions"):
+        for name in ("result", "error", "wake_at_ms", "waiting_on", "versions", "cancel_requested"):
             value = getattr(self, name)
             if value is not UNSET:
                 changes[name] = value

@@ -22,6 +22,7 @@ from durable_agents.invocation import Invocation, Reason
 from durable_agents.journal.store import JournalStore
 from durable_agents.models import ErrorInfo, RunChange, RunHeader, RunStatus
 from durable_agents.serde import error_info
+from durable_agents.time_limits import cap_wake
 from durable_agents.versions import unavailable_waiting_on
 
 ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
@@ -44,6 +45,10 @@ class OutcomeKind(StrEnum):
     """The run's pinned version is not deployed here; it resumes once it is."""
     NOOP = "noop"
     """The run was already finished or paused."""
+    CANCELLED = "cancelled"
+    TERMINATED = "terminated"
+    TIMED_OUT = "timed_out"
+    """Stopped on request or by its time limit (``durable_agents.cancellation``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +102,7 @@ def suspended(
         run_id,
         kind,
         list(inv.executed),
-        wake_at_ms=signal.wake_at_ms,
+        wake_at_ms=cap_wake(inv.header, signal.wake_at_ms),
         detail=str(signal),
         targets=signal.targets,
         external=signal.reason == Reason.EXTERNAL,
@@ -121,14 +126,15 @@ def mark_suspended(
         RunNotFoundError: If the run is gone.
     """
     header = inv.header
-    if header.status is RunStatus.SUSPENDED and header.wake_at_ms == signal.wake_at_ms:
+    wake_at_ms = cap_wake(header, signal.wake_at_ms)  # no later than the run's time limit
+    if header.status is RunStatus.SUSPENDED and header.wake_at_ms == wake_at_ms:
         return True
     waiting = header.waiting_on if header.status is RunStatus.SUSPENDED else None
     change = RunChange(
         expected=ACTIVE,
         status=RunStatus.SUSPENDED,
         updated_at_ms=clock.now_ms(),
-        wake_at_ms=signal.wake_at_ms,
+        wake_at_ms=wake_at_ms,
         waiting_on=waiting or {"kind": "branches", "detail": signal.detail[:200]},
         expected_revision=header.revision,
     )
@@ -139,8 +145,8 @@ def mark_suspended(
     except RunStateConflictError:
         return True  # paused or finished meanwhile: that status stands
     inv.header = change.apply(header)
-    if signal.wake_at_ms is not None:
-        inv.schedule_run_wake(signal.wake_at_ms)
+    if wake_at_ms is not None:
+        inv.schedule_run_wake(wake_at_ms)
     return True
 
 
@@ -155,6 +161,8 @@ def finish(
 ) -> InvocationOutcome:
     """Records that the run ended (SUCCEEDED or FAILED) with ``result`` or ``error``.
 
+    A run whose agent was told it is cancelled ends CANCELLED, however its function ended.
+
     Returns:
         The outcome; CONTENDED when a concurrent invocation settled the run first.
 
@@ -162,6 +170,9 @@ def finish(
         RunNotFoundError: If the run is gone.
         PayloadError: If the result or error cannot be recorded.
     """
+    stop = inv.stop
+    if stop is not None and stop.observed:
+        status, error = RunStatus.CANCELLED, stop.request.error_info(inv.run_id)
     change = RunChange(
         expected=ACTIVE,
         status=status,
@@ -178,7 +189,7 @@ def finish(
         return InvocationOutcome(
             inv.run_id, OutcomeKind.CONTENDED, list(inv.executed), detail=str(exc)
         )
-    kind = OutcomeKind.SUCCEEDED if status is RunStatus.SUCCEEDED else OutcomeKind.FAILED
+    kind = OutcomeKind(status.value.lower())
     detail = f"{error.type}: {error.message}" if error else ""
     return InvocationOutcome(inv.run_id, kind, list(inv.executed), detail=detail)
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from durable_agents.agent import AgentDefinition, AgentRegistry, default_registry
+from durable_agents.agent import AgentDefinition, AgentRegistry, default_registry, timeout_to_ms
+from durable_agents.cancellation import prepare, settle_leftovers, stop_run, stopped_events
 from durable_agents.clock import Clock, SystemClock
 from durable_agents.context import DurableContext
 from durable_agents.credentials import CredentialProvider
@@ -74,6 +75,15 @@ __all__ = [
     "new_run_id",
 ]
 
+_ENDED = frozenset(
+    {
+        OutcomeKind.SUCCEEDED,
+        OutcomeKind.FAILED,
+        OutcomeKind.CANCELLED,
+        OutcomeKind.TERMINATED,
+        OutcomeKind.TIMED_OUT,
+    }
+)
 LEASE_MARGIN_MS = 5_000
 DEFAULT_LEASE_MS = 15 * 60 * 1000 + LEASE_MARGIN_MS  # the Lambda maximum, plus clock skew
 
@@ -155,11 +165,13 @@ class Runtime:
         run_id: str | None = None,
         parent_run_id: str | None = None,
         tenant: str = DEFAULT_TENANT,
+        execution_timeout: float | None = None,
     ) -> tuple[RunHeader, bool]:
         """Starts a run of the latest version of ``agent_name`` and publishes ``Step Ready``.
 
         The run belongs to ``tenant`` for good; an idempotency key is only ever matched
-        against the same tenant's runs.
+        against the same tenant's runs. ``execution_timeout`` (seconds) replaces the agent's
+        own time limit for this run.
 
         Returns:
             The run header and whether this call created it (False when the idempotency key
@@ -170,9 +182,10 @@ class Runtime:
             InputValidationError: If the input does not match the agent's input type.
             IdempotencyConflictError: If the key was used with a different input.
             PayloadError: If the input cannot be recorded (for example it holds a secret).
-            ValueError: If ``tenant`` is not a valid tenant name.
+            ValueError: If ``tenant`` is not a valid tenant name, or the timeout not positive.
         """
         check_tenant(tenant)
+        limit_ms = timeout_to_ms(execution_timeout)
         definition = self.registry.latest(agent_name)
         value = self._validate_input(definition, input_value)
         input_json = encode(value, definition.input_type)
@@ -192,6 +205,7 @@ class Runtime:
             idempotency_key=idempotency_key,
             input_hash=input_hash(definition.name, input_json),
             tenant=tenant,
+            execution_timeout_ms=definition.execution_timeout_ms if limit_ms is None else limit_ms,
         )
         stored, created = self.store.create_run(header)
         if stored.status is RunStatus.RUNNING:
@@ -265,6 +279,12 @@ class Runtime:
     ) -> InvocationOutcome:
         """``execute``, within its plugins' span."""
         snapshot = self.store.load(run_id)
+        snapshot, stop, end = prepare(self.store, self.clock, self.publisher, snapshot)
+        if end is not None:  # terminated, or past its time limit: no agent code runs
+            outcome = stop_run(self.store, self.clock, self.publisher, snapshot, end)
+            if publish:
+                self._publish_follow_up(outcome, snapshot.header, [], [])
+            return outcome
         header = snapshot.header
         if header.status.terminal or header.status is RunStatus.PAUSED:
             if publish:
@@ -272,6 +292,7 @@ class Runtime:
                 # failed, or its process died before it. What that commit must tell others is
                 # derived from the journal and sent again (consumers dedupe on event_id).
                 self._republish(header)
+                settle_leftovers(self.store, self.clock, self.publisher, snapshot)
             return InvocationOutcome(run_id, OutcomeKind.NOOP, detail=f"run is {header.status}")
         try:
             definition = resolve_pinned(self.registry, header)
@@ -306,6 +327,7 @@ class Runtime:
             observer=span.observer(),
             deadline_ms=span.deadline_ms,
         )
+        inv.stop = stop
         ctx = DurableContext(
             inv,
             id_prefix=f"{run_id}:",
@@ -313,6 +335,8 @@ class Runtime:
             logger=ReplayAwareLogger(inv, self.logger, run_id),
         )
         outcome = self._drive(definition, header, inv, ctx)
+        if outcome.kind is OutcomeKind.CANCELLED:  # what cleanup left open is closed too
+            settle_leftovers(self.store, self.clock, self.publisher, self.store.load(run_id))
         if publish:
             self._publish_follow_up(outcome, header, inv.pending_events, inv.notifications)
         return outcome
@@ -361,7 +385,7 @@ class Runtime:
         elif outcome.kind is OutcomeKind.SUSPENDED and outcome.wake_at_ms is not None:
             if outcome.wake_at_ms <= self.clock.now_ms():  # a zero delay: no need to wait
                 events.append(step_ready(outcome.run_id, "timer"))
-        elif outcome.kind in (OutcomeKind.SUCCEEDED, OutcomeKind.FAILED):
+        elif outcome.kind in _ENDED:
             status = RunStatus(outcome.kind.value.upper())
             events += _finished_events(header.replace(status=status))
         events += [event for event, _ in notifications]
@@ -449,6 +473,7 @@ def _finished_events(header: RunHeader) -> list[OutgoingEvent]:
             },
         )
     ]
+    events += stopped_events(header)  # Run Cancelled / Run Timed Out
     if header.parent_run_id:  # a sub-agent finished: wake its parent
         events.append(step_ready(header.parent_run_id, "child-finished"))
     return events

@@ -74,6 +74,9 @@ __all__ = [
 _SETTLED = (
     RunStatus.SUCCEEDED,
     RunStatus.FAILED,
+    RunStatus.CANCELLED,
+    RunStatus.TERMINATED,
+    RunStatus.TIMED_OUT,
     RunStatus.PAUSED,
     RunStatus.VERSION_UNAVAILABLE,
 )
@@ -256,6 +259,9 @@ class AgentTestRunner:
             elif current == run_id and outcome.kind in (
                 OutcomeKind.SUCCEEDED,
                 OutcomeKind.FAILED,
+                OutcomeKind.CANCELLED,
+                OutcomeKind.TERMINATED,
+                OutcomeKind.TIMED_OUT,
                 OutcomeKind.PAUSED,
                 OutcomeKind.VERSION_UNAVAILABLE,
             ):
@@ -335,6 +341,23 @@ class AgentTestRunner:
         if not matching:
             raise ValueError(f"run {run_id} has no pending callback {name!r}")
         return heartbeat(self.journal, self.clock, matching[0])
+
+    def cancel(
+        self, run_id: str, *, reason: str = "test", by: str = "user:test", terminate: bool = False
+    ) -> TestResult:
+        """Asks the run to stop (cancel, or ``terminate``) as the Api would, then drives it on.
+
+        Raises:
+            RunStateConflictError: If the run has already ended.
+            RunNotCancellableError: If a cancel is asked of a paused run.
+        """
+        from durable_agents.cancellation import request_stop  # noqa: PLC0415
+
+        mode = "terminate" if terminate else "cancel"
+        request_stop(
+            self.journal, self.clock, self.publisher, run_id, mode=mode, reason=reason, by=by
+        )
+        return self.resume(run_id)
 
     def advance(self, duration: float | timedelta, run_id: str) -> TestResult:
         """Moves the skip-clock forward, fires what fell due, and drives the run on.

@@ -8,6 +8,7 @@ from typing import Any
 
 from durable_agents.models import Entry, EntryType, OpKind, RunHeader, RunSnapshot, SideEffectRecord
 from durable_agents.side_effects.records import frozen_reviewers
+from durable_agents.time_limits import deadline_ms
 
 
 def iso(epoch_ms: int | None) -> str | None:
@@ -40,7 +41,18 @@ def run_view(header: RunHeader) -> dict[str, Any]:
         "tenant": header.tenant,
         "created_at": iso(header.created_at_ms),
         "updated_at": iso(header.updated_at_ms),
+        # A request to stop it (mode, reason, who, when) and its time limit, if any.
+        "cancel_requested": _stop_view(header.cancel_requested),
+        "execution_timeout_ms": header.execution_timeout_ms,
+        "execution_deadline": iso(deadline_ms(header)),
     }
+
+
+def _stop_view(request: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not request:
+        return None
+    at = request.get("at_ms")
+    return {**request, "at": iso(at) if isinstance(at, int) else None}
 
 
 def entry_event(entry: Entry) -> dict[str, Any]:

@@ -292,6 +292,10 @@ class ItemCodec:
             item["parent_run_id"] = {"S": header.parent_run_id}
         if header.idempotency_key is not None:
             item["idempotency_key"] = {"S": header.idempotency_key}
+        if header.cancel_requested is not None:
+            item["cancel_requested"] = {"S": json.dumps(header.cancel_requested, sort_keys=True)}
+        if header.execution_timeout_ms is not None:
+            item["execution_timeout_ms"] = {"N": str(header.execution_timeout_ms)}
         self.check_header_update(header.run_id, item)
         return item
 
@@ -315,6 +319,10 @@ class ItemCodec:
             revision=opt_int(item, "revision") or 0,  # headers written before revisions: 0
             # Headers written before tenants belong to the default tenant.
             tenant=item.get("tenant", {}).get("S", DEFAULT_TENANT),
+            cancel_requested=(
+                json.loads(item["cancel_requested"]["S"]) if "cancel_requested" in item else None
+            ),
+            execution_timeout_ms=opt_int(item, "execution_timeout_ms"),
         )
 
     def effect_item(

@@ -135,6 +135,11 @@ def update_request(table: str, items: ItemCodec, run_id: str, change: RunChange)
             removes.append("waiting_on")
         else:
             sets["waiting_on"] = {"S": json.dumps(change.waiting_on, sort_keys=True)}
+    if change.cancel_requested is not UNSET:  # a stop request (durable_agents.cancellation)
+        if change.cancel_requested is None:
+            removes.append("cancel_requested")
+        else:
+            sets["cancel_requested"] = {"S": json.dumps(change.cancel_requested, sort_keys=True)}
     if change.wake_at_ms is not UNSET:
         if change.wake_at_ms is None:
             removes.append("wake_at_ms")

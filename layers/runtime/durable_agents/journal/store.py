@@ -32,16 +32,24 @@ from durable_agents.scrub import scrub, scrub_value
 
 _S = RunStatus
 _V = _S.VERSION_UNAVAILABLE
+# Ended on request or by its time limit (``durable_agents.cancellation``).
+_STOPPED = frozenset({_S.CANCELLED, _S.TERMINATED, _S.TIMED_OUT})
 ALLOWED_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
-    _S.RUNNING: frozenset({_S.RUNNING, _S.SUSPENDED, _S.PAUSED, _V, _S.SUCCEEDED, _S.FAILED}),
-    _S.SUSPENDED: frozenset({_S.RUNNING, _S.SUSPENDED, _S.PAUSED, _V, _S.SUCCEEDED, _S.FAILED}),
-    # A paused run is re-driven by a person (back to RUNNING) or given up (FAILED).
-    _S.PAUSED: frozenset({_S.RUNNING, _S.PAUSED, _S.FAILED}),
+    _S.RUNNING: frozenset({_S.RUNNING, _S.SUSPENDED, _S.PAUSED, _V, _S.SUCCEEDED, _S.FAILED})
+    | _STOPPED,
+    _S.SUSPENDED: frozenset({_S.RUNNING, _S.SUSPENDED, _S.PAUSED, _V, _S.SUCCEEDED, _S.FAILED})
+    | _STOPPED,
+    # A paused run is re-driven by a person (back to RUNNING) or given up (FAILED), or
+    # stopped without its code running (terminated, timed out).
+    _S.PAUSED: frozenset({_S.RUNNING, _S.PAUSED, _S.FAILED, _S.TERMINATED, _S.TIMED_OUT}),
     # Resumed when its version is deployed again or it is migrated (RUNNING, or SUSPENDED
-    # when a migration keeps what it waits for), or given up (FAILED).
-    _V: frozenset({_S.RUNNING, _S.SUSPENDED, _V, _S.FAILED}),
+    # when a migration keeps what it waits for), or given up (FAILED), or stopped.
+    _V: frozenset({_S.RUNNING, _S.SUSPENDED, _V, _S.FAILED, _S.TERMINATED, _S.TIMED_OUT}),
     _S.SUCCEEDED: frozenset(),
     _S.FAILED: frozenset(),
+    _S.CANCELLED: frozenset(),
+    _S.TERMINATED: frozenset(),
+    _S.TIMED_OUT: frozenset(),
 }
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_API = "http://127.0.0.1:3000"
-SETTLED = ("SUCCEEDED", "FAILED", "PAUSED")
+SETTLED = ("SUCCEEDED", "FAILED", "CANCELLED", "TERMINATED", "TIMED_OUT", "PAUSED")
 _POLL_SECONDS = 0.2
 
 

@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel
 
-from durable_agents.errors import DurableError, EntryConflictError, SuspendExecution
+from durable_agents.errors import (
+    DurableError,
+    EntryConflictError,
+    RunCancelledError,
+    SuspendExecution,
+)
 from durable_agents.ids import check_name, format_position
 from durable_agents.invocation import Reason
 from durable_agents.models import EntryType, ErrorInfo, OpKind
@@ -369,7 +374,8 @@ def _run_branch(
     except SuspendExecution:
         raise
     except Exception as exc:
-        if ctx.invocation.fault is not None:
+        # A cancel is not one branch's failure: it ends the batch (durable_agents.cancellation).
+        if ctx.invocation.fault is not None or isinstance(exc, RunCancelledError):
             raise
         state.status, state.error = "failed", error_info(exc)
         return

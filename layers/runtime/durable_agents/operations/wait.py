@@ -23,6 +23,7 @@ def run_wait(ctx: DurableContext, seconds: float, name: str) -> None:
     inv = ctx.invocation
     position, op_id, record = ctx.next_operation(OpKind.WAIT, name)
     if record is not None and record.result is not None:
+        inv.replay(record.result, None)  # a timer closed by a cancel raises its error
         return
     now = inv.now_ms()
     if record is not None and record.scheduled is not None:
