@@ -15,20 +15,18 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from durable_agents.agent import AgentDefinition, AgentRegistry, default_registry, timeout_to_ms
-from durable_agents.cancellation import prepare, settle_leftovers, stop_run, stopped_events
+from durable_agents.cancellation import prepare, settle_leftovers, stop_run
 from durable_agents.clock import Clock, SystemClock
 from durable_agents.context import DurableContext
 from durable_agents.credentials import CredentialProvider
 from durable_agents.errors import (
     DurableError,
     EntryConflictError,
-    RunRevisionConflictError,
     RunStateConflictError,
     SuspendExecution,
     VersionUnavailableError,
 )
 from durable_agents.events import (
-    RUN_FINISHED,
     CollectingPublisher,
     EventPublisher,
     OutgoingEvent,
@@ -40,7 +38,6 @@ from durable_agents.journal.store import JournalStore, input_hash
 from durable_agents.llm.types import LlmProvider, StreamSink
 from durable_agents.memory.store import MemoryStore
 from durable_agents.models import (
-    EffectStatus,
     Entry,
     RunChange,
     RunHeader,
@@ -58,9 +55,10 @@ from durable_agents.outcomes import (
 )
 from durable_agents.plugin_calls import InvocationSpan, PluginSet
 from durable_agents.plugins import Plugin
+from durable_agents.run_events import finished_events, republish
 from durable_agents.serde import decode, encode, error_info
 from durable_agents.tenancy import DEFAULT_TENANT, check_tenant
-from durable_agents.versions import resolve_pinned
+from durable_agents.versions import resolve_pinned, resume_available
 from durable_agents.waits.schedules import WaitScheduler
 
 # InvocationOutcome and OutcomeKind live in durable_agents.outcomes; their importers keep
@@ -387,7 +385,7 @@ class Runtime:
                 events.append(step_ready(outcome.run_id, "timer"))
         elif outcome.kind in _ENDED:
             status = RunStatus(outcome.kind.value.upper())
-            events += _finished_events(header.replace(status=status))
+            events += finished_events(header.replace(status=status))
         events += [event for event, _ in notifications]
         if events:
             self.publisher.publish(events)
@@ -396,39 +394,10 @@ class Runtime:
                 self.store.commit(header.run_id, [entry for _, entry in notifications])
 
     def _republish(self, header: RunHeader) -> None:
-        events = _finished_events(header) if header.status.terminal else []
-        waiting = header.waiting_on or {}
-        if header.status is RunStatus.PAUSED and waiting.get("kind") == "review":
-            from durable_agents.operations.tool import review_requested  # noqa: PLC0415
-            from durable_agents.side_effects.review import locate  # noqa: PLC0415
-
-            with contextlib.suppress(DurableError):
-                effect = self.store.get_effect(*locate(str(waiting.get("op_id", ""))))
-                if effect.status is EffectStatus.NEEDS_REVIEW:
-                    events.append(review_requested(effect))
-        if events:
-            self.publisher.publish(events)
+        republish(self.store, self.publisher, header)
 
     def _resume_available(self, header: RunHeader) -> RunHeader | None:
-        """Moves a ``VERSION_UNAVAILABLE`` run whose version is deployed back to RUNNING.
-
-        Returns:
-            The header after the change; None when another writer changed the run first (it
-            moved on: that writer publishes what follows).
-        """
-        change = RunChange(
-            expected=frozenset({RunStatus.VERSION_UNAVAILABLE}),
-            status=RunStatus.RUNNING,
-            updated_at_ms=self.clock.now_ms(),
-            error=None,
-            waiting_on=None,
-            expected_revision=header.revision,
-        )
-        try:
-            self.store.commit(header.run_id, [], change)
-        except (RunStateConflictError, RunRevisionConflictError):
-            return None
-        return change.apply(header)
+        return resume_available(self.store, self.clock, header)
 
     # -- operator actions --------------------------------------------------------------------
 
@@ -457,26 +426,6 @@ class Runtime:
             header = change.apply(header)
         self.publisher.publish([step_ready(run_id, "redrive")])
         return header
-
-
-def _finished_events(header: RunHeader) -> list[OutgoingEvent]:
-    """``Run Finished``, and for a sub-agent its parent's ``Step Ready``."""
-    events = [
-        OutgoingEvent(
-            RUN_FINISHED,
-            {
-                "event_id": f"{header.run_id}:finished",
-                "run_id": header.run_id,
-                "agent": header.agent,
-                "status": header.status.value,
-                "parent_run_id": header.parent_run_id,
-            },
-        )
-    ]
-    events += stopped_events(header)  # Run Cancelled / Run Timed Out
-    if header.parent_run_id:  # a sub-agent finished: wake its parent
-        events.append(step_ready(header.parent_run_id, "child-finished"))
-    return events
 
 
 def _decode_input(definition: AgentDefinition[Any, Any], input_json: str) -> Any:

@@ -5,11 +5,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from durable_agents.errors import AgentNotFoundError, VersionUnavailableError
+from durable_agents.errors import (
+    AgentNotFoundError,
+    RunRevisionConflictError,
+    RunStateConflictError,
+    VersionUnavailableError,
+)
+from durable_agents.models import RunChange, RunHeader, RunStatus
 
 if TYPE_CHECKING:  # the registry imports this module
     from durable_agents.agent import AgentDefinition, AgentRegistry
-    from durable_agents.models import RunHeader
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,3 +61,30 @@ def unavailable_waiting_on(exc: VersionUnavailableError) -> dict[str, Any]:
         "version": exc.version,
         "deployed": list(exc.deployed),
     }
+
+
+def resume_available(store: Any, clock: Any, header: RunHeader) -> RunHeader | None:
+    """Moves a ``VERSION_UNAVAILABLE`` run whose version is deployed back to RUNNING.
+
+    Fenced by the revision the caller read.
+
+    Returns:
+        The header after the change; None when another writer changed the run first (it
+        moved on: that writer publishes what follows).
+
+    Raises:
+        RunNotFoundError: If the run is gone.
+    """
+    change = RunChange(
+        expected=frozenset({RunStatus.VERSION_UNAVAILABLE}),
+        status=RunStatus.RUNNING,
+        updated_at_ms=clock.now_ms(),
+        error=None,
+        waiting_on=None,
+        expected_revision=header.revision,
+    )
+    try:
+        store.commit(header.run_id, [], change)
+    except (RunStateConflictError, RunRevisionConflictError):
+        return None
+    return change.apply(header)
