@@ -11,11 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import urllib.error
 from collections.abc import Callable
 from typing import Any
 
-from durable_agents.local.runs_start import _call
+from durable_agents.local.runs_start import post_run_action
 
 EXIT_ERROR = 1
 
@@ -41,17 +40,7 @@ def migrate_run(api: str, run_id: str, to_version: str, *, dry_run: bool) -> dic
             and for a refusal the reason).
     """
     body = {"to_version": to_version, "dry_run": dry_run}
-    try:
-        status, answer = _call("POST", f"{api}/runs/{run_id}/migrate", body)
-    except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-        raise RunMigrateError(
-            f"nothing answers at {api} ({exc}); start local mode first (durable-agents local)"
-        ) from exc
-    if status != 200:
-        error = answer.get("error") or {}
-        message = error.get("message") or json.dumps(answer)
-        raise RunMigrateError(f"POST /runs/{run_id}/migrate answered {status}: {message}")
-    return answer
+    return post_run_action(api, run_id, "migrate", body, ok=200, error=RunMigrateError)
 
 
 def describe(answer: dict[str, Any]) -> str:

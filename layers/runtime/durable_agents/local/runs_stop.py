@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import urllib.error
 from collections.abc import Callable
 from typing import Any
 
-from durable_agents.local.runs_start import _call
+from durable_agents.local.runs_start import post_run_action
 
 EXIT_ERROR = 1
 ACTIONS = {
@@ -42,17 +41,8 @@ def stop_run(api: str, run_id: str, action: str, *, reason: str) -> dict[str, An
     Raises:
         RunStopError: If nothing answers at ``api``, or it refuses (with its message).
     """
-    try:
-        status, answer = _call("POST", f"{api}/runs/{run_id}/{action}", {"reason": reason})
-    except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-        raise RunStopError(
-            f"nothing answers at {api} ({exc}); start local mode first (durable-agents local)"
-        ) from exc
-    if status != 202:
-        error = answer.get("error") or {}
-        message = error.get("message") or json.dumps(answer)
-        raise RunStopError(f"POST /runs/{run_id}/{action} answered {status}: {message}")
-    return answer
+    body = {"reason": reason}
+    return post_run_action(api, run_id, action, body, ok=202, error=RunStopError)
 
 
 def describe(run: dict[str, Any]) -> str:
