@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
@@ -56,9 +57,12 @@ class Prompt(BaseModel):
     version: str
     text: str
 
-    @property
+    @functools.cached_property
     def sha256(self) -> str:
-        """The SHA-256 of the text (hex): what a run pins next to the version."""
+        """The SHA-256 of the text (hex): what a run pins next to the version.
+
+        Computed once per prompt: every invocation checks its run's pins.
+        """
         return hashlib.sha256(self.text.encode()).hexdigest()
 
     def format(self, **values: Any) -> str:
@@ -70,10 +74,16 @@ class Prompt(BaseModel):
         return self.text.format_map(values)
 
 
+@functools.lru_cache(maxsize=256)  # a frozen model: hashable; checked on every invocation
 def config_sha256(config: ModelConfig) -> str:
     """The SHA-256 of a model configuration's canonical JSON."""
     text = json.dumps(config.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def content_sha256(item: Prompt | ModelConfig) -> str:
+    """The SHA-256 a run pins next to a prompt's or a model configuration's version."""
+    return item.sha256 if isinstance(item, Prompt) else config_sha256(item)
 
 
 def _split_pin(pin: str) -> tuple[str, str]:
@@ -105,7 +115,7 @@ class PromptRegistry:
             ConfigurationError: If that name and version is registered with another text.
             InvalidNameError: If the name or version is not a valid name.
         """
-        self._add(self._prompts, self._latest_prompt, "prompt", prompt, prompt.sha256)
+        self._add(self._prompts, self._latest_prompt, "prompt", prompt)
         return prompt
 
     def add_model_config(self, config: ModelConfig) -> ModelConfig:
@@ -118,9 +128,7 @@ class PromptRegistry:
             ConfigurationError: If that name and version is registered with other settings.
             InvalidNameError: If the name or version is not a valid name.
         """
-        self._add(
-            self._configs, self._latest_config, "model configuration", config, config_sha256(config)
-        )
+        self._add(self._configs, self._latest_config, "model configuration", config)
         return config
 
     @staticmethod
@@ -129,19 +137,16 @@ class PromptRegistry:
         latest: dict[str, str],
         what: str,
         item: Prompt | ModelConfig,
-        digest: str,
     ) -> None:
         check_name(item.name, what)
         check_name(item.version, f"{what} version")
         versions = table.setdefault(item.name, {})
         existing = versions.get(item.version)
-        if existing is not None:
-            known = existing.sha256 if isinstance(existing, Prompt) else config_sha256(existing)
-            if known != digest:
-                raise ConfigurationError(
-                    f"{what} {item.name!r} version {item.version!r} is registered twice with "
-                    "different content; runs pinned to it would change: register a new version"
-                )
+        if existing is not None and content_sha256(existing) != content_sha256(item):
+            raise ConfigurationError(
+                f"{what} {item.name!r} version {item.version!r} is registered twice with "
+                "different content; runs pinned to it would change: register a new version"
+            )
         versions[item.version] = item
         latest[item.name] = item.version
 
@@ -192,12 +197,9 @@ class PromptRegistry:
         Raises:
             VersionUnavailableError: If that version is not deployed or its text changed.
         """
-        version, digest = _split_pin(pin)
-        prompt = self._prompts.get(name, {}).get(version)
-        deployed = sorted(self._prompts.get(name, {}))
-        self._check(agent, f"prompt {name}", version, digest, prompt, deployed)
-        assert prompt is not None
-        return prompt
+        found = self._pinned(self._prompts, f"prompt {name}", name, pin, agent)
+        assert isinstance(found, Prompt)
+        return found
 
     def pinned_model_config(self, name: str, pin: str, *, agent: str) -> ModelConfig:
         """Returns exactly the model configuration a run pinned.
@@ -205,12 +207,24 @@ class PromptRegistry:
         Raises:
             VersionUnavailableError: If that version is not deployed or its settings changed.
         """
+        found = self._pinned(self._configs, f"model_config {name}", name, pin, agent)
+        assert isinstance(found, ModelConfig)
+        return found
+
+    @staticmethod
+    def _pinned(
+        table: Mapping[str, Mapping[str, Prompt | ModelConfig]],
+        component: str,
+        name: str,
+        pin: str,
+        agent: str,
+    ) -> Prompt | ModelConfig:
         version, digest = _split_pin(pin)
-        config = self._configs.get(name, {}).get(version)
-        deployed = sorted(self._configs.get(name, {}))
-        self._check(agent, f"model_config {name}", version, digest, config, deployed)
-        assert config is not None
-        return config
+        versions = table.get(name, {})
+        found = versions.get(version)
+        PromptRegistry._check(agent, component, version, digest, found, sorted(versions))
+        assert found is not None
+        return found
 
     @staticmethod
     def _check(
@@ -223,7 +237,7 @@ class PromptRegistry:
     ) -> None:
         if found is None:
             raise VersionUnavailableError(agent, component, version, deployed)
-        actual = found.sha256 if isinstance(found, Prompt) else config_sha256(found)
+        actual = content_sha256(found)
         if digest and actual != digest:
             raise VersionUnavailableError(
                 agent,
