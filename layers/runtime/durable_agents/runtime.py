@@ -289,7 +289,7 @@ class Runtime:
                 # Delivered again to a settled run: the publish after its last commit may have
                 # failed, or its process died before it. What that commit must tell others is
                 # derived from the journal and sent again (consumers dedupe on event_id).
-                self._republish(header)
+                republish(self.store, self.publisher, header)
                 settle_leftovers(self.store, self.clock, self.publisher, snapshot)
             return InvocationOutcome(run_id, OutcomeKind.NOOP, detail=f"run is {header.status}")
         try:
@@ -302,7 +302,7 @@ class Runtime:
         if header.status is RunStatus.VERSION_UNAVAILABLE:
             # Its version is deployed (again): back to RUNNING, fenced by what was read, then
             # on with this same invocation.
-            resumed = self._resume_available(header)
+            resumed = resume_available(self.store, self.clock, header)
             if resumed is None:
                 return InvocationOutcome(run_id, OutcomeKind.NOOP, detail="run changed meanwhile")
             snapshot = RunSnapshot(resumed, snapshot.entries, snapshot.effects)
@@ -392,12 +392,6 @@ class Runtime:
         if notifications:  # delivered: later replays need not tell anyone again
             with contextlib.suppress(EntryConflictError, RunStateConflictError):
                 self.store.commit(header.run_id, [entry for _, entry in notifications])
-
-    def _republish(self, header: RunHeader) -> None:
-        republish(self.store, self.publisher, header)
-
-    def _resume_available(self, header: RunHeader) -> RunHeader | None:
-        return resume_available(self.store, self.clock, header)
 
     # -- operator actions --------------------------------------------------------------------
 
