@@ -108,8 +108,8 @@ def stack_api_url(cloudformation: Any, stack: str, output: str = STACK_OUTPUT) -
 
 
 def segment(value: str) -> str:
-    """One path segment, percent-encoded (an operation id's ``/`` stays inside it)."""
-    return quote(value, safe="")
+    """One path segment, percent-encoded (an operation id's ``/`` stays inside it as ``%2F``)."""
+    return quote(value, safe=":@")
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ a line never wraps.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -17,6 +18,7 @@ WIDTH = 80
 GAP = "  "
 ELLIPSIS = "…"
 MIN_COLUMN = 4
+_LINE_BREAKS = re.compile(r"[\r\n\t\v\f]+")
 
 # An operation's state after its last journal entry (``views.entry_event``'s ``event`` suffix).
 _STATE_AFTER = {
@@ -31,17 +33,24 @@ _STATE_AFTER = {
 
 def clip(text: str, width: int) -> str:
     """``text`` cut to ``width`` characters, the last one an ellipsis if anything was cut."""
-    text = " ".join(text.split())  # a newline in a cell would break the table
+    text = _LINE_BREAKS.sub(" ", text)  # a newline (or a \r) in a cell would break the table
     if len(text) <= width:
         return text
     return text[: max(width - 1, 0)] + ELLIPSIS if width > 0 else ""
 
 
-def fit_table(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int = WIDTH) -> str:
+def fit_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    width: int = WIDTH,
+    *,
+    keep: Sequence[int] = (),
+) -> str:
     """Left-aligned columns under ``headers``, no line longer than ``width``.
 
     While the table is too wide the widest column loses a character (never below its header
-    or ``MIN_COLUMN``); cells longer than their column are ellipsized.
+    or ``MIN_COLUMN``; the columns in ``keep``, ids one copies, never); cells longer than
+    their column are ellipsized.
     """
     cells = [[" ".join(c.split()) for c in row] for row in rows]
     widths = [len(h) for h in headers]
@@ -50,10 +59,10 @@ def fit_table(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int 
     floor = [min(max(len(h), MIN_COLUMN), w) for h, w in zip(headers, widths, strict=True)]
     budget = width - len(GAP) * (len(headers) - 1)
     while sum(widths) > budget:
-        shrinkable = [i for i, w in enumerate(widths) if w > floor[i]]
+        shrinkable = [i for i, w in enumerate(widths) if w > floor[i] and i not in keep]
         if not shrinkable:
             break
-        widest = max(shrinkable, key=lambda i: widths[i])
+        widest = max(shrinkable, key=lambda i: (widths[i], i))  # a tie: the later column
         widths[widest] -= 1
     lines = [
         GAP.join(clip(c, w).ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
@@ -62,9 +71,9 @@ def fit_table(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int 
     return "\n".join(line[:width] for line in lines)
 
 
-def short_time(at: str | None) -> str:
-    """An ISO time as ``MM-DD HH:MM:SS`` (UTC, as the Api writes it)."""
-    return f"{at[5:10]} {at[11:19]}" if at and len(at) >= 19 else ""
+def short_time(at: str | None, *, seconds: bool = True) -> str:
+    """An ISO time as ``MM-DD HH:MM:SS`` (or ``MM-DD HH:MM``), UTC as the Api writes it."""
+    return f"{at[5:10]} {at[11 : 19 if seconds else 16]}" if at and len(at) >= 19 else ""
 
 
 def seconds_between(start: str | None, end: str | None) -> float | None:
@@ -103,12 +112,13 @@ def runs_table(runs: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:
             str(r.get("agent", "")),
             str((r.get("versions") or {}).get("workflow_version", "")),
             str(r.get("status", "")),
-            short_time(r.get("created_at")),
-            short_time(r.get("updated_at")),
+            short_time(r.get("created_at"), seconds=False),
+            short_time(r.get("updated_at"), seconds=False),
         ]
         for r in runs
     ]
-    return fit_table(["RUN ID", "AGENT", "VERSION", "STATUS", "CREATED", "UPDATED"], rows, width)
+    headers = ["RUN ID", "AGENT", "VERSION", "STATUS", "CREATED", "UPDATED"]
+    return fit_table(headers, rows, width, keep=(0, 4, 5))
 
 
 def run_details(run: Mapping[str, Any], width: int = WIDTH) -> str:
@@ -208,7 +218,7 @@ def timeline_table(run_id: str, ops: Sequence[Mapping[str, Any]], width: int = W
         for op in ops
     ]
     headers = ["OPERATION", "KIND", "NAME", "ATT", "TOOK", "STATUS", "DEADLINE"]
-    return fit_table(headers, rows, width)
+    return fit_table(headers, rows, width, keep=(6,))
 
 
 def approvals_table(approvals: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:
@@ -227,7 +237,7 @@ def approvals_table(approvals: Sequence[Mapping[str, Any]], width: int = WIDTH) 
         for a in approvals
     ]
     headers = ["APPROVAL ID", "STATUS", "RUN ID", "NAME", "DEADLINE", "SUMMARY"]
-    return fit_table(headers, rows, width)
+    return fit_table(headers, rows, width, keep=(0, 4))
 
 
 def reviews_table(reviews: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:
@@ -239,9 +249,10 @@ def reviews_table(reviews: Sequence[Mapping[str, Any]], width: int = WIDTH) -> s
             str(r.get("operation_id", "")),
             str(r.get("tool", "")),
             str(r.get("attempt", "")),
-            short_time(r.get("updated_at")),
+            short_time(r.get("updated_at"), seconds=False),
             str(r.get("note") or ""),
         ]
         for r in reviews
     ]
-    return fit_table(["OPERATION ID", "TOOL", "ATT", "SINCE", "NOTE"], rows, width)
+    # The operation id is what `reviews decide` takes: never clipped.
+    return fit_table(["OPERATION ID", "TOOL", "ATT", "SINCE", "NOTE"], rows, width, keep=(0, 3))
