@@ -210,7 +210,7 @@ def timeline_table(run_id: str, ops: Sequence[Mapping[str, Any]], width: int = W
             short_op(op["op_id"], run_id),
             str(op["kind"]),
             str(op.get("name") or ""),
-            str(op.get("attempts") or ""),
+            str(op.get("attempts") or "-"),
             duration(op.get("duration_seconds")),
             str(op["status"]),
             short_time(op.get("deadline")),
