@@ -70,8 +70,8 @@ def test_on_a_terminal_one_line_is_rewritten_in_place(api: StandIn) -> None:
     text = out.getvalue()
     frames = text.split("\r")[1:]
     assert len(frames) == 4 and text.endswith("\n") and text.count("\n") == 1
-    assert frames[0].startswith(f"{RUN}  RUNNING  ops 0 done  1 running  last step_started fetch")
-    assert frames[-1].startswith(f"{RUN}  SUCCEEDED  ops 1 done  last step_succeeded fetch")
+    assert frames[0].startswith(f"{RUN}  RUNNING  0.00s  0/1 done  last step_started fetch")
+    assert frames[-1].startswith(f"{RUN}  SUCCEEDED  3.50s  1/1 done  last step_succeeded fetch")
     assert all(len(f.rstrip("\n")) <= 80 for f in frames)
     # Nothing changed: the polls back off; a change would reset them to MIN_INTERVAL.
     assert clock.slept == [MIN_INTERVAL, MIN_INTERVAL * 2, MIN_INTERVAL * 4]

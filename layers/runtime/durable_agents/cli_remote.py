@@ -267,7 +267,7 @@ def _watch(client: ApiClient, args: argparse.Namespace) -> int:
     except WatchTimeoutError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    print(json.dumps(run, indent=2) if args.json else outcome(run))
+    print(json.dumps(run, indent=2) if args.json else outcome(run, watch.width))
     return exit_code(run)
 
 

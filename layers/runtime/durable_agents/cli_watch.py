@@ -78,10 +78,11 @@ class Watch:
                     raise
                 self.sleep(min(interval * 2**unreachable, MAX_INTERVAL))
                 continue
-            state = progress(run, events)
-            interval = MIN_INTERVAL if state != shown else min(interval * 2, MAX_INTERVAL)
-            shown = state
-            self._show(f"{state}  {duration(self.monotonic() - started)}")
+            state = progress(run, events, self.monotonic() - started)
+            changed = state.without_clock != shown
+            interval = MIN_INTERVAL if changed else min(interval * 2, MAX_INTERVAL)
+            shown = state.without_clock
+            self._show(state.line, changed=changed)
             if run["status"] in SUCCESS + ENDED_BADLY + NEEDS_OPERATOR:
                 self._end()
                 return run
@@ -92,17 +93,19 @@ class Watch:
 
     def _poll(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         path = f"/runs/{segment(self.run_id)}"
-        run = self.client.call("GET", path, missing=f"run {self.run_id}")
+        # The history first: the status read after it is never behind it (a run seen
+        # SUCCEEDED ends the watch; its history may lag by a poll, not the other way round).
         history = self.client.call("GET", f"{path}/history", missing=f"run {self.run_id}")
+        run = self.client.call("GET", path, missing=f"run {self.run_id}")
         return run, list(history.get("events") or [])
 
-    def _show(self, line: str) -> None:
+    def _show(self, line: str, *, changed: bool) -> None:
         line = clip(line, self.width - 1)
         if self.tty:
             # Pad over what the previous (longer) line left on screen.
             self.out.write("\r" + line.ljust(len(self.last_line)))
             self.out.flush()
-        elif _without_clock(line) != _without_clock(self.last_line):
+        elif changed:  # a log gets a line per change, not one per poll
             self.out.write(line + "\n")
             self.out.flush()
         self.last_line = line
@@ -117,32 +120,43 @@ class Watch:
         self._end()
 
 
-def _without_clock(line: str) -> str:
-    return line.rsplit("  ", 1)[0]
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What the progress line shows.
 
-
-def progress(run: Mapping[str, Any], events: list[dict[str, Any]]) -> str:
-    """A run's progress in one line (without the elapsed time).
-
-    Its status, how many operations are done, running and waiting, and the last event.
+    Attributes:
+        line: The run id, its status, the time watched, how many of the operations begun
+            are done (and waiting), and the last event.
+        without_clock: The same without the time watched (what tells a change).
     """
+
+    line: str
+    without_clock: str
+
+
+def progress(run: Mapping[str, Any], events: list[dict[str, Any]], watched: float) -> Progress:
+    """A run's progress after ``watched`` seconds of watching."""
     ops = operations(events)
     done = sum(op["status"] in ("SUCCEEDED", "FAILED") for op in ops)
     waiting = sum(op["status"] in ("WAITING", "RETRYING") for op in ops)
-    running = len(ops) - done - waiting
-    parts = [str(run["run_id"]), str(run["status"]), f"ops {done} done"]
-    if running:
-        parts.append(f"{running} running")
-    if waiting:
-        parts.append(f"{waiting} waiting")
+    head = [str(run["run_id"]), str(run["status"])]
+    # "3/5 done": of the operations begun so far; the rest run, or wait (a timer, a retry).
+    parts = [f"{done}/{len(ops)} done" + (f", {waiting} waiting" if waiting else "")]
     last = events[-1] if events else None
     if last:
         parts.append(f"last {last.get('event')} {last.get('name') or ''}".rstrip())
-    return "  ".join(parts)
+    return Progress("  ".join([*head, duration(watched), *parts]), "  ".join([*head, *parts]))
 
 
-def outcome(run: Mapping[str, Any]) -> str:
-    """The closing line: how the run ended, with its result or error."""
+def outcome(run: Mapping[str, Any], width: int = 80) -> str:
+    """The closing line: how the run ended, with its result or error.
+
+    Clipped to ``width``: ``--json`` or ``runs show`` has it whole.
+    """
+    return clip(_outcome(run), width - 1)
+
+
+def _outcome(run: Mapping[str, Any]) -> str:
     line = f"{run['run_id']} {run['status']}"
     took = seconds_between(run.get("created_at"), run.get("updated_at"))
     if took is not None:
