@@ -152,3 +152,8 @@ def test_setup_errors_exit_2(
     assert "pass --region" in capsys.readouterr().err
     assert main(["runs", "list", "--api-url", "http://127.0.0.1:1", "--stack", "s"]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+def test_runs_start_stays_local_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--stack", "prod", "runs", "start", "greeter", "Ada"]) == 2
+    assert "`runs start` starts runs in local mode" in capsys.readouterr().err

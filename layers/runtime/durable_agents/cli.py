@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from durable_agents import cli_remote
-from durable_agents.local import moto_server, runs_migrate
+from durable_agents.local import moto_server
 from durable_agents.local.crash import CRASH_POINTS, CrashSpec
 from durable_agents.local.identity import LOCAL_CALLER_ARN, check_caller_arn
 
@@ -203,7 +203,6 @@ def _add_runs(commands: Any) -> None:
     )
     actions = runs.add_subparsers(dest="action", required=True, metavar="ACTION")
     cli_remote.add_commands(actions, commands, _http_url, _caller_arn)
-    runs_migrate.add_command(actions, _http_url)
     start = actions.add_parser(
         "start",
         help="start a run through the local Api and wait for it",
@@ -320,11 +319,19 @@ def _local(args: argparse.Namespace) -> int:
 
 
 def _runs_start(args: argparse.Namespace) -> int:
+    from durable_agents.api_client import is_local  # noqa: PLC0415
     from durable_agents.local import runs_start  # noqa: PLC0415
 
+    if args.stack or args.profile or (args.api_url and not is_local(args.api_url)):
+        print(
+            "error: `runs start` starts runs in local mode (--api URL); on a deployed stack, "
+            "POST /runs (see docs/operations.md)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     try:
         started = runs_start.start_run(
-            args.api,
+            args.api_url or args.api,
             args.agent,
             runs_start.parse_input(args.input),
             wait_seconds=args.wait,
@@ -341,8 +348,6 @@ def _runs_start(args: argparse.Namespace) -> int:
 def _runs(args: argparse.Namespace) -> int:
     if args.action == "start":
         return _runs_start(args)
-    if args.action == "migrate":
-        return runs_migrate.command(args)
     return cli_remote.command(args)
 
 

@@ -32,6 +32,7 @@ from durable_agents.cli_tables import (
 )
 from durable_agents.cli_watch import Watch, WatchTimeoutError, exit_code, outcome
 from durable_agents.clock import SystemClock
+from durable_agents.local import runs_migrate
 from durable_agents.local.runs_stop import ACTIONS as STOPS
 from durable_agents.local.runs_stop import describe as describe_stop
 from durable_agents.models import RunStatus
@@ -151,6 +152,7 @@ def add_commands(
         stop = runs.add_parser(name, parents=[common], help=text)
         stop.add_argument("run_id")
         stop.add_argument("--reason", default="", help="why (recorded; the agent sees it)")
+    runs_migrate.add_command(runs, [common])
     event = runs.add_parser(
         "send-event", parents=[common], help="send a named event (a message) to a run"
     )
@@ -185,9 +187,6 @@ def add_commands(
     settle.add_argument("--external-id", help="committed: the provider's id of the call")
 
 
-RUN_ACTIONS = ("list", "show", "history", "timeline", "redrive", *STOPS, "send-event", "watch")
-
-
 def _width() -> int:
     return min(shutil.get_terminal_size((80, 24)).columns, 200)
 
@@ -215,6 +214,10 @@ def _runs(client: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
     if args.action == "redrive":
         run = client.call("POST", f"{path}/redrive", missing=missing)
         return run, f"re-driven: {args.run_id} is {run['status']}; a Step Ready event is on its way"
+    if args.action == "migrate":
+        body = {"to_version": args.to, "dry_run": args.dry_run}
+        answer = client.call("POST", f"{path}/migrate", body=body, missing=missing)
+        return answer, runs_migrate.describe(answer)
     if args.action in STOPS:
         body = {"reason": args.reason}
         run = client.call("POST", f"{path}/{args.action}", body=body, missing=missing)
