@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -143,3 +144,13 @@ def test_ctrl_c_stops_watching_cleanly(
     captured = capsys.readouterr()
     assert "stopped watching; the run goes on" in captured.err
     assert "Traceback" not in captured.err
+
+
+def test_with_json_stdout_holds_only_the_run(
+    api: StandIn, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("durable_agents.cli_watch.MIN_INTERVAL", 0.01)
+    assert main(["runs", "watch", RUN, "--json", "--api-url", api.url]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["result"] == 42
+    assert captured.err.splitlines()[0].startswith(f"{RUN}  RUNNING")  # the progress

@@ -255,9 +255,9 @@ def _reviews(client: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
 
 
 def _watch(client: ApiClient, args: argparse.Namespace) -> int:
-    out = sys.stdout
-    watch = Watch(client, args.run_id, out, tty=out.isatty() and not args.json, width=_width(),
-                  timeout=args.timeout)  # fmt: skip
+    # With --json stdout holds only the run's JSON: the progress goes to stderr.
+    out = sys.stderr if args.json else sys.stdout
+    watch = Watch(client, args.run_id, out, tty=out.isatty(), width=_width(), timeout=args.timeout)
     try:
         run = watch.run()
     except ApiError:
