@@ -159,15 +159,15 @@ def test_rejections_over_http(
     assert answer["error"]["message"]
 
 
-# -- the CLI against the moto endpoint ---------------------------------------------------------
+# -- the CLI against the local Api ---------------------------------------------------------------
 
 
-def test_cli_reads_runs_from_the_journal(
+def test_cli_reads_runs_through_the_api(
     moto: MotoProcess, worker: WorkerProcess, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run_id = start_run(worker, {"topic": "cli", "sections": 1, "pause_seconds": 0})
     wait_for_status(worker, run_id, "SUCCEEDED", timeout=30)
-    endpoint = ["--endpoint", moto.endpoint]
+    endpoint = ["--api-url", worker.base_url]
 
     assert cli_main(["runs", "list", "--status", "succeeded", *endpoint]) == 0
     out = capsys.readouterr().out
@@ -197,26 +197,26 @@ def test_cli_reads_runs_from_the_journal(
     assert json.loads(capsys.readouterr().out)["events"] == history(worker, run_id)
 
     assert cli_main(["runs", "redrive", run_id, *endpoint]) == 1
-    assert "already SUCCEEDED" in capsys.readouterr().err
+    assert "answered 409" in capsys.readouterr().err
 
 
-def test_cli_reports_unknown_runs_and_a_stopped_endpoint(
+def test_cli_reports_unknown_runs_and_a_stopped_api(
     moto: MotoProcess, worker: WorkerProcess
 ) -> None:
     command = [sys.executable, "-m", "durable_agents.cli", "runs", "show"]
     unknown = subprocess.run(
-        [*command, "run-0000000000000000", "--endpoint", moto.endpoint],
+        [*command, "run-0000000000000000", "--api-url", worker.base_url],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
     assert unknown.returncode == 1
-    assert "run 'run-0000000000000000' not found" in unknown.stderr
+    assert "no such run run-0000000000000000" in unknown.stderr
 
     down = f"http://127.0.0.1:{free_port()}"
     stopped = subprocess.run(
-        [*command, "run-0000000000000000", "--endpoint", down],
+        [*command, "run-0000000000000000", "--api-url", down],
         capture_output=True,
         text=True,
         timeout=60,

@@ -39,7 +39,16 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parents[2]
 FUNCTIONS = ("StepRunnerFunction", "ApiFunction", "ReconcilerFunction", "RelayFunction")
 BUILD_DIR = os.environ.get("PACKAGING_BUILD_DIR")  # a `sam build` output to check instead
-LOCAL_ONLY_MODULES = ("durable_agents/local", "durable_agents/testing.py", "durable_agents/cli.py")
+LOCAL_ONLY_MODULES = (
+    "durable_agents/local",
+    "durable_agents/testing.py",
+    "durable_agents/cli.py",
+    # The CLI's Api commands (they use durable_agents.local's caller header and views).
+    "durable_agents/cli_remote.py",
+    "durable_agents/cli_tables.py",
+    "durable_agents/cli_watch.py",
+    "durable_agents/api_client.py",
+)
 # Lambda's python3.13 on arm64: the environment the layer's dependency markers are evaluated in.
 LAMBDA_MARKERS = {
     "python_version": "3.13",

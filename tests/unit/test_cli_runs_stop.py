@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from durable_agents.cli import build_parser, main
-from durable_agents.local.runs_stop import RunStopError, stop_run
 from tests.unit.test_cli_runs_versions import _Api
 
 
@@ -62,14 +61,15 @@ def test_refusals_are_errors_with_the_apis_message(
 ) -> None:
     assert main(["runs", "cancel", "run-2", "--api", api]) == 1
     assert "answered 409: run run-2 is SUCCEEDED" in capsys.readouterr().err
-    with pytest.raises(RunStopError, match="404: run 'run-3' not found"):
-        stop_run(api, "run-3", "terminate", reason="")
+    assert main(["runs", "terminate", "run-3", "--api", api]) == 1
+    assert "no such run run-3 (run 'run-3' not found)" in capsys.readouterr().err
 
 
 def test_the_reason_is_optional_and_nothing_answering_says_what_to_do(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     args = build_parser().parse_args(["runs", "cancel", "run-1"])
-    assert (args.run_id, args.reason, args.api) == ("run-1", "", "http://127.0.0.1:3000")
+    # No --api-url nor --stack: local mode's Api (durable_agents.api_client.LOCAL_API_URL).
+    assert (args.run_id, args.reason, args.api_url, args.stack) == ("run-1", "", None, None)
     assert main(["runs", "terminate", "run-1", "--api", "http://127.0.0.1:9"]) == 1
     assert "start local mode first" in capsys.readouterr().err

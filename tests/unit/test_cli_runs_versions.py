@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from durable_agents.cli import STATUSES, build_parser, main
-from durable_agents.local.runs_migrate import RunMigrateError, migrate_run
 from durable_agents.models import RunStatus
 
 MIGRATED: dict[str, Any] = {
@@ -92,12 +91,8 @@ def test_migrate_needs_a_version(capsys: pytest.CaptureFixture[str]) -> None:
         build_parser().parse_args(["runs", "migrate", "run-1"])
     assert exited.value.code == 2 and "--to" in capsys.readouterr().err
     args = build_parser().parse_args(["runs", "migrate", "run-1", "--to", "2", "--dry-run"])
-    assert (args.run_id, args.to, args.dry_run, args.api) == (
-        "run-1",
-        "2",
-        True,
-        "http://127.0.0.1:3000",
-    )
+    # No --api-url nor --stack: local mode's Api (durable_agents.api_client.LOCAL_API_URL).
+    assert (args.run_id, args.to, args.dry_run, args.api_url) == ("run-1", "2", True, None)
 
 
 def test_migrate_posts_to_the_api_and_says_what_changed(
@@ -117,11 +112,10 @@ def test_a_refusal_or_an_unknown_run_is_an_error_with_the_apis_message(
     api: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["runs", "migrate", "run-2", "--to", "3", "--api", api]) == 1
-    assert "answered 409" in capsys.readouterr().err
-    with pytest.raises(RunMigrateError, match="diverges"):
-        migrate_run(api, "run-2", "3", dry_run=False)
-    with pytest.raises(RunMigrateError, match="404: run 'run-3' not found"):
-        migrate_run(api, "run-3", "2", dry_run=False)
+    err = capsys.readouterr().err
+    assert "answered 409" in err and "diverges" in err
+    assert main(["runs", "migrate", "run-3", "--to", "2", "--api", api]) == 1
+    assert "no such run run-3 (run 'run-3' not found)" in capsys.readouterr().err
 
 
 def test_migrate_says_what_to_do_when_nothing_answers(capsys: pytest.CaptureFixture[str]) -> None:

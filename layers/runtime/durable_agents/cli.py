@@ -2,8 +2,9 @@
 
 * ``durable-agents local``: run the template's functions against moto (see ``local.worker``).
 * ``durable-agents moto``: only the moto server, in the foreground.
-* ``durable-agents runs list|show|history|redrive``: read (or nudge) runs straight from the
-  journal in a running moto server.
+* ``durable-agents runs list|show|history|timeline|redrive|cancel|terminate|send-event|watch``,
+  ``approvals list|decide``, ``reviews list|decide``: through the Api (``cli_remote``), local
+  mode's by default, a deployed stack's with ``--stack NAME`` or ``--api-url URL`` (SigV4).
 * ``durable-agents runs start|migrate``: through the Api local mode serves (it has the agents).
 """
 
@@ -12,23 +13,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from durable_agents.local import moto_server, runs_migrate, runs_stop
+from durable_agents import cli_remote
+from durable_agents.local import moto_server
 from durable_agents.local.crash import CRASH_POINTS, CrashSpec
-from durable_agents.local.functions import local_name
 from durable_agents.local.identity import LOCAL_CALLER_ARN, check_caller_arn
-from durable_agents.models import RunStatus
 
 OIDC_PORT = 3001  # durable_agents.local.oidc.DEFAULT_PORT (not imported: it loads cryptography)
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
-DEFAULT_ENDPOINT = moto_server.endpoint_url(moto_server.DEFAULT_PORT)
-# durable_agents.models.RunStatus (not imported: the parser stays light).
-STATUSES = tuple(status.value for status in RunStatus)
+STATUSES = cli_remote.STATUSES
 
 
 def _positive_float(text: str) -> float:
@@ -200,23 +198,11 @@ def _add_local(commands: Any) -> None:
 
 
 def _add_runs(commands: Any) -> None:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--endpoint",
-        default=DEFAULT_ENDPOINT,
-        help="moto server holding the journal (default %(default)s)",
+    runs = commands.add_parser(
+        "runs", help="list, show, follow, start, stop, message, redrive or migrate runs"
     )
-    common.add_argument("--table", default=local_name("JournalTable"), help=argparse.SUPPRESS)
-    common.add_argument("--json", action="store_true", help="print JSON")
-    runs = commands.add_parser("runs", help="list, show, trace, redrive, migrate or stop runs")
     actions = runs.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listing = actions.add_parser("list", parents=[common], help="list runs, newest first")
-    listing.add_argument("--status", type=str.upper, choices=STATUSES)
-    listing.add_argument("--agent", help="only runs of this agent")
-    listing.add_argument("--version", help="only runs pinned to this workflow version")
-    listing.add_argument("--limit", type=_positive_int, default=50)
-    runs_migrate.add_command(actions, _http_url)
-    runs_stop.add_commands(actions, _http_url)
+    cli_remote.add_commands(actions, commands, _http_url, _caller_arn)
     start = actions.add_parser(
         "start",
         help="start a run through the local Api and wait for it",
@@ -239,13 +225,6 @@ def _add_runs(commands: Any) -> None:
     )
     start.add_argument("--idempotency-key", help="the same key returns the same run")
     start.add_argument("--json", action="store_true", help="print the run as JSON")
-    for name, text in (
-        ("show", "show one run"),
-        ("history", "show a run's history"),
-        ("redrive", "resume a PAUSED run or nudge a stalled one"),
-    ):
-        action = actions.add_parser(name, parents=[common], help=text)
-        action.add_argument("run_id")
 
 
 def _add_token(commands: Any) -> None:
@@ -281,8 +260,11 @@ def _token(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``durable-agents``."""
     parser = argparse.ArgumentParser(
-        prog="durable-agents", description="Durable agents on AWS serverless, run locally."
+        prog="durable-agents",
+        description="Durable agents on AWS serverless: run them locally, operate a deployed "
+        "stack (--stack NAME or --api-url URL; requests signed with your AWS credentials).",
     )
+    cli_remote.add_connection(parser, top=True, url=_http_url, caller=_caller_arn)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_local(commands)
     moto = commands.add_parser("moto", help="run only the moto server (foreground)")
@@ -337,11 +319,19 @@ def _local(args: argparse.Namespace) -> int:
 
 
 def _runs_start(args: argparse.Namespace) -> int:
+    from durable_agents.api_client import is_local  # noqa: PLC0415
     from durable_agents.local import runs_start  # noqa: PLC0415
 
+    if args.stack or args.profile or (args.api_url and not is_local(args.api_url)):
+        print(
+            "error: `runs start` starts runs in local mode (--api URL); on a deployed stack, "
+            "POST /runs (see docs/operations.md)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     try:
         started = runs_start.start_run(
-            args.api,
+            args.api_url or args.api,
             args.agent,
             runs_start.parse_input(args.input),
             wait_seconds=args.wait,
@@ -358,36 +348,16 @@ def _runs_start(args: argparse.Namespace) -> int:
 def _runs(args: argparse.Namespace) -> int:
     if args.action == "start":
         return _runs_start(args)
-    if args.action == "migrate":
-        return runs_migrate.command(args)
-    if args.action in runs_stop.ACTIONS:
-        return runs_stop.command(args)
-    from durable_agents.local.runs import RunsClient, RunsError  # noqa: PLC0415
-
-    client = RunsClient(args.endpoint, args.table)
-    actions: dict[str, Callable[[], tuple[Any, str]]] = {
-        "list": lambda: client.list(
-            args.status, args.limit, agent=args.agent, version=args.version
-        ),
-        "show": lambda: client.show(args.run_id),
-        "history": lambda: client.history(args.run_id),
-        "redrive": lambda: client.redrive(args.run_id),
-    }
-    try:
-        data, text = actions[args.action]()
-    except RunsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    print(json.dumps(data, indent=2) if args.json else text)
-    return 0
+    return cli_remote.command(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``durable-agents`` console script.
 
     Returns:
-        The exit status: 0 on success, 1 on errors (endpoint down, unknown run), 2 on usage
-        errors or when local mode cannot start.
+        The exit status: 0 on success, 1 on errors (the Api down or refusing, an unknown run,
+        a watched run that did not succeed), 2 on usage errors, when the CLI cannot be set up
+        (no credentials, no such stack) or when local mode cannot start.
     """
     args = build_parser().parse_args(argv)
     if args.command == "local":
@@ -401,7 +371,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.state_dir:
             argv += ["--state-dir", str(args.state_dir)]
         return moto_server.main(argv)
-    return _runs(args)
+    if args.command == "runs":
+        return _runs(args)
+    return cli_remote.command(args)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,7 @@
-"""Reading runs straight from the journal in a moto server (``durable-agents runs ...``)."""
+"""Reading runs straight from the journal in a moto server, for tests and tools.
+
+The ``durable-agents runs`` commands go through the Api instead (``durable_agents.cli_remote``).
+"""
 
 from __future__ import annotations
 

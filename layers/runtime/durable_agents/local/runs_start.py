@@ -63,44 +63,6 @@ def _call(method: str, url: str, body: Any = None) -> tuple[int, dict[str, Any]]
             return exc.code, {"error": {"message": f"HTTP {exc.code}"}}
 
 
-def post_run_action(
-    api: str,
-    run_id: str,
-    action: str,
-    body: dict[str, Any],
-    *,
-    ok: int,
-    error: type[Exception],
-) -> dict[str, Any]:
-    """``POST /runs/{run_id}/{action}`` to the local Api, as a client of a deployment would.
-
-    Args:
-        api: The Api's base URL.
-        run_id: The run.
-        action: ``migrate``, ``cancel``, ``terminate``, ….
-        body: The request's JSON body.
-        ok: The status that means it was done (200, 202).
-        error: The exception to raise otherwise.
-
-    Returns:
-        The Api's answer.
-
-    Raises:
-        Exception: ``error``, if nothing answers at ``api`` or the Api refused (with its
-            message).
-    """
-    try:
-        status, answer = _call("POST", f"{api}/runs/{run_id}/{action}", body)
-    except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-        raise error(
-            f"nothing answers at {api} ({exc}); start local mode first (durable-agents local)"
-        ) from exc
-    if status != ok:
-        message = (answer.get("error") or {}).get("message") or json.dumps(answer)
-        raise error(f"POST /runs/{run_id}/{action} answered {status}: {message}")
-    return answer
-
-
 def start_run(
     api: str, agent: str, value: Any, *, wait_seconds: float, idempotency_key: str | None = None
 ) -> Started:

@@ -1,0 +1,258 @@
+"""Text tables of the CLI, fitted to a terminal (80 columns unless told otherwise).
+
+Every table is built from the Api's JSON (the same views ``--json`` prints): runs, a run's
+history, its operations (``runs timeline``), approvals and calls in review. A table wider than
+the terminal shrinks its widest columns first and ellipsizes the cells that no longer fit, so
+a line never wraps.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+WIDTH = 80
+GAP = "  "
+ELLIPSIS = "…"
+MIN_COLUMN = 4
+_LINE_BREAKS = re.compile(r"[\r\n\t\v\f]+")
+
+# An operation's state after its last journal entry (``views.entry_event``'s ``event`` suffix).
+_STATE_AFTER = {
+    "started": "RUNNING",
+    "attempt_failed": "RETRYING",
+    "scheduled": "WAITING",
+    "notified": "WAITING",
+    "succeeded": "SUCCEEDED",
+    "failed": "FAILED",
+}
+
+
+def clip(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, the last one an ellipsis if anything was cut."""
+    text = _LINE_BREAKS.sub(" ", text)  # a newline (or a \r) in a cell would break the table
+    if len(text) <= width:
+        return text
+    return text[: max(width - 1, 0)] + ELLIPSIS if width > 0 else ""
+
+
+def fit_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    width: int = WIDTH,
+    *,
+    keep: Sequence[int] = (),
+) -> str:
+    """Left-aligned columns under ``headers``, no line longer than ``width``.
+
+    While the table is too wide the widest column loses a character (never below its header
+    or ``MIN_COLUMN``; the columns in ``keep``, ids one copies, never); cells longer than
+    their column are ellipsized.
+    """
+    cells = [[" ".join(c.split()) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    floor = [min(max(len(h), MIN_COLUMN), w) for h, w in zip(headers, widths, strict=True)]
+    budget = width - len(GAP) * (len(headers) - 1)
+    while sum(widths) > budget:
+        shrinkable = [i for i, w in enumerate(widths) if w > floor[i] and i not in keep]
+        if not shrinkable:
+            break
+        widest = max(shrinkable, key=lambda i: (widths[i], i))  # a tie: the later column
+        widths[widest] -= 1
+    lines = [
+        GAP.join(clip(c, w).ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
+        for line in [list(headers), *cells]
+    ]
+    return "\n".join(line[:width] for line in lines)
+
+
+def short_time(at: str | None, *, seconds: bool = True) -> str:
+    """An ISO time as ``MM-DD HH:MM:SS`` (or ``MM-DD HH:MM``), UTC as the Api writes it."""
+    return f"{at[5:10]} {at[11 : 19 if seconds else 16]}" if at and len(at) >= 19 else ""
+
+
+def seconds_between(start: str | None, end: str | None) -> float | None:
+    """Seconds from ISO time ``start`` to ``end`` (None if either is missing)."""
+    if not start or not end:
+        return None
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+
+
+def duration(seconds: float | None) -> str:
+    """``0.42s``, ``12.3s``, ``4m05s``, ``2h13m``."""
+    if seconds is None:
+        return ""
+    if seconds < 10:
+        return f"{seconds:.2f}s"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def compact(value: Any) -> str:
+    """A value as one line: strings as they are, anything else as compact JSON."""
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def runs_table(runs: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:
+    """One line per run: id, agent, pinned version, status, created and updated times."""
+    if not runs:
+        return "no runs"
+    rows = [
+        [
+            str(r.get("run_id", "")),
+            str(r.get("agent", "")),
+            str((r.get("versions") or {}).get("workflow_version", "")),
+            str(r.get("status", "")),
+            short_time(r.get("created_at"), seconds=False),
+            short_time(r.get("updated_at"), seconds=False),
+        ]
+        for r in runs
+    ]
+    headers = ["RUN ID", "AGENT", "VERSION", "STATUS", "CREATED", "UPDATED"]
+    return fit_table(headers, rows, width, keep=(0, 4, 5))
+
+
+def run_details(run: Mapping[str, Any], width: int = WIDTH) -> str:
+    """A run as ``key: value`` lines, each clipped to ``width``."""
+    lines = []
+    for key in (
+        "run_id", "agent", "status", "tenant", "created_at", "updated_at", "wake_at",
+        "waiting_on", "parent_run_id", "versions", "cancel_requested", "execution_deadline",
+        "input", "result", "error",
+    ):  # fmt: skip
+        value = run.get(key)
+        if value is not None:
+            lines.append(clip(f"{key + ':':<20}{compact(value)}", width))
+    return "\n".join(lines)
+
+
+def short_op(op_id: str | None, run_id: str) -> str:
+    """An operation id without its run prefix (``gather:2/fetch-1:1``)."""
+    return (op_id or "").removeprefix(f"{run_id}:")
+
+
+def _note(event: Mapping[str, Any]) -> str:
+    if event.get("error"):
+        error = event["error"]
+        return f"{error.get('type')}: {error.get('message')}"
+    if event.get("due_at"):
+        return f"due {short_time(event['due_at'])}"
+    if event.get("result") is not None:
+        return compact(event["result"])
+    return ""
+
+
+def history_table(events: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:
+    """The history: offset from the start, event, operation, attempt, note."""
+    if not events:
+        return "no events"
+    run_id = str(events[0].get("run_id", ""))
+    first = events[0].get("at")
+    rows = []
+    for event in events:
+        offset = seconds_between(first, event.get("at"))
+        rows.append(
+            [
+                f"+{offset:.2f}s" if offset is not None else "",
+                str(event.get("event", "")),
+                short_op(event.get("op_id") or event.get("operation_id"), run_id),
+                str(event.get("attempt", "")),
+                _note(event),
+            ]
+        )
+    return fit_table(["OFFSET", "EVENT", "OPERATION", "ATTEMPT", "NOTE"], rows, width)
+
+
+def operations(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A run's operations from its history, in the order they began.
+
+    Each: ``op_id``, ``kind``, ``name``, ``attempts``, ``status`` (RUNNING, RETRYING,
+    WAITING, SUCCEEDED, FAILED), ``started_at``, ``ended_at`` (a settled one's),
+    ``duration_seconds`` (to its last entry) and ``deadline`` (a timer's or retry's due time,
+    or a running attempt's lease expiry; None once settled).
+    """
+    ops: dict[str, dict[str, Any]] = {}
+    for event in events:
+        op_id, kind = event.get("op_id"), event.get("kind")
+        if not op_id or not kind or event.get("event") == "run_migrated":
+            continue
+        op = ops.setdefault(
+            str(op_id),
+            {"op_id": op_id, "kind": kind, "name": event.get("name"), "attempts": 0,
+             "status": "RUNNING", "started_at": event.get("at"), "ended_at": None,
+             "duration_seconds": None, "deadline": None},
+        )  # fmt: skip
+        state = str(event.get("event", "")).removeprefix(f"{kind}_")
+        op["status"] = _STATE_AFTER.get(state, op["status"])
+        op["attempts"] = max(op["attempts"], int(event.get("attempt") or 0))
+        op["duration_seconds"] = seconds_between(op["started_at"], event.get("at"))
+        settled = op["status"] in ("SUCCEEDED", "FAILED")
+        op["ended_at"] = event.get("at") if settled else None
+        op["deadline"] = None if settled else event.get("due_at") or event.get("lease_expires_at")
+    return list(ops.values())
+
+
+def timeline_table(run_id: str, ops: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:
+    """``runs timeline``: one line per operation."""
+    if not ops:
+        return "no operations"
+    rows = [
+        [
+            short_op(op["op_id"], run_id),
+            str(op["kind"]),
+            str(op.get("name") or ""),
+            str(op.get("attempts") or "-"),
+            duration(op.get("duration_seconds")),
+            str(op["status"]),
+            short_time(op.get("deadline")),
+        ]
+        for op in ops
+    ]
+    headers = ["OPERATION", "KIND", "NAME", "ATT", "TOOK", "STATUS", "DEADLINE"]
+    return fit_table(headers, rows, width, keep=(6,))
+
+
+def approvals_table(approvals: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:
+    """One line per approval: id, status, run, name, deadline, summary."""
+    if not approvals:
+        return "no approvals"
+    rows = [
+        [
+            str(a.get("approval_id", "")),
+            str(a.get("status", "")),
+            str(a.get("run_id", "")),
+            str(a.get("name") or ""),
+            short_time(a.get("deadline")),
+            str(a.get("summary") or ""),
+        ]
+        for a in approvals
+    ]
+    headers = ["APPROVAL ID", "STATUS", "RUN ID", "NAME", "DEADLINE", "SUMMARY"]
+    return fit_table(headers, rows, width, keep=(0, 4))
+
+
+def reviews_table(reviews: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:
+    """One line per call in review: operation id, tool, attempt, since when, why."""
+    if not reviews:
+        return "no calls in review"
+    rows = [
+        [
+            str(r.get("operation_id", "")),
+            str(r.get("tool", "")),
+            str(r.get("attempt", "")),
+            short_time(r.get("updated_at"), seconds=False),
+            str(r.get("note") or ""),
+        ]
+        for r in reviews
+    ]
+    # The operation id is what `reviews decide` takes: never clipped.
+    return fit_table(["OPERATION ID", "TOOL", "ATT", "SINCE", "NOTE"], rows, width, keep=(0, 3))
