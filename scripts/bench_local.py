@@ -236,7 +236,7 @@ def concurrency_round(levels: list[int], tag: str) -> dict[int, dict[str, Any]]:
                 }
                 p50, p99 = (percentile(intervals, q) for q in (0.5, 0.99))
                 rate = level / elapsed * 60
-                print(f"{level:3} at once: {rate:6.1f} runs/min, step p50 {p50:.0f}, p99 {p99:.0f} ms")
+                print(f"{level} at once: {rate:.1f} runs/min, step p50 {p50:.0f} p99 {p99:.0f} ms")
         finally:
             worker.stop()
     return out
