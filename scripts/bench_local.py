@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import os
 import platform
 import statistics
@@ -201,7 +202,7 @@ def step_latencies(worker: WorkerProcess, run_id: str) -> tuple[list[float], lis
 def percentile(values: list[float], q: float) -> float:
     """The ``q`` quantile (0-1) of ``values``, nearest rank."""
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))]
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 def concurrency_round(levels: list[int], tag: str) -> dict[int, dict[str, Any]]:
