@@ -6,9 +6,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from bench_billing import Bill, Ledger  # noqa: E402
-from bench_local import percentile  # noqa: E402
-from bench_peers import _predict, markdown  # noqa: E402
+from bench_billing import Bill, Ledger
+from bench_local import percentile
+from bench_peers import _predict, markdown
 
 HEADER = {"gsi1pk": {"S": "STATUS#RUNNING"}, "gsi1sk": {"S": "1#r"}, "gsi3pk": {"S": "TENANT#t"}}
 HEADER["gsi3sk"] = {"S": "RUNNING#1#r"}
