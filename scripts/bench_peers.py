@@ -285,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=60.0)
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--plot", type=Path)
+    parser.add_argument("--save", type=Path, help="also write the raw results as JSON")
+    parser.add_argument("--load", type=Path, help="render saved results instead of measuring")
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps({"seconds": child(args.child[0], int(args.child[1]))}))
@@ -292,11 +294,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.draw:
         plot(Path(args.draw[0]), Path(args.draw[1]))
         return 0
-    results = run_all([int(n) for n in args.sizes.split(",")], args.rounds, args.budget)
+    if args.load:
+        results = _loaded(json.loads(args.load.read_text()))
+    else:
+        results = run_all([int(n) for n in args.sizes.split(",")], args.rounds, args.budget)
+    if args.save:
+        args.save.write_text(json.dumps(results, indent=1))
     text = markdown(results)
     print(text)
     if args.markdown:
-        doc = args.markdown.read_text()
+        # A file without the markers gets them at its end (a new file: just the section).
+        doc = args.markdown.read_text() if args.markdown.exists() else ""
         head, _, rest = doc.partition(START)
         _, _, tail = rest.partition(END)
         args.markdown.write_text(f"{head}{START}\n{text}\n{END}{tail}")
@@ -304,14 +312,22 @@ def main(argv: list[str] | None = None) -> int:
         if BENCH_PYTHON.exists():
             with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as tmp:
                 json.dump(results, tmp)
-            subprocess.run(
-                [str(BENCH_PYTHON), __file__, "--draw", tmp.name, str(args.plot)], check=True
-            )
+            draw = [str(BENCH_PYTHON), __file__, "--draw", tmp.name, str(args.plot)]
+            subprocess.run(draw, check=True)
             os.unlink(tmp.name)
             print(f"wrote {args.plot}")
         else:
             print(f"no plot: no {BENCH_PYTHON} (make venv-bench)")
     return 0
+
+
+def _loaded(raw: dict[str, Any]) -> dict[str, Any]:
+    """Saved results with their sizes as numbers again (JSON keys are strings)."""
+    return {
+        **raw,
+        "samples": {r: {int(n): v for n, v in d.items()} for r, d in raw["samples"].items()},
+        "predicted": {r: {int(n): v for n, v in d.items()} for r, d in raw["predicted"].items()},
+    }
 
 
 if __name__ == "__main__":
