@@ -5,6 +5,8 @@
 #   .venv-sam  AWS SAM CLI (pins its own boto3, so it cannot share .venv)
 #   .venv-cfn  cfn-lint 1.53.3 (the last release that runs the SAM translator; see below)
 #   .venv-policy  checkov + cfn-lint-serverless (which needs cfn-lint >= 1.57) for `make lint-policy`
+#   .venv-bench   the peers `make bench` compares with (AWS durable functions local runner, DBOS)
+#                 and matplotlib: never in .venv, never in the layer
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -26,10 +28,15 @@ VENV := .venv
 VENV_SAM := .venv-sam
 VENV_CFN := .venv-cfn
 VENV_POLICY := .venv-policy
+VENV_BENCH := .venv-bench
+# The same pins as pyproject.toml's `bench` extra (keep the two in step).
+BENCH_PINS := aws-durable-execution-sdk-python==3.0.0 aws-durable-execution-sdk-python-testing==1.4.0 \
+              dbos==3.4.0 matplotlib==3.11.2
 VENV_STAMP := $(VENV)/.installed
 SAM_STAMP := $(VENV_SAM)/.installed-$(SAM_CLI_VERSION)
 CFN_STAMP := $(VENV_CFN)/.installed-$(CFN_LINT_VERSION)
 POLICY_STAMP := $(VENV_POLICY)/.installed-$(CHECKOV_VERSION)-$(CFN_LINT_SERVERLESS_VERSION)-$(POLICY_CFN_LINT_VERSION)-$(SAM_TRANSLATOR_VERSION)
+BENCH_STAMP := $(VENV_BENCH)/.installed-$(shell echo '$(BENCH_PINS)' | cksum | cut -d' ' -f1)
 
 SAM := $(VENV_SAM)/bin/sam
 CFN_LINT := $(VENV_CFN)/bin/cfn-lint
@@ -54,8 +61,8 @@ SAM_CONFIG_ENV := $(if $(ENV),--config-env $(ENV))
 PYENV_313 = $(shell python3.13 --version >/dev/null 2>&1 || pyenv versions --bare 2>/dev/null | grep -E '^3\.13(\.[0-9]+)?$$' | tail -n 1)
 BUILD_ENV = $(if $(PYENV_313),PYENV_VERSION=$(shell pyenv version-name 2>/dev/null):$(PYENV_313))
 
-.PHONY: help venv venv-sam venv-cfn venv-policy lint typecheck validate lint-policy pytest test reliability \
-        reliability-fast openapi docs demo bench bench-local local \
+.PHONY: help venv venv-sam venv-cfn venv-policy venv-bench lint typecheck validate lint-policy pytest test reliability \
+        reliability-fast openapi docs demo bench bench-local bench-concurrency local \
         build build-check deploy clean distclean
 
 help: ## Show this help
@@ -103,6 +110,15 @@ $(POLICY_STAMP):
 	@test -x $(VENV_POLICY)/bin/python || $(PYTHON) -m venv $(VENV_POLICY)
 	@$(VENV_POLICY)/bin/python -m pip install --quiet $(POLICY_PINS) 2>&1 | $(PIP_QUIET)
 	@rm -f $(VENV_POLICY)/.installed-*
+	@touch $@
+
+venv-bench: $(BENCH_STAMP) ## Create .venv-bench with the benchmark peers and matplotlib
+
+$(BENCH_STAMP):
+	@echo "==> creating $(VENV_BENCH) with $(BENCH_PINS)"
+	@test -x $(VENV_BENCH)/bin/python || $(PYTHON) -m venv $(VENV_BENCH)
+	@$(VENV_BENCH)/bin/python -m pip install --quiet $(BENCH_PINS) 2>&1 | $(PIP_QUIET)
+	@rm -f $(VENV_BENCH)/.installed-*
 	@touch $@
 
 # ----------------------------------------------------------------------------------- checks
@@ -171,11 +187,17 @@ docs: $(VENV_STAMP) ## Build the API reference into build/docs/ (pdoc) and check
 demo: $(VENV_STAMP) ## Run the local demo (moto, no AWS account, no Docker)
 	$(VENV)/bin/python scripts/demo.py
 
-bench: $(VENV_STAMP) ## Run the benchmarks
+bench: $(VENV_STAMP) ## Benchmarks: AWS requests and cost per operation kind, peers side by side (~15 min)
+	@$(MAKE) venv-bench || echo "==> no $(VENV_BENCH): the peers are skipped"
 	$(VENV)/bin/python scripts/bench.py
+	$(VENV)/bin/python scripts/bench_accounting.py
+	$(VENV)/bin/python scripts/bench_peers.py --plot docs/benchmarks-peers.png
 
 bench-local: $(VENV_STAMP) ## Local-mode runs/minute, ephemeral vs durable store (~10 min)
 	$(VENV)/bin/python scripts/bench_local.py
+
+bench-concurrency: $(VENV_STAMP) ## Local mode: runs/minute and step latency p50/p95/p99 at 1, 10, 50 runs at once
+	$(VENV)/bin/python scripts/bench_local.py --concurrency 1,10,50 --rounds 2
 
 local: $(VENV_STAMP) ## Serve the runtime locally on http://127.0.0.1:3000
 	$(VENV)/bin/durable-agents local

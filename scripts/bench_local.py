@@ -15,18 +15,31 @@ from one client, ephemeral against durable (the fsync per acknowledged write, is
 Options: ``--runs N`` (default 30), ``--rounds N`` per mode (default 2), ``--writes N``
 (default 500), ``--markdown PATH`` (replace the text between ``<!-- bench:local:start -->``
 and ``<!-- bench:local:end -->``).
+
+``--concurrency 1,10,50`` measures instead, on one durable worker per round, runs/minute with
+that many runs started at once (one level after the other, in an order that rotates each
+round), and each step's latency from the run's history (``GET /runs/{id}/history``): from
+the record before it in program order (the previous operation's result, or the run's start)
+to the step's result — the Step Ready delivery, the StepRunner's journal read, the claim, the
+step and its commit — and, inside that, from the step's claim to its result. Percentiles
+p50/p95/p99 over every step of every run of the level. ``--markdown`` then fills
+``<!-- bench:concurrency:start -->`` / ``<!-- bench:concurrency:end -->``.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
+import math
 import os
 import platform
 import statistics
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "layers" / "runtime"))
@@ -38,6 +51,7 @@ from durable_agents.local.processes import WorkerProcess, http_json  # noqa: E40
 
 AGENT = "example-research"
 START, END = "<!-- bench:local:start -->", "<!-- bench:local:end -->"
+C_START, C_END = "<!-- bench:concurrency:start -->", "<!-- bench:concurrency:end -->"
 WORKER_ARGS = ["--quiet", "--log-level", "ERROR", "--schedule-interval", "1"]
 
 
@@ -163,6 +177,108 @@ def _markdown(
     )
 
 
+def _at(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(str(event["at"])).timestamp() * 1000
+
+
+def step_latencies(worker: WorkerProcess, run_id: str) -> tuple[list[float], list[float]]:
+    """(interval, claim-to-result) in ms of each step of a run, from its history."""
+    status, body = http_json("GET", f"{worker.base_url}/runs/{run_id}/history", timeout=30)
+    if status != 200:
+        raise RuntimeError(f"GET /runs/{run_id}/history answered {status}: {body}")
+    events = [e for e in body["events"] if e.get("at")]
+    intervals, executions = [], []
+    claimed: dict[str, tuple[float, float]] = {}  # op id -> (claim, the record before it)
+    for before, event in itertools.pairwise(events):
+        if event["event"] == "step_started":
+            claimed[event["op_id"]] = (_at(event), _at(before))
+        if event["event"] == "step_succeeded":
+            claim, previous = claimed.get(event["op_id"], (_at(before), _at(before)))
+            intervals.append(_at(event) - previous)
+            executions.append(_at(event) - claim)
+    return intervals, executions
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0-1) of ``values``, nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def concurrency_round(levels: list[int], tag: str) -> dict[int, dict[str, Any]]:
+    """Runs/minute and step latencies at each level, on one durable worker."""
+    out: dict[int, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-local-") as tmp:
+        worker = WorkerProcess(
+            api_port=free_port(),
+            moto_endpoint=None,
+            args=[*WORKER_ARGS, "--moto-port", str(free_port()), "--state-dir", f"{tmp}/state"],
+            cwd=ROOT,
+            env={"EXAMPLE_WORK_SECONDS": "0"},
+        )
+        worker.start()
+        try:
+            _wait(worker, _start_runs(worker, 2, "warm-up"), 120)
+            for level in levels:
+                began = time.monotonic()
+                ids = _start_runs(worker, level, f"{tag}-{level}")
+                _wait(worker, ids, 900)
+                elapsed = time.monotonic() - began
+                intervals: list[float] = []
+                executions: list[float] = []
+                for run_id in ids:
+                    i, e = step_latencies(worker, run_id)
+                    intervals += i
+                    executions += e
+                out[level] = {
+                    "rate": level / elapsed * 60,
+                    "intervals": intervals,
+                    "executions": executions,
+                }
+                p50, p99 = (percentile(intervals, q) for q in (0.5, 0.99))
+                rate = level / elapsed * 60
+                print(f"{level} at once: {rate:.1f} runs/min, step p50 {p50:.0f} p99 {p99:.0f} ms")
+        finally:
+            worker.stop()
+    return out
+
+
+def concurrency_markdown(rounds: list[dict[int, dict[str, Any]]], levels: list[int]) -> str:
+    """The concurrency table: runs/minute and step latency percentiles per level."""
+    rows = [
+        "| runs at once | rounds (runs/minute) | median runs/minute | steps | step interval "
+        "p50 / p95 / p99 (ms) | claim to result p50 / p95 / p99 (ms) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for level in levels:
+        rates = [r[level]["rate"] for r in rounds]
+        intervals = [v for r in rounds for v in r[level]["intervals"]]
+        executions = [v for r in rounds for v in r[level]["executions"]]
+        ps = " / ".join(f"{percentile(intervals, q):.0f}" for q in (0.5, 0.95, 0.99))
+        pe = " / ".join(f"{percentile(executions, q):.0f}" for q in (0.5, 0.95, 0.99))
+        cells = ", ".join(f"{v:.0f}" for v in rates)
+        rows.append(
+            f"| {level} | {cells} | {statistics.median(rates):.0f} | {len(intervals)} | {ps} | "
+            f"{pe} |"
+        )
+    return "\n".join(
+        [
+            f"`{AGENT}` runs started at once on one durable local worker per round "
+            f"({len(rounds)} rounds, levels in rotating order); python "
+            f"{platform.python_version()}, {os.cpu_count()} CPUs, {platform.platform()}.",
+            "",
+            *rows,
+        ]
+    )
+
+
+def _replace(path: Path, start: str, end: str, text: str) -> None:
+    doc = path.read_text()
+    head, _, rest = doc.partition(start)
+    _, _, tail = rest.partition(end)
+    path.write_text(f"{head}{start}\n{text}\n{end}{tail}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
@@ -170,7 +286,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--writes", type=int, default=500)
     parser.add_argument("--markdown", type=Path)
+    parser.add_argument("--concurrency", help="levels, e.g. 1,10,50 (see the docstring)")
     args = parser.parse_args(argv)
+    if args.concurrency:
+        levels = [int(n) for n in args.concurrency.split(",")]
+        rounds = []
+        for index in range(args.rounds):
+            order = levels[index % len(levels) :] + levels[: index % len(levels)]
+            rounds.append(concurrency_round(order, f"round{index}"))
+        text = concurrency_markdown(rounds, levels)
+        print(text)
+        if args.markdown:
+            _replace(args.markdown, C_START, C_END, text)
+        return 0
     results: dict[str, list[float]] = {"ephemeral": [], "durable": []}
     writes: dict[str, list[float]] = {"ephemeral": [], "durable": []}
     for _ in range(args.rounds):
@@ -185,10 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     text = _markdown(results, args.runs, writes, args.writes)
     print(text)
     if args.markdown:
-        doc = args.markdown.read_text()
-        head, _, rest = doc.partition(START)
-        _, _, tail = rest.partition(END)
-        args.markdown.write_text(f"{head}{START}\n{text}\n{END}{tail}")
+        _replace(args.markdown, START, END, text)
     return 0
 
 

@@ -9,6 +9,7 @@ under 1 MB, and 1 EventBridge PutEvents. ``scripts/bench.py`` reports the same n
 from __future__ import annotations
 
 import collections
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,3 +189,80 @@ def test_second_query_page_once_the_journal_passes_1_mb(stack: Stack) -> None:
     assert pages == [1, 1, 1, 1, 2, 2]
     assert all(writes(counts) == 2 for counts in per_invocation[:-1])
     assert all(counts["PutEvents"] == 1 for counts in per_invocation)
+
+
+# -- per operation kind (scripts/bench_kinds.py, the accounting of scripts/bench_accounting.py) --
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from bench_kinds import Platform, marginal, platform  # noqa: E402
+
+# One more operation of each kind in a faithful run: requests by type, durable writes, billed
+# write/read units (DynamoDB's rules, GSIs included) and Lambda invocations. A change in the
+# write path shows up here first; update docs/benchmarks.md (`make bench`) with it.
+PER_KIND: dict[str, tuple[dict[str, int], float, float, int]] = {
+    "step": ({"PutEvents": 1, "PutItem": 2, "Query": 1}, 2, 1, 1),
+    "llm": ({"PutEvents": 1, "PutItem": 2, "Query": 1}, 2, 1, 1),
+    "tool": ({"PutEvents": 1, "PutItem": 1, "Query": 1, "TransactWriteItems": 1}, 7, 1, 1),
+    "wait": (
+        {"CreateSchedule": 1, "GetItem": 1, "PutEvents": 1, "Query": 1, "TransactWriteItems": 2},
+        18,
+        2,
+        2,
+    ),
+    "approval": (
+        {"GetItem": 1, "PutEvents": 2, "PutItem": 1, "Query": 1, "TransactWriteItems": 2},
+        24,
+        2,
+        2,
+    ),
+    "callback": (
+        {
+            "GetItem": 2,
+            "PutEvents": 1,
+            "PutItem": 3,
+            "Query": 1,
+            "TransactWriteItems": 2,
+            "UpdateItem": 1,
+        },
+        25,
+        3,
+        2,
+    ),
+    "invoke": (
+        {
+            "GetItem": 1,
+            "PutEvents": 2,
+            "PutItem": 1,
+            "Query": 2,
+            "TransactWriteItems": 2,
+            "UpdateItem": 1,
+        },
+        24,
+        3,
+        2,
+    ),
+    "parallel branch": ({"PutEvents": 2, "PutItem": 3, "Query": 2}, 3, 2, 2),
+    "emit": ({"PutEvents (relay)": 1, "PutItem": 1}, 1, 0, 0),
+    "step 400 KB": (
+        {"GetObject": 1, "PutEvents": 1, "PutItem": 2, "PutObject": 1, "Query": 1},
+        2,
+        1,
+        1,
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def billed() -> Iterator[Platform]:
+    with platform() as plat:
+        yield plat
+
+
+@pytest.mark.parametrize("kind", list(PER_KIND))
+def test_requests_and_units_per_operation_kind(billed: Platform, kind: str) -> None:
+    requests, wru, rru, lambdas = PER_KIND[kind]
+
+    bill = marginal(kind, billed)
+
+    assert {op: n for op, n in bill.requests.items() if n} == requests
+    assert (bill.wru, bill.rru, bill.lambdas) == (wru, rru, lambdas)

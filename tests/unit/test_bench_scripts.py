@@ -1,0 +1,73 @@
+"""The arithmetic of the benchmark scripts: billed units, percentiles, predictions, tables."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from bench_billing import Bill, Ledger
+from bench_local import percentile
+from bench_peers import _predict, markdown
+
+HEADER = {"gsi1pk": {"S": "STATUS#RUNNING"}, "gsi1sk": {"S": "1#r"}, "gsi3pk": {"S": "TENANT#t"}}
+HEADER["gsi3sk"] = {"S": "RUNNING#1#r"}
+
+
+def test_a_status_change_in_a_transaction_moves_the_header_in_every_index() -> None:
+    suspended = {**HEADER, "gsi1pk": {"S": "STATUS#SUSPENDED"}, "gsi3sk": {"S": "SUSPENDED#2#r"}}
+    suspended |= {"gsi2pk": {"S": "WAKE"}, "gsi2sk": {"S": "9#r"}}
+
+    units = Ledger._write_units((473, HEADER), (638, suspended), tx=True)
+
+    # 2 (table, transactional) + gsi1 moved (1 + 1) + gsi2 entered (1) + gsi3 moved (1 + 1)
+    assert units == 7
+
+
+def test_a_failed_condition_bills_the_table_write_only() -> None:
+    assert Ledger._write_units((1500, HEADER), (1500, HEADER), tx=False) == 2
+    assert Ledger._write_units((0, None), (0, None), tx=False) == 1
+
+
+def test_an_entry_outside_the_indexes_costs_one_unit_per_kilobyte() -> None:
+    assert Ledger._write_units((0, None), (1025, {"gsi1pk": None}), tx=False) == 2
+
+
+def test_reads_are_billed_per_4_kb_half_for_index_queries() -> None:
+    item = {"pk": {"S": "x" * 5000}}
+    strong = Ledger._read_units("Query", {"ConsistentRead": True}, {"Items": [item]})
+    index = Ledger._read_units("Query", {"IndexName": "gsi1"}, {"Items": [item]})
+    empty = Ledger._read_units("GetItem", {"ConsistentRead": True}, {})
+    assert (strong, index, empty) == (2.0, 1.0, 1.0)
+
+
+def test_bills_subtract_and_price() -> None:
+    one = Bill(wru=2, rru=1, event_chunks=1, lambdas=1)
+    one.requests["PutItem"] = 2
+    assert (one - Bill()).durable_writes == 2
+    assert round(1000 * one.dollars(), 6) == 0.002575
+
+
+def test_percentiles_are_nearest_rank() -> None:
+    values = [float(v) for v in range(100, 0, -1)]
+    assert [percentile(values, q) for q in (0.5, 0.95, 0.99, 1.0)] == [50, 95, 99, 100]
+    assert percentile([7.0], 0.99) == 7
+
+
+def test_faithful_mode_is_predicted_quadratic_the_others_linear() -> None:
+    done = {100: [1.0, 3.0, 2.0], 1000: []}
+    assert _predict(done, 1000, "da-faithful") == 200.0
+    assert _predict(done, 1000, "dbos-sqlite") == 20.0
+    assert _predict({100: []}, 1000, "da-faithful") is None
+
+
+def test_the_peers_table_shows_predictions_and_ratios() -> None:
+    results = {
+        "sizes": [100, 1000],
+        "rounds": 1,
+        "samples": {"da-continuous": {100: [0.5], 1000: [5.0]}, "da-faithful": {100: [1.0]}},
+        "predicted": {"da-continuous": {}, "da-faithful": {1000: 100.0}},
+    }
+    text = markdown(results)
+    assert "~100 (predicted, not run)" in text
+    assert "| durable_agents harness, faithful | 2.00x | - |" in text
