@@ -6,6 +6,7 @@ conditions; this module only knows *what* an item looks like. See ADR 0001 for t
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -19,6 +20,7 @@ from durable_agents.journal.item_size import (
     item_size,
 )
 from durable_agents.journal.payloads import INLINE_LIMIT_BYTES, S3PayloadStore
+from durable_agents.journal.run_listing import started_key
 from durable_agents.models import (
     EffectStatus,
     Entry,
@@ -62,6 +64,19 @@ def tenant_pk(tenant: str) -> str:
 def tenant_sk(status: RunStatus, updated_at_ms: int, run_id: str) -> str:
     """A run's ``gsi3`` sort key: by status, then last change (a status is a key prefix)."""
     return f"{status.value}#{ts(updated_at_ms)}#{run_id}"
+
+
+RUN_SHARDS = 4  # partitions of the start-time index per kind (ADR 0012); fixed once deployed
+
+
+def started_pk(run_id: str, parent_run_id: str | None) -> str:
+    """A run's ``gsi4`` partition: ``STARTED#<shard>``, or ``CHILDREN#<shard>`` for sub-agents.
+
+    Spread over ``RUN_SHARDS`` partitions by a hash of the run id, so that no one index
+    partition takes every run start of the deployment (ADR 0012).
+    """
+    shard = hashlib.sha256(run_id.encode()).digest()[0] % RUN_SHARDS
+    return f"{'STARTED' if parent_run_id is None else 'CHILDREN'}#{shard}"
 
 
 def idem_pk(tenant: str, agent: str, key: str) -> str:
@@ -274,6 +289,9 @@ class ItemCodec:
             "tenant": {"S": header.tenant},
             "gsi3pk": {"S": tenant_pk(header.tenant)},
             "gsi3sk": {"S": tenant_sk(header.status, header.updated_at_ms, header.run_id)},
+            # Runs by start time: written once, never rewritten (a start time never changes).
+            "gsi4pk": {"S": started_pk(header.run_id, header.parent_run_id)},
+            "gsi4sk": {"S": started_key(header.created_at_ms, header.run_id)},
         }
         item.update(self.value_attrs(header.run_id, "input", header.input))
         item.update(self.value_attrs(header.run_id, "result", header.result))

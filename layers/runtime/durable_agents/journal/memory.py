@@ -18,6 +18,7 @@ from durable_agents.errors import (
     WaitConflictError,
     WaitNotFoundError,
 )
+from durable_agents.journal.run_listing import RunQuery, started_key
 from durable_agents.journal.store import JournalStore, Page
 from durable_agents.models import (
     EffectChange,
@@ -161,29 +162,44 @@ class InMemoryJournal(JournalStore):
         status: RunStatus | None = None,
         limit: int = 50,
         cursor: str | None = None,
-        oldest_first: bool = False,
         tenant: str | None = None,
         agent: str | None = None,
         version: str | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        include_children: bool = False,
+        parent: str | None = None,
     ) -> RunPage:
-        """Lists runs, most recently changed first (or oldest first); only ``tenant``'s.
+        """Lists runs newest start first (see ``JournalStore.list_runs``).
 
-        Optionally only runs of ``agent``, and only those pinned to workflow ``version``.
+        Raises:
+            InvalidCursorError: If ``cursor`` is malformed or continues another query.
         """
+        query = RunQuery(
+            status, agent, version, since_ms, until_ms, include_children, parent, tenant
+        )
+        boundary = query.boundary(cursor)
+        low, high = query.key_range(boundary)
         with self._lock:
-            runs = [
-                h
+            keyed = [
+                (key, h)
                 for h in self._headers.values()
-                if (status is None or h.status is status)
-                and (tenant is None or h.tenant == tenant)
-                and (agent is None or h.agent == agent)
-                and (version is None or h.versions.get("workflow_version") == version)
+                if low <= (key := started_key(h.created_at_ms, h.run_id)) <= high
+                and key != boundary
+                and query.matches(h)
             ]
-        runs.sort(key=lambda h: (h.updated_at_ms, h.run_id), reverse=not oldest_first)
-        start = int(cursor) if cursor else 0
-        page = runs[start : start + limit]
-        next_cursor = str(start + limit) if start + limit < len(runs) else None
-        return RunPage(page, next_cursor)
+        keyed.sort(key=lambda pair: pair[0], reverse=True)
+        page = keyed[:limit]
+        more = len(keyed) > limit
+        return RunPage([h for _, h in page], query.cursor_after(page[-1][0]) if more else None)
+
+    def changed_runs_page(
+        self, status: RunStatus, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[RunHeader]:
+        """One page of the runs in ``status``, least recently changed first."""
+        with self._lock:
+            found = [h for h in self._headers.values() if h.status is status]
+        return _page(found, lambda h: f"{h.updated_at_ms:013d}#{h.run_id}", limit, cursor)
 
     def due_runs_page(
         self, now_ms: int, *, limit: int = 100, cursor: str | None = None

@@ -264,19 +264,38 @@ class JournalStore(ABC):
         status: RunStatus | None = None,
         limit: int = 50,
         cursor: str | None = None,
-        oldest_first: bool = False,
         tenant: str | None = None,
         agent: str | None = None,
         version: str | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        include_children: bool = False,
+        parent: str | None = None,
     ) -> RunPage:
-        """Lists runs, newest change first (or oldest first), optionally only in ``status``.
+        """Lists runs newest start first (``created_at_ms``, then ``run_id``; ADR 0012).
 
-        Only ``tenant``'s runs when given (every tenant's when None: trusted callers such as
-        the reconciler, or the operators' tenant); only runs of ``agent`` and only runs pinned
-        to workflow ``version`` when given. Those two filter what the index reads (they are not
-        part of its key): a filtered page may hold fewer than ``limit`` runs, even none, and
-        still carry a cursor to more. Read from an index: a listed header may be out of date.
-        Decide on ``get_run``/``load``.
+        Every argument narrows the listing (see ``RunQuery``): ``tenant``'s runs only (every
+        tenant's when None: trusted callers such as the operators' tenant), ``status``,
+        ``agent``, workflow ``version``, started in ``[since_ms, until_ms)``; sub-agent runs
+        only with ``include_children`` (or ``parent``: that run's children only).
+
+        Every page carries a cursor unless it is the listing's true end; a filtered page may
+        hold fewer than ``limit`` runs (even none) and still carry one. Following the cursors
+        returns every run that matched throughout exactly once, while runs start and change
+        status in between. Read from an index: a listed header may be out of date. Decide on
+        ``get_run``/``load``.
+
+        Raises:
+            InvalidCursorError: If ``cursor`` is malformed or continues another query.
+        """
+
+    @abstractmethod
+    def changed_runs_page(
+        self, status: RunStatus, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[RunHeader]:
+        """One page of the runs in ``status``, least recently changed first (the sweeps).
+
+        Read from an index: a listed header may be out of date. Decide on ``get_run``.
         """
 
     def due_runs(self, now_ms: int, *, limit: int = 100) -> list[RunHeader]:
