@@ -214,6 +214,7 @@ def _add_runs(commands: Any) -> None:
     listing.add_argument("--status", type=str.upper, choices=STATUSES)
     listing.add_argument("--agent", help="only runs of this agent")
     listing.add_argument("--version", help="only runs pinned to this workflow version")
+    listing.add_argument("--since", help="only runs started since (ISO-8601, with a timezone)")
     listing.add_argument("--limit", type=_positive_int, default=50)
     runs_migrate.add_command(actions, _http_url)
     runs_stop.add_commands(actions, _http_url)
@@ -367,7 +368,7 @@ def _runs(args: argparse.Namespace) -> int:
     client = RunsClient(args.endpoint, args.table)
     actions: dict[str, Callable[[], tuple[Any, str]]] = {
         "list": lambda: client.list(
-            args.status, args.limit, agent=args.agent, version=args.version
+            args.status, args.limit, agent=args.agent, version=args.version, since=args.since
         ),
         "show": lambda: client.show(args.run_id),
         "history": lambda: client.history(args.run_id),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
@@ -84,17 +85,22 @@ class RunsClient:
         *,
         agent: str | None = None,
         version: str | None = None,
+        since: str | None = None,
     ) -> tuple[dict[str, Any], str]:
-        """Runs, most recently changed first: (JSON, table).
+        """Runs, newest start first: (JSON, table).
 
-        Optionally only runs of ``agent`` and only those pinned to workflow ``version``.
+        Optionally only runs of ``agent``, only those pinned to workflow ``version``, and only
+        those started at or after ``since`` (ISO-8601 with a timezone).
 
         Raises:
-            RunsError: If the endpoint is down or has no journal.
+            RunsError: If the endpoint is down or has no journal, or ``since`` is not a time.
         """
         wanted = RunStatus(status) if status else None
+        since_ms = None if since is None else _epoch_ms(since)
         page = self._call(
-            lambda: self.store.list_runs(status=wanted, limit=limit, agent=agent, version=version)
+            lambda: self.store.list_runs(
+                status=wanted, limit=limit, agent=agent, version=version, since_ms=since_ms
+            )
         )
         runs = [run_view(h) for h in page.runs]
         return {"runs": runs, "cursor": page.cursor}, runs_table(runs)
@@ -125,3 +131,18 @@ class RunsClient:
         """
         view = run_view(self._call(lambda: self.runtime.redrive(run_id)))
         return view, f"re-driven: {run_id} is {view['status']}; a Step Ready event is on its way"
+
+
+def _epoch_ms(text: str) -> int:
+    """An ISO-8601 time with a timezone as epoch milliseconds.
+
+    Raises:
+        RunsError: If it is not one.
+    """
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise RunsError(f"--since {text!r} is not an ISO-8601 time") from exc
+    if moment.tzinfo is None:
+        raise RunsError(f"--since {text!r} needs a timezone (e.g. 2026-12-01T20:00:00Z)")
+    return int(moment.timestamp() * 1000)
