@@ -264,6 +264,19 @@ class FaultyJournal(JournalStore):
         key = ":".join(f"{k}={v}" for k, v in sorted(query.items()) if k != "limit")
         return self._index(f"list_runs:{key}", lambda: self.inner.list_runs(**query))
 
+    def expiring_runs_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[RunHeader]:
+        return self._index(
+            f"expiring_runs_page:{now_ms}:{cursor}",
+            lambda: self.inner.expiring_runs_page(now_ms, limit=limit, cursor=cursor),
+        )
+
+    def stamp_expiry(self, run_id: str, now_ms: int) -> int:
+        return self._write(
+            {"stamp_expiry"}, lambda: self.inner.stamp_expiry(run_id, now_ms), "UpdateItem"
+        )
+
     def changed_runs_page(
         self, status: RunStatus, *, limit: int = 50, cursor: str | None = None
     ) -> Page[RunHeader]:

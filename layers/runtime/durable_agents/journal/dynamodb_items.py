@@ -42,6 +42,7 @@ PREPARED_PK = "PREPARED"
 REVIEW_PK = "EFFECT#NEEDS_REVIEW"
 WAIT_SK = "#WAIT"
 WAIT_DUE_PK = "WAITDUE"
+EXPIRING_PK = "EXPIRING"  # gsi2: finished runs whose items are due for their expiry
 # The header's large values: each inline up to HEADER_VALUE_BUDGET_BYTES, or spilled.
 _HEADER_VALUES = frozenset({"input", "input_ref", "result", "result_ref", "error", "error_ref"})
 
@@ -113,6 +114,11 @@ class ItemCodec:
     ):
         self._payloads = payloads
         self._limit = inline_limit_bytes
+
+    @property
+    def payloads(self) -> S3PayloadStore | None:
+        """Where spilled values go (None: no bucket configured)."""
+        return self._payloads
 
     def _spill(self, run_id: str, key: str, name: str, text: str) -> dict[str, Any]:
         if self._payloads is None:
@@ -314,6 +320,8 @@ class ItemCodec:
             item["cancel_requested"] = {"S": json.dumps(header.cancel_requested, sort_keys=True)}
         if header.execution_timeout_ms is not None:
             item["execution_timeout_ms"] = {"N": str(header.execution_timeout_ms)}
+        if header.retention_s is not None:
+            item["retention_s"] = {"N": str(header.retention_s)}
         self.check_header_update(header.run_id, item)
         return item
 
@@ -341,6 +349,10 @@ class ItemCodec:
                 json.loads(item["cancel_requested"]["S"]) if "cancel_requested" in item else None
             ),
             execution_timeout_ms=opt_int(item, "execution_timeout_ms"),
+            retention_s=opt_int(item, "retention_s"),
+            # DynamoDB TTL is in epoch seconds.
+            expires_at_ms=None if "ttl" not in item else int(item["ttl"]["N"]) * 1000,
+            stamp_due_at_ms=opt_int(item, "stamp_due_at_ms"),
         )
 
     def effect_item(

@@ -19,7 +19,7 @@ from durable_agents.errors import (
     WaitNotFoundError,
 )
 from durable_agents.journal.run_listing import RunQuery, started_key
-from durable_agents.journal.store import JournalStore, Page
+from durable_agents.journal.store import JournalStore, Page, finished, next_stamp_due
 from durable_agents.models import (
     EffectChange,
     EffectStatus,
@@ -128,7 +128,10 @@ class InMemoryJournal(JournalStore):
                 existing[entry.sort_key] = entry
                 bisect.insort(keys, entry.sort_key)
             if change is not None and header is not None:
-                self._headers[run_id] = change.apply(header)
+                changed = change.apply(header)
+                if change.status.terminal:
+                    changed = finished(changed)
+                self._headers[run_id] = changed
 
     def load(self, run_id: str) -> RunSnapshot:
         """Returns the header and all entries in program order.
@@ -200,6 +203,55 @@ class InMemoryJournal(JournalStore):
         with self._lock:
             found = [h for h in self._headers.values() if h.status is status]
         return _page(found, lambda h: f"{h.updated_at_ms:013d}#{h.run_id}", limit, cursor)
+
+    def expiring_runs_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[RunHeader]:
+        """One page of finished runs due for stamping, earliest first."""
+        with self._lock:
+            due = [
+                h
+                for h in self._headers.values()
+                if h.stamp_due_at_ms is not None and h.stamp_due_at_ms <= now_ms
+            ]
+        return _page(due, lambda h: f"{h.stamp_due_at_ms or 0:013d}#{h.run_id}", limit, cursor)
+
+    def stamp_expiry(self, run_id: str, now_ms: int) -> int:
+        """One stamping pass; returns 0.
+
+        Here every item of a run expires with its header (``expire``), so a pass only moves
+        the due time on.
+        """
+        with self._lock:
+            header = self._headers.get(run_id)
+            if header is None or header.stamp_due_at_ms is None or header.stamp_due_at_ms > now_ms:
+                return 0
+            self._headers[run_id] = header.replace(stamp_due_at_ms=next_stamp_due(header))
+            return 0
+
+    def expire(self, now_ms: int) -> list[str]:
+        """Removes every run whose expiry has passed by ``now_ms``, with all it wrote.
+
+        What DynamoDB TTL does to the journal table (which it does within about two days of
+        the expiry, not at it); the ids of the runs removed.
+        """
+        with self._lock:
+            gone = [
+                run_id
+                for run_id, h in self._headers.items()
+                if h.expires_at_ms is not None and h.expires_at_ms <= now_ms
+            ]
+            for run_id in gone:
+                header = self._headers.pop(run_id)
+                for table in (self._keys, self._entries, self._effects):
+                    table.pop(run_id, None)
+                if header.idempotency_key is not None:
+                    self._idempotency.pop(
+                        (header.tenant, header.agent, header.idempotency_key), None
+                    )
+            for wait_id in [w for w, r in self._waits.items() if r.run_id in gone]:
+                del self._waits[wait_id]
+        return gone
 
     def due_runs_page(
         self, now_ms: int, *, limit: int = 100, cursor: str | None = None
