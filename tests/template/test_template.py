@@ -36,6 +36,7 @@ def test_function_globals_python313_arm64_tracing_and_layer(template: dict[str, 
     env = g["Environment"]["Variables"]
     assert env["JOURNAL_TABLE"] == {"Ref": "JournalTable"}
     assert env["PAYLOAD_BUCKET"] == {"Ref": "PayloadBucket"}
+    assert env["RETENTION_DAYS"] == {"Ref": "RetentionDays"}  # ADR 0012
     assert env["EVENT_BUS_NAME"] == {"Ref": "EventBus"}
     assert env["AGENT_MODULES"] == (
         "agents.example,agents.checkout,agents.support,agents.concierge"
