@@ -1,4 +1,5 @@
-"""Puts run headers written before tenants into the tenant index (ADR 0008); run it once.
+"""Puts run headers written before tenants (ADR 0008) or start-time listing (ADR 0012) into
+those indexes; run it once after deploying either.
 
 Usage: ``python scripts/backfill_tenants.py --table <journal table>`` with the stack's AWS
 credentials and region. Safe to run again and while the stack serves requests: each header is
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 
 import boto3
 
-from durable_agents.journal.backfill import backfill_tenant_index
+from durable_agents.journal.backfill import backfill_start_index, backfill_tenant_index
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -22,6 +23,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     updated = backfill_tenant_index(boto3.client("dynamodb"), args.table)
     print(f"{updated} run header(s) put into the default tenant's index")
+    started = backfill_start_index(boto3.client("dynamodb"), args.table)
+    print(f"{started} run header(s) put into the start-time index (GET /runs)")
     return 0
 
 

@@ -59,8 +59,9 @@ def operations() -> dict[tuple[str, str], Operation]:
         MintLinkRequest,
     )
     from api.routes.callbacks import CallbackFailureRequest  # noqa: PLC0415
+    from api.routes.run_query import MAX_VERSION_CHARS  # noqa: PLC0415
     from api.routes.run_stops import StopRunRequest  # noqa: PLC0415
-    from api.routes.runs import MAX_VERSION_CHARS, MigrateRunRequest, StartRunRequest  # noqa: PLC0415
+    from api.routes.runs import MigrateRunRequest, StartRunRequest  # noqa: PLC0415
     from durable_agents.models import RunStatus  # noqa: PLC0415
 
     statuses = [s.value for s in RunStatus]
@@ -92,11 +93,35 @@ def operations() -> dict[tuple[str, str], Operation]:
                 Param(
                     "version",
                     {"type": "string", "minLength": 1, "maxLength": MAX_VERSION_CHARS},
-                    "Only runs pinned to this workflow version. With agent or version, a page "
-                    "may hold fewer than limit runs and still carry a cursor.",
+                    "Only runs pinned to this workflow version. With any filter, a page may "
+                    "hold fewer than limit runs and still carry a cursor.",
+                ),
+                Param(
+                    "since",
+                    {"type": "string", "format": "date-time"},
+                    "Only runs started at or after this ISO-8601 time (with a timezone).",
+                ),
+                Param(
+                    "until",
+                    {"type": "string", "format": "date-time"},
+                    "Only runs started before this ISO-8601 time (with a timezone).",
+                ),
+                Param(
+                    "children",
+                    {"type": "boolean", "default": False},
+                    "Sub-agent runs too (hidden by default; each names its parent_run_id).",
+                ),
+                Param(
+                    "parent",
+                    {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"},
+                    "Only the sub-agent runs of this run.",
                 ),
                 _LIMIT,
-                Param("cursor", {"type": "string", "maxLength": MAX_CURSOR_CHARS}, "From a page."),
+                Param(
+                    "cursor",
+                    {"type": "string", "maxLength": MAX_CURSOR_CHARS},
+                    "From a page, with the same filters (null only at the listing's end).",
+                ),
             ),
             tags=("runs",),
         ),

@@ -57,7 +57,7 @@ def test_runs_are_listed_by_agent_and_version(journal: JournalStore) -> None:
     # Version alone: every agent's runs pinned to it.
     assert len(every_page(journal, status=running, version="1", limit=3)) == 9
     assert every_page(journal, status=running, agent="nobody", limit=2) == []
-    # Without a status: every status partition, merged (one page, no cursor).
+    # Without a status: every status (its true end has no cursor).
     merged = journal.list_runs(agent="flow", version="1", limit=100)
     assert [h.run_id for h in merged.runs] == flow_v1 and merged.cursor is None
 

@@ -133,11 +133,8 @@ def test_runs_can_be_listed_oldest_first_with_a_cursor(journal: JournalStore) ->
         journal.create_run(header(f"run-{i}", at=1_000 + i))
 
     def oldest(cursor: str | None) -> Page[RunHeader]:
-        page = journal.list_runs(
-            status=RunStatus.RUNNING, limit=2, cursor=cursor, oldest_first=True
-        )
-        return Page(page.runs, page.cursor)
+        return journal.changed_runs_page(RunStatus.RUNNING, limit=2, cursor=cursor)
 
     assert [h.run_id for p in every_page(oldest) for h in p] == [f"run-{i}" for i in range(5)]
     newest = journal.list_runs(status=RunStatus.RUNNING, limit=2)
-    assert [h.run_id for h in newest.runs] == ["run-4", "run-3"]  # the default is unchanged
+    assert [h.run_id for h in newest.runs] == ["run-4", "run-3"]

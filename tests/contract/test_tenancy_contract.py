@@ -101,10 +101,13 @@ def test_a_header_from_before_tenants_is_the_default_tenants(
     client.update_item(
         TableName="journal",
         Key={"pk": {"S": "RUN#run-old"}, "sk": {"S": "#RUN"}},
-        UpdateExpression="REMOVE tenant, gsi3pk, gsi3sk",
+        UpdateExpression="REMOVE tenant, gsi3pk, gsi3sk, gsi4pk, gsi4sk",
     )
     assert journal.get_run("run-old").tenant == DEFAULT_TENANT
     assert journal.list_runs(tenant=DEFAULT_TENANT).runs == []
+    from durable_agents.journal.backfill import backfill_start_index
+
+    assert backfill_start_index(client, "journal") == 1
     journal.commit(
         "run-old",
         [],
@@ -112,7 +115,7 @@ def test_a_header_from_before_tenants_is_the_default_tenants(
             status=RunStatus.SUSPENDED, expected=frozenset({RunStatus.RUNNING}), updated_at_ms=9
         ),
     )
-    # Its first change puts it in the default tenant's listing.
+    # Backfilled into the start-time index, it is listed as the default tenant's.
     listed = journal.list_runs(tenant=DEFAULT_TENANT).runs
     assert [(h.run_id, h.tenant) for h in listed] == [("run-old", DEFAULT_TENANT)]
 
@@ -177,12 +180,14 @@ def test_the_backfill_lists_headers_from_before_tenants(
         client.update_item(
             TableName="journal",
             Key={"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "#RUN"}},
-            UpdateExpression="REMOVE tenant, gsi3pk, gsi3sk",
+            UpdateExpression="REMOVE tenant, gsi3pk, gsi3sk, gsi4pk, gsi4sk",
         )
     journal.create_run(_header("run-new", "acme"))
     assert journal.list_runs(tenant=DEFAULT_TENANT).runs == []
     assert main(["--table", "journal"]) == 0
-    assert "2 run header(s)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "2 run header(s) put into the default" in out
+    assert "2 run header(s) put into the start-time index" in out
     listed = journal.list_runs(status=RunStatus.RUNNING, tenant=DEFAULT_TENANT).runs
     assert [h.run_id for h in listed] == ["run-old-2", "run-old-1"]  # newest first
     assert [h.run_id for h in journal.list_runs(tenant="acme").runs] == ["run-new"]

@@ -260,28 +260,29 @@ class FaultyJournal(JournalStore):
     def get_wait(self, wait_id: str) -> WaitRecord:
         return self._read("GetItem", lambda: self.inner.get_wait(wait_id))
 
-    def list_runs(
-        self,
-        *,
-        status: RunStatus | None = None,
-        limit: int = 50,
-        cursor: str | None = None,
-        oldest_first: bool = False,
-        tenant: str | None = None,
-        agent: str | None = None,
-        version: str | None = None,
-    ) -> RunPage:
+    def list_runs(self, **query: Any) -> RunPage:
+        key = ":".join(f"{k}={v}" for k, v in sorted(query.items()) if k != "limit")
+        return self._index(f"list_runs:{key}", lambda: self.inner.list_runs(**query))
+
+    def expiring_runs_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[RunHeader]:
         return self._index(
-            f"list_runs:{status}:{cursor}:{oldest_first}:{tenant}:{agent}:{version}",
-            lambda: self.inner.list_runs(
-                status=status,
-                limit=limit,
-                cursor=cursor,
-                oldest_first=oldest_first,
-                tenant=tenant,
-                agent=agent,
-                version=version,
-            ),
+            f"expiring_runs_page:{now_ms}:{cursor}",
+            lambda: self.inner.expiring_runs_page(now_ms, limit=limit, cursor=cursor),
+        )
+
+    def stamp_expiry(self, run_id: str, now_ms: int) -> int:
+        return self._write(
+            {"stamp_expiry"}, lambda: self.inner.stamp_expiry(run_id, now_ms), "UpdateItem"
+        )
+
+    def changed_runs_page(
+        self, status: RunStatus, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[RunHeader]:
+        return self._index(
+            f"changed_runs_page:{status}:{cursor}",
+            lambda: self.inner.changed_runs_page(status, limit=limit, cursor=cursor),
         )
 
     def due_runs_page(

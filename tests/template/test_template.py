@@ -36,6 +36,7 @@ def test_function_globals_python313_arm64_tracing_and_layer(template: dict[str, 
     env = g["Environment"]["Variables"]
     assert env["JOURNAL_TABLE"] == {"Ref": "JournalTable"}
     assert env["PAYLOAD_BUCKET"] == {"Ref": "PayloadBucket"}
+    assert env["RETENTION_DAYS"] == {"Ref": "RetentionDays"}  # ADR 0012
     assert env["EVENT_BUS_NAME"] == {"Ref": "EventBus"}
     assert env["AGENT_MODULES"] == (
         "agents.example,agents.checkout,agents.support,agents.concierge"
@@ -152,14 +153,14 @@ def test_journal_table_design(resources: dict[str, Any]) -> None:
     t = table["Properties"]
     assert t["BillingMode"] == "PAY_PER_REQUEST"
     attrs = {a["AttributeName"]: a["AttributeType"] for a in t["AttributeDefinitions"]}
-    gsi_keys = ("gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk", "gsi3pk", "gsi3sk")
+    gsi_keys = ("gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk", "gsi3pk", "gsi3sk", "gsi4pk", "gsi4sk")
     assert attrs == {k: "S" for k in ("pk", "sk", *gsi_keys)}
     assert t["KeySchema"] == [
         {"AttributeName": "pk", "KeyType": "HASH"},
         {"AttributeName": "sk", "KeyType": "RANGE"},
     ]
     gsis = {g["IndexName"]: g for g in t["GlobalSecondaryIndexes"]}
-    assert set(gsis) == {"gsi1", "gsi2", "gsi3"}  # gsi3: runs by tenant
+    assert set(gsis) == {"gsi1", "gsi2", "gsi3", "gsi4"}  # gsi3: by tenant; gsi4: by start
     for name, g in gsis.items():
         assert g["KeySchema"] == [
             {"AttributeName": f"{name}pk", "KeyType": "HASH"},

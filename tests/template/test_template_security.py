@@ -214,14 +214,31 @@ def test_events_and_payload_access_are_scoped(resources: dict[str, Any], logical
     assert allowed(statements, {"Fn::GetAtt": ["EventBus", "Arn"]}) == {"events:PutEvents"}
     s3_actions = allowed(statements, {"Fn::Sub": "${PayloadBucket.Arn}/runs/*"})
     assert "s3:GetObject" in s3_actions
-    assert s3_actions <= {"s3:GetObject", "s3:PutObject"}
+    # The reconciler also tags finished runs' payloads for retention (ADR 0012).
+    tagging = {"s3:GetObjectTagging", "s3:PutObjectTagging"}
+    extra = tagging if logical_id == "ReconcilerFunction" else set()
+    assert s3_actions <= {"s3:GetObject", "s3:PutObject"} | extra
     s3_resources = [
         r
         for s in statements
         if any(str(a).startswith("s3:") for a in as_list(s["Action"]))
+        and as_list(s["Action"]) != ["s3:ListBucket"]
         for r in as_list(s["Resource"])
     ]
-    assert s3_resources == [{"Fn::Sub": "${PayloadBucket.Arn}/runs/*"}]
+    assert set(map(str, s3_resources)) == {str({"Fn::Sub": "${PayloadBucket.Arn}/runs/*"})}
+    listing = [s for s in statements if as_list(s["Action"]) == ["s3:ListBucket"]]
+    if logical_id == "ReconcilerFunction":
+        assert listing == [
+            {
+                "Sid": "PayloadRetentionListing",
+                "Effect": "Allow",
+                "Action": "s3:ListBucket",
+                "Resource": {"Fn::GetAtt": ["PayloadBucket", "Arn"]},
+                "Condition": {"StringLike": {"s3:prefix": "runs/*"}},
+            }
+        ]
+    else:
+        assert listing == []
 
 
 def test_stream_cache_is_its_own_table_with_ttl(resources: dict[str, Any]) -> None:
@@ -288,6 +305,19 @@ def test_payload_bucket_private_encrypted_tls_only(resources: dict[str, Any]) ->
         "RestrictPublicBuckets": True,
     }
     assert b["OwnershipControls"]["Rules"] == [{"ObjectOwnership": "BucketOwnerEnforced"}]
+    # Retention (ADR 0012): one expiration rule per retention class, by the reconciler's tag.
+    from durable_agents.retention import RETENTION_CLASSES_DAYS, RETENTION_TAG
+
+    by_tag = {
+        r["TagFilters"][0]["Value"]: r
+        for r in b["LifecycleConfiguration"]["Rules"]
+        if r.get("TagFilters")
+    }
+    assert set(by_tag) == {str(d) for d in RETENTION_CLASSES_DAYS}
+    for days, rule in by_tag.items():
+        assert rule["TagFilters"] == [{"Key": RETENTION_TAG, "Value": days}]
+        assert rule["ExpirationInDays"] == int(days) and rule["Prefix"] == "runs/"
+        assert rule["Status"] == "Enabled"
     policy = props(resources, "PayloadBucketPolicy")
     assert policy["Bucket"] == {"Ref": "PayloadBucket"}
     denies = [

@@ -24,12 +24,9 @@ MAX_NUMBER_CHARS = 100  # int() of 4,300+ digits raises ValueError (and is quadr
 MAX_FORM_FIELDS = 20
 MAX_KEY_CHARS = 256  # Idempotency-Key, stream cursors
 MAX_CURSOR_CHARS = 1024  # a DynamoDB key is at most 2,048 bytes (hash) + 1,024 (range)
-RUN_CURSOR_KEYS = frozenset({"pk", "sk", "gsi1pk", "gsi1sk"})
-TENANT_CURSOR_KEYS = frozenset({"pk", "sk", "gsi3pk", "gsi3sk"})  # one tenant's listing
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKET = re.compile(r"[\[\]{}]")
-_BASE64URL = re.compile(r"[A-Za-z0-9_-]+={0,2}")
 
 
 class BadRequest(Exception):
@@ -126,40 +123,3 @@ def check_key(value: str, what: str) -> str:
     if not value.isprintable():
         raise BadRequest(f"{what} must be printable characters (no control characters)")
     return value
-
-
-def check_run_cursor(cursor: str, status: str | None, tenant: str | None = None) -> str:
-    """Rejects a ``GET /runs`` cursor that is not one the journal handed out.
-
-    A cursor is the DynamoDB key of the last run of a page (base64url JSON); anything else
-    would make the query fail (a 502) rather than say the cursor is wrong. A listing of one
-    ``tenant`` (``gsi3``) takes only a cursor into that tenant's partition.
-
-    Raises:
-        BadRequest: If it is too long, not base64url JSON, not that key, or for another status
-            or tenant.
-    """
-    wrong = BadRequest("the cursor is malformed; pass back the cursor a page of runs returned")
-    if len(cursor) > MAX_CURSOR_CHARS or not _BASE64URL.fullmatch(cursor):
-        raise wrong
-    try:
-        key = json.loads(base64.urlsafe_b64decode(cursor).decode("utf-8"))
-    except (ValueError, binascii.Error) as exc:  # UnicodeDecodeError is a ValueError
-        raise wrong from exc
-    if not isinstance(key, dict) or set(key) != (
-        RUN_CURSOR_KEYS if tenant is None else TENANT_CURSOR_KEYS
-    ):
-        raise wrong
-    for value in key.values():
-        if not (isinstance(value, dict) and set(value) == {"S"} and isinstance(value["S"], str)):
-            raise wrong
-    if tenant is not None:
-        # Another tenant's partition: refused like any cursor not handed to this caller.
-        if key["gsi3pk"]["S"] != f"TENANT#{tenant}":
-            raise wrong
-        if status is not None and not key["gsi3sk"]["S"].startswith(f"{status}#"):
-            raise BadRequest(f"the cursor continues a listing of another status, not {status}")
-        return cursor
-    if status is not None and key["gsi1pk"]["S"] != f"STATUS#{status}":
-        raise BadRequest(f"the cursor continues a listing of another status, not {status}")
-    return cursor

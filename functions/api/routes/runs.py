@@ -4,7 +4,7 @@ Cancel and terminate are in ``routes.run_stops``.
 
 A run belongs to the tenant of the caller who started it (``routes.tenancy``); every route that
 names a run of another tenant answers 404 exactly as for a run that does not exist, and the
-listing reads only the caller's tenant's index partition (the operators' tenant ``*``: all).
+listing holds only the caller's tenant's runs (the operators' tenant ``*``: all).
 """
 
 from __future__ import annotations
@@ -19,19 +19,18 @@ from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from api.routes.common import BadRequest, header, json_body, ok, runtime
-from api.routes.limits import check_key, check_run_cursor
+from api.routes.limits import check_key
+from api.routes.run_query import MAX_VERSION_CHARS, listing_query
 from api.routes.tenancy import iam_caller, owned_run
-from durable_agents.ids import check_name, check_run_id
+from durable_agents.ids import check_run_id
+from durable_agents.journal.run_listing import InvalidCursorError
 from durable_agents.migration_commit import migrate_run
-from durable_agents.models import RunStatus
 from durable_agents.tenancy import ALL_TENANTS, DEFAULT_TENANT
 from durable_agents.views import history, run_view
 
 logger = Logger(child=True)
 tracer = Tracer()
 router = Router()  # type: ignore[no-untyped-call]
-MAX_LIMIT = 100
-MAX_VERSION_CHARS = 80
 MAX_TIMEOUT_SECONDS = 366 * 24 * 3600
 
 
@@ -114,51 +113,24 @@ def start_run() -> Response[str]:
 @router.get("/runs")
 @tracer.capture_method(capture_response=False)
 def list_runs() -> Response[str]:
-    """Lists the caller's tenant's runs, optionally by ``status``, ``agent``, ``version``.
+    """Lists the caller's tenant's runs, newest start first (``routes.run_query``, ADR 0012).
 
-    Newest first; ``limit`` ≤ 100 and ``cursor`` (a cursor of another tenant's listing is
-    refused). ``agent`` and ``version`` (the pinned workflow version) filter what the index
-    reads: such a page may hold fewer than ``limit`` runs and still carry a cursor.
+    Filters: ``status``, ``agent``, ``version``, ``since``/``until`` (start time, ISO-8601 with
+    a timezone), ``children`` (sub-agent runs too) or ``parent`` (one run's sub-agent runs);
+    ``limit`` ≤ 100. Every page carries ``cursor`` (null only at the end; a filtered page
+    may be short and still carry one); a cursor of another query or tenant is refused.
     """
     event = _event()
     _, tenant = iam_caller(event)
     scope = None if tenant == ALL_TENANTS else tenant
-    params = event.query_string_parameters or {}
-    status = None
-    if params.get("status"):
-        try:
-            status = RunStatus(params["status"].upper())
-        except ValueError as exc:
-            allowed = ", ".join(s.value for s in RunStatus)
-            raise BadRequest(f"unknown status {params['status']!r}; use one of {allowed}") from exc
+    query = listing_query(event.query_string_parameters or {}, scope)
     try:
-        limit = int(params.get("limit", "50"))
-    except ValueError as exc:
-        raise BadRequest("limit must be an integer") from exc
-    if not 1 <= limit <= MAX_LIMIT:
-        raise BadRequest(f"limit must be between 1 and {MAX_LIMIT}")
-    cursor = params.get("cursor") or None
-    if cursor is not None:
-        check_run_cursor(cursor, status.value if status else None, scope)
-    agent = check_name(params["agent"], "agent") if params.get("agent") else None
-    version = _version_param(params.get("version"))
-    page = runtime().store.list_runs(
-        status=status, limit=limit, cursor=cursor, tenant=scope, agent=agent, version=version
-    )
+        page = runtime().store.list_runs(**query)
+    except InvalidCursorError as exc:
+        raise BadRequest(
+            f"{exc}; pass back the cursor a page of runs returned, with the same filters"
+        ) from exc
     return ok(HTTPStatus.OK, {"runs": [run_view(h) for h in page.runs], "cursor": page.cursor})
-
-
-def _version_param(value: str | None) -> str | None:
-    """The ``version`` query parameter (None when absent).
-
-    Raises:
-        BadRequest: If it is longer than ``MAX_VERSION_CHARS`` or not printable.
-    """
-    if not value:
-        return None
-    if len(value) > MAX_VERSION_CHARS or not value.isprintable():
-        raise BadRequest(f"version must be 1-{MAX_VERSION_CHARS} printable characters")
-    return value
 
 
 @router.get("/runs/<run_id>")

@@ -13,6 +13,7 @@ from durable_agents.errors import AgentNotFoundError, ConfigurationError, Versio
 from durable_agents.ids import check_name
 from durable_agents.llm.types import ModelConfig
 from durable_agents.prompts import Prompt, PromptRegistry
+from durable_agents.retention import retention_seconds
 from durable_agents.versions import VersionBundle
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ class AgentDefinition(Generic[In, Out]):
         model_configs: The model configurations its runs pin at start (the same way).
         execution_timeout_ms: How long a run may take from its start (None: no limit); past
             it the run ends ``TIMED_OUT`` (``durable_agents.cancellation``).
+        retention_s: How long a finished run is kept (None: the deployment's default;
+            ``durable_agents.retention``).
     """
 
     name: str
@@ -46,6 +49,7 @@ class AgentDefinition(Generic[In, Out]):
     prompts: tuple[str, ...] = ()
     model_configs: tuple[str, ...] = ()
     execution_timeout_ms: int | None = None
+    retention_s: int | None = None
 
     @property
     def version(self) -> str:
@@ -266,6 +270,7 @@ def agent(
     model_configs: Iterable[str] = (),
     registry: AgentRegistry | None = None,
     execution_timeout: float | timedelta | None = None,
+    retention: float | timedelta | None = None,
 ) -> Callable[[Callable[..., Out]], AgentDefinition[Any, Out]]:
     """Registers a function as a durable agent.
 
@@ -286,13 +291,16 @@ def agent(
         execution_timeout: How long a run may take, from its start to its end, in seconds
             or a timedelta (None: no limit). A run still going then ends ``TIMED_OUT`` even
             while it waits (for a person, say); ``POST /runs`` may set a run's own.
+        retention: How long a finished run and everything it wrote are kept, in seconds or
+            a timedelta (None: the deployment's ``RETENTION_DAYS``, 30 days by default).
 
     Returns:
         A decorator producing an ``AgentDefinition``.
 
     Raises:
         InvalidNameError: If ``name`` is not a valid name.
-        ValueError: If ``execution_timeout`` is not positive.
+        ValueError: If ``execution_timeout`` is not positive, or ``retention`` is under one
+            day or over ten years.
 
     Example:
         >>> from durable_agents import agent
@@ -305,6 +313,7 @@ def agent(
     check_name(name, "agent")
     check_name(version, "version")
     timeout_ms = timeout_to_ms(execution_timeout)
+    retention_s = retention_seconds(retention)
     bundle = VersionBundle(
         workflow_version=version,
         state_schema_version=state_schema_version,
@@ -326,6 +335,7 @@ def agent(
             prompts=tuple(prompts),
             model_configs=tuple(model_configs),
             execution_timeout_ms=timeout_ms,
+            retention_s=retention_s,
         )
         (registry or default_registry).add(definition)
         return definition

@@ -203,6 +203,12 @@ class RunHeader:
             ``mode`` (``cancel``, ``terminate`` or ``timeout``), ``reason``, ``by``, ``at_ms``.
         execution_timeout_ms: The run's time limit from its start, if any; past
             ``created_at_ms`` + this the run ends ``TIMED_OUT``.
+        retention_s: How long the run is kept once finished (``durable_agents.retention``;
+            None: the journal's default, for runs started before retention).
+        expires_at_ms: When the finished run and all it wrote expire (set by the write that
+            finishes it; None while it runs).
+        stamp_due_at_ms: When the reconciler next stamps the run's other items with its
+            expiry (None once done, and while it runs).
     """
 
     run_id: str
@@ -223,6 +229,9 @@ class RunHeader:
     tenant: str = DEFAULT_TENANT
     cancel_requested: dict[str, Any] | None = None
     execution_timeout_ms: int | None = None
+    retention_s: int | None = None
+    expires_at_ms: int | None = None
+    stamp_due_at_ms: int | None = None
 
     def replace(self, **changes: Any) -> RunHeader:
         """Returns a copy with ``changes`` applied."""

@@ -33,6 +33,7 @@ from durable_agents.reconciler_runs import (
     redrive_stuck_suspended,
     resume_version_available,
 )
+from durable_agents.retention import stamp_expiring_runs
 from durable_agents.runtime import Runtime
 from durable_agents.side_effects.tools import ToolRegistry, default_tools
 from durable_agents.sweeping import SAFETY_MARGIN_MS, SweepContext, SweepReport
@@ -81,6 +82,7 @@ def sweep(
         partial(redrive_stalled, ctx, stall_after_ms),
         partial(redrive_stuck_suspended, ctx, stall_after_ms),
         partial(resume_version_available, ctx),
+        partial(stamp_expiring_runs, ctx),
     ]
     for step in steps:
         step()

@@ -39,10 +39,9 @@ RUN_PAGE = 50
 
 def _oldest(ctx: SweepContext, status: RunStatus) -> Any:
     def fetch(cursor: str | None) -> Page[RunHeader]:
-        page = ctx.runtime.store.list_runs(
-            status=status, limit=min(RUN_PAGE, ctx.page_size), cursor=cursor, oldest_first=True
+        return ctx.runtime.store.changed_runs_page(
+            status, limit=min(RUN_PAGE, ctx.page_size), cursor=cursor
         )
-        return Page(page.runs, page.cursor)
 
     return ctx.pages(f"{status.value} runs", fetch, check_time="page")
 

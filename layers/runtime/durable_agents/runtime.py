@@ -55,6 +55,7 @@ from durable_agents.outcomes import (
 )
 from durable_agents.plugin_calls import InvocationSpan, PluginSet
 from durable_agents.plugins import Plugin
+from durable_agents.retention import default_retention_s
 from durable_agents.run_events import finished_events, republish
 from durable_agents.serde import decode, encode, error_info
 from durable_agents.tenancy import DEFAULT_TENANT, check_tenant
@@ -204,6 +205,7 @@ class Runtime:
             input_hash=input_hash(definition.name, input_json),
             tenant=tenant,
             execution_timeout_ms=definition.execution_timeout_ms if limit_ms is None else limit_ms,
+            retention_s=definition.retention_s or default_retention_s(),
         )
         stored, created = self.store.create_run(header)
         if stored.status is RunStatus.RUNNING:

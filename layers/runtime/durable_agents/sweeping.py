@@ -61,6 +61,7 @@ class SweepReport:
         effects_deferred: skipped calls moved out of the way (``stale_at_ms`` pushed forward,
             with a note), so they cannot hide the stale calls behind them.
         waits_expired: approvals and callbacks whose deadline or heartbeat timeout passed.
+        items_stamped: items of finished runs given their expiry (``retention``).
         stale_listings: index entries whose base item, re-read, said otherwise (settled,
             claimed, moved): nothing was done for them.
         unit_errors: units of work that failed (logged, skipped; see ``errors``).
@@ -85,6 +86,7 @@ class SweepReport:
     effects_skipped: int = 0
     effects_deferred: int = 0
     waits_expired: int = 0
+    items_stamped: int = 0
     stale_listings: int = 0
     unit_errors: int = 0
     infrastructure_errors: int = 0

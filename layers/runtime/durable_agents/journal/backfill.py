@@ -1,4 +1,6 @@
-"""Puts run headers written before tenants into the tenant index (``gsi3``; ADR 0008).
+"""Puts run headers written before an index existed into it: ``gsi3`` and ``gsi4``.
+
+``gsi3`` lists runs by tenant (ADR 0008), ``gsi4`` by start time (ADR 0012).
 
 A header from before tenants has no ``gsi3pk``: it is the default tenant's (it reads so), but a
 tenant's ``GET /runs`` — and without ``TENANT_MAP`` every caller's is the default tenant's —
@@ -14,7 +16,8 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from durable_agents.aws_faults import GuardedClient, error_code
-from durable_agents.journal.dynamodb_items import HEADER_SK, tenant_pk, tenant_sk
+from durable_agents.journal.dynamodb_items import HEADER_SK, started_pk, tenant_pk, tenant_sk
+from durable_agents.journal.run_listing import started_key
 from durable_agents.models import RunStatus
 from durable_agents.tenancy import DEFAULT_TENANT
 
@@ -64,6 +67,54 @@ def backfill_tenant_index(client: Any, table_name: str) -> int:
                 if error_code(exc) != "ConditionalCheckFailedException":
                     raise
                 continue  # changed meanwhile: that change wrote its own index keys
+            updated += 1
+        last = page.get("LastEvaluatedKey")
+        if not last:
+            return updated
+        kwargs["ExclusiveStartKey"] = last
+
+
+def backfill_start_index(client: Any, table_name: str) -> int:
+    """Puts every header without a start-time index key into ``gsi4``; returns how many.
+
+    Headers written before ``gsi4`` (ADR 0012) have no ``gsi4pk`` and ``GET /runs`` does not
+    list them until this has run. Their keys come from the start time, the run id and the
+    parent, which never change, so a header that changed meanwhile gets the same keys; each
+    update is conditional only on the header still existing without them.
+
+    Raises:
+        InfrastructureError: If a scan page or an update fails for a reason other than its
+            condition (the backfill can simply be run again).
+    """
+    guarded = client if isinstance(client, GuardedClient) else GuardedClient(client)
+    kwargs: dict[str, Any] = {
+        "TableName": table_name,
+        "FilterExpression": "sk = :header AND attribute_not_exists(gsi4pk)",
+        "ExpressionAttributeValues": {":header": {"S": HEADER_SK}},
+        "ProjectionExpression": "pk, sk, run_id, created_at_ms, parent_run_id",
+        "ConsistentRead": True,
+    }
+    updated = 0
+    while True:
+        page = guarded.scan(**kwargs)
+        for item in page.get("Items", []):
+            run_id = item["run_id"]["S"]
+            parent = item["parent_run_id"]["S"] if "parent_run_id" in item else None
+            try:
+                guarded.update_item(
+                    TableName=table_name,
+                    Key={"pk": item["pk"], "sk": item["sk"]},
+                    UpdateExpression="SET gsi4pk = :pk, gsi4sk = :sk",
+                    ConditionExpression="attribute_exists(pk) AND attribute_not_exists(gsi4pk)",
+                    ExpressionAttributeValues={
+                        ":pk": {"S": started_pk(run_id, parent)},
+                        ":sk": {"S": started_key(int(item["created_at_ms"]["N"]), run_id)},
+                    },
+                )
+            except ClientError as exc:
+                if error_code(exc) != "ConditionalCheckFailedException":
+                    raise
+                continue  # gone, or indexed meanwhile by another backfill
             updated += 1
         last = page.get("LastEvaluatedKey")
         if not last:

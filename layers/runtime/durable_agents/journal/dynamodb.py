@@ -42,7 +42,7 @@ from durable_agents.journal.dynamodb_items import (
     idem_pk,
     pk,
 )
-from durable_agents.journal.dynamodb_listings import DynamoDBListings
+from durable_agents.journal.dynamodb_retention import DynamoDBRetention
 from durable_agents.journal.dynamodb_writes import NOT_EXISTS, effect_put, update_request, wait_put
 from durable_agents.journal.item_size import transaction_put_budget
 from durable_agents.journal.payloads import INLINE_LIMIT_BYTES, S3PayloadStore
@@ -58,7 +58,7 @@ from durable_agents.models import (
 )
 
 
-class DynamoDBJournal(DynamoDBListings):
+class DynamoDBJournal(DynamoDBRetention):
     """Journal backend on a DynamoDB table (the one ``template.yaml`` declares).
 
     Args:

@@ -6,6 +6,7 @@ conditions; this module only knows *what* an item looks like. See ADR 0001 for t
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -19,6 +20,7 @@ from durable_agents.journal.item_size import (
     item_size,
 )
 from durable_agents.journal.payloads import INLINE_LIMIT_BYTES, S3PayloadStore
+from durable_agents.journal.run_listing import started_key
 from durable_agents.models import (
     EffectStatus,
     Entry,
@@ -40,6 +42,7 @@ PREPARED_PK = "PREPARED"
 REVIEW_PK = "EFFECT#NEEDS_REVIEW"
 WAIT_SK = "#WAIT"
 WAIT_DUE_PK = "WAITDUE"
+EXPIRING_PK = "EXPIRING"  # gsi2: finished runs whose items are due for their expiry
 # The header's large values: each inline up to HEADER_VALUE_BUDGET_BYTES, or spilled.
 _HEADER_VALUES = frozenset({"input", "input_ref", "result", "result_ref", "error", "error_ref"})
 
@@ -62,6 +65,19 @@ def tenant_pk(tenant: str) -> str:
 def tenant_sk(status: RunStatus, updated_at_ms: int, run_id: str) -> str:
     """A run's ``gsi3`` sort key: by status, then last change (a status is a key prefix)."""
     return f"{status.value}#{ts(updated_at_ms)}#{run_id}"
+
+
+RUN_SHARDS = 4  # partitions of the start-time index per kind (ADR 0012); fixed once deployed
+
+
+def started_pk(run_id: str, parent_run_id: str | None) -> str:
+    """A run's ``gsi4`` partition: ``STARTED#<shard>``, or ``CHILDREN#<shard>`` for sub-agents.
+
+    Spread over ``RUN_SHARDS`` partitions by a hash of the run id, so that no one index
+    partition takes every run start of the deployment (ADR 0012).
+    """
+    shard = hashlib.sha256(run_id.encode()).digest()[0] % RUN_SHARDS
+    return f"{'STARTED' if parent_run_id is None else 'CHILDREN'}#{shard}"
 
 
 def idem_pk(tenant: str, agent: str, key: str) -> str:
@@ -98,6 +114,11 @@ class ItemCodec:
     ):
         self._payloads = payloads
         self._limit = inline_limit_bytes
+
+    @property
+    def payloads(self) -> S3PayloadStore | None:
+        """Where spilled values go (None: no bucket configured)."""
+        return self._payloads
 
     def _spill(self, run_id: str, key: str, name: str, text: str) -> dict[str, Any]:
         if self._payloads is None:
@@ -274,6 +295,9 @@ class ItemCodec:
             "tenant": {"S": header.tenant},
             "gsi3pk": {"S": tenant_pk(header.tenant)},
             "gsi3sk": {"S": tenant_sk(header.status, header.updated_at_ms, header.run_id)},
+            # Runs by start time: written once, never rewritten (a start time never changes).
+            "gsi4pk": {"S": started_pk(header.run_id, header.parent_run_id)},
+            "gsi4sk": {"S": started_key(header.created_at_ms, header.run_id)},
         }
         item.update(self.value_attrs(header.run_id, "input", header.input))
         item.update(self.value_attrs(header.run_id, "result", header.result))
@@ -296,6 +320,8 @@ class ItemCodec:
             item["cancel_requested"] = {"S": json.dumps(header.cancel_requested, sort_keys=True)}
         if header.execution_timeout_ms is not None:
             item["execution_timeout_ms"] = {"N": str(header.execution_timeout_ms)}
+        if header.retention_s is not None:
+            item["retention_s"] = {"N": str(header.retention_s)}
         self.check_header_update(header.run_id, item)
         return item
 
@@ -323,6 +349,10 @@ class ItemCodec:
                 json.loads(item["cancel_requested"]["S"]) if "cancel_requested" in item else None
             ),
             execution_timeout_ms=opt_int(item, "execution_timeout_ms"),
+            retention_s=opt_int(item, "retention_s"),
+            # DynamoDB TTL is in epoch seconds.
+            expires_at_ms=None if "ttl" not in item else int(item["ttl"]["N"]) * 1000,
+            stamp_due_at_ms=opt_int(item, "stamp_due_at_ms"),
         )
 
     def effect_item(

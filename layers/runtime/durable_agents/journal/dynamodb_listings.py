@@ -22,9 +22,10 @@ from durable_agents.journal.dynamodb_items import (
     WAKE_PK,
     ItemCodec,
     pk,
-    tenant_pk,
     ts,
 )
+from durable_agents.journal.dynamodb_run_listing import list_runs_by_start
+from durable_agents.journal.run_listing import RunQuery
 from durable_agents.journal.store import JournalStore, Page
 from durable_agents.models import (
     RunHeader,
@@ -37,9 +38,6 @@ from durable_agents.models import (
 from durable_agents.tenancy import DEFAULT_TENANT
 
 BATCH_ROUNDS = 3  # BatchGetItem rounds before keys left unprocessed are a failure
-# Index pages a listing filtered by agent or version reads at most to fill one page: the
-# filter is applied after DynamoDB reads ``Limit`` items, so one page may match none.
-MAX_FILTERED_QUERIES = 5
 Filter = tuple[str, dict[str, str], dict[str, Any]]  # expression, names, values
 
 
@@ -56,63 +54,34 @@ class DynamoDBListings(JournalStore):
         status: RunStatus | None = None,
         limit: int = 50,
         cursor: str | None = None,
-        oldest_first: bool = False,
         tenant: str | None = None,
         agent: str | None = None,
         version: str | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        include_children: bool = False,
+        parent: str | None = None,
     ) -> RunPage:
-        """Lists runs most recently changed first, or oldest first (GSI ``gsi1``).
+        """Lists runs newest start first (GSI ``gsi4``, see ``dynamodb_run_listing``).
 
-        Eventually consistent. Without ``status`` every status partition is read and merged
-        (no cursor then). With ``tenant`` only that tenant's runs are read (GSI ``gsi3``,
-        partition ``TENANT#<tenant>``, sort key ``<status>#<updated_at_ms>#<run_id>``): pages
-        are full pages of its runs and the cursor is the key of its own last run.
-
-        ``agent`` and ``version`` (the runs' ``versions.workflow_version``) are a
-        ``FilterExpression`` on that query, not part of the key: DynamoDB applies it after
-        reading ``Limit`` items. Up to ``MAX_FILTERED_QUERIES`` index pages are read to fill
-        one page, so a filtered page may hold fewer than ``limit`` runs (even none) and still
-        carry a cursor to more.
+        Raises:
+            InvalidCursorError: If ``cursor`` is malformed or continues another query.
         """
-        if status is None:
-            merged: list[RunHeader] = []
-            for each in RunStatus:
-                merged += self.list_runs(
-                    status=each,
-                    limit=limit,
-                    oldest_first=oldest_first,
-                    tenant=tenant,
-                    agent=agent,
-                    version=version,
-                ).runs
-            merged.sort(key=lambda h: (h.updated_at_ms, h.run_id), reverse=not oldest_first)
-            return RunPage(merged[:limit], None)
-        if tenant is None:
-            index, partition, prefix = "gsi1", f"STATUS#{status.value}", None
-        else:
-            index, partition, prefix = "gsi3", tenant_pk(tenant), f"{status.value}#"
-        filter_ = _run_filter(agent, version)
-        kept: list[dict[str, Any]] = []
-        next_cursor = cursor
-        for _ in range(MAX_FILTERED_QUERIES if filter_ else 1):
-            items, next_cursor = self._query_index(
-                index,
-                partition,
-                limit=limit,
-                cursor=next_cursor,
-                newest_first=not oldest_first,
-                prefix=prefix,
-                filter_=filter_,
-            )
-            kept += items
-            if len(kept) >= limit or next_cursor is None:
-                break
-        if len(kept) > limit:
-            # The page ends at its last run: the next one starts right after it.
-            kept = kept[:limit]
-            last = kept[-1]
-            next_cursor = _cursor({k: last[k] for k in ("pk", "sk", f"{index}pk", f"{index}sk")})
-        return RunPage([self._items.header_from_item(item) for item in kept], next_cursor)
+        query = RunQuery(
+            status, agent, version, since_ms, until_ms, include_children, parent, tenant
+        )
+        return list_runs_by_start(
+            self._client, self._table, self._items, query, limit=limit, cursor=cursor
+        )
+
+    def changed_runs_page(
+        self, status: RunStatus, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[RunHeader]:
+        """One page of the runs in ``status``, least recently changed first (GSI ``gsi1``)."""
+        items, next_cursor = self._query_index(
+            "gsi1", f"STATUS#{status.value}", limit=limit, cursor=cursor
+        )
+        return Page([self._items.header_from_item(item) for item in items], next_cursor)
 
     def due_runs_page(
         self, now_ms: int, *, limit: int = 100, cursor: str | None = None
@@ -247,19 +216,3 @@ class DynamoDBListings(JournalStore):
 def _cursor(key: dict[str, Any]) -> str:
     """The opaque cursor of a page that ends at ``key`` (base64url JSON of the key)."""
     return base64.urlsafe_b64encode(json.dumps(key).encode()).decode()
-
-
-def _run_filter(agent: str | None, version: str | None) -> Filter | None:
-    """The ``FilterExpression`` of a listing of one agent's and/or one version's runs."""
-    clauses: list[str] = []
-    names: dict[str, str] = {}
-    values: dict[str, Any] = {}
-    if agent is not None:
-        clauses.append("#agent = :agent")
-        names["#agent"] = "agent"
-        values[":agent"] = {"S": agent}
-    if version is not None:
-        clauses.append("#versions.#workflow = :version")
-        names |= {"#versions": "versions", "#workflow": "workflow_version"}
-        values[":version"] = {"S": version}
-    return (" AND ".join(clauses), names, values) if clauses else None

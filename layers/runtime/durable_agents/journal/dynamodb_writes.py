@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from durable_agents.journal.dynamodb_items import (
+    EXPIRING_PK,
     HEADER_SK,
     WAKE_PK,
     ItemCodec,
@@ -22,6 +23,7 @@ from durable_agents.journal.dynamodb_items import (
 )
 from durable_agents.journal.item_size import ITEM_BUDGET_BYTES
 from durable_agents.models import UNSET, EffectChange, RunChange, RunStatus, WaitChange
+from durable_agents.retention import DEFAULT_RETENTION_S
 from durable_agents.tenancy import DEFAULT_TENANT
 
 # The item must not exist yet: every entry key is deterministic, so a second writer of the same
@@ -145,7 +147,13 @@ def update_request(table: str, items: ItemCodec, run_id: str, change: RunChange)
             removes.append("wake_at_ms")
         else:
             sets["wake_at_ms"] = {"N": str(change.wake_at_ms)}
-    if change.status is RunStatus.SUSPENDED and change.wake_at_ms not in (UNSET, None):
+    if change.status.terminal:
+        # Finished: listed for the reconciler to stamp every other item with the expiry
+        # (durable_agents.retention); a finished run is never suspended, so gsi2 is free.
+        sets["gsi2pk"] = {"S": EXPIRING_PK}
+        sets["gsi2sk"] = {"S": f"{ts(change.updated_at_ms)}#{run_id}"}
+        sets["stamp_due_at_ms"] = {"N": str(change.updated_at_ms)}
+    elif change.status is RunStatus.SUSPENDED and change.wake_at_ms not in (UNSET, None):
         # Only suspended runs with a timer are in the sparse timer index.
         sets["gsi2pk"] = {"S": WAKE_PK}
         sets["gsi2sk"] = {"S": f"{ts(change.wake_at_ms)}#{run_id}"}
@@ -181,6 +189,13 @@ def update_request(table: str, items: ItemCodec, run_id: str, change: RunChange)
     names["#t3"] = "gsi3pk"
     values[":t3"] = {"S": tenant_pk(DEFAULT_TENANT)}
     set_parts.append("#t3 = if_not_exists(#t3, :t3)")
+    if change.status.terminal:
+        # The expiry, in the write that finishes the run: whoever finishes it (the run, a
+        # stop, a time limit, the reconciler), its header can never be left without one.
+        names |= {"#ttl": "ttl", "#ret": "retention_s"}
+        values[":dret"] = {"N": str(DEFAULT_RETENTION_S)}
+        values[":fin"] = {"N": str(change.updated_at_ms // 1000)}
+        set_parts.append("#ttl = if_not_exists(#ret, :dret) + :fin")
     expression = "SET " + ", ".join(set_parts)
     if remove_parts:
         expression += " REMOVE " + ", ".join(remove_parts)

@@ -18,7 +18,8 @@ from durable_agents.errors import (
     WaitConflictError,
     WaitNotFoundError,
 )
-from durable_agents.journal.store import JournalStore, Page
+from durable_agents.journal.run_listing import RunQuery, started_key
+from durable_agents.journal.store import JournalStore, Page, finished, next_stamp_due
 from durable_agents.models import (
     EffectChange,
     EffectStatus,
@@ -127,7 +128,10 @@ class InMemoryJournal(JournalStore):
                 existing[entry.sort_key] = entry
                 bisect.insort(keys, entry.sort_key)
             if change is not None and header is not None:
-                self._headers[run_id] = change.apply(header)
+                changed = change.apply(header)
+                if change.status.terminal:
+                    changed = finished(changed)
+                self._headers[run_id] = changed
 
     def load(self, run_id: str) -> RunSnapshot:
         """Returns the header and all entries in program order.
@@ -161,29 +165,93 @@ class InMemoryJournal(JournalStore):
         status: RunStatus | None = None,
         limit: int = 50,
         cursor: str | None = None,
-        oldest_first: bool = False,
         tenant: str | None = None,
         agent: str | None = None,
         version: str | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        include_children: bool = False,
+        parent: str | None = None,
     ) -> RunPage:
-        """Lists runs, most recently changed first (or oldest first); only ``tenant``'s.
+        """Lists runs newest start first (see ``JournalStore.list_runs``).
 
-        Optionally only runs of ``agent``, and only those pinned to workflow ``version``.
+        Raises:
+            InvalidCursorError: If ``cursor`` is malformed or continues another query.
         """
+        query = RunQuery(
+            status, agent, version, since_ms, until_ms, include_children, parent, tenant
+        )
+        boundary = query.boundary(cursor)
+        low, high = query.key_range(boundary)
         with self._lock:
-            runs = [
+            keyed = [
+                (key, h)
+                for h in self._headers.values()
+                if low <= (key := started_key(h.created_at_ms, h.run_id)) <= high
+                and key != boundary
+                and query.matches(h)
+            ]
+        keyed.sort(key=lambda pair: pair[0], reverse=True)
+        page = keyed[:limit]
+        more = len(keyed) > limit
+        return RunPage([h for _, h in page], query.cursor_after(page[-1][0]) if more else None)
+
+    def changed_runs_page(
+        self, status: RunStatus, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[RunHeader]:
+        """One page of the runs in ``status``, least recently changed first."""
+        with self._lock:
+            found = [h for h in self._headers.values() if h.status is status]
+        return _page(found, lambda h: f"{h.updated_at_ms:013d}#{h.run_id}", limit, cursor)
+
+    def expiring_runs_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[RunHeader]:
+        """One page of finished runs due for stamping, earliest first."""
+        with self._lock:
+            due = [
                 h
                 for h in self._headers.values()
-                if (status is None or h.status is status)
-                and (tenant is None or h.tenant == tenant)
-                and (agent is None or h.agent == agent)
-                and (version is None or h.versions.get("workflow_version") == version)
+                if h.stamp_due_at_ms is not None and h.stamp_due_at_ms <= now_ms
             ]
-        runs.sort(key=lambda h: (h.updated_at_ms, h.run_id), reverse=not oldest_first)
-        start = int(cursor) if cursor else 0
-        page = runs[start : start + limit]
-        next_cursor = str(start + limit) if start + limit < len(runs) else None
-        return RunPage(page, next_cursor)
+        return _page(due, lambda h: f"{h.stamp_due_at_ms or 0:013d}#{h.run_id}", limit, cursor)
+
+    def stamp_expiry(self, run_id: str, now_ms: int) -> int:
+        """One stamping pass; returns 0.
+
+        Here every item of a run expires with its header (``expire``), so a pass only moves
+        the due time on.
+        """
+        with self._lock:
+            header = self._headers.get(run_id)
+            if header is None or header.stamp_due_at_ms is None or header.stamp_due_at_ms > now_ms:
+                return 0
+            self._headers[run_id] = header.replace(stamp_due_at_ms=next_stamp_due(header))
+            return 0
+
+    def expire(self, now_ms: int) -> list[str]:
+        """Removes every run whose expiry has passed by ``now_ms``, with all it wrote.
+
+        What DynamoDB TTL does to the journal table (which it does within about two days of
+        the expiry, not at it); the ids of the runs removed.
+        """
+        with self._lock:
+            gone = [
+                run_id
+                for run_id, h in self._headers.items()
+                if h.expires_at_ms is not None and h.expires_at_ms <= now_ms
+            ]
+            for run_id in gone:
+                header = self._headers.pop(run_id)
+                for table in (self._keys, self._entries, self._effects):
+                    table.pop(run_id, None)
+                if header.idempotency_key is not None:
+                    self._idempotency.pop(
+                        (header.tenant, header.agent, header.idempotency_key), None
+                    )
+            for wait_id in [w for w, r in self._waits.items() if r.run_id in gone]:
+                del self._waits[wait_id]
+        return gone
 
     def due_runs_page(
         self, now_ms: int, *, limit: int = 100, cursor: str | None = None

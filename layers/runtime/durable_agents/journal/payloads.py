@@ -43,6 +43,29 @@ class S3PayloadStore:
         )
         return {"bucket": self._bucket, "key": key, "sha256": digest, "size": len(body)}
 
+    def tag_run(self, run_id: str, tags: dict[str, str]) -> int:
+        """Tags every object of a run (its prefix) with ``tags``; returns how many were tagged.
+
+        Objects that already carry exactly these tags are left alone (a repeated pass writes
+        nothing); S3 lifecycle rules expire objects by tag (``durable_agents.retention``).
+        """
+        wanted = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+        tagged = 0
+        kwargs: dict[str, Any] = {"Bucket": self._bucket, "Prefix": f"{self._prefix}{run_id}/"}
+        while True:
+            page = self._client.list_objects_v2(**kwargs)
+            for obj in page.get("Contents", []):
+                current = self._client.get_object_tagging(Bucket=self._bucket, Key=obj["Key"])
+                if sorted(current.get("TagSet", []), key=lambda t: t["Key"]) == wanted:
+                    continue
+                self._client.put_object_tagging(
+                    Bucket=self._bucket, Key=obj["Key"], Tagging={"TagSet": wanted}
+                )
+                tagged += 1
+            if not page.get("IsTruncated"):
+                return tagged
+            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+
     def get(self, ref: dict[str, Any]) -> str:
         """Reads a stored value back and verifies its hash.
 

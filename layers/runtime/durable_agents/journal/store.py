@@ -28,6 +28,7 @@ from durable_agents.models import (
     WaitRecord,
     WaitStatus,
 )
+from durable_agents.retention import DEFAULT_RETENTION_S, LATE_WRITE_GRACE_MS
 from durable_agents.scrub import scrub, scrub_value
 
 _S = RunStatus
@@ -67,6 +68,23 @@ class Page(Generic[T]):
 
     items: list[T]
     cursor: str | None
+
+
+def finished(header: RunHeader) -> RunHeader:
+    """A header just moved to a final status, with its expiry and first stamping due time.
+
+    The expiry is whole seconds (DynamoDB TTL's unit), from the finishing write's time.
+    """
+    retention = DEFAULT_RETENTION_S if header.retention_s is None else header.retention_s
+    expires_at_ms = (header.updated_at_ms // 1000 + retention) * 1000
+    return header.replace(expires_at_ms=expires_at_ms, stamp_due_at_ms=header.updated_at_ms)
+
+
+def next_stamp_due(header: RunHeader) -> int | None:
+    """After a stamping pass: one more pass later (for late writes), or None when done."""
+    if header.stamp_due_at_ms == header.updated_at_ms:
+        return header.updated_at_ms + LATE_WRITE_GRACE_MS
+    return None
 
 
 class InvalidTransitionError(DurableError):
@@ -264,19 +282,61 @@ class JournalStore(ABC):
         status: RunStatus | None = None,
         limit: int = 50,
         cursor: str | None = None,
-        oldest_first: bool = False,
         tenant: str | None = None,
         agent: str | None = None,
         version: str | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        include_children: bool = False,
+        parent: str | None = None,
     ) -> RunPage:
-        """Lists runs, newest change first (or oldest first), optionally only in ``status``.
+        """Lists runs newest start first (``created_at_ms``, then ``run_id``; ADR 0012).
 
-        Only ``tenant``'s runs when given (every tenant's when None: trusted callers such as
-        the reconciler, or the operators' tenant); only runs of ``agent`` and only runs pinned
-        to workflow ``version`` when given. Those two filter what the index reads (they are not
-        part of its key): a filtered page may hold fewer than ``limit`` runs, even none, and
-        still carry a cursor to more. Read from an index: a listed header may be out of date.
-        Decide on ``get_run``/``load``.
+        Every argument narrows the listing (see ``RunQuery``): ``tenant``'s runs only (every
+        tenant's when None: trusted callers such as the operators' tenant), ``status``,
+        ``agent``, workflow ``version``, started in ``[since_ms, until_ms)``; sub-agent runs
+        only with ``include_children`` (or ``parent``: that run's children only).
+
+        Every page carries a cursor unless it is the listing's true end; a filtered page may
+        hold fewer than ``limit`` runs (even none) and still carry one. Following the cursors
+        returns every run that matched throughout exactly once, while runs start and change
+        status in between. Read from an index: a listed header may be out of date. Decide on
+        ``get_run``/``load``.
+
+        Raises:
+            InvalidCursorError: If ``cursor`` is malformed or continues another query.
+        """
+
+    @abstractmethod
+    def changed_runs_page(
+        self, status: RunStatus, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[RunHeader]:
+        """One page of the runs in ``status``, least recently changed first (the sweeps).
+
+        Read from an index: a listed header may be out of date. Decide on ``get_run``.
+        """
+
+    @abstractmethod
+    def expiring_runs_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[RunHeader]:
+        """One page of finished runs whose items are due for stamping with their expiry.
+
+        Read from an index: a listed header may be out of date. ``stamp_expiry`` decides.
+        """
+
+    @abstractmethod
+    def stamp_expiry(self, run_id: str, now_ms: int) -> int:
+        """Gives every item of a finished run its expiry (one pass; ``durable_agents.retention``).
+
+        Decided on a consistent read of the header: only a finished run whose stamping is due
+        by ``now_ms`` is stamped, with the expiry its finishing write set. Idempotent: items
+        already stamped are left alone, and a pass that dies midway is done again whole by
+        the next. The pass then moves the run's due time on (one more pass later, for writes
+        that land late) or takes it out of the listing, conditional on what it read.
+
+        Returns:
+            How many items this pass stamped.
         """
 
     def due_runs(self, now_ms: int, *, limit: int = 100) -> list[RunHeader]:

@@ -10,17 +10,13 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
-from durable_agents.agent import AgentRegistry
 from durable_agents.errors import InfrastructureError, RunNotFoundError, RunStateConflictError
-from durable_agents.events import EventBridgePublisher
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.payloads import S3PayloadStore
 from durable_agents.local.aws import LocalSession
-from durable_agents.local.console import history_table, run_details, runs_table
+from durable_agents.local.console import history_table
 from durable_agents.local.functions import local_name
-from durable_agents.models import RunStatus
-from durable_agents.runtime import Runtime
-from durable_agents.views import history, run_view
+from durable_agents.views import history
 
 T = TypeVar("T")
 
@@ -30,7 +26,7 @@ class RunsError(Exception):
 
 
 class RunsClient:
-    """The journal (and the bus, for redrive) of a local moto server.
+    """The journal of a local moto server.
 
     Args:
         endpoint: The moto server's URL.
@@ -43,11 +39,6 @@ class RunsClient:
         self.table = table or local_name("JournalTable")
         payloads = S3PayloadStore(session.client("s3"), local_name("PayloadBucket"))
         self.store = DynamoDBJournal(session.client("dynamodb"), self.table, payloads=payloads)
-        self.runtime = Runtime(
-            self.store,
-            registry=AgentRegistry(),
-            publisher=EventBridgePublisher(session.client("events"), local_name("EventBus")),
-        )
 
     def _call(self, fn: Callable[[], T]) -> T:
         try:
@@ -55,9 +46,7 @@ class RunsClient:
         except RunNotFoundError as exc:
             raise RunsError(f"run {exc.run_id!r} not found in {self.endpoint}") from exc
         except RunStateConflictError as exc:
-            raise RunsError(
-                f"run {exc.run_id!r} is already {exc.actual}: nothing to redrive"
-            ) from exc
+            raise RunsError(f"run {exc.run_id!r} is already {exc.actual}: nothing to do") from exc
         except InfrastructureError as exc:  # the journal's guard wraps botocore's errors
             if isinstance(exc.__cause__, EndpointConnectionError):
                 raise RunsError(
@@ -80,37 +69,6 @@ class RunsClient:
         except BotoCoreError as exc:
             raise RunsError(f"talking to {self.endpoint} failed: {exc}") from exc
 
-    def list(
-        self,
-        status: str | None,
-        limit: int,
-        *,
-        agent: str | None = None,
-        version: str | None = None,
-    ) -> tuple[dict[str, Any], str]:
-        """Runs, most recently changed first: (JSON, table).
-
-        Optionally only runs of ``agent`` and only those pinned to workflow ``version``.
-
-        Raises:
-            RunsError: If the endpoint is down or has no journal.
-        """
-        wanted = RunStatus(status) if status else None
-        page = self._call(
-            lambda: self.store.list_runs(status=wanted, limit=limit, agent=agent, version=version)
-        )
-        runs = [run_view(h) for h in page.runs]
-        return {"runs": runs, "cursor": page.cursor}, runs_table(runs)
-
-    def show(self, run_id: str) -> tuple[dict[str, Any], str]:
-        """One run: (JSON, ``key: value`` lines).
-
-        Raises:
-            RunsError: If the run is unknown or the endpoint is down.
-        """
-        view = run_view(self._call(lambda: self.store.get_run(run_id)))
-        return view, run_details(view)
-
     def history(self, run_id: str) -> tuple[dict[str, Any], str]:
         """A run's history: (JSON, timeline).
 
@@ -119,12 +77,3 @@ class RunsClient:
         """
         events = history(self._call(lambda: self.store.load(run_id)))
         return {"run_id": run_id, "events": events}, history_table(events)
-
-    def redrive(self, run_id: str) -> tuple[dict[str, Any], str]:
-        """Resumes a PAUSED run or nudges an active one with ``Step Ready``.
-
-        Raises:
-            RunsError: If the run is unknown or finished, or the endpoint is down.
-        """
-        view = run_view(self._call(lambda: self.runtime.redrive(run_id)))
-        return view, f"re-driven: {run_id} is {view['status']}; a Step Ready event is on its way"

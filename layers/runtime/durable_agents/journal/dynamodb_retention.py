@@ -1,0 +1,158 @@
+"""Stamping a finished run's items with its expiry on DynamoDB (``durable_agents.retention``).
+
+The finishing header write set the header's ``ttl`` and listed the run in the sparse ``gsi2``
+partition ``EXPIRING`` (sort key ``<due_ms>#<run_id>``). A pass gives the same ``ttl`` to every
+item the run owns, each in its own small conditional update (never one transaction over the
+world): the items of its partition (journal entries, side-effect records), its approval and
+callback records (ids derived from its journal, each checked to be this run's), its idempotency
+key item (checked to map to this run), and tags its spilled payloads for S3 lifecycle. Items
+already carrying the ``ttl`` are not written again, so a pass after a crash writes only what
+is left. Then it moves the listing on (a second pass for late
+writes) or removes it, conditional on the due time it read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from durable_agents.aws_faults import error_code
+from durable_agents.journal.dynamodb_items import (
+    EXPIRING_PK,
+    HEADER_SK,
+    IDEM_SK,
+    WAIT_SK,
+    idem_pk,
+    pk,
+    ts,
+)
+from durable_agents.journal.dynamodb_listings import DynamoDBListings
+from durable_agents.journal.store import Page, next_stamp_due
+from durable_agents.models import OpKind, RunHeader
+from durable_agents.retention import RETENTION_TAG, retention_class_days
+from durable_agents.waits.records import wait_id
+
+_WAIT_PREFIXES = {OpKind.APPROVAL.value: "apr", OpKind.CALLBACK.value: "cb"}
+
+
+class DynamoDBRetention(DynamoDBListings):
+    """The retention side of ``DynamoDBJournal`` (a mixin: the journal sets the attributes)."""
+
+    def expiring_runs_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[RunHeader]:
+        """One page of finished runs due for stamping (sparse GSI ``gsi2``, ``EXPIRING``)."""
+        items, next_cursor = self._query_index(
+            "gsi2", EXPIRING_PK, before_ms=now_ms, limit=limit, cursor=cursor
+        )
+        return Page([self._items.header_from_item(item) for item in items], next_cursor)
+
+    def stamp_expiry(self, run_id: str, now_ms: int) -> int:
+        """One stamping pass over every item of a finished run (see the module docstring).
+
+        Raises:
+            InfrastructureError: If DynamoDB or S3 fails for a reason other than a condition
+                (the run stays listed; the next sweep does the pass again).
+        """
+        item = self._client.get_item(
+            TableName=self._table,
+            Key={"pk": pk(run_id), "sk": {"S": HEADER_SK}},
+            ConsistentRead=True,
+        ).get("Item")
+        if item is None or "ttl" not in item:
+            return 0
+        header = self._items.header_from_item(item)
+        due = header.stamp_due_at_ms
+        if not header.status.terminal or due is None or due > now_ms:
+            return 0  # decided on this consistent read: only a finished run, when due
+        ttl = item["ttl"]
+        stamped, wait_ids = self._stamp_partition(run_id, ttl)
+        for each in sorted(wait_ids):
+            key = {"pk": {"S": f"WAIT#{each}"}, "sk": {"S": WAIT_SK}}
+            stamped += self._stamp(key, ttl, run_id)
+        if header.idempotency_key is not None:
+            idem = idem_pk(header.tenant, header.agent, header.idempotency_key)
+            stamped += self._stamp({"pk": {"S": idem}, "sk": {"S": IDEM_SK}}, ttl, run_id)
+        payloads = self._items.payloads
+        if payloads is not None and header.expires_at_ms is not None:
+            days = retention_class_days(header.created_at_ms, header.expires_at_ms)
+            stamped += payloads.tag_run(run_id, {RETENTION_TAG: str(days)})
+        self._advance(header, due)
+        return stamped
+
+    def _stamp_partition(self, run_id: str, ttl: dict[str, str]) -> tuple[int, set[str]]:
+        """Stamps the run partition's items without the ``ttl``; the run's wait ids."""
+        stamped = 0
+        wait_ids: set[str] = set()
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": pk(run_id)},
+            "ProjectionExpression": "pk, sk, op_id, #kind, #ttl",
+            "ExpressionAttributeNames": {"#kind": "kind", "#ttl": "ttl"},
+            "ConsistentRead": True,
+        }
+        while True:
+            page = self._client.query(**kwargs)
+            for entry in page.get("Items", []):
+                prefix = _WAIT_PREFIXES.get(entry.get("kind", {}).get("S", ""))
+                if prefix is not None and "op_id" in entry:
+                    wait_ids.add(wait_id(prefix, entry["op_id"]["S"]))
+                if entry.get("ttl") != ttl:
+                    stamped += self._stamp({"pk": entry["pk"], "sk": entry["sk"]}, ttl, None)
+            last = page.get("LastEvaluatedKey")
+            if not last:
+                return stamped, wait_ids
+            kwargs["ExclusiveStartKey"] = last
+
+    def _stamp(self, key: dict[str, Any], ttl: dict[str, str], owner: str | None) -> int:
+        """Sets ``ttl`` on one existing item (of run ``owner`` when given); 1 if it did."""
+        condition = "attribute_exists(pk) AND (attribute_not_exists(#ttl) OR #ttl <> :ttl)"
+        values: dict[str, Any] = {":ttl": ttl}
+        names = {"#ttl": "ttl"}
+        if owner is not None:
+            # A wait or key item names its run: never stamp one another run owns.
+            condition += " AND #run = :run"
+            names["#run"] = "run_id"
+            values[":run"] = {"S": owner}
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key=key,
+                UpdateExpression="SET #ttl = :ttl",
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            return 0  # gone, stamped already, or not this run's
+        return 1
+
+    def _advance(self, header: RunHeader, due: int) -> None:
+        """After a pass: list the run again later, or take it out; only if still as read."""
+        following = next_stamp_due(header)
+        names = {"#due": "stamp_due_at_ms", "#s": "gsi2sk"}
+        values: dict[str, Any] = {":due": {"N": str(due)}}
+        if following is None:
+            names["#p"] = "gsi2pk"
+            expression = "REMOVE #due, #p, #s"
+        else:
+            expression = "SET #due = :next, #s = :sk"
+            values[":next"] = {"N": str(following)}
+            values[":sk"] = {"S": f"{ts(following)}#{header.run_id}"}
+        try:
+            self._client.update_item(
+                TableName=self._table,
+                Key={"pk": pk(header.run_id), "sk": {"S": HEADER_SK}},
+                UpdateExpression=expression,
+                ConditionExpression="#due = :due",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            # Another pass moved it on first: the same work, done.
