@@ -51,6 +51,10 @@ EVENT_KIND = "event"
 """The slot records' wait kind (an event as sent)."""
 EVENT_KEY_KIND = "event-key"
 """The key records' wait kind (a client event id taken)."""
+# What a suspended run's header says it waits for when that is not an event.
+_NOT_EVENTS = frozenset(
+    {"wait", "retry", "approval", "callback", "invoke", "review", "tool-recovery", "person"}
+)
 _TRIES = 8  # each lost try is another writer's landed write: the run is busy, not stuck
 
 
@@ -158,13 +162,17 @@ def _refusal(header: RunHeader) -> RunNotAcceptingEventsError | None:
 def _header_change(header: RunHeader, name: str, now_ms: int) -> RunChange:
     """Wakes a run that may be waiting for this event; otherwise only moves the revision.
 
-    A suspended run is woken unless it is known to wait for an event of another name: what a
-    run inside parallel branches or child scopes waits for is not always summed up in the
-    header, and a needless wake costs one invocation that suspends again.
+    A suspended run is woken if it waits for this event, or for something the header does not
+    name precisely (parallel branches: any of them may wait for it); a needless wake costs one
+    invocation that suspends again. A run waiting for a timer, a person or a child is left
+    asleep: it takes the event when it gets to its wait.
     """
     waiting = header.waiting_on or {}
-    other_event = waiting.get("kind") == EVENT_KIND and waiting.get("name") != name
-    if header.status is RunStatus.SUSPENDED and not other_event:
+    kind = waiting.get("kind")
+    may_wait = kind == EVENT_KIND and waiting.get("name") == name
+    if kind != EVENT_KIND and kind not in _NOT_EVENTS:
+        may_wait = True  # parallel branches ("branches"), or nothing recorded
+    if header.status is RunStatus.SUSPENDED and may_wait:
         return RunChange(
             expected=frozenset({RunStatus.SUSPENDED}),
             status=RunStatus.RUNNING,
