@@ -76,7 +76,11 @@ def test_events_sent_before_the_wait_are_kept_and_taken_in_arrival_order(
         assert sent.created and not sent.woke  # RUNNING: nothing to wake
     done = runner.resume(run_id)
     assert done.status == "SUCCEEDED", done.error
-    assert done.output == {"heard": ["hello", "one", "two", "bye"], "seqs": [1, 2, 3], "ended": "bye"}
+    assert done.output == {
+        "heard": ["hello", "one", "two", "bye"],
+        "seqs": [1, 2, 3],
+        "ended": "bye",
+    }
     # Each event taken once: one result per event, every slot consumed.
     assert len(_results(journal, run_id, OpKind.EVENT)) == 3
     for seq in (1, 2, 3):
@@ -117,7 +121,11 @@ def test_a_duplicate_event_id_is_recorded_once(journal: JournalStore) -> None:
     first = send_event(journal, runner.clock, run_id, "message", "one", "client-1")
     again = send_event(journal, runner.clock, run_id, "message", "one", "client-1")
     assert first.created and not again.created
-    assert (again.seq, again.event_id, again.received_at_ms) == (1, "client-1", first.received_at_ms)
+    assert (again.seq, again.event_id, again.received_at_ms) == (
+        1,
+        "client-1",
+        first.received_at_ms,
+    )
     with pytest.raises(EventIdConflictError):
         send_event(journal, runner.clock, run_id, "message", "other", "client-1")
     send_event(journal, runner.clock, run_id, "message", "bye", "client-2")
