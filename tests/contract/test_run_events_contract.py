@@ -107,6 +107,7 @@ def test_an_event_wakes_a_run_suspended_on_it(journal: JournalStore) -> None:
         "kind": "event",
         "name": "message",
         "op_id": f"{waiting.run_id}:message:1",
+        "until_ms": runner.clock.now_ms() + HOUR * 1000,  # its timeout
     }
     sent = send_event(journal, runner.clock, waiting.run_id, "message", "bye")
     assert sent.woke

@@ -254,8 +254,8 @@ class AgentTestRunner:
                     queue.append((event.detail["run_id"], event.detail.get("target")))
             seen = len(self.publisher.events)
             if outcome.kind in (OutcomeKind.SUSPENDED, OutcomeKind.CONTENDED):
-                # An outside wait's deadline (an event's timeout) passes only by ``advance``.
-                if outcome.wake_at_ms is not None and not outcome.external:
+                # An event's timeout passes only by ``advance`` (as approvals' deadlines do).
+                if outcome.wake_at_ms is not None and not self._event_deadline(current):
                     timers.append((outcome.wake_at_ms, current))
             elif current == run_id and outcome.kind in (
                 OutcomeKind.SUCCEEDED,
@@ -272,6 +272,11 @@ class AgentTestRunner:
         return self.inspect(
             run_id, outcomes=outcomes, crashes=hooks.fired, crashed_invocations=crashed
         )
+
+    def _event_deadline(self, run_id: str) -> bool:
+        header = self.journal.get_run(run_id)
+        waiting = header.waiting_on or {}
+        return waiting.get("kind") == "event" and waiting.get("until_ms") == header.wake_at_ms
 
     def pending_waits(self, run_id: str, kind: str) -> list[WaitRecord]:
         """The run's pending approvals (``kind="approval"``) or callbacks (``"callback"``)."""

@@ -172,7 +172,9 @@ def run_wait_for_event(ctx: DurableContext, name: str, timeout_ms: int | None) -
             value=canonical_json({"name": name}),
         )
         entries.append(armed)
-    waiting_on = {"kind": EVENT_KIND, "name": name, "op_id": op_id}
+    waiting_on: dict[str, Any] = {"kind": EVENT_KIND, "name": name, "op_id": op_id}
+    if deadline is not None:
+        waiting_on["until_ms"] = deadline
     inv.hooks.before_claim(op_id)
     try:
         # Fenced by the revision this invocation read: an event recorded since moved it, so
