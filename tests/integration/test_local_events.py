@@ -29,14 +29,14 @@ def post_event(base_url: str, run_id: str, body: Any, key: str | None = None) ->
     headers = {"Content-Type": "application/json"}
     if key:
         headers["Idempotency-Key"] = key
-    request = urllib.request.Request(  # noqa: S310 - a loopback URL
+    request = urllib.request.Request(
         f"{base_url}/runs/{run_id}/events/message",
         data=json.dumps(body).encode(),
         method="POST",
         headers=headers,
     )
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+        with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
