@@ -134,6 +134,7 @@ def run_wait_for_event(ctx: DurableContext, name: str, timeout_ms: int | None) -
         if record.result.type is EntryType.FAILED:
             inv.replay(record.result, None)  # the recorded timeout (or cancel) again
         return _message(record.result.value)
+    inv.live = True
     now = inv.now_ms()
     scheduled = record.scheduled if record is not None else None
     if scheduled is not None:
@@ -190,7 +191,6 @@ def _take(
     ctx: DurableContext, position: str, op_id: str, name: str, slot: WaitRecord
 ) -> EventMessage:
     inv = ctx.invocation
-    inv.live = True
     details = slot.details
     message = EventMessage(
         name=name,
