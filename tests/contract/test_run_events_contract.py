@@ -222,3 +222,53 @@ def test_events_to_a_finished_or_unknown_run_are_refused(journal: JournalStore) 
         send_event(journal, runner.clock, run_id, "message", "again")
     with pytest.raises(RunNotFoundError):
         send_event(journal, runner.clock, "run-missing", "message", "hi")
+
+
+@pytest.mark.parametrize("mode", ["continuous", "faithful"])
+def test_parallel_branches_waiting_on_one_name_each_take_a_different_event(
+    journal: JournalStore, mode: Any
+) -> None:
+    @agent(name="pair", version="1", registry=AgentRegistry())
+    def pair(ctx: DurableContext, _: None) -> list[Any]:
+        batch = ctx.parallel(
+            [
+                lambda c: c.wait_for_event("message").payload,
+                lambda c: c.wait_for_event("message").payload,
+            ],
+            name="listeners",
+        )
+        return sorted(batch.all_results())
+
+    runner = AgentTestRunner(pair, journal=journal, mode=mode)
+    waiting = runner.run(None)
+    assert waiting.status == "SUSPENDED"
+    runner.send_event(waiting.run_id, "message", "first")
+    done = runner.send_event(waiting.run_id, "message", "second")
+    assert done.status == "SUCCEEDED", done.error
+    assert done.output == ["first", "second"]
+    assert len(_results(journal, waiting.run_id, OpKind.EVENT)) == 2
+
+
+def test_an_event_wakes_a_branch_whatever_name_the_header_shows(journal: JournalStore) -> None:
+    """Two branches wait for different names; the header names only the last one's."""
+
+    @agent(name="two-names", version="1", registry=AgentRegistry())
+    def two_names(ctx: DurableContext, _: None) -> list[Any]:
+        batch = ctx.parallel(
+            [
+                lambda c: c.wait_for_event("left").payload,
+                lambda c: c.wait_for_event("right").payload,
+            ],
+            name="listeners",
+        )
+        return batch.all_results()
+
+    runner = AgentTestRunner(two_names, journal=journal, mode="faithful")
+    waiting = runner.run(None)
+    shown = (journal.get_run(waiting.run_id).waiting_on or {})["name"]
+    other = "left" if shown == "right" else "right"
+    sent = send_event(journal, runner.clock, waiting.run_id, other, other)
+    assert sent.woke, "the branch waiting for it would sleep until its timeout"
+    runner.resume(waiting.run_id)
+    done = runner.send_event(waiting.run_id, shown, shown)
+    assert done.output == ["left", "right"]

@@ -163,8 +163,9 @@ def _header_change(header: RunHeader, name: str, now_ms: int) -> RunChange:
     """Wakes a run that may be waiting for this event; otherwise only moves the revision.
 
     A suspended run is woken if it waits for this event, or for something the header does not
-    name precisely (parallel branches: any of them may wait for it); a needless wake costs one
-    invocation that suspends again. A run waiting for a timer, a person or a child is left
+    name precisely (a wait inside a scope: parallel branches show only the one that suspended
+    last, and any of them may wait for this event); a needless wake costs one invocation that
+    suspends again. A run waiting for a timer, a person or a child is left
     asleep: it takes the event when it gets to its wait.
     """
     waiting = header.waiting_on or {}
@@ -172,6 +173,10 @@ def _header_change(header: RunHeader, name: str, now_ms: int) -> RunChange:
     may_wait = kind == EVENT_KIND and waiting.get("name") == name
     if kind != EVENT_KIND and kind not in _NOT_EVENTS:
         may_wait = True  # parallel branches ("branches"), or nothing recorded
+    if "/" in str(waiting.get("op_id", "")):
+        # Inside a scope: the header shows the wait that suspended last, and a sibling
+        # branch may be waiting for this event while it names another.
+        may_wait = True
     if header.status is RunStatus.SUSPENDED and may_wait:
         return RunChange(
             expected=frozenset({RunStatus.SUSPENDED}),
