@@ -52,7 +52,8 @@ class _At(InvocationHooks):
         self.action: Callable[[], None] | None = action
 
     def _maybe(self, point: str, op_id: str) -> None:
-        if point == self.point and ":message:" in op_id and self.action is not None:
+        wait = ":message:" in op_id or "/message:" in op_id  # at the top or in a branch
+        if point == self.point and wait and self.action is not None:
             action, self.action = self.action, None
             action()
 
@@ -192,3 +193,30 @@ def test_a_lost_step_ready_after_an_event_is_re_driven_by_the_reconciler(
     assert redriven, "the reconciler did not re-drive the woken run"
     done = runner.resume(run_id)  # what that Step Ready starts
     assert done.output == [1]
+
+
+def test_a_branch_that_loses_an_event_to_its_sibling_looks_again_at_once(
+    journal: JournalStore,
+) -> None:
+    @agent(name="pair-race", version="1", registry=AgentRegistry())
+    def pair_race(ctx: DurableContext, _: None) -> list[Any]:
+        batch = ctx.parallel(
+            [lambda c: c.wait_for_event("message").seq, lambda c: c.wait_for_event("message").seq],
+            name="listeners",
+        )
+        return sorted(batch.all_results())
+
+    runner = AgentTestRunner(pair_race, journal=journal, mode="faithful")
+    run_id = runner.run(None).run_id
+    send_event(journal, runner.clock, run_id, "message", "first")
+    left, right = "00000001/00000001", "00000001/00000002"
+    # The right branch read seq 1 as free; the left one takes it before the right one writes.
+    hooks = _At("before_claim", lambda: runner.runtime.execute(run_id, target=left))
+    loser = runner.runtime.execute(run_id, hooks=hooks, target=right)
+    assert hooks.action is None
+    # Not left to the reconciler's stall sweep: it asks for a fresh look now.
+    assert loser.kind.value == "continue" and loser.targets == (right,), loser
+    send_event(journal, runner.clock, run_id, "message", "second")
+    done = runner.resume(run_id)
+    assert done.output == [1, 2]
+    _check_each_taken_once(journal, run_id, 2)

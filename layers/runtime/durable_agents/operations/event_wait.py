@@ -146,7 +146,7 @@ def run_wait_for_event(ctx: DurableContext, name: str, timeout_ms: int | None) -
         if slot.status is not WaitStatus.PENDING:
             # Taken by an operation this invocation has not read: look again rather than
             # skip to the next one.
-            raise SuspendExecution(Reason.CONTENDED, detail=f"event {slot.wait_id}")
+            raise _look_again(inv, slot.wait_id)
         return _take(ctx, position, op_id, name, slot)
     if deadline is not None and now >= deadline:
         error = EventWaitTimeoutError(name, iso(deadline) or "")
@@ -185,6 +185,15 @@ def run_wait_for_event(ctx: DurableContext, name: str, timeout_ms: int | None) -
         raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
     inv.hooks.after_record(op_id)
     raise SuspendExecution(Reason.EXTERNAL, wake_at_ms=deadline, detail=f"event {name}")
+
+
+def _look_again(inv: Invocation, wait_id: str) -> SuspendExecution:
+    """Another operation (a sibling branch) took this event: read the journal again now.
+
+    Nobody else goes on from this operation, so it is not left to a contention's timer.
+    """
+    targets = (inv.branches[-1],) if inv.branches else ()
+    return SuspendExecution(Reason.CONTINUE, detail=f"event {wait_id} taken", targets=targets)
 
 
 def _take(
@@ -226,8 +235,11 @@ def _take(
     inv.hooks.before_claim(op_id)
     try:
         inv.commit([done], wait=WaitChange(consumed, _PENDING))
-    except (EntryConflictError, WaitConflictError) as exc:
+    except EntryConflictError as exc:
+        # Another invocation recorded this very wait: it goes on from here.
         raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+    except WaitConflictError as exc:
+        raise _look_again(inv, slot.wait_id) from exc
     inv.hooks.after_record(op_id)
     # The next wait of this invocation reads its cursor from the records: this one is one.
     taken = inv.records.setdefault(position, OpRecord(OpKind.EVENT, name, op_id))
