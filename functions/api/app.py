@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.approval_page import render_message_page
 from api.authn import require_iam_identity
-from api.routes import approvals, callbacks, openapi_doc, run_stops, runs, streams
+from api.routes import approvals, callbacks, openapi_doc, run_events, run_stops, runs, streams
 from api.routes.common import (
     BadRequest,
     UnprocessableRequest,
@@ -56,6 +56,11 @@ from durable_agents.errors import (
 from durable_agents.events import step_ready
 from durable_agents.migrations import MigrationNotFoundError, MigrationRefusedError
 from durable_agents.models import WaitStatus
+from durable_agents.run_inbox import (
+    EventIdConflictError,
+    EventSendContendedError,
+    RunNotAcceptingEventsError,
+)
 from durable_agents.runtime import InputValidationError, Runtime
 from durable_agents.scrub import ScrubFilter
 from durable_agents.side_effects.review import (
@@ -207,6 +212,9 @@ ERROR_STATUS: dict[type[Exception], HTTPStatus] = {
     IdempotencyConflictError: HTTPStatus.CONFLICT,
     RunStateConflictError: HTTPStatus.CONFLICT,
     RunNotCancellableError: HTTPStatus.CONFLICT,
+    RunNotAcceptingEventsError: HTTPStatus.CONFLICT,  # finished, or being stopped
+    EventIdConflictError: HTTPStatus.CONFLICT,
+    EventSendContendedError: HTTPStatus.SERVICE_UNAVAILABLE,
     InputValidationError: HTTPStatus.UNPROCESSABLE_ENTITY,
     # POST /runs/{id}/migrate: the run exists, what it is asked to move to does not (or may not).
     MigrationRefusedError: HTTPStatus.CONFLICT,
@@ -347,6 +355,7 @@ def decide_review(operation_id: str) -> Response[str]:
 
 app.include_router(runs.router)
 app.include_router(run_stops.router)
+app.include_router(run_events.router)
 app.include_router(approvals.router)
 app.include_router(callbacks.router)
 app.include_router(streams.router)

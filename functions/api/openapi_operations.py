@@ -160,6 +160,23 @@ def operations() -> dict[tuple[str, str], Operation]:
             errors=(404, 409, 413, 422),
             tags=("runs",),
         ),
+        ("POST", "/runs/{run_id}/events/{name}"): Operation(
+            202,
+            also=(200, "The event this Idempotency-Key recorded before (duplicate: true)"),
+            body="any",
+            body_required=False,
+            example={"text": "and in French?"},
+            headers=(
+                Param(
+                    "Idempotency-Key",
+                    {"type": "string", "maxLength": MAX_KEY_CHARS},
+                    "The client's event id: the same id records the event once.",
+                ),
+            ),
+            errors=(400, 404, 409, 413, 503),
+            tags=("runs",),
+        ),
+        ("GET", "/runs/{run_id}/status-value"): Operation(errors=(404,), tags=("runs",)),
         ("GET", "/reviews"): Operation(tags=("reviews",)),
         ("POST", "/reviews/{operation_id}"): Operation(
             body=ReviewDecisionRequest,

@@ -93,3 +93,23 @@ def test_pydantic_secret_fields_are_refused_not_masked(journal: JournalStore) ->
     assert result.status == "FAILED"
     assert result.error is not None and result.error.type == "SecretSerializationError"
     assert "**********" not in repr(journal.load(result.run_id))
+
+
+def test_a_secret_is_refused_as_a_published_status_or_a_sent_event(journal: JournalStore) -> None:
+    from durable_agents.errors import SecretSerializationError
+    from durable_agents.run_inbox import send_event
+
+    @agent(name="publishes", version="1", registry=AgentRegistry())
+    def publishes(ctx: DurableContext, _: Any) -> str:
+        ctx.set_status({"key": Keys().credentials_for("x")["api_key"]})
+        return "published"
+
+    runner = AgentTestRunner(publishes, journal=journal)
+    result = runner.run(None)
+    assert result.status == "FAILED"
+    assert result.error is not None and result.error.type == "SecretSerializationError"
+    with pytest.raises(SecretSerializationError):
+        send_event(journal, runner.clock, result.run_id, "note", {"key": Secret(VALUE)})
+    recorded = everything_recorded(journal, runner, result.run_id)
+    assert VALUE not in recorded
+    assert journal.list_waits("event", WaitStatus.PENDING) == []  # nothing was recorded

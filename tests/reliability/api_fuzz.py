@@ -137,6 +137,7 @@ class FuzzStack:
             "run_id": self.run_id,
             "callback_id": self.callback_id,
             "operation_id": self.operation_id,  # "<run>:test-notify:1": no "/" to encode
+            "name": "message",  # POST /runs/{run_id}/events/{name}
         }
         return {name: value for name, value in ids.items() if "{" + name + "}" in path}
 

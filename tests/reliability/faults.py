@@ -175,13 +175,12 @@ def op_name(op_id: str) -> str:
 
 
 def _names(
-    entries: Sequence[Entry], effect: EffectChange | None, wait: WaitChange | None
+    entries: Sequence[Entry], effect: EffectChange | None, waits: Sequence[WaitChange]
 ) -> set[str]:
     names = {e.name for e in entries}
     if effect is not None:
         names.add(op_name(effect.record.operation_id))
-    if wait is not None:
-        names.add(wait.record.name)
+    names.update(wait.record.name for wait in waits)
     return names
 
 
@@ -227,12 +226,12 @@ class FaultyJournal(JournalStore):
         entries: Sequence[Entry],
         change: RunChange | None,
         effect: EffectChange | None,
-        wait: WaitChange | None,
+        waits: tuple[WaitChange, ...],
     ) -> None:
-        names = _names(entries, effect, wait)
+        names = _names(entries, effect, waits)
         self._write(
             names,
-            lambda: self.inner.commit(run_id, entries, change, effect, wait),
+            lambda: self.inner.commit(run_id, entries, change, effect, waits),
             "TransactWriteItems",
         )
 

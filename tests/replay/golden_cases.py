@@ -10,8 +10,11 @@ from typing import Any
 
 from durable_agents import AgentRegistry, InMemoryJournal, Runtime, SkipClock
 from durable_agents.agent import default_registry
+from durable_agents.deployment import resolve_resource
 from durable_agents.journal.export import snapshot_to_dict
+from durable_agents.llm.scripted import ScriptedProvider
 from durable_agents.migration_commit import migrate_run
+from durable_agents.run_inbox import send_event
 from durable_agents.runtime import OutcomeKind
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
@@ -35,6 +38,8 @@ class GoldenCase:
             prompts); None to start it on today's.
         migrate_at_wait: Migrate the run (on today's deployment) when it reaches this wait.
         migrate_to: The version to migrate it to.
+        events: Sent one by one (``message`` events) each time the run waits for one.
+        model_script: The scripted model's file, for agents that call one.
     """
 
     file: str
@@ -46,11 +51,17 @@ class GoldenCase:
     recorded_on: str | None = None
     migrate_at_wait: str | None = None
     migrate_to: str | None = None
+    events: tuple[Any, ...] = ()
+    model_script: str | None = None
 
     def resolve_registry(self) -> AgentRegistry:
         """Imports the agent's module and returns its registry."""
         if self.registry == "example":
-            import agents.example  # noqa: F401 - registers example-research
+            import agents.example
+
+            return default_registry
+        if self.registry == "chat":
+            import agents.chat  # noqa: F401 - registers example-chat
 
             return default_registry
         from tests.replay.golden_agents import registry
@@ -137,6 +148,25 @@ CASES = [
         migrate_at_wait="cool-off",
         migrate_to="2",
     ),
+    # A conversation fed by messages sent into the run (ctx.wait_for_event).
+    GoldenCase(
+        "example-chat-v1-completed.json",
+        "example-chat",
+        {"message": "What is durable execution?", "idle_timeout_seconds": 600},
+        None,
+        "chat",
+        events=({"text": "and in French?"}, {"text": "bye"}),
+        model_script="agents:scripts/chat.json",
+    ),
+    GoldenCase(
+        "example-chat-v1-waiting.json",
+        "example-chat",
+        {"message": "What is durable execution?", "idle_timeout_seconds": 600},
+        "message",
+        "chat",
+        events=({"text": "and in French?"},),
+        model_script="agents:scripts/chat.json",
+    ),
     # A run that pinned prompt and model config v1; today's deployment has v2 of both.
     GoldenCase(
         "golden-writer-v1-completed.json",
@@ -153,21 +183,31 @@ def record(case: GoldenCase) -> dict[str, Any]:
     """Runs the case in faithful mode on a skip-clock and returns the journal export."""
     journal = InMemoryJournal()
     clock = SkipClock()
+    providers: dict[str, Any] | None = None
+    if case.model_script:
+        script = ScriptedProvider.from_file(resolve_resource(case.model_script))
+        providers = {"scripted": script}
     runtime = Runtime(
         journal,
         registry=case.recording_registry(),
         clock=clock,
         run_id_factory=lambda: f"run-{case.file.removesuffix('.json')}",
+        providers=providers,
     )
     run, _ = runtime.start_run(case.agent, case.input)
     migrated = False
-    for _ in range(1000):
+    events = list(case.events)
+    for number in range(1000):
         outcome = runtime.execute(run.run_id, budget=1, remaining_ms=60_000)
         if outcome.kind in (OutcomeKind.SUCCEEDED, OutcomeKind.FAILED, OutcomeKind.PAUSED):
             break
         if outcome.kind is OutcomeKind.SUSPENDED and outcome.wake_at_ms is not None:
             waiting = journal.get_run(run.run_id).waiting_on or {}
             at = waiting.get("op_id", "")
+            if waiting.get("kind") == "event" and events:
+                event_id = f"golden-{number}"
+                send_event(journal, clock, run.run_id, "message", events.pop(0), event_id)
+                continue
             if case.migrate_at_wait and not migrated and f":{case.migrate_at_wait}:" in at:
                 # Today's deployment moves the suspended run; it goes on on the new code.
                 runtime = Runtime(journal, registry=case.resolve_registry(), clock=clock)

@@ -84,17 +84,23 @@ def recorded(file: str) -> dict:
     return json.loads((GOLDEN_DIR / file).read_text())  # type: ignore[no-any-return]
 
 
+# The cases whose agents live in the default registry, and the module each one stands for.
+_DEFAULT_REGISTRY_MODULES = {"example": "agents.example", "chat": "agents.chat"}
+
+
 def supported_versions() -> set[tuple[str, str]]:
     """Every (agent, version) the golden deployments carry: what must keep replaying.
 
     The golden registry counts whole; of the default registry only what ``agents.example``
-    registers (other example modules imported by other tests land there too).
+    and ``agents.chat`` register (other example modules imported by other tests land there
+    too).
     """
     registries: dict[str, AgentRegistry] = {c.registry: c.resolve_registry() for c in CASES}
     supported = set()
     for key, registry in registries.items():
+        module = _DEFAULT_REGISTRY_MODULES.get(key)
         for definition in registry.definitions():
-            if key != "example" or definition.fn.__module__ == "agents.example":
+            if module is None or definition.fn.__module__ == module:
                 supported.add((definition.name, definition.version))
     return supported
 

@@ -30,6 +30,8 @@ API_ROUTES = {
     "MigrateRun": ("POST", "/runs/{run_id}/migrate"),
     "CancelRun": ("POST", "/runs/{run_id}/cancel"),
     "TerminateRun": ("POST", "/runs/{run_id}/terminate"),
+    "SendRunEvent": ("POST", "/runs/{run_id}/events/{name}"),
+    "GetRunStatusValue": ("GET", "/runs/{run_id}/status-value"),
     "ListReviews": ("GET", "/reviews"),
     "DecideReview": ("POST", "/reviews/{operation_id}"),
     "ListApprovals": ("GET", "/approvals"),

@@ -39,7 +39,7 @@ def test_function_globals_python313_arm64_tracing_and_layer(template: dict[str, 
     assert env["RETENTION_DAYS"] == {"Ref": "RetentionDays"}  # ADR 0012
     assert env["EVENT_BUS_NAME"] == {"Ref": "EventBus"}
     assert env["AGENT_MODULES"] == (
-        "agents.example,agents.checkout,agents.support,agents.concierge"
+        "agents.example,agents.checkout,agents.support,agents.concierge,agents.chat"
     )
     assert env["STREAM_TABLE"] == {"Ref": "StreamTable"}
     assert env["POWERTOOLS_SERVICE_NAME"] == "durable-agents"

@@ -81,6 +81,23 @@ def test_a_run_started_by_tenant_a_is_404_for_tenant_b(tenants: Deployment) -> N
     assert request("GET", f"/runs/{run_id}", user_arn=OPERATOR).status == 200
 
 
+def test_events_and_the_status_value_of_another_tenants_run_are_404(
+    tenants: Deployment,
+) -> None:
+    run_id = _start(TENANT_A).json["run"]["run_id"]
+    for method, suffix, body in (
+        ("POST", "/events/note", {"x": 1}),
+        ("GET", "/status-value", None),
+    ):
+        theirs = request(method, f"/runs/{run_id}{suffix}", body, user_arn=TENANT_B)
+        missing = request(method, f"/runs/{MISSING_RUN}{suffix}", body, user_arn=TENANT_B)
+        _same_as_missing(theirs, missing, run_id, MISSING_RUN)
+        assert request(method, f"/runs/{run_id}{suffix}", body, user_arn=TENANT_A).status in (
+            200,
+            202,
+        )
+
+
 def test_the_stream_of_another_tenants_run_is_404(tenants: Deployment) -> None:
     run_id = _start(TENANT_A).json["run"]["run_id"]
     theirs = request("GET", f"/runs/{run_id}/stream", user_arn=TENANT_B)

@@ -48,7 +48,9 @@ EXPECTED = {
     "EntryConflictError",
     "EntryType",
     "EventBridgePublisher",
+    "EventMessage",
     "EventPublisher",
+    "EventWaitTimeoutError",
     "Found",
     "FunctionSerdes",
     "IdempotencyConflictError",
@@ -159,6 +161,7 @@ def test_suspension_cannot_be_swallowed_by_agent_code() -> None:
 USER_FACING_MODULES = (
     "durable_agents.errors",
     "durable_agents.operations.condition",
+    "durable_agents.operations.event_wait",
     "durable_agents.operations.invoke",
     "durable_agents.operations.llm",
     "durable_agents.operations.parallel",

@@ -83,6 +83,7 @@ from durable_agents.operations.condition import (
     WaitDecision,
     WaitStrategy,
 )
+from durable_agents.operations.event_wait import EventMessage, EventWaitTimeoutError
 from durable_agents.operations.invoke import ChildRunFailedError, SubAgentNotDeployedError
 from durable_agents.operations.llm import ProviderNotConfiguredError
 from durable_agents.operations.parallel import BatchFailedError, BatchResult, CompletionPolicy
@@ -163,7 +164,9 @@ __all__ = [
     "EntryConflictError",
     "EntryType",
     "EventBridgePublisher",
+    "EventMessage",
     "EventPublisher",
+    "EventWaitTimeoutError",
     "Found",
     "FunctionSerdes",
     "IdempotencyConflictError",

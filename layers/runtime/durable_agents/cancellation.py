@@ -91,7 +91,9 @@ RUN_TIMED_OUT = "Run Timed Out"
 
 STOPPED = frozenset({RunStatus.CANCELLED, RunStatus.TERMINATED, RunStatus.TIMED_OUT})
 _ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
-_CLOSABLE_WAITS = frozenset({OpKind.WAIT, OpKind.APPROVAL, OpKind.CALLBACK, OpKind.INVOKE})
+_CLOSABLE_WAITS = frozenset(
+    {OpKind.WAIT, OpKind.APPROVAL, OpKind.CALLBACK, OpKind.INVOKE, OpKind.EVENT}
+)
 _RETRIED = frozenset({OpKind.STEP, OpKind.LLM, OpKind.CONDITION})
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 from durable_agents.context_scope import OperationScope
 from durable_agents.fingerprints import Fingerprint
 from durable_agents.ids import check_name, name_of
+from durable_agents.operations.event_wait import EventMessage
 from durable_agents.retry import NO_RETRY, Jitter, RetryPolicy
 from durable_agents.serde import SerdesSpec, as_serdes, canonical_json
 from durable_agents.waits.approval import ApprovalDecision
@@ -262,6 +263,63 @@ class WaitOperations(OperationScope):
             return callback.result()
 
         return self._context().run_in_child_context(composite, name=op_name, serdes=serdes)
+
+    def wait_for_event(
+        self, name: str, *, timeout: float | timedelta | None = None
+    ) -> EventMessage:
+        """Returns the next event of ``name`` sent to the run (``POST /runs/{id}/events/{name}``).
+
+        Events are taken strictly in the order they arrived, each by one ``wait_for_event``
+        only; one sent before the agent gets here is kept and taken then. While none is there
+        the run is suspended and holds no compute; the event wakes it. On replay the event
+        recorded the first time is returned again.
+
+        Args:
+            name: The event name (also this operation's name).
+            timeout: Seconds (or a timedelta) to wait at most (None = no limit).
+
+        Returns:
+            The event: its ``payload``, ``event_id``, ``seq`` and ``received_at``.
+
+        Raises:
+            EventWaitTimeoutError: If no event of ``name`` arrived in time (one that arrives
+                later is kept for the next wait).
+            ValueError: If ``timeout`` is negative.
+            ReplayDivergedError: If the journal recorded another operation at this position.
+
+        Example:
+            >>> from durable_agents import AgentRegistry, agent
+            >>> from durable_agents.testing import AgentTestRunner
+            >>> @agent(name="echo", version="1", registry=AgentRegistry())
+            ... def echo(ctx, first: str) -> list:
+            ...     heard = [first]
+            ...     while heard[-1] != "bye":
+            ...         heard.append(ctx.wait_for_event("message", timeout=3600).payload["text"])
+            ...         ctx.set_status({"turns": len(heard)})
+            ...     return heard
+            >>> runner = AgentTestRunner(echo)
+            >>> waiting = runner.run("hi")
+            >>> _ = runner.send_event(waiting.run_id, "message", {"text": "more"})
+            >>> runner.send_event(waiting.run_id, "message", {"text": "bye"}).output
+            ['hi', 'more', 'bye']
+        """
+        from durable_agents.operations.event_wait import run_wait_for_event  # noqa: PLC0415
+
+        return run_wait_for_event(self._context(), check_name(name), _ms(timeout))
+
+    def set_status(self, value: Any, *, name: str = "status") -> None:
+        """Publishes ``value`` (JSON) as the run's status, read by ``GET /runs/{id}/status-value``.
+
+        Recorded once, as an operation: a replay does not write it again, and the latest
+        recorded value is what the Api returns.
+
+        Raises:
+            TypeError: If ``value`` is not JSON-serialisable.
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        from durable_agents.operations.event_wait import run_set_status  # noqa: PLC0415
+
+        run_set_status(self._context(), value, check_name(name))
 
     def wait(self, duration: float | timedelta, *, name: str = "wait") -> None:
         """Suspends the run for ``duration`` (seconds or a timedelta) without holding compute.

@@ -254,7 +254,8 @@ class AgentTestRunner:
                     queue.append((event.detail["run_id"], event.detail.get("target")))
             seen = len(self.publisher.events)
             if outcome.kind in (OutcomeKind.SUSPENDED, OutcomeKind.CONTENDED):
-                if outcome.wake_at_ms is not None:
+                # An event's timeout passes only by ``advance`` (as approvals' deadlines do).
+                if outcome.wake_at_ms is not None and not self._event_deadline(current):
                     timers.append((outcome.wake_at_ms, current))
             elif current == run_id and outcome.kind in (
                 OutcomeKind.SUCCEEDED,
@@ -271,6 +272,11 @@ class AgentTestRunner:
         return self.inspect(
             run_id, outcomes=outcomes, crashes=hooks.fired, crashed_invocations=crashed
         )
+
+    def _event_deadline(self, run_id: str) -> bool:
+        header = self.journal.get_run(run_id)
+        waiting = header.waiting_on or {}
+        return waiting.get("kind") == "event" and waiting.get("until_ms") == header.wake_at_ms
 
     def pending_waits(self, run_id: str, kind: str) -> list[WaitRecord]:
         """The run's pending approvals (``kind="approval"``) or callbacks (``"callback"``)."""
@@ -327,6 +333,15 @@ class AgentTestRunner:
             error_type=error_type,
             error_message=error_message,
         )
+        return self.resume(run_id)
+
+    def send_event(
+        self, run_id: str, name: str, payload: Any = None, *, event_id: str | None = None
+    ) -> TestResult:
+        """Sends an event as ``POST /runs/{id}/events/{name}`` does, then drives the run on."""
+        from durable_agents.run_inbox import send_event  # noqa: PLC0415
+
+        send_event(self.journal, self.clock, run_id, name, payload, event_id)
         return self.resume(run_id)
 
     def heartbeat(self, run_id: str, name: str) -> WaitRecord:

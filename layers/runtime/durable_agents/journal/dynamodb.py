@@ -141,9 +141,9 @@ class DynamoDBJournal(DynamoDBRetention):
         entries: Sequence[Entry],
         change: RunChange | None,
         effect: EffectChange | None,
-        wait: WaitChange | None,
+        waits: tuple[WaitChange, ...],
     ) -> None:
-        if len(entries) == 1 and change is None and effect is None and wait is None:
+        if len(entries) == 1 and change is None and effect is None and not waits:
             item = self._items.entry_item(entries[0])
             try:
                 self._client.put_item(
@@ -159,7 +159,7 @@ class DynamoDBJournal(DynamoDBRetention):
                     raise EntryConflictError(entries[0].sort_key, existing) from exc
                 raise
             return
-        if not entries and change is not None and effect is None and wait is None:
+        if not entries and change is not None and effect is None and not waits:
             try:
                 self._client.update_item(**update_request(self._table, self._items, run_id, change))
             except ClientError as exc:
@@ -167,7 +167,7 @@ class DynamoDBJournal(DynamoDBRetention):
                     raise self._state_conflict(run_id, change) from exc
                 raise
             return
-        if not entries and change is None and effect is not None and wait is None:
+        if not entries and change is None and effect is not None and not waits:
             try:
                 self._client.put_item(**effect_put(self._table, self._items, effect))
             except ClientError as exc:
@@ -178,7 +178,7 @@ class DynamoDBJournal(DynamoDBRetention):
                 raise
             return
         budget = transaction_put_budget(
-            len(entries) + (effect is not None) + (wait is not None), with_update=change is not None
+            len(entries) + (effect is not None) + len(waits), with_update=change is not None
         )
         items: list[dict[str, Any]] = [
             {
@@ -193,8 +193,7 @@ class DynamoDBJournal(DynamoDBRetention):
         ]
         if effect is not None:
             items.append({"Put": effect_put(self._table, self._items, effect, budget)})
-        if wait is not None:
-            items.append({"Put": wait_put(self._table, self._items, wait, budget)})
+        items.extend({"Put": wait_put(self._table, self._items, w, budget)} for w in waits)
         if change is not None:
             update = update_request(self._table, self._items, run_id, change)
             update["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
@@ -218,9 +217,9 @@ class DynamoDBJournal(DynamoDBRetention):
                         current = self._items.effect_from_item(old) if old else None
                         raise EffectConflictError(effect.record.operation_id, current) from exc
                     position -= 1
-                if wait is not None and position == 0:
+                if position < len(waits):
                     waiting = self._items.wait_from_item(old) if old else None
-                    raise WaitConflictError(wait.record.wait_id, waiting) from exc
+                    raise WaitConflictError(waits[position].record.wait_id, waiting) from exc
                 assert change is not None
                 raise self._state_conflict(run_id, change) from exc
             raise

@@ -77,7 +77,7 @@ class InMemoryJournal(JournalStore):
         entries: Sequence[Entry],
         change: RunChange | None,
         effect: EffectChange | None,
-        wait: WaitChange | None,
+        waits: tuple[WaitChange, ...],
     ) -> None:
         with self._lock:
             existing = self._entries.get(run_id)
@@ -117,11 +117,13 @@ class InMemoryJournal(JournalStore):
                     )
                 ):
                     raise EffectConflictError(effect.record.operation_id, current)
-            if wait is not None:
+            if len({w.record.wait_id for w in waits}) != len(waits):
+                raise ValueError("one transaction cannot write a wait record twice")
+            for wait in waits:
                 self._check_wait(wait)
             if effect is not None:
                 effects[effect.record.position] = effect.record
-            if wait is not None:
+            for wait in waits:
                 self._waits[wait.record.wait_id] = wait.record
             keys = self._keys[run_id]
             for entry in entries:

@@ -126,9 +126,12 @@ class JournalStore(ABC):
         entries: Sequence[Entry],
         change: RunChange | None = None,
         effect: EffectChange | None = None,
-        wait: WaitChange | None = None,
+        wait: WaitChange | Sequence[WaitChange] | None = None,
     ) -> None:
         """Atomically appends ``entries``, applies ``change``, writes ``effect`` and ``wait``.
+
+        ``wait`` may be several wait records written in the same transaction (a run event and
+        the key that dedupes it, ``durable_agents.run_inbox``).
 
         Raises:
             EntryConflictError: If any entry already exists (nothing is written).
@@ -144,32 +147,38 @@ class JournalStore(ABC):
             for status in change.expected:
                 if change.status not in ALLOWED_TRANSITIONS[status]:
                     raise InvalidTransitionError(f"{status} -> {change.status} is not allowed")
-        if not entries and change is None and effect is None and wait is None:
+        waits = (wait,) if isinstance(wait, WaitChange) else tuple(wait or ())
+        if not entries and change is None and effect is None and not waits:
             return
         for entry in entries:
             if entry.run_id != run_id:
                 raise ValueError(f"entry {entry.op_id!r} belongs to another run")
         if effect is not None and effect.record.run_id != run_id:
             raise ValueError(f"side effect {effect.record.operation_id!r} belongs to another run")
-        if wait is not None and wait.record.run_id != run_id:
-            raise ValueError(f"wait {wait.record.wait_id!r} belongs to another run")
+        for one in waits:
+            if one.record.run_id != run_id:
+                raise ValueError(f"wait {one.record.wait_id!r} belongs to another run")
         # Free text that reaches the journal (review reasons, unclear outcomes, wait outcomes,
         # the run's error) is scrubbed of revealed secrets here, whoever wrote it.
         if effect is not None and effect.record.note:
             effect = dataclasses.replace(
                 effect, record=effect.record.replace(note=scrub_value(effect.record.note))
             )
-        if wait is not None and wait.record.outcome:
-            wait = dataclasses.replace(
-                wait, record=wait.record.replace(outcome=scrub_value(wait.record.outcome))
+        waits = tuple(
+            dataclasses.replace(
+                one, record=one.record.replace(outcome=scrub_value(one.record.outcome))
             )
+            if one.record.outcome
+            else one
+            for one in waits
+        )
         if change is not None and isinstance(change.error, ErrorInfo):
             error = change.error
             scrubbed = dataclasses.replace(
                 error, message=scrub(error.message), data=scrub_value(error.data)
             )
             change = dataclasses.replace(change, error=scrubbed)
-        self._commit(run_id, entries, change, effect, wait)
+        self._commit(run_id, entries, change, effect, waits)
 
     @abstractmethod
     def _create_run(self, header: RunHeader) -> tuple[RunHeader, bool]: ...
@@ -181,7 +190,7 @@ class JournalStore(ABC):
         entries: Sequence[Entry],
         change: RunChange | None,
         effect: EffectChange | None,
-        wait: WaitChange | None,
+        waits: tuple[WaitChange, ...],
     ) -> None: ...
 
     @abstractmethod

@@ -1,0 +1,105 @@
+"""Messages into a running run, and the value it publishes (IAM, SigV4; tenant-scoped).
+
+``POST /runs/{run_id}/events/{name}``: the body (any JSON value; empty = null) is recorded
+once as the next event of ``name`` for the run (``durable_agents.run_inbox``); the agent takes
+it with ``ctx.wait_for_event(name)``. An ``Idempotency-Key`` header names the event: sending
+it again records nothing new and answers 200 with the same event (202 the first time). A
+finished run, or one being stopped, answers 409; another tenant's run is 404 like none.
+
+``GET /runs/{run_id}/status-value``: the latest value the agent published with
+``ctx.set_status`` (``value`` null, ``set_at`` null if it never did), read from the journal in
+one consistent load.
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+
+from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
+
+from api.routes.common import header, json_body, ok, runtime, wake
+from api.routes.limits import check_key
+from api.routes.tenancy import iam_caller, owned_run
+from durable_agents.ids import check_name, check_run_id
+from durable_agents.operations.event_wait import latest_status
+from durable_agents.run_inbox import SentEvent, send_event
+from durable_agents.views import iso
+
+logger = Logger(child=True)
+tracer = Tracer()
+router = Router()  # type: ignore[no-untyped-call]
+
+
+def _event() -> APIGatewayProxyEvent:
+    event = router.current_event
+    assert isinstance(event, APIGatewayProxyEvent)
+    return event
+
+
+def sent_view(sent: SentEvent) -> dict[str, object]:
+    """The answer to ``POST /runs/{id}/events/{name}``."""
+    return {
+        "run_id": sent.run_id,
+        "name": sent.name,
+        "event_id": sent.event_id,
+        "seq": sent.seq,
+        "received_at": iso(sent.received_at_ms),
+        "duplicate": not sent.created,
+    }
+
+
+@router.post("/runs/<run_id>/events/<name>")
+@tracer.capture_method(capture_response=False)
+def post_run_event(run_id: str, name: str) -> Response[str]:
+    """Records the body as the run's next ``name`` event (once per ``Idempotency-Key``)."""
+    event = _event()
+    principal, tenant = iam_caller(event)
+    run_id = check_run_id(run_id)
+    name = check_name(name, "event")
+    key = header(event, "Idempotency-Key")
+    if key:
+        check_key(key, "the Idempotency-Key header")
+    payload = json_body(event, required=False)
+    owned_run(tenant, run_id)
+    rt = runtime()
+    sent = send_event(rt.store, rt.clock, run_id, name, payload, key or None)
+    if sent.woke:
+        # Lost, it is not lost: the run is RUNNING with the event recorded, and the
+        # reconciler re-drives a RUNNING run that went idle.
+        wake(run_id, "event-received")
+    logger.info(
+        "run event received",
+        extra={
+            "run_id": run_id,
+            "event_name": name,
+            "seq": sent.seq,
+            "duplicate": not sent.created,
+            "caller": principal.display,
+        },
+    )
+    status = HTTPStatus.ACCEPTED if sent.created else HTTPStatus.OK
+    return ok(status, sent_view(sent))
+
+
+@router.get("/runs/<run_id>/status-value")
+@tracer.capture_method(capture_response=False)
+def get_status_value(run_id: str) -> Response[str]:
+    """The latest value the run published with ``ctx.set_status`` (null if none)."""
+    _, tenant = iam_caller(_event())
+    run_id = check_run_id(run_id)
+    owned_run(tenant, run_id)
+    snapshot = runtime().store.load(run_id)
+    published = latest_status(snapshot)
+    return ok(
+        HTTPStatus.OK,
+        {
+            "run_id": run_id,
+            "status": snapshot.header.status.value,
+            "value": published.value,
+            "set_at": iso(published.set_at_ms),
+            "op_id": published.op_id,
+        },
+    )
