@@ -10,6 +10,8 @@ message to the finished run is 409.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from typing import Any
@@ -73,8 +75,15 @@ def test_a_chat_run_answers_follow_ups_sent_into_it_once_each_in_order(
         assert published["value"]["last_answer"].startswith("In French")
         assert published["set_at"] and published["op_id"].startswith(f"{run_id}:status:")
 
-        code, bye = post_event(base, run_id, {"text": "bye"}, key="m-2")
-        assert code == 202 and bye["seq"] == 2, bye
+        # The last message through the CLI, as an operator would send it.
+        sent = subprocess.run(
+            [sys.executable, "-m", "durable_agents.cli", "runs", "send-event", run_id, "message",
+             "--data", '{"text": "bye"}', "--event-id", "m-2", "--json", "--api-url", base],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert sent.returncode == 0, sent.stderr
+        bye = json.loads(sent.stdout)
+        assert (bye["seq"], bye["event_id"], bye["duplicate"]) == (2, "m-2", False), bye
 
         def finished() -> dict[str, Any] | None:
             code, run = http_json("GET", f"{base}/runs/{run_id}")

@@ -78,7 +78,8 @@ def test_send_event_posts_the_payload_and_event_id(
     argv = ["runs", "send-event", RUN, "new topic", "--data", '{"topic": "x"}',
             "--event-id", "e-1", "--api-url", api.url]  # fmt: skip
     assert main(argv) == 0
-    assert api.received[0].body == {"data": {"topic": "x"}, "event_id": "e-1"}
+    assert api.received[0].body == {"topic": "x"}  # the payload is the body
+    assert api.received[0].headers["Idempotency-Key"] == "e-1"
     assert f"event 'new topic' sent to {RUN}" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         build_parser().parse_args(["runs", "send-event", RUN, "n", "--data", "{not json"])

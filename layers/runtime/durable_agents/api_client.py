@@ -130,9 +130,19 @@ class ApiClient:
     caller_arn: str | None = None
     timeout: float = 15.0
 
-    def headers(self, method: str, url: str, data: bytes | None) -> dict[str, str]:
-        """The request's headers, with the SigV4 ``Authorization`` when it has credentials."""
-        headers = {"Accept": "application/json", "User-Agent": "durable-agents-cli"}
+    def headers(
+        self,
+        method: str,
+        url: str,
+        data: bytes | None,
+        extra: Mapping[str, str] | None = None,
+    ) -> dict[str, str]:
+        """The request's headers (``extra`` too, signed), with SigV4 when it has credentials."""
+        headers = {
+            "Accept": "application/json",
+            "User-Agent": "durable-agents-cli",
+            **(extra or {}),
+        }
         if data is not None:
             headers["Content-Type"] = "application/json"
         if self.caller_arn:
@@ -154,6 +164,7 @@ class ApiClient:
         query: Mapping[str, str | int | None] | None = None,
         body: Any = None,
         missing: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> Any:
         """Sends one request and returns the Api's JSON answer.
 
@@ -163,6 +174,7 @@ class ApiClient:
             query: Query parameters (None values are left out).
             body: The JSON body (None: no body).
             missing: What a 404 means (``run run-1``): its message becomes ``no such …``.
+            headers: More request headers (``Idempotency-Key``), signed with the rest.
 
         Returns:
             The decoded JSON answer of a 2xx status.
@@ -177,7 +189,7 @@ class ApiClient:
         url = f"{self.base_url}{path}" + (f"?{urlencode(sorted(pairs.items()))}" if pairs else "")
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(  # noqa: S310 - http(s) URLs only (checked by the CLI)
-            url, data=data, method=method, headers=self.headers(method, url, data)
+            url, data=data, method=method, headers=self.headers(method, url, data, headers)
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310

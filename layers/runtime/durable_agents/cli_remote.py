@@ -159,7 +159,9 @@ def add_commands(
     event.add_argument("run_id")
     event.add_argument("name", help="the event's name (what the agent waits for)")
     event.add_argument("--data", type=_json_arg, default=None, help="the payload, as JSON")
-    event.add_argument("--event-id", help="an id: the same id is delivered once")
+    event.add_argument(
+        "--event-id", help="an id (the Idempotency-Key): sent again, it is recorded once"
+    )
     watch = runs.add_parser(
         "watch", parents=[common], help="follow a run until it ends (exit 0: it succeeded)"
     )
@@ -222,9 +224,14 @@ def _runs(client: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
         body = {"reason": args.reason}
         run = client.call("POST", f"{path}/{args.action}", body=body, missing=missing)
         return run, describe_stop(run)
-    body = {"data": args.data} | ({"event_id": args.event_id} if args.event_id else {})
-    answer = client.call("POST", f"{path}/events/{seg(args.name)}", body=body, missing=missing)
-    return answer, f"event {args.name!r} sent to {args.run_id}"
+    # The body is the payload itself; the event id is the Idempotency-Key (sent again, the
+    # same event: recorded once).
+    key = {"Idempotency-Key": args.event_id} if args.event_id else None
+    answer = client.call(
+        "POST", f"{path}/events/{seg(args.name)}", body=args.data, missing=missing, headers=key
+    )
+    again = " (already recorded: sent before with this id)" if answer.get("duplicate") else ""
+    return answer, f"event {args.name!r} sent to {args.run_id}{again}"
 
 
 def _approvals(client: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:

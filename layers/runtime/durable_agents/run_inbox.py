@@ -7,7 +7,7 @@ transaction with a change of the run header:
   it arrived), PENDING until an agent's ``ctx.wait_for_event`` consumes it. ``seq`` counts the
   run's events of that name from 1 without gaps: a slot is created only if it does not exist
   (the condition that fences the sequence), and only the first free one is ever written, so
-  arrival order is the slot order (see docs/adr/0012-run-events.md for why not timestamps);
+  arrival order is the slot order (see docs/adr/0014-run-events.md for why not timestamps);
 * the **key** ``evk-<h(run, name, event id)>``: records that this client event id was taken
   (and by which slot), so a retried POST records nothing new and gets the same answer;
 * the header change is conditioned on the revision read: it wakes a run suspended on this
