@@ -50,10 +50,11 @@ table{border-collapse:collapse;width:100%}
 th,td{text-align:left;vertical-align:top;padding:.4rem .5rem;border-bottom:1px solid var(--line)}
 th{color:var(--muted);font-size:.78rem;text-transform:uppercase;letter-spacing:.03em}
 td.num{text-align:right;white-space:nowrap}
+td.detail{min-width:22rem}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.3rem 1rem;margin:0}
 dt{color:var(--muted);font-size:.85rem}
 dd{margin:0;min-width:0;overflow-wrap:anywhere}
-.pill{display:inline-block;border-radius:999px;padding:.05rem .55rem;font-size:.72rem;
+.pill{display:inline-block;white-space:nowrap;border-radius:999px;padding:.05rem .55rem;font-size:.72rem;
 font-weight:700;letter-spacing:.03em;text-transform:uppercase;background:#eef0f3;color:#4a5361}
 .s-succeeded,.s-committed,.s-approved{background:var(--ok-bg);color:var(--ok)}
 .s-failed,.s-cancelled,.s-terminated,.s-timed_out,.s-abandoned,.s-rejected,.s-unknown
@@ -94,6 +95,9 @@ CONSOLE_HEADERS = {
     "Cache-Control": "no-store",
 }
 """Headers every console page carries (the approval page's, with the console's stylesheet)."""
+
+DEFAULT_LIMIT = 25
+"""Runs a list page shows when the query does not say."""
 
 NOTICES = {
     "cancel-requested": "Cancel requested: the run stops at its next operation.",
@@ -222,7 +226,7 @@ def render_runs_page(
         f'<select id="order" name="order">{orders}</select></div>'
         '<div><label for="limit">Per page</label>'
         f'<input id="limit" name="limit" type="number" min="1" max="100" '
-        f'value="{e(filters.get("limit", "25"))}"></div>'
+        f'value="{e(filters.get("limit") or DEFAULT_LIMIT)}"></div>'
         '<div><button type="submit">Show</button></div></form>'
     )
     rows = "".join(
@@ -252,6 +256,12 @@ def render_runs_page(
         following = {**{k: v for k, v in filters.items() if v}, "cursor": next_cursor}
         pager += f'<a rel="next" href="console?{e(urlencode(following))}">Next page</a>'
     pager += "</div>"
+    if not status and not next_cursor and len(runs) >= int(filters.get("limit") or DEFAULT_LIMIT):
+        # The store pages one status at a time; across all statuses it reads the newest only.
+        pager += (
+            '<p class="muted">These are the newest runs of every status; choose a status to '
+            "page through all of them.</p>"
+        )
     body = (
         f'<section class="card"><h1>Runs</h1>{form}</section>'
         f'<section class="card">{table}{pager}</section>'
@@ -264,7 +274,8 @@ def _approval_card(record: WaitRecord, root: str) -> str:
     action = f"{root}console/approvals/{quote(record.wait_id, safe='')}"
     approvers = ", ".join(str(a) for a in details.get("approvers", [])) or "nobody"
     return (
-        f'<section class="card approval" id="approval-{e(record.wait_id)}">'
+        f'<section class="card approval" id="approval-{e(record.wait_id)}" '
+        f'data-run="{e(record.run_id)}">'
         f"<h2>{e(details.get('summary') or record.name)}</h2>"
         + facts(
             [

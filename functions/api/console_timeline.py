@@ -63,12 +63,18 @@ def _state(record: OpRecord) -> str:
     return "running"
 
 
+def _started_ms(record: OpRecord) -> int | None:
+    """When the operation began: its first entry, or its tool call's PREPARE if earlier."""
+    times = [x.recorded_at_ms for x in record.entries]
+    if record.effect is not None:
+        times.append(record.effect.prepared_at_ms)
+    return min(times, default=None)
+
+
 def _duration(record: OpRecord) -> str:
-    if not record.entries:
-        return "—"
-    start = min(x.recorded_at_ms for x in record.entries)
+    start = _started_ms(record)
     end = record.result.recorded_at_ms if record.result else None
-    if end is None:
+    if start is None or end is None:
         return "—"
     seconds = (end - start) / 1000
     return f"{seconds:.3f} s"
@@ -110,7 +116,7 @@ def _operation_row(
 ) -> str:
     depth = min(position.count("/"), 3)
     short = record.op_id.removeprefix(f"{run_id}:")
-    started = min((x.recorded_at_ms for x in record.entries), default=None)
+    started = _started_ms(record)
     ended = record.result.recorded_at_ms if record.result else None
     detail: list[str] = []
     waits = _waits(record)
@@ -142,7 +148,7 @@ def _operation_row(
         f"<td>{e(record.kind.value)}</td><td>{e(record.name)}</td>"
         f'<td>{pill(_state(record))}</td><td class="num">{e(record.attempts or "")}</td>'
         f"<td>{when(started)}</td><td>{when(ended)}</td>"
-        f'<td class="num">{_duration(record)}</td><td>{"".join(detail)}</td></tr>'
+        f'<td class="num">{_duration(record)}</td><td class="detail">{"".join(detail)}</td></tr>'
     )
 
 

@@ -30,6 +30,7 @@ from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 
 from api.console_page import (
     CONSOLE_HEADERS,
+    DEFAULT_LIMIT,
     render_pending_page,
     render_runs_page,
     root_of,
@@ -49,7 +50,6 @@ from durable_agents.waits.approval import KIND
 
 router = Router()  # type: ignore[no-untyped-call]
 MAX_LIMIT = 100
-DEFAULT_LIMIT = 25
 MAX_STREAM_PAGES = 4
 """Stream cache pages (of 500 chunks) a timeline reads: the text shown is at most 2,000 chunks."""
 
