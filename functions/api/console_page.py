@@ -54,8 +54,8 @@ td.detail{min-width:22rem}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.3rem 1rem;margin:0}
 dt{color:var(--muted);font-size:.85rem}
 dd{margin:0;min-width:0;overflow-wrap:anywhere}
-.pill{display:inline-block;white-space:nowrap;border-radius:999px;padding:.05rem .55rem;font-size:.72rem;
-font-weight:700;letter-spacing:.03em;text-transform:uppercase;background:#eef0f3;color:#4a5361}
+.pill{display:inline-block;white-space:nowrap;border-radius:999px;padding:.05rem .55rem;
+font-size:.72rem;font-weight:700;letter-spacing:.03em;text-transform:uppercase;background:#eef0f3;color:#4a5361}
 .s-succeeded,.s-committed,.s-approved{background:var(--ok-bg);color:var(--ok)}
 .s-failed,.s-cancelled,.s-terminated,.s-timed_out,.s-abandoned,.s-rejected,.s-unknown
 {background:var(--no-bg);color:var(--no)}

@@ -314,3 +314,12 @@ def test_another_tenants_run_is_the_same_404_as_none(
                        user_arn=caller)  # fmt: skip
         assert decided.status == 404
     assert store.get_wait(pending.approval_id).status is WaitStatus.PENDING
+
+
+def test_the_console_modules_examples_run() -> None:
+    import doctest
+
+    from api import console_page
+
+    result = doctest.testmod(console_page)
+    assert result.attempted >= 1 and result.failed == 0
