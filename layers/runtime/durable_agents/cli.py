@@ -5,6 +5,7 @@
 * ``durable-agents runs list|show|history|redrive``: read (or nudge) runs straight from the
   journal in a running moto server.
 * ``durable-agents runs start|migrate``: through the Api local mode serves (it has the agents).
+* ``durable-agents console --api-url URL``: a deployed Api's run console (``console_proxy``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from durable_agents import console_proxy
 from durable_agents.local import moto_server, runs_migrate, runs_stop
 from durable_agents.local.crash import CRASH_POINTS, CrashSpec
 from durable_agents.local.functions import local_name
@@ -290,6 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     moto_server.add_state_arguments(moto)
     _add_runs(commands)
     _add_token(commands)
+    console_proxy.add_parser(commands)
     return parser
 
 
@@ -394,6 +397,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _local(args)
     if args.command == "token":
         return _token(args)
+    if args.command == "console":
+        return console_proxy.run(args)
     if args.command == "moto":
         argv = ["--port", str(args.port)]
         if args.ephemeral:
