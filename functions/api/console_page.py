@@ -36,7 +36,7 @@ align-items:center;flex-wrap:wrap}
 header.top a{color:#fff;text-decoration:none;font-weight:600}
 header.top a.here{text-decoration:underline}
 header.top .brand{font-weight:700;margin-right:.5rem}
-main{max-width:80rem;margin:0 auto;padding:1rem}
+main{max-width:90rem;margin:0 auto;padding:1rem}
 .card{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:1rem 1.25rem;
 margin-bottom:1rem}
 h1{font-size:1.3rem;margin:0 0 .5rem;overflow-wrap:anywhere}
@@ -50,7 +50,10 @@ table{border-collapse:collapse;width:100%}
 th,td{text-align:left;vertical-align:top;padding:.4rem .5rem;border-bottom:1px solid var(--line)}
 th{color:var(--muted);font-size:.78rem;text-transform:uppercase;letter-spacing:.03em}
 td.num{text-align:right;white-space:nowrap}
-td.detail{min-width:22rem}
+td.detail{min-width:20rem}
+td time{white-space:nowrap}
+td.opid{min-width:12rem}
+.scroll{overflow-x:auto}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.3rem 1rem;margin:0}
 dt{color:var(--muted);font-size:.85rem}
 dd{margin:0;min-width:0;overflow-wrap:anywhere}

@@ -144,10 +144,10 @@ def _operation_row(
         detail.append(f'<pre class="streamed">{e(clipped)}</pre>')
     return (
         f'<tr class="op" data-kind="{e(record.kind.value)}">'
-        f'<td class="op-depth-{depth}"><code>{e(short)}</code></td>'
+        f'<td class="opid op-depth-{depth}"><code>{e(short)}</code></td>'
         f"<td>{e(record.kind.value)}</td><td>{e(record.name)}</td>"
         f'<td>{pill(_state(record))}</td><td class="num">{e(record.attempts or "")}</td>'
-        f"<td>{when(started)}</td><td>{when(ended)}</td>"
+        f"<td>{when(started)}<br>{when(ended)}</td>"
         f'<td class="num">{_duration(record)}</td><td class="detail">{"".join(detail)}</td></tr>'
     )
 
@@ -240,10 +240,11 @@ def render_timeline_page(
         if records[p].kind is not OpKind.MIGRATION
     )
     timeline = (
-        '<section class="card"><h2>Timeline</h2><table class="timeline"><thead><tr>'
+        '<section class="card"><h2>Timeline</h2><div class="scroll">'
+        '<table class="timeline"><thead><tr>'
         "<th>Operation</th><th>Kind</th><th>Name</th><th>State</th><th>Attempts</th>"
-        "<th>Started</th><th>Ended</th><th>Took</th><th>Waits, effects, children, text</th>"
-        f"</tr></thead><tbody>{ops}</tbody></table>"
+        "<th>Started<br>ended</th><th>Took</th><th>Waits, effects, children, text</th>"
+        f"</tr></thead><tbody>{ops}</tbody></table></div>"
         + ("" if ops else '<p class="muted">No operation recorded yet.</p>')
         + "</section>"
     )

@@ -42,9 +42,9 @@ REASON = "customer withdrew the request"
 
 def _shot(driver: Any, tmp_path: Path, name: str) -> None:
     """A full-page PNG at desktop width; copied to ``$CONSOLE_SCREENSHOTS`` when it is set."""
-    driver.set_window_size(1280, 900)
+    driver.set_window_size(1440, 900)
     height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1280, max(900, int(height) + 120))
+    driver.set_window_size(1440, max(900, int(height) + 120))
     shot = tmp_path / name
     assert driver.save_screenshot(str(shot))
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -248,6 +248,7 @@ def console_run(run_id: str) -> Response[str]:
 def console_cancel(run_id: str) -> Response[str]:
     """Cancels a run from its timeline page (``POST /runs/{id}/cancel``'s code path)."""
     event = _event()
+    check_same_origin(event)
     principal, tenant = iam_caller(event)
     run_id = check_run_id(run_id)
     fields = _form(event)
@@ -284,6 +285,7 @@ def console_pending() -> Response[str]:
 def console_decide_approval(approval_id: str) -> Response[str]:
     """Approves or rejects as the IAM caller (``POST /approvals/{id}``'s checks and recording)."""
     event = _event()
+    check_same_origin(event)  # before anything is read: a cross-site post learns nothing
     principal, tenant = iam_caller(event)
     record = owned_wait(tenant, find_wait(KIND, approval_id))
     _authorize(principal, record)
