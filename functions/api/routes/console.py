@@ -18,7 +18,6 @@ signing proxy in front of it — act. Each action answers ``303 See Other`` back
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -38,7 +37,7 @@ from api.console_page import (
 from api.console_timeline import child_run_ids, render_timeline_page
 from api.routes.approvals import DecisionRequest, _authorize, _decide
 from api.routes.common import BadRequest, find_wait, form_or_json_body, header, is_form, runtime
-from api.routes.limits import check_run_cursor
+from api.routes.limits import check_run_cursor, parse_json
 from api.routes.run_stops import StopRunRequest, stop_run
 from api.routes.tenancy import collect, iam_caller, owned_run, owned_wait
 from durable_agents.errors import DurableError
@@ -304,10 +303,8 @@ def console_decide_review(operation_id: str) -> Response[str]:
     reviewer, tenant = iam_caller(event)
     fields = _form(event)
     result_text = fields.get("result", "").strip()
-    try:
-        result = json.loads(result_text) if result_text else None
-    except ValueError as exc:
-        raise BadRequest("the result must be JSON (what the tool returned)") from exc
+    # Under the Api's JSON limits (depth, number length), like a JSON body.
+    result = parse_json(result_text) if result_text else None
     body = ReviewDecisionRequest.model_validate(
         {
             "decision": fields.get("decision", ""),
