@@ -62,7 +62,7 @@ PYENV_313 = $(shell python3.13 --version >/dev/null 2>&1 || pyenv versions --bar
 BUILD_ENV = $(if $(PYENV_313),PYENV_VERSION=$(shell pyenv version-name 2>/dev/null):$(PYENV_313))
 
 .PHONY: help venv venv-sam venv-cfn venv-policy venv-bench lint typecheck validate lint-policy pytest test reliability \
-        reliability-fast openapi docs demo bench bench-local bench-concurrency local \
+        reliability-fast openapi docs screenshots demo bench bench-local bench-concurrency local \
         build build-check deploy clean distclean
 
 help: ## Show this help
@@ -176,6 +176,12 @@ reliability-fast: $(VENV_STAMP) ## The fault suite's fast subset (what `make pyt
 # the copy is stale.
 openapi: $(VENV_STAMP) ## Regenerate docs/openapi.json (the Api's OpenAPI document)
 	$(VENV)/bin/python scripts/openapi.py
+
+# The console's and the approval page's screenshots in docs/, from the browser tests' own
+# Chromium runs (local mode; needs chromium + chromium-driver).
+screenshots: $(VENV_STAMP) ## Refresh docs/console-*.png and docs/approval-page.png (headless Chromium)
+	CONSOLE_SCREENSHOTS=docs APPROVAL_PAGE_SCREENSHOT=docs/approval-page.png \
+	  $(VENV)/bin/python -m pytest tests/browser -p no:cacheprovider -q
 
 # The API reference, generated from the docstrings by pdoc (scripts/api_docs.py), then every
 # internal link in it, in docs/ and in README.md is checked. `make pytest` builds it too (into

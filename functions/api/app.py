@@ -26,7 +26,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.approval_page import render_message_page
 from api.authn import require_iam_identity
-from api.routes import approvals, callbacks, openapi_doc, run_events, run_stops, runs, streams
+from api.routes import (
+    approvals,
+    callbacks,
+    console,
+    openapi_doc,
+    run_events,
+    run_stops,
+    runs,
+    streams,
+)
 from api.routes.common import (
     BadRequest,
     UnprocessableRequest,
@@ -55,7 +64,7 @@ from durable_agents.errors import (
 )
 from durable_agents.events import step_ready
 from durable_agents.migrations import MigrationNotFoundError, MigrationRefusedError
-from durable_agents.models import WaitStatus
+from durable_agents.models import SideEffectRecord, WaitStatus
 from durable_agents.run_inbox import (
     EventIdConflictError,
     EventSendContendedError,
@@ -78,7 +87,7 @@ from durable_agents.waits.auth import (
     AuthUnavailableError,
     NotAnApproverError,
 )
-from durable_agents.waits.principals import iam_patterns
+from durable_agents.waits.principals import Principal, iam_patterns
 from durable_agents.waits.records import WaitGoneError
 
 
@@ -199,6 +208,7 @@ ERROR_STATUS: dict[type[Exception], HTTPStatus] = {
     NotAnApproverError: HTTPStatus.FORBIDDEN,
     NotAReviewerError: HTTPStatus.FORBIDDEN,
     TenantNotMappedError: HTTPStatus.FORBIDDEN,
+    console.CrossSiteFormError: HTTPStatus.FORBIDDEN,
     AuthUnavailableError: HTTPStatus.SERVICE_UNAVAILABLE,
     WaitNotFoundError: HTTPStatus.NOT_FOUND,
     # 409 when it was already decided or completed, 410 when it expired (see error_response).
@@ -315,11 +325,25 @@ def decide_review(operation_id: str) -> Response[str]:
     404, like one never recorded.
     """
     reviewer, tenant = iam_caller(app.current_event)
+    body = ReviewDecisionRequest.model_validate(_body())
+    return _ok(HTTPStatus.OK, effect_view(record_review(reviewer, tenant, operation_id, body)))
+
+
+def record_review(
+    reviewer: Principal, tenant: str, operation_id: str, body: ReviewDecisionRequest
+) -> SideEffectRecord:
+    """Records a review decision and wakes the run (``POST /reviews/{id}`` and the console's).
+
+    Raises:
+        EffectNotFoundError: If nothing is recorded there, or it is another tenant's run (404).
+        NotAReviewerError: If the reviewer may not decide it (403).
+        ReviewAlreadyDecidedError: If it is no longer in review (409).
+        AuthUnavailableError: If ``REVIEW_OPERATORS`` is malformed (503).
+    """
     try:
         operators = iam_patterns("REVIEW_OPERATORS", os.environ)
     except ValueError as exc:
         raise AuthUnavailableError(str(exc)) from exc
-    body = ReviewDecisionRequest.model_validate(_body())
     runtime = get_runtime()
     # Operation ids of nested scopes contain "/": clients send it percent-encoded.
     operation_id = unquote(operation_id)
@@ -350,7 +374,7 @@ def decide_review(operation_id: str) -> Response[str]:
             "decided_by": reviewer.display,
         },
     )
-    return _ok(HTTPStatus.OK, effect_view(record))
+    return record
 
 
 app.include_router(runs.router)
@@ -360,6 +384,7 @@ app.include_router(approvals.router)
 app.include_router(callbacks.router)
 app.include_router(streams.router)
 app.include_router(openapi_doc.router)
+app.include_router(console.router)
 
 
 def _oversized_segment(event: Mapping[str, Any]) -> str | None:

@@ -140,23 +140,28 @@ def _request_body(op: Operation, schemas: dict[str, Any]) -> dict[str, Any] | No
         content = {"application/json": {"schema": ref}}
         if op.form:  # the approval page's form posts the same fields
             content["application/x-www-form-urlencoded"] = {"schema": ref}
-    if op.example is not None:
+        if op.html_only:  # a console action: its page's form only
+            content = {"application/x-www-form-urlencoded": {"schema": ref}}
+    if op.example is not None and "application/json" in content:
         content["application/json"]["example"] = op.example
     return {"required": op.body_required, "content": content}
 
 
 def _responses(op: Operation) -> dict[str, Any]:
     ok_content: dict[str, Any] = {"application/json": {"schema": {"type": "object"}}}
-    if op.html:
+    if op.html_only:
+        ok_content = {}
+    if op.html or op.html_only:
         ok_content["text/html"] = {"schema": {"type": "string"}}
     if op.event_stream:
         ok_content["text/event-stream"] = {"schema": {"type": "string"}}
     error_content: dict[str, Any] = {
         "application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}
     }
-    if op.html:  # a browser that prefers HTML gets an error page
+    if op.html or op.html_only:  # a browser that prefers HTML gets an error page
         error_content["text/html"] = {"schema": {"type": "string"}}
-    responses: dict[str, Any] = {str(op.success): {"description": "Success", "content": ok_content}}
+    success = "See Other: back to the console page (Location)" if op.success == 303 else "Success"
+    responses: dict[str, Any] = {str(op.success): {"description": success, "content": ok_content}}
     if op.also is not None:
         status, meaning = op.also
         responses[str(status)] = {"description": meaning, "content": copy.deepcopy(ok_content)}

@@ -7,7 +7,7 @@ refuses to build a document for a resolver with a route this table does not name
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -41,6 +41,8 @@ class Operation:
     headers: tuple[Param, ...] = ()
     errors: tuple[int, ...] = ()
     html: bool = False
+    # A console page or action: answers HTML only (errors: JSON or HTML), takes forms only.
+    html_only: bool = False
     event_stream: bool = False
     example: Any = None
     tags: tuple[str, ...] = field(default=())
@@ -126,7 +128,8 @@ def operations() -> dict[tuple[str, str], Operation]:
             tags=("runs",),
         ),
         ("GET", "/runs/{run_id}"): Operation(errors=(404,), tags=("runs",)),
-        ("GET", "/runs/{run_id}/history"): Operation(errors=(404,), tags=("runs",)),
+        # A browser (Accept prefers text/html) gets the console's timeline page.
+        ("GET", "/runs/{run_id}/history"): Operation(errors=(404,), html=True, tags=("runs",)),
         ("GET", "/runs/{run_id}/stream"): Operation(
             query=(
                 Param("after", {"type": "string", "maxLength": MAX_KEY_CHARS}, "Stream cursor."),
@@ -259,4 +262,47 @@ def operations() -> dict[tuple[str, str], Operation]:
             errors=(404, 409, 410), tags=("callbacks",)
         ),
         ("GET", "/openapi.json"): Operation(tags=("meta",)),
+        **_console_operations(statuses),
+    }
+
+
+def _console_operations(statuses: list[str]) -> dict[tuple[str, str], Operation]:
+    """The run console's pages (HTML) and form actions (303 back to a page)."""
+    from api.app import ReviewDecisionRequest  # noqa: PLC0415 - no cycle
+    from api.routes.approvals import DecisionRequest  # noqa: PLC0415
+    from api.routes.run_stops import StopRunRequest  # noqa: PLC0415
+
+    page = Operation(html_only=True, errors=(404,), tags=("console",))
+    action = Operation(303, html_only=True, form=True, tags=("console",))
+    return {
+        ("GET", "/console"): Operation(
+            html_only=True,
+            query=(
+                Param("status", {"type": "string", "enum": statuses}, "Only runs in this status."),
+                Param("agent", {"type": "string", "maxLength": 80}, "Only runs of this agent."),
+                Param("order", {"type": "string", "enum": ["newest", "oldest"]}, "By change."),
+                _LIMIT,
+                Param("cursor", {"type": "string", "maxLength": MAX_CURSOR_CHARS}, "Next page."),
+            ),
+            tags=("console",),
+        ),
+        ("GET", "/console/runs/{run_id}"): Operation(
+            html_only=True,
+            query=(
+                Param("follow", {"type": "string", "enum": ["1"]}, "Reload every 3 s."),
+                Param("done", {"type": "string"}, "The action to confirm."),
+            ),
+            errors=(404,),
+            tags=("console",),
+        ),
+        ("POST", "/console/runs/{run_id}/cancel"): replace(
+            action, body=StopRunRequest, body_required=False, errors=(404, 409, 413, 422)
+        ),
+        ("GET", "/console/approvals"): page,
+        ("POST", "/console/approvals/{approval_id}"): replace(
+            action, body=DecisionRequest, errors=(404, 409, 410, 413, 422)
+        ),
+        ("POST", "/console/reviews/{operation_id}"): replace(
+            action, body=ReviewDecisionRequest, errors=(404, 409, 413, 422)
+        ),
     }

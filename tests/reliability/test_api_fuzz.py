@@ -69,6 +69,8 @@ def _strategies(schema: Any, stack: FuzzStack, mode: GenerationMode) -> dict[str
             headers["Authorization"] = f"Bearer {stack.jwt}"
         if path.startswith("/links/"):
             query["token"] = stack.link_token
+        if path.startswith("/console/"):  # past the console forms' same-origin check
+            headers["Sec-Fetch-Site"] = "same-origin"
         seeded = stack.seeded(path)
         variants = [
             operation.as_strategy(generation_mode=mode, headers=headers),
@@ -171,6 +173,8 @@ def test_fuzz_every_route_short(stack: FuzzStack) -> None:
     assert sent >= REQUESTS
     # Every route of the document was fuzzed (the migration route among them).
     assert api_fuzz.requests["POST /runs/{run_id}/migrate"] > 0
+    assert api_fuzz.requests["POST /console/runs/{run_id}/cancel"] > 0
+    assert api_fuzz.requests["GET /console/runs/{run_id}"] > 0
 
 
 @pytest.mark.reliability_full

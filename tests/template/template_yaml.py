@@ -46,6 +46,12 @@ API_ROUTES = {
     "CallbackFailure": ("POST", "/callbacks/{callback_id}/failure"),
     "CallbackHeartbeat": ("POST", "/callbacks/{callback_id}/heartbeat"),
     "GetOpenApiDocument": ("GET", "/openapi.json"),
+    "ConsoleRuns": ("GET", "/console"),
+    "ConsoleRun": ("GET", "/console/runs/{run_id}"),
+    "ConsoleCancelRun": ("POST", "/console/runs/{run_id}/cancel"),
+    "ConsoleApprovals": ("GET", "/console/approvals"),
+    "ConsoleDecideApproval": ("POST", "/console/approvals/{approval_id}"),
+    "ConsoleDecideReview": ("POST", "/console/reviews/{operation_id}"),
 }
 # The only methods API Gateway does not authenticate: people (JWT) and signed links (HMAC) cannot
 # sign with SigV4, so ApiFunction verifies their credentials itself (api/routes/approvals.py).

@@ -98,6 +98,26 @@ def test_events_and_the_status_value_of_another_tenants_run_are_404(
         )
 
 
+def test_the_console_shows_another_tenants_run_as_none(tenants: Deployment) -> None:
+    run_id = _start(TENANT_A).json["run"]["run_id"]
+    page = {"Accept": "text/html"}
+    form = {"Content-Type": "application/x-www-form-urlencoded", "Sec-Fetch-Site": "same-origin"}
+    for method, path, headers in (
+        ("GET", "/console/runs/{}", page),
+        ("GET", "/runs/{}/history", page),  # a browser's history: the console's timeline
+        ("POST", "/console/runs/{}/cancel", form),
+    ):
+        theirs, missing = (
+            request(method, path.format(i), user_arn=TENANT_B, headers=headers, raw_body="x=y")
+            for i in (run_id, MISSING_RUN)
+        )
+        _same_as_missing(theirs, missing, run_id, MISSING_RUN)
+    listed = request("GET", "/console", user_arn=TENANT_B, headers=page)
+    assert listed.status == 200 and run_id not in listed.text
+    assert run_id in request("GET", "/console", user_arn=TENANT_A, headers=page).text
+    assert request("GET", f"/console/runs/{run_id}", user_arn=TENANT_A).status == 200
+
+
 def test_the_stream_of_another_tenants_run_is_404(tenants: Deployment) -> None:
     run_id = _start(TENANT_A).json["run"]["run_id"]
     theirs = request("GET", f"/runs/{run_id}/stream", user_arn=TENANT_B)

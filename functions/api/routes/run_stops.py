@@ -22,7 +22,9 @@ from api.routes.common import json_body, ok, runtime
 from api.routes.tenancy import iam_caller, owned_run
 from durable_agents.cancellation import CANCEL, TERMINATE, request_stop
 from durable_agents.ids import check_run_id
+from durable_agents.models import RunHeader
 from durable_agents.views import run_view
+from durable_agents.waits.principals import Principal
 
 logger = Logger(child=True)
 tracer = Tracer()
@@ -64,6 +66,19 @@ def _stop(run_id: str, mode: str) -> Response[str]:
     run_id = check_run_id(run_id)
     body = json_body(event, required=False)
     request = StopRunRequest.model_validate({} if body is None else body)
+    header = stop_run(principal, tenant, run_id, mode, request)
+    return ok(HTTPStatus.ACCEPTED, run_view(header))
+
+
+def stop_run(
+    principal: Principal, tenant: str, run_id: str, mode: str, request: StopRunRequest
+) -> RunHeader:
+    """Records a stop of one of the tenant's runs and wakes it (the Api's and the console's).
+
+    Raises:
+        RunNotFoundError: If there is no such run, or it is another tenant's (404).
+        RunNotCancellableError: If the run is finished, or cannot run its code to cancel (409).
+    """
     owned_run(tenant, run_id)
     rt = runtime()
     header = request_stop(
@@ -74,4 +89,4 @@ def _stop(run_id: str, mode: str) -> Response[str]:
         f"run {mode} requested",
         extra={"run_id": run_id, "mode": mode, "caller": principal.display},
     )
-    return ok(HTTPStatus.ACCEPTED, run_view(header))
+    return header

@@ -18,7 +18,8 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from api.routes.common import BadRequest, header, json_body, ok, runtime
+from api.routes import console
+from api.routes.common import BadRequest, header, json_body, ok, runtime, wants_html
 from api.routes.limits import check_key
 from api.routes.run_query import MAX_VERSION_CHARS, listing_query
 from api.routes.tenancy import iam_caller, owned_run
@@ -144,7 +145,9 @@ def get_run(run_id: str) -> Response[str]:
 @router.get("/runs/<run_id>/history")
 @tracer.capture_method(capture_response=False)
 def get_history(run_id: str) -> Response[str]:
-    """Returns the run's journal as events in program order."""
+    """Returns the run's journal as events in program order (a browser: the console's page)."""
+    if wants_html(_event()):
+        return console.timeline_response(_event(), run_id)
     _, tenant = iam_caller(_event())
     owned_run(tenant, check_run_id(run_id))
     snapshot = runtime().store.load(run_id)

@@ -6,6 +6,7 @@
   ``approvals list|decide``, ``reviews list|decide``: through the Api (``cli_remote``), local
   mode's by default, a deployed stack's with ``--stack NAME`` or ``--api-url URL`` (SigV4).
 * ``durable-agents runs start|migrate``: through the Api local mode serves (it has the agents).
+* ``durable-agents console --api-url URL``: a deployed Api's run console (``console_proxy``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from durable_agents import cli_remote
+from durable_agents import cli_remote, console_proxy
 from durable_agents.local import moto_server
 from durable_agents.local.crash import CRASH_POINTS, CrashSpec
 from durable_agents.local.identity import LOCAL_CALLER_ARN, check_caller_arn
@@ -272,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     moto_server.add_state_arguments(moto)
     _add_runs(commands)
     _add_token(commands)
+    console_proxy.add_parser(commands)
     return parser
 
 
@@ -364,6 +366,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _local(args)
     if args.command == "token":
         return _token(args)
+    if args.command == "console":
+        return console_proxy.run(args)
     if args.command == "moto":
         argv = ["--port", str(args.port)]
         if args.ephemeral:

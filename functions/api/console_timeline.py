@@ -1,0 +1,267 @@
+"""HTML of one run in the console: its state, then each operation in program order.
+
+For every operation (``durable_agents.invocation.group_entries`` over the journal): kind, name,
+attempts, when it started and ended and how long it took, what it waits for (a timer's fire
+time, the next attempt's time, the lease of the running attempt) as full ISO dates, the tool
+call's side-effect status, idempotency key and external id, the child run an ``invoke`` started
+(a link), and the text the operation streamed (from the stream cache, as a reader sees it).
+
+What a journal entry's ``value`` holds is shown only for results: a callback's SCHEDULED entry
+carries its secret, so of scheduled values only the child run id and the approval id are read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import quote
+
+from api.console_page import e, facts, notice, page, pill, pretty, run_link, when
+from durable_agents.invocation import OpRecord, group_entries
+from durable_agents.models import OpKind, RunSnapshot
+from durable_agents.time_limits import deadline_ms
+
+MAX_TEXT_CHARS = 20_000
+STOPPABLE = {"RUNNING", "SUSPENDED"}
+"""States a cancel can stop (PAUSED / VERSION_UNAVAILABLE: terminate; see run_stops)."""
+
+
+def _scheduled_field(record: OpRecord, key: str) -> str | None:
+    if record.scheduled is None or not record.scheduled.value:
+        return None
+    try:
+        value = json.loads(record.scheduled.value)
+    except ValueError:
+        return None
+    found = value.get(key) if isinstance(value, dict) else None
+    return str(found) if found else None
+
+
+def child_run_ids(snapshot: RunSnapshot) -> list[str]:
+    """The runs this run's ``invoke`` operations started, in program order."""
+    records = group_entries(snapshot.entries, snapshot.effects)
+    found = (
+        _scheduled_field(records[p], "child_run_id")
+        for p in sorted(records)
+        if records[p].kind is OpKind.INVOKE
+    )
+    return [c for c in found if c]
+
+
+def _state(record: OpRecord) -> str:
+    if record.result is not None:
+        return record.result.type.value
+    if record.effect is not None:
+        return record.effect.status.value
+    if record.last_failed is not None and (
+        record.last_started is None or record.last_started.attempt <= record.last_failed.attempt
+    ):
+        return "retrying"
+    if record.scheduled is not None:
+        return "waiting"
+    return "running"
+
+
+def _started_ms(record: OpRecord) -> int | None:
+    """When the operation began: its first entry, or its tool call's PREPARE if earlier."""
+    times = [x.recorded_at_ms for x in record.entries]
+    if record.effect is not None:
+        times.append(record.effect.prepared_at_ms)
+    return min(times, default=None)
+
+
+def _duration(record: OpRecord) -> str:
+    start = _started_ms(record)
+    end = record.result.recorded_at_ms if record.result else None
+    if start is None or end is None:
+        return "—"
+    seconds = (end - start) / 1000
+    return f"{seconds:.3f} s"
+
+
+def _waits(record: OpRecord) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
+    if record.scheduled is not None and record.scheduled.due_at_ms is not None:
+        rows.append(
+            (
+                "fires at" if record.kind is OpKind.WAIT else "deadline",
+                when(record.scheduled.due_at_ms),
+            )
+        )
+    if record.result is None and record.last_failed is not None and record.last_failed.due_at_ms:
+        rows.append(("next attempt at", when(record.last_failed.due_at_ms)))
+    started = record.last_started
+    if record.result is None and started is not None and started.lease_expires_at_ms is not None:
+        rows.append(("lease until", when(started.lease_expires_at_ms)))
+    return rows
+
+
+def _effect(record: OpRecord) -> str:
+    effect = record.effect
+    if effect is None:
+        return ""
+    rows = [
+        ("side effect", pill(effect.status.value)),
+        ("external id", f"<code>{e(effect.external_id or '—')}</code>"),
+        ("idempotency key", f"<code>{e(effect.idempotency_key)}</code>"),
+    ]
+    if effect.note:
+        rows.append(("note", e(effect.note)))
+    return facts(rows)
+
+
+def _operation_row(
+    record: OpRecord, position: str, run_id: str, texts: dict[str, str], root: str
+) -> str:
+    depth = min(position.count("/"), 3)
+    short = record.op_id.removeprefix(f"{run_id}:")
+    started = _started_ms(record)
+    ended = record.result.recorded_at_ms if record.result else None
+    detail: list[str] = []
+    waits = _waits(record)
+    if waits:
+        detail.append(facts(waits))
+    detail.append(_effect(record))
+    child = _scheduled_field(record, "child_run_id") if record.kind is OpKind.INVOKE else None
+    if child:
+        detail.append(f"child run {run_link(root, child)}")
+    approval = _scheduled_field(record, "approval_id") if record.kind is OpKind.APPROVAL else None
+    if approval:
+        detail.append(f"approval <code>{e(approval)}</code>")
+    if record.result is not None and record.result.error is not None:
+        err = record.result.error
+        detail.append(f'<p class="err">{e(err.type)}: {e(err.message)}</p>')
+    elif record.last_failed is not None and record.last_failed.error is not None:
+        err = record.last_failed.error
+        detail.append(
+            f'<p class="err">attempt {e(record.last_failed.attempt)}: '
+            f"{e(err.type)}: {e(err.message)}</p>"
+        )
+    text = texts.get(record.op_id)
+    if text:
+        clipped = text if len(text) <= MAX_TEXT_CHARS else text[:MAX_TEXT_CHARS] + "…"
+        detail.append(f'<pre class="streamed">{e(clipped)}</pre>')
+    return (
+        f'<tr class="op" data-kind="{e(record.kind.value)}">'
+        f'<td class="opid op-depth-{depth}"><code>{e(short)}</code></td>'
+        f"<td>{e(record.kind.value)}</td><td>{e(record.name)}</td>"
+        f'<td>{pill(_state(record))}</td><td class="num">{e(record.attempts or "")}</td>'
+        f"<td>{when(started)}<br>{when(ended)}</td>"
+        f'<td class="num">{_duration(record)}</td><td class="detail">{"".join(detail)}</td></tr>'
+    )
+
+
+def _cancel_form(snapshot: RunSnapshot, root: str) -> str:
+    header = snapshot.header
+    if header.status.value not in STOPPABLE:
+        return ""
+    if header.cancel_requested:
+        return ""
+    action = f"{root}console/runs/{quote(header.run_id, safe='')}/cancel"
+    return (
+        '<section class="card"><h2>Cancel this run</h2>'
+        f'<form method="post" action="{e(action)}" class="cancel">'
+        '<label for="reason">Reason (recorded with the request)</label>'
+        '<textarea id="reason" name="reason" maxlength="1000"></textarea>'
+        '<div class="actions"><button class="danger" type="submit">Cancel run</button></div>'
+        "</form></section>"
+    )
+
+
+def render_timeline_page(
+    snapshot: RunSnapshot,
+    texts: Sequence[tuple[str, str]],
+    *,
+    root: str,
+    children: Sequence[str] = (),
+    done: str | None = None,
+    follow: bool = False,
+) -> str:
+    """One run: status, error, what it waits on, its deadlines, children and every operation.
+
+    Args:
+        snapshot: The run as loaded from the journal (a consistent read).
+        texts: ``(operation_id, text)`` the run streamed (``local.console.streamed_texts``).
+        root: The relative prefix to the Api's root (``console_page.root_of``).
+        children: Child run ids to link (``child_run_ids``).
+        done: A ``NOTICES`` code to confirm.
+        follow: Whether the page reloads itself every 3 seconds (no script: a meta refresh).
+
+    Returns:
+        A complete HTML document; every value is escaped.
+    """
+    header = snapshot.header
+    records = group_entries(snapshot.entries, snapshot.effects)
+    by_op = dict(texts)
+    waiting: Any = header.waiting_on
+    stop = header.cancel_requested
+    rows = [
+        ("Status", pill(header.status.value)),
+        ("Agent", e(header.agent)),
+        ("Versions", f"<code>{e(json.dumps(header.versions, sort_keys=True))}</code>"),
+        ("Tenant", e(header.tenant)),
+        ("Created", when(header.created_at_ms)),
+        ("Updated", when(header.updated_at_ms)),
+        ("Wakes at", when(header.wake_at_ms)),
+        ("Execution deadline", when(deadline_ms(header))),
+        (
+            "Waiting on",
+            f"<code>{e(json.dumps(waiting, sort_keys=True))}</code>" if waiting else "—",
+        ),
+    ]
+    if header.parent_run_id:
+        rows.append(("Parent run", run_link(root, header.parent_run_id)))
+    if children:
+        rows.append(("Child runs", "<br>".join(run_link(root, c) for c in children)))
+    if stop:
+        at = stop.get("at_ms")
+        rows.append(
+            (
+                "Stop requested",
+                f"{e(stop.get('mode'))} by <code>{e(stop.get('by'))}</code> at "
+                f"{when(at if isinstance(at, int) else None)}: {e(stop.get('reason') or '')}",
+            )
+        )
+    if header.error is not None:
+        rows.append(
+            ("Error", f'<span class="err">{e(header.error.type)}: {e(header.error.message)}</span>')
+        )
+    summary = (
+        f'<section class="card"><h1>Run <code>{e(header.run_id)}</code></h1>{facts(rows)}</section>'
+    )
+    io = '<section class="card"><h2>Input</h2>' + pretty(header.input or "null")
+    if header.result is not None:
+        io += "<h2>Result</h2>" + pretty(header.result)
+    io += "</section>"
+    ops = "".join(
+        _operation_row(records[p], p, header.run_id, by_op, root)
+        for p in sorted(records)
+        if records[p].kind is not OpKind.MIGRATION
+    )
+    timeline = (
+        '<section class="card"><h2>Timeline</h2><div class="scroll">'
+        '<table class="timeline"><thead><tr>'
+        "<th>Operation</th><th>Kind</th><th>Name</th><th>State</th><th>Attempts</th>"
+        "<th>Started<br>ended</th><th>Took</th><th>Waits, effects, children, text</th>"
+        f"</tr></thead><tbody>{ops}</tbody></table></div>"
+        + ("" if ops else '<p class="muted">No operation recorded yet.</p>')
+        + "</section>"
+    )
+    live = not header.status.terminal
+    base = f"{root}console/runs/{quote(header.run_id, safe='')}"
+    toggle = (
+        f'<p><a href="{e(base)}">Stop following</a></p>'
+        if follow
+        else f'<p><a href="{e(base)}?follow=1">Follow (reload every 3 s)</a></p>'
+        if live
+        else ""
+    )
+    body = notice(done) + summary + toggle + _cancel_form(snapshot, root) + timeline + io
+    return page(
+        f"Run {header.run_id}",
+        body,
+        root=root,
+        here="runs",
+        refresh_seconds=3 if follow and live else None,
+    )

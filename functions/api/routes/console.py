@@ -1,0 +1,295 @@
+"""The run console (``/console``): runs, one run's timeline, pending approvals and reviews.
+
+Server-rendered HTML (``api.console_page``, ``api.console_timeline``) for operators in a
+browser; no scripts. Authentication is the Api's: these are IAM routes like every other
+(``api.authn`` refuses an event without an IAM caller), so a deployed console is reached
+through something that signs the browser's requests (docs/adr/0013-run-console.md); local mode
+serves it on 127.0.0.1. Everything is within the caller's tenant (``routes.tenancy``):
+another tenant's run is the same 404 as none.
+
+The actions post HTML forms and go through the Api's own code paths and checks: cancel is
+``run_stops.stop_run`` (``POST /runs/{id}/cancel``), an approval decision is the one
+``POST /approvals/{id}`` makes (the caller must match an ``iam:`` approver pattern), a review
+decision is ``api.app.record_review`` (the tool's reviewers, else ``REVIEW_OPERATORS``). A
+form post is accepted only from the console's own pages (``check_same_origin``: the browser's
+``Sec-Fetch-Site``/``Origin``), so another site cannot make an operator's browser — or the
+signing proxy in front of it — act. Each action answers ``303 See Other`` back to its page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from aws_lambda_powertools.event_handler import Response
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
+
+from api.console_page import (
+    CONSOLE_HEADERS,
+    DEFAULT_LIMIT,
+    render_pending_page,
+    render_runs_page,
+    root_of,
+)
+from api.console_timeline import child_run_ids, render_timeline_page
+from api.routes.approvals import DecisionRequest, _authorize, _decide
+from api.routes.common import BadRequest, find_wait, form_or_json_body, header, is_form, runtime
+from api.routes.limits import parse_json
+from api.routes.run_query import listing_query
+from api.routes.run_stops import StopRunRequest, stop_run
+from api.routes.tenancy import collect, iam_caller, owned_run, owned_wait
+from durable_agents.errors import DurableError
+from durable_agents.ids import check_run_id
+from durable_agents.models import WaitStatus
+from durable_agents.streams import StreamCache, StreamChunk
+from durable_agents.tenancy import ALL_TENANTS
+from durable_agents.waits.approval import KIND
+
+router = Router()  # type: ignore[no-untyped-call]
+MAX_LIMIT = 100
+MAX_STREAM_PAGES = 4
+"""Stream cache pages (of 500 chunks) a timeline reads: the text shown is at most 2,000 chunks."""
+
+
+class CrossSiteFormError(DurableError):
+    """A console form was posted from another site, or without saying where from (403)."""
+
+
+def _event() -> APIGatewayProxyEvent:
+    event = router.current_event
+    assert isinstance(event, APIGatewayProxyEvent)
+    return event
+
+
+def _html(page: str) -> Response[str]:
+    return Response(
+        status_code=HTTPStatus.OK.value,
+        content_type="text/html; charset=utf-8",
+        body=page,
+        headers=CONSOLE_HEADERS,
+    )
+
+
+def _see_other(location: str) -> Response[str]:
+    return Response(
+        status_code=HTTPStatus.SEE_OTHER.value,
+        content_type="text/html; charset=utf-8",
+        body="",
+        headers={**CONSOLE_HEADERS, "Location": location},
+    )
+
+
+def check_same_origin(event: APIGatewayProxyEvent) -> None:
+    """Refuses a form post that did not come from a page of this origin (CSRF).
+
+    A browser says where a request comes from: ``Sec-Fetch-Site`` (every current browser) must
+    be ``same-origin``; without it, ``Origin`` must name this host. A request with neither did
+    not come from a browser's form: such clients use the JSON routes.
+
+    Raises:
+        CrossSiteFormError: If the request is cross-site, or says nothing about its origin.
+    """
+    site = header(event, "Sec-Fetch-Site")
+    if site is not None:
+        if site.strip().lower() != "same-origin":
+            raise CrossSiteFormError(
+                f"console forms are accepted from the console's own pages only (Sec-Fetch-Site: "
+                f"{site[:40]!r})"
+            )
+        return
+    origin, host = header(event, "Origin"), header(event, "Host")
+    if origin and host and urlsplit(origin).netloc.lower() == host.strip().lower():
+        return
+    raise CrossSiteFormError(
+        "console forms are accepted from the console's own pages only (no Sec-Fetch-Site, and "
+        "Origin does not name this host); API clients use the JSON routes"
+    )
+
+
+def _form(event: APIGatewayProxyEvent) -> dict[str, str]:
+    check_same_origin(event)
+    if not is_form(event):
+        raise BadRequest("console actions take an HTML form (application/x-www-form-urlencoded)")
+    fields = form_or_json_body(event)
+    assert isinstance(fields, dict)
+    return fields
+
+
+@dataclass(frozen=True, slots=True)
+class RunsQuery:
+    """The runs list's filters, read and checked in one place (``runs_query``).
+
+    Attributes:
+        list_kwargs: What ``JournalStore.list_runs`` is called with.
+        echo: The filters as the page shows them and keeps them when paging.
+    """
+
+    list_kwargs: dict[str, Any]
+    echo: dict[str, str]
+
+
+_FILTERS = ("status", "agent", "since", "children", "limit", "cursor")
+
+
+def runs_query(params: dict[str, str], scope: str | None) -> RunsQuery:
+    """The ``GET /console`` filters, checked like ``GET /runs``'s (``run_query``).
+
+    ``status``, ``agent``, ``since`` (start time, ISO-8601 with a timezone), ``children``,
+    ``limit`` and ``cursor``: the one place the console maps its query to ``list_runs``.
+
+    Raises:
+        BadRequest: If a filter is malformed (the same 400s as ``GET /runs``).
+    """
+    echo = {k: params.get(k, "") for k in _FILTERS}
+    given = {k: v for k, v in echo.items() if v}
+    given.setdefault("limit", str(DEFAULT_LIMIT))
+    return RunsQuery(listing_query(given, scope), echo)
+
+
+@router.get("/console")
+def console_runs() -> Response[str]:
+    """The runs of the caller's tenant, newest start first, filtered and paged."""
+    event = _event()
+    _, tenant = iam_caller(event)
+    scope = None if tenant == ALL_TENANTS else tenant
+    query = runs_query(dict(event.query_string_parameters or {}), scope)
+    page = runtime().store.list_runs(**query.list_kwargs)
+    return _html(
+        render_runs_page(
+            page.runs, filters=query.echo, next_cursor=page.cursor, root=root_of(event.path)
+        )
+    )
+
+
+def timeline_response(event: APIGatewayProxyEvent, run_id: str) -> Response[str]:
+    """The timeline page of one of the caller's tenant's runs (also ``GET /runs/{id}/history``).
+
+    Raises:
+        InvalidNameError: If ``run_id`` cannot be a run id (400).
+        RunNotFoundError: If there is no such run, or it is another tenant's (404).
+    """
+    _, tenant = iam_caller(event)
+    run_id = check_run_id(run_id)
+    owned_run(tenant, run_id)
+    rt = runtime()
+    snapshot = rt.store.load(run_id)
+    chunks: list[StreamChunk] = []
+    cache = rt.stream_sink
+    if isinstance(cache, StreamCache):
+        after: str | None = None
+        for _ in range(MAX_STREAM_PAGES):
+            page = cache.read(run_id, after=after)
+            chunks += page.chunks
+            if not page.chunks or page.cursor == after:
+                break
+            after = page.cursor
+    params = event.query_string_parameters or {}
+    return _html(
+        render_timeline_page(
+            snapshot,
+            streamed_texts(chunks),
+            root=root_of(event.path),
+            children=child_run_ids(snapshot),
+            done=params.get("done"),
+            follow=params.get("follow") == "1",
+        )
+    )
+
+
+def streamed_texts(chunks: list[StreamChunk]) -> list[tuple[str, str]]:
+    """Each streaming operation's text as a reader sees it, in the order they began.
+
+    A ``begin`` chunk (re)starts an operation's text (attempt 2: its step crashed mid-stream
+    and the text starts over); ``text`` chunks append. As ``durable_agents.local.console``'s,
+    which the Api's package does not include.
+    """
+    texts: dict[str, str] = {}
+    for chunk in chunks:
+        if chunk.kind == "begin":
+            texts[chunk.operation_id] = ""
+        elif chunk.kind == "text":
+            texts[chunk.operation_id] = texts.get(chunk.operation_id, "") + (chunk.text or "")
+    return list(texts.items())
+
+
+@router.get("/console/runs/<run_id>")
+def console_run(run_id: str) -> Response[str]:
+    """One run: its state, every operation in order, its children and what it streamed."""
+    return timeline_response(_event(), run_id)
+
+
+@router.post("/console/runs/<run_id>/cancel")
+def console_cancel(run_id: str) -> Response[str]:
+    """Cancels a run from its timeline page (``POST /runs/{id}/cancel``'s code path)."""
+    event = _event()
+    check_same_origin(event)
+    principal, tenant = iam_caller(event)
+    run_id = check_run_id(run_id)
+    fields = _form(event)
+    request = StopRunRequest.model_validate({"reason": fields.get("reason", "")})
+    stop_run(principal, tenant, run_id, "cancel", request)
+    return _see_other(
+        f"{root_of(event.path)}console/runs/{quote(run_id, safe='')}?done=cancel-requested"
+    )
+
+
+@router.get("/console/approvals")
+def console_pending() -> Response[str]:
+    """Pending approvals and tool calls in review of the caller's tenant, with their actions."""
+    event = _event()
+    _, tenant = iam_caller(event)
+    store = runtime().store
+    approvals = collect(
+        tenant,
+        lambda cursor: store.waits_page(KIND, WaitStatus.PENDING, limit=MAX_LIMIT, cursor=cursor),
+        lambda r: r.run_id,
+        MAX_LIMIT,
+    )
+    reviews = collect(
+        tenant,
+        lambda cursor: store.reviews_page(limit=MAX_LIMIT, cursor=cursor),
+        lambda r: r.run_id,
+        MAX_LIMIT,
+    )
+    done = (event.query_string_parameters or {}).get("done")
+    return _html(render_pending_page(approvals, reviews, root=root_of(event.path), done=done))
+
+
+@router.post("/console/approvals/<approval_id>")
+def console_decide_approval(approval_id: str) -> Response[str]:
+    """Approves or rejects as the IAM caller (``POST /approvals/{id}``'s checks and recording)."""
+    event = _event()
+    check_same_origin(event)  # before anything is read: a cross-site post learns nothing
+    principal, tenant = iam_caller(event)
+    record = owned_wait(tenant, find_wait(KIND, approval_id))
+    _authorize(principal, record)
+    request = DecisionRequest.model_validate(_form(event))
+    _decide(record, request, decided_by=principal.display, via="iam")
+    verdict = "approved" if request.decision == "approve" else "rejected"
+    return _see_other(f"{root_of(event.path)}console/approvals?done=approval-{verdict}")
+
+
+@router.post("/console/reviews/<operation_id>")
+def console_decide_review(operation_id: str) -> Response[str]:
+    """Decides a tool call in review (``POST /reviews/{id}``'s checks and recording)."""
+    from api.app import ReviewDecisionRequest, record_review  # noqa: PLC0415 - api.app owns it
+
+    event = _event()
+    reviewer, tenant = iam_caller(event)
+    fields = _form(event)
+    result_text = fields.get("result", "").strip()
+    # Under the Api's JSON limits (depth, number length), like a JSON body.
+    result = parse_json(result_text) if result_text else None
+    body = ReviewDecisionRequest.model_validate(
+        {
+            "decision": fields.get("decision", ""),
+            "comment": fields.get("comment", ""),
+            "result": result,
+            "external_id": fields.get("external_id") or None,
+        }
+    )
+    record_review(reviewer, tenant, operation_id, body)
+    return _see_other(f"{root_of(event.path)}console/approvals?done=review-decided")

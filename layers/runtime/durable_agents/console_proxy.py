@@ -1,0 +1,210 @@
+"""``durable-agents console --api-url URL``: the deployed run console in a local browser.
+
+The console's routes are IAM routes (docs/adr/0013-run-console.md) and a browser cannot sign
+SigV4. This serves on 127.0.0.1 and forwards the console's requests to the Api, each signed
+with the operator's own AWS credentials (botocore's ``SigV4Auth``, service ``execute-api``).
+It forwards only what the console needs — ``GET``/``POST`` under ``/console`` and ``GET
+/runs/{id}/history`` — so it is not a general signing oracle for the Api, and it refuses:
+
+* a request whose ``Host`` is not the proxy's own loopback address (a DNS-rebinding page
+  would otherwise be "same-origin" with it);
+* a ``POST`` that the browser does not call same-origin (``Sec-Fetch-Site``), before signing
+  anything — the Api checks the forwarded header again.
+
+Responses (redirects included: the console's are relative) are passed back as they are.
+"""
+
+from __future__ import annotations
+
+import http.client
+import logging
+import re
+from collections.abc import Callable, Mapping
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+log = logging.getLogger("durable_agents.console")
+
+HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+MAX_BODY_BYTES = 256 * 1024
+TIMEOUT_SECONDS = 30
+FORWARDED_HEADERS = ("accept", "content-type", "sec-fetch-site", "origin")
+"""What of the browser's request reaches the Api (no cookies, no credentials of its own)."""
+ALLOWED = re.compile(r"/console(/[^?#]*)?|/runs/[^/?#]+/history")
+_REGION = re.compile(r"\.execute-api\.([a-z]{2}(?:-[a-z]+)+-\d)\.amazonaws\.com$")
+
+Signer = Callable[[str, str, Mapping[str, str], bytes], dict[str, str]]
+"""(method, url, headers, body) -> the headers to send (the signature's among them)."""
+
+
+class ConsoleProxyError(Exception):
+    """The Api URL or the local credentials cannot be used for the proxy."""
+
+
+def region_of(api_url: str) -> str:
+    """The region in an execute-api URL.
+
+    >>> region_of("https://abc123.execute-api.eu-west-1.amazonaws.com/Prod")
+    'eu-west-1'
+
+    Raises:
+        ConsoleProxyError: If the host is not an execute-api host (pass ``--region`` then).
+    """
+    found = _REGION.search(urlsplit(api_url).hostname or "")
+    if not found:
+        raise ConsoleProxyError(f"cannot tell the region of {api_url!r}: pass --region")
+    return found.group(1)
+
+
+def sigv4_signer(region: str) -> Signer:
+    """Signs requests for ``execute-api`` in ``region`` with the default credential chain.
+
+    Raises:
+        ConsoleProxyError: If no AWS credentials are configured.
+    """
+    import botocore.session  # noqa: PLC0415 - only the proxy needs botocore's signer
+    from botocore.auth import SigV4Auth  # noqa: PLC0415
+    from botocore.awsrequest import AWSRequest  # noqa: PLC0415
+
+    credentials = botocore.session.Session().get_credentials()
+    if credentials is None:
+        raise ConsoleProxyError("no AWS credentials: configure a profile or AWS_* variables")
+
+    def sign(method: str, url: str, headers: Mapping[str, str], body: bytes) -> dict[str, str]:
+        request = AWSRequest(method=method, url=url, data=body, headers=dict(headers))
+        # Credentials are read on every request: a refreshed session (SSO, a role) applies.
+        SigV4Auth(credentials.get_frozen_credentials(), "execute-api", region).add_auth(request)
+        return dict(request.headers.items())
+
+    return sign
+
+
+def refusal(method: str, path: str, headers: Mapping[str, str], own_hosts: set[str]) -> str | None:
+    """Why the proxy does not forward this request, or None to forward it.
+
+    >>> refusal("GET", "/console", {"host": "127.0.0.1:8765"}, {"127.0.0.1:8765"}) is None
+    True
+    >>> refusal("GET", "/runs", {"host": "127.0.0.1:8765"}, {"127.0.0.1:8765"})
+    'the proxy forwards the console only (/console, /runs/{id}/history)'
+    """
+    if headers.get("host", "").lower() not in own_hosts:
+        return "unexpected Host: open the console at the proxy's own address"
+    route = path.split("?", 1)[0]
+    if method not in ("GET", "POST") or not ALLOWED.fullmatch(route):
+        return "the proxy forwards the console only (/console, /runs/{id}/history)"
+    if method == "POST" and (headers.get("sec-fetch-site") or "").lower() != "same-origin":
+        return "console forms are forwarded from the console's own pages only"
+    return None
+
+
+class ConsoleProxy(ThreadingHTTPServer):
+    """The loopback server; ``serve_forever()`` runs it, ``shutdown()`` stops it."""
+
+    daemon_threads = True
+
+    def __init__(self, api_url: str, signer: Signer, port: int = DEFAULT_PORT) -> None:
+        parts = urlsplit(api_url.rstrip("/"))
+        if parts.scheme not in ("https", "http") or not parts.hostname:
+            raise ConsoleProxyError(f"--api-url must be the Api's URL, not {api_url!r}")
+        self.upstream = parts
+        self.signer = signer
+        super().__init__((HOST, port), _Handler)
+        bound = self.server_address[1]
+        self.own_hosts = {f"{HOST}:{bound}", f"localhost:{bound}"}
+
+    @property
+    def url(self) -> str:
+        """Where to point the browser."""
+        return f"http://{HOST}:{self.server_address[1]}/console"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ConsoleProxy
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.info("%s %s", self.address_string(), format % args)
+
+    def do_GET(self) -> None:
+        self._forward("GET")
+
+    def do_POST(self) -> None:
+        self._forward("POST")
+
+    def _reply(self, status: int, body: bytes, headers: Mapping[str, str]) -> None:
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _forward(self, method: str) -> None:
+        incoming = {k.lower(): v for k, v in self.headers.items()}
+        why = refusal(method, self.path, incoming, self.server.own_hosts)
+        length = int(incoming.get("content-length") or 0)
+        if why is None and not 0 <= length <= MAX_BODY_BYTES:
+            why = f"the body is over {MAX_BODY_BYTES} bytes"
+        if why is not None:
+            plain = {"Content-Type": "text/plain; charset=utf-8", "Cache-Control": "no-store"}
+            self._reply(HTTPStatus.FORBIDDEN, why.encode(), plain)
+            return
+        body = self.rfile.read(length) if length else b""
+        up = self.server.upstream
+        url = f"{up.scheme}://{up.netloc}{up.path}{self.path}"
+        headers = {k: incoming[k] for k in FORWARDED_HEADERS if k in incoming}
+        headers["host"] = up.netloc
+        signed = self.server.signer(method, url, headers, body)
+        connection_type = (
+            http.client.HTTPSConnection if up.scheme == "https" else http.client.HTTPConnection
+        )
+        connection = connection_type(up.netloc, timeout=TIMEOUT_SECONDS)
+        try:
+            connection.request(method, f"{up.path}{self.path}", body=body or None, headers=signed)
+            answer = connection.getresponse()
+            payload = answer.read()
+            passed = {
+                k: v
+                for k, v in answer.getheaders()
+                if k.lower() not in ("content-length", "transfer-encoding", "connection")
+            }
+            self._reply(answer.status, payload, passed)
+        except OSError as exc:
+            self._reply(
+                HTTPStatus.BAD_GATEWAY,
+                f"the Api did not answer: {exc}".encode(),
+                {"Content-Type": "text/plain; charset=utf-8"},
+            )
+        finally:
+            connection.close()
+
+
+def add_parser(commands: Any) -> None:
+    """Adds ``durable-agents console`` to the CLI's subcommands."""
+    console = commands.add_parser(
+        "console", help="open a deployed Api's run console through a local SigV4 signing proxy"
+    )
+    console.add_argument("--api-url", required=True, help="the Api's URL, with its stage")
+    console.add_argument("--region", help="the Api's region (default: from the URL)")
+    console.add_argument("--port", type=int, default=DEFAULT_PORT, help="the local port")
+
+
+def run(args: Any) -> int:
+    """Serves the console proxy until interrupted; 2 when the URL or credentials cannot work."""
+    try:
+        signer = sigv4_signer(args.region or region_of(args.api_url))
+        proxy = ConsoleProxy(args.api_url, signer, args.port)
+    except (ConsoleProxyError, OSError) as exc:
+        print(f"error: {exc}")
+        return 2
+    print(f"console: {proxy.url}  (signing for {args.api_url}; Ctrl-C stops)", flush=True)
+    try:
+        proxy.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        proxy.server_close()
+    return 0

@@ -1,0 +1,325 @@
+"""The run console (``/console``) over the Api handler, DynamoDB on moto.
+
+Pages: the runs list (filters, paging), one run's timeline (also what a browser gets from
+``GET /runs/{id}/history``), pending approvals and reviews. Actions (cancel, approve/reject, a
+review decision) post forms, go through the Api's own checks and answer 303; a form from
+another site is refused (403) and changes nothing. Every value is escaped; times are full ISO
+dates with their timezone; another tenant's run is the same 404 as none.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+
+from api.console_page import STYLE, render_runs_page, root_of
+from api.console_timeline import render_timeline_page
+from durable_agents.models import (
+    EffectStatus,
+    Entry,
+    EntryType,
+    ErrorInfo,
+    OpKind,
+    RunHeader,
+    RunSnapshot,
+    RunStatus,
+    SideEffectRecord,
+    WaitStatus,
+)
+from durable_agents.tenancy import DEFAULT_TENANT
+from durable_agents.testing import AgentTestRunner, TestResult
+from tests.unit.approvals_harness import OPERATOR, OUTSIDER, SUMMARY, Pending, pending, request
+from tests.unit.conftest import Deployment
+from tests.unit.test_api_approvals import api  # noqa: F401 - the fixture
+from tests.unit.test_api_reviews import op_id, paused  # noqa: F401 - the fixture
+from tests.unit.test_api_tenancy import MISSING_RUN, TENANT_A, TENANT_B, TENANT_MAP
+
+FULL_DATE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}\+00:00")
+HOSTILE = '<script>alert("x")</script>&"\''
+SAME_ORIGIN = {
+    "Content-Type": "application/x-www-form-urlencoded",
+    "Sec-Fetch-Site": "same-origin",
+    "Accept": "text/html",
+}
+_ = pending  # the fixture, imported for the tests below
+
+
+def form(
+    path: str, fields: dict[str, str], headers: dict[str, str] | None = None, **kw: Any
+) -> Any:
+    return request("POST", path, raw_body=urlencode(fields), headers=headers or SAME_ORIGIN, **kw)
+
+
+def page(path: str, **kw: Any) -> Any:
+    reply = request("GET", path, headers={"Accept": "text/html"}, **kw)
+    assert reply.status == 200, reply.text
+    return reply
+
+
+def _no_raw(html: str) -> None:
+    assert "<script" not in html  # every value escaped; the console has no script of its own
+
+
+# ------------------------------------------------------------------------------ rendering
+def _hostile_snapshot() -> RunSnapshot:
+    run_id = "run-1"
+    header = RunHeader(
+        run_id=run_id,
+        agent=HOSTILE,
+        versions={"workflow_version": HOSTILE},
+        status=RunStatus.FAILED,
+        input=json.dumps({"q": HOSTILE}),
+        created_at_ms=1_700_000_000_000,
+        updated_at_ms=1_700_000_005_000,
+        error=ErrorInfo(type="Boom", message=HOSTILE),
+        parent_run_id="parent-1",
+    )
+    step = f"{run_id}:fetch:1"
+    entries = [
+        Entry(run_id, "00000001", step, OpKind.STEP, HOSTILE, EntryType.STARTED, attempt=1,
+              recorded_at_ms=1_700_000_001_000, lease_expires_at_ms=1_700_000_061_000),
+        Entry(run_id, "00000001", step, OpKind.STEP, HOSTILE, EntryType.SUCCEEDED,
+              value='"ok"', recorded_at_ms=1_700_000_002_500),
+        Entry(run_id, "00000002", f"{run_id}:sub:1", OpKind.INVOKE, "sub", EntryType.SCHEDULED,
+              value=json.dumps({"child_run_id": "run-1.sub.abc"}),
+              recorded_at_ms=1_700_000_003_000),
+        Entry(run_id, "00000004", f"{run_id}:cb:1", OpKind.CALLBACK, "cb", EntryType.SCHEDULED,
+              value=json.dumps({"callback_id": "cb-1", "secret": "s3cr3t-value"}),
+              due_at_ms=1_700_086_400_000, recorded_at_ms=1_700_000_004_000),
+    ]  # fmt: skip
+    effect = SideEffectRecord(
+        run_id=run_id,
+        position="00000003",
+        operation_id=f"{run_id}:charge:1",
+        tool="charge",
+        tool_schema_version="1",
+        canonical_request=json.dumps({"note": HOSTILE}),
+        idempotency_key=f"{run_id}:charge:1",
+        status=EffectStatus.COMMITTED,
+        attempt=1,
+        prepared_at_ms=1_700_000_003_500,
+        updated_at_ms=1_700_000_003_900,
+        lease_expires_at_ms=None,
+        stale_at_ms=None,
+        external_id=HOSTILE,
+    )
+    return RunSnapshot(header, entries, [effect])
+
+
+def test_the_timeline_escapes_everything_and_shows_full_dates() -> None:
+    snapshot = _hostile_snapshot()
+    html = render_timeline_page(
+        snapshot, [("run-1:fetch:1", HOSTILE)], root="../../", children=["run-1.sub.abc"]
+    )
+    _no_raw(html)
+    # agent, step name, error, streamed text, external id (input and versions are JSON)
+    assert html.count("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;&quot;&#x27;") == 5
+    # Start, end, lease of the step; the callback's deadline: ISO with the timezone.
+    for ms in (1_700_000_001_000, 1_700_000_002_500, 1_700_086_400_000):
+        from durable_agents.views import iso
+
+        assert f'<time datetime="{iso(ms)}">{iso(ms)}</time>' in html
+    assert "2023-11-14T22:13:21.000+00:00" in html and "1.500 s" in html
+    assert 'href="../../console/runs/run-1.sub.abc"' in html  # the child, linked
+    assert 'href="../../console/runs/parent-1"' in html
+    assert "charge" in html and ">committed<" in html  # the side effect and its status
+    assert "s3cr3t-value" not in html  # a callback's scheduled value holds its secret
+    assert "<form" not in html  # a FAILED run cannot be cancelled
+
+
+def test_the_runs_list_escapes_filters_and_keeps_them_when_paging() -> None:
+    snapshot = _hostile_snapshot()
+    html = render_runs_page(
+        [snapshot.header],
+        filters={"status": "", "agent": HOSTILE, "since": "", "limit": "10", "cursor": ""},
+        next_cursor="abc=",
+        root="./",
+    )
+    _no_raw(html)
+    assert FULL_DATE.search(html)
+    (next_link,) = re.findall(r'<a rel="next" href="([^"]+)"', html)
+    assert next_link.startswith("console?") and "cursor=abc%3D" in next_link
+    assert "limit=10" in next_link and "agent=%3Cscript%3E" in next_link
+
+
+def test_links_are_relative_to_the_page() -> None:
+    assert root_of("/console") == "./"
+    assert root_of("/console/runs/x/cancel") == "../../../"
+
+
+# ----------------------------------------------------------------------- pages over the Api
+def test_pages_carry_the_strict_headers(pending: Pending) -> None:
+    reply = page("/console")
+    digest = base64.b64encode(hashlib.sha256(STYLE.encode()).digest()).decode()
+    csp = reply.headers["Content-Security-Policy"]
+    assert f"style-src 'sha256-{digest}'" in csp and "default-src 'none'" in csp
+    assert "script-src" not in csp and "form-action 'self'" in csp
+    assert reply.headers["Cache-Control"] == "no-store"
+    assert pending.run_id in reply.html and FULL_DATE.search(reply.html)
+
+
+def test_every_console_route_needs_an_iam_caller(pending: Pending) -> None:
+    for method, path in (
+        ("GET", "/console"),
+        ("GET", f"/console/runs/{pending.run_id}"),
+        ("GET", "/console/approvals"),
+        ("POST", f"/console/runs/{pending.run_id}/cancel"),
+    ):
+        reply = request(method, path, user_arn=None)
+        assert reply.status == 401, (path, reply.text)
+
+
+def test_filters_and_a_bad_filter(pending: Pending) -> None:
+    assert pending.run_id in page("/console", query={"status": "suspended"}).html
+    assert pending.run_id not in page("/console", query={"status": "SUCCEEDED"}).html
+    assert pending.run_id not in page("/console", query={"agent": "someone-else"}).html
+    bad = request("GET", "/console", query={"limit": "0"}, headers={"Accept": "text/html"})
+    assert bad.status == 400 and "limit must be between" in bad.html
+
+
+def test_the_timeline_and_history_negotiation(pending: Pending) -> None:
+    html = page(f"/console/runs/{pending.run_id}").html
+    assert 'data-kind="approval"' in html and pending.approval_id in html
+    assert "Cancel run" in html  # SUSPENDED: cancellable
+    browser = page(f"/runs/{pending.run_id}/history").html
+    assert 'data-kind="approval"' in browser and 'href="../../console"' in browser
+    api_client = request("GET", f"/runs/{pending.run_id}/history")
+    assert api_client.json["events"][0]["event"] == "run_started"  # JSON clients unchanged
+
+
+def test_pending_approvals_show_their_actions_escaped(pending: Pending) -> None:
+    html = page("/console/approvals").html
+    _no_raw(html)
+    assert "Refund &lt;b&gt;42 EUR&lt;/b&gt;" in html and SUMMARY not in html
+    assert f'action="../console/approvals/{pending.approval_id}"' in html
+    assert 'value="approve"' in html and 'value="reject"' in html
+
+
+def test_approving_from_the_console_records_the_decision(pending: Pending) -> None:
+    reply = form(
+        f"/console/approvals/{pending.approval_id}", {"decision": "approve", "comment": "ok"}
+    )
+    assert reply.status == 303, reply.text
+    assert reply.headers["Location"] == "../../console/approvals?done=approval-approved"
+    assert pending.finish()["approved"] is True
+    again = form(f"/console/approvals/{pending.approval_id}", {"decision": "reject"})
+    assert again.status == 409 and "already approved" in again.html
+
+
+def test_an_outsider_may_not_approve(pending: Pending) -> None:
+    reply = form(f"/console/approvals/{pending.approval_id}", {"decision": "approve"},
+                 user_arn=OUTSIDER)  # fmt: skip
+    assert reply.status == 403
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site"},
+        {"Origin": "https://evil.example"},
+        {},
+    ],
+)
+def test_a_form_from_another_site_is_refused_and_changes_nothing(
+    pending: Pending,
+    api: Deployment,  # noqa: F811
+    headers: dict[str, str],
+) -> None:
+    base = {"Content-Type": "application/x-www-form-urlencoded", "Accept": "text/html", **headers}
+    for path, fields in (
+        (f"/console/approvals/{pending.approval_id}", {"decision": "approve"}),
+        (f"/console/runs/{pending.run_id}/cancel", {"reason": "csrf"}),
+    ):
+        reply = form(path, fields, headers=base)
+        assert reply.status == 403, reply.text
+    from api.app import get_runtime
+
+    store = get_runtime().store
+    assert store.get_wait(pending.approval_id).status is WaitStatus.PENDING
+    assert store.get_run(pending.run_id).cancel_requested is None
+    assert api.published() == []
+
+
+def test_an_origin_naming_this_host_is_accepted(pending: Pending) -> None:
+    headers = {"Content-Type": "application/x-www-form-urlencoded", "Origin": "http://h.example",
+               "Host": "h.example"}  # fmt: skip
+    assert form(f"/console/runs/{pending.run_id}/cancel", {"reason": "r"}, headers).status == 303
+
+
+def test_cancel_from_the_console(pending: Pending, api: Deployment) -> None:  # noqa: F811
+    reply = form(f"/console/runs/{pending.run_id}/cancel", {"reason": "customer <withdrew>"})
+    assert reply.status == 303, reply.text
+    assert reply.headers["Location"] == (
+        f"../../../console/runs/{pending.run_id}?done=cancel-requested"
+    )
+    from api.app import get_runtime
+
+    requested = get_runtime().store.get_run(pending.run_id).cancel_requested
+    assert requested is not None and requested["reason"] == "customer <withdrew>"
+    assert requested["by"].endswith("durable-agents-operator/alice") and OPERATOR
+    assert [e["detail-type"] for e in api.published()] == ["Step Ready"]
+    html = page(f"/console/runs/{pending.run_id}", query={"done": "cancel-requested"}).html
+    assert "Cancel requested" in html and "customer &lt;withdrew&gt;" in html
+    assert "Cancel run" not in html
+
+
+def test_a_review_decided_from_the_console(paused: tuple[AgentTestRunner, TestResult]) -> None:  # noqa: F811
+    runner, result = paused
+    html = page("/console/approvals").html
+    assert op_id(result) in html and "test-notify" in html
+    fields = {"decision": "committed", "result": '{"message_id": "msg-1"}', "external_id": "msg-1"}
+    reply = form(f"/console/reviews/{op_id(result)}", fields)
+    assert reply.status == 303, reply.text
+    assert runner.resume(result.run_id).output == "msg-1"
+    bad = form(f"/console/reviews/{op_id(result)}", {"decision": "retry", "result": "{"})
+    assert bad.status == 400
+
+
+# ---------------------------------------------------------------------------------- tenancy
+def test_another_tenants_run_is_the_same_404_as_none(
+    pending: Pending, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TENANT_MAP", json.dumps(TENANT_MAP))
+    from api.app import get_runtime
+
+    store = get_runtime().store
+    header = store.get_run(pending.run_id)
+    assert header.tenant == DEFAULT_TENANT  # the harness's run: neither a nor b
+    for caller in (TENANT_A, TENANT_B):
+        for method, suffix in (("GET", ""), ("POST", "/cancel")):
+            mine = (
+                form(f"/console/runs/{pending.run_id}{suffix}", {}, user_arn=caller)
+                if method == "POST"
+                else request("GET", f"/console/runs/{pending.run_id}", user_arn=caller)
+            )
+            none = (
+                form(f"/console/runs/{MISSING_RUN}{suffix}", {}, user_arn=caller)
+                if method == "POST"
+                else request("GET", f"/console/runs/{MISSING_RUN}", user_arn=caller)
+            )
+            assert mine.status == none.status == 404
+            assert mine.text.replace(pending.run_id, MISSING_RUN) == none.text
+        listed = request("GET", "/console", user_arn=caller, headers={"Accept": "text/html"})
+        assert listed.status == 200 and pending.run_id not in listed.html
+        approvals = request("GET", "/console/approvals", user_arn=caller)
+        assert pending.approval_id not in approvals.html
+        decided = form(f"/console/approvals/{pending.approval_id}", {"decision": "approve"},
+                       user_arn=caller)  # fmt: skip
+        assert decided.status == 404
+    assert store.get_wait(pending.approval_id).status is WaitStatus.PENDING
+
+
+def test_the_console_modules_examples_run() -> None:
+    import doctest
+
+    from api import console_page
+
+    result = doctest.testmod(console_page)
+    assert result.attempted >= 1 and result.failed == 0
