@@ -54,6 +54,7 @@ from durable_agents.errors import (
     WaitNotFoundError,
 )
 from durable_agents.events import step_ready
+from durable_agents.log_context import LOG_LOCATION
 from durable_agents.migrations import MigrationNotFoundError, MigrationRefusedError
 from durable_agents.models import WaitStatus
 from durable_agents.runtime import InputValidationError, Runtime
@@ -149,7 +150,7 @@ class ThreadSafeRestResolver(APIGatewayRestResolver):
         return super().resolve(event, context)
 
 
-logger = Logger()
+logger = Logger(location=LOG_LOCATION)  # file:function:line (durable_agents.log_context)
 # Revealed secrets are masked in every line this function writes (durable_agents.scrub).
 logger.registered_handler.addFilter(ScrubFilter())
 tracer = Tracer()

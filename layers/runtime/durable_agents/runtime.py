@@ -36,6 +36,7 @@ from durable_agents.ids import check_run_id
 from durable_agents.invocation import NO_HOOKS, Invocation, InvocationHooks
 from durable_agents.journal.store import JournalStore, input_hash
 from durable_agents.llm.types import LlmProvider, StreamSink
+from durable_agents.log_context import invocation_log_context, note_run
 from durable_agents.memory.store import MemoryStore
 from durable_agents.models import (
     Entry,
@@ -260,7 +261,11 @@ class Runtime:
         # The Lambda's own deadline (without the lease's clock-skew margin): a step's to use.
         known = DEFAULT_LEASE_MS - LEASE_MARGIN_MS if remaining_ms is None else remaining_ms
         deadline_ms = self.clock.now_ms() + max(known, 0)
-        with self.plugins.invocation(run_id, target, self.clock, deadline_ms) as span:
+        # Every line written meanwhile names the run, its agent and its operation (reset after).
+        with (
+            invocation_log_context(run_id),
+            self.plugins.invocation(run_id, target, self.clock, deadline_ms) as span,
+        ):
             outcome = self._execute(span, run_id, budget, remaining_ms, hooks, publish, target)
             span.outcome = outcome
         return outcome
@@ -277,6 +282,8 @@ class Runtime:
     ) -> InvocationOutcome:
         """``execute``, within its plugins' span."""
         snapshot = self.store.load(run_id)
+        note_run(agent=snapshot.header.agent, tenant=snapshot.header.tenant)
+        span.agent = snapshot.header.agent
         snapshot, stop, end = prepare(self.store, self.clock, self.publisher, snapshot)
         if end is not None:  # terminated, or past its time limit: no agent code runs
             outcome = stop_run(self.store, self.clock, self.publisher, snapshot, end)
