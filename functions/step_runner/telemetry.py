@@ -4,21 +4,99 @@ Built on the runtime's instrumentation hooks (``durable_agents.plugins``): what 
 to log and count after ``execute`` returned is reported from ``on_invocation_end``, and failed
 attempts and operations are reported as they are recorded. Replayed operations are never
 counted or logged again. A hook that raises is logged by the runtime and changes nothing.
+
+Every metric of an invocation has the dimension ``agent`` (one StepRunner invocation advances
+one run, so one agent). ``OperationLatency`` is also by ``kind`` and ``ModelTokensIn``/``Out``
+by ``model_id``: those are written as their own EMF documents (``single_metric``), since one
+Powertools ``Metrics`` flush has one dimension set. No metric has a run id dimension.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from durable_agents.plugins import (
     AttemptEndInfo,
     InvocationEndInfo,
     InvocationStartInfo,
     OperationEndInfo,
+    OperationStartInfo,
     Plugin,
 )
+
+# The run transitions an invocation's own fenced write made (its outcome), and their metric.
+# A duplicate delivery to a settled run ends ``noop`` and a lost race ``contended``: neither
+# counts, so each transition is counted once however often the event is delivered.
+RUN_TRANSITION_METRICS = {
+    "succeeded": "RunsSucceeded",
+    "failed": "RunsFailed",
+    "cancelled": "RunsCancelled",
+    "terminated": "RunsCancelled",
+    "timed_out": "RunsTimedOut",
+    "paused": "RunsPausedTransitions",
+}
+
+MetricEmitter = Callable[[str, MetricUnit, float, dict[str, str]], None]
+Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+
+
+def flush_metrics_safely(metrics: Any) -> Callable[[Handler], Handler]:
+    """Like ``metrics.log_metrics(raise_on_empty_metrics=False)``, but a failed flush is logged.
+
+    Powertools flushes after the handler returned, so a flush that raises (stdout closed, a
+    metric Powertools refuses) would fail an invocation whose step is already committed:
+    Lambda would deliver the event again and, after its retries, park it in the dead-letter
+    queue — an alarm for nothing. The metrics of that invocation are lost, nothing else.
+    """
+
+    def decorate(handler: Handler) -> Handler:
+        @functools.wraps(handler)
+        def wrapper(event: dict[str, Any], context: Any) -> dict[str, Any]:
+            try:
+                return handler(event, context)
+            finally:
+                try:
+                    metrics.flush_metrics(raise_on_empty_metrics=False)
+                except Exception:
+                    with contextlib.suppress(Exception):
+                        logging.getLogger("durable_agents.metrics").warning(
+                            "metrics could not be flushed; ignored", exc_info=True
+                        )
+
+        return wrapper
+
+    return decorate
+
+
+def emit_single_metric(
+    name: str, unit: MetricUnit, value: float, dimensions: dict[str, str]
+) -> None:
+    """Writes one EMF document: ``name`` with exactly ``dimensions`` (namespace from the env).
+
+    Raises:
+        Exception: Whatever Powertools raises; callers run inside a plugin hook (ignored).
+    """
+    with single_metric(name=name, unit=unit, value=value) as metric:
+        for key, dimension in dimensions.items():
+            metric.add_dimension(name=key, value=dimension)
+
+
+@dataclass(slots=True)
+class _Executed:
+    """An operation this invocation finished, reported with the agent once it is known."""
+
+    kind: str
+    duration_ms: int
+    model_id: str | None
+    tokens_in: int | None
+    tokens_out: int | None
 
 
 class PowertoolsPlugin(Plugin):
@@ -26,39 +104,93 @@ class PowertoolsPlugin(Plugin):
 
     Args:
         logger: A Powertools ``Logger`` (or anything with ``info`` and ``warning``).
-        metrics: A Powertools ``Metrics`` (``add_metric``).
+        metrics: A Powertools ``Metrics`` (``add_metric``, ``add_dimension``).
         tracer: A Powertools ``Tracer`` (``put_annotation``).
+        emit: Writes a metric with its own dimensions (``emit_single_metric`` by default).
     """
 
-    def __init__(self, *, logger: Any, metrics: Any, tracer: Any):
+    def __init__(
+        self, *, logger: Any, metrics: Any, tracer: Any, emit: MetricEmitter = emit_single_metric
+    ):
         self._logger = logger
         self._metrics = metrics
         self._tracer = tracer
+        self._emit = emit
+        self._executed: list[_Executed] = []
 
     def on_invocation_start(self, info: InvocationStartInfo) -> None:
         """Annotates the invocation's trace with its run, so X-Ray can find it by run id."""
+        self._executed = []  # a warm environment: nothing of the last invocation stays
         self._tracer.put_annotation("run_id", info.run_id)
 
-    def on_invocation_end(self, info: InvocationEndInfo) -> None:
-        """``invocation finished`` and ``OperationsExecuted``, as the handler always wrote them.
+    def on_operation_start(self, info: OperationStartInfo) -> None:
+        """Annotates the trace with the operation this invocation executes (not replays)."""
+        if info.replayed:
+            return
+        self._tracer.put_annotation("operation_id", info.op_id)
+        self._tracer.put_annotation("operation_name", info.name)
+        self._tracer.put_annotation("operation_kind", info.kind)
 
-        An invocation an exception escaped reports nothing here: the handler logs why (an
-        infrastructure failure) and Lambda delivers the event again.
+    def on_invocation_end(self, info: InvocationEndInfo) -> None:
+        """``invocation finished``, ``OperationsExecuted``, the run's transition, latencies.
+
+        An invocation an exception escaped reports no outcome: the handler logs why (an
+        infrastructure failure) and Lambda delivers the event again. What it recorded before
+        (latencies, tokens) is still reported: it was recorded.
         """
+        executed, self._executed = self._executed, []
+        agent = info.agent or "unknown"
+        with contextlib.suppress(Exception):  # the tracer failing must not cost the metrics
+            self._tracer.put_annotation("agent", agent)
+        with contextlib.suppress(Exception):  # nor the dimension the counts below
+            self._metrics.add_dimension(name="agent", value=agent)
+        for each in executed:
+            self._report_executed(agent, each)
         if info.outcome is None:
             return
         self._metrics.add_metric(
             name="OperationsExecuted", unit=MetricUnit.Count, value=len(info.executed)
         )
+        transition = RUN_TRANSITION_METRICS.get(info.outcome)
+        if transition is not None:
+            self._metrics.add_metric(name=transition, unit=MetricUnit.Count, value=1)
         self._logger.info(
             "invocation finished",
             extra={"outcome": info.outcome, "executed": list(info.executed), "detail": info.detail},
         )
 
+    def _report_executed(self, agent: str, each: _Executed) -> None:
+        """One finished operation's latency and tokens; one that fails does not stop the rest."""
+        try:
+            self._emit(
+                "OperationLatency",
+                MetricUnit.Milliseconds,
+                each.duration_ms,
+                {"agent": agent, "kind": each.kind},
+            )
+            if each.model_id is not None:
+                model = {"agent": agent, "model_id": each.model_id}
+                self._emit("ModelTokensIn", MetricUnit.Count, each.tokens_in or 0, model)
+                self._emit("ModelTokensOut", MetricUnit.Count, each.tokens_out or 0, model)
+        except Exception:
+            with contextlib.suppress(Exception):
+                logging.getLogger("durable_agents.plugins").warning(
+                    "a metric could not be written; ignored", exc_info=True
+                )
+
     def on_operation_end(self, info: OperationEndInfo) -> None:
         """Counts operations finished by this invocation; logs the failed ones."""
         if info.replayed or info.outcome == "pending":
             return
+        self._executed.append(
+            _Executed(
+                info.kind,
+                info.duration_ms or 0,
+                info.model_id,
+                info.input_tokens,
+                info.output_tokens,
+            )
+        )
         if info.outcome == "succeeded":
             self._metrics.add_metric(name="OperationsSucceeded", unit=MetricUnit.Count, value=1)
             return

@@ -63,6 +63,7 @@ class InvocationEndInfo:
         detail: The outcome's detail.
         duration_ms: How long it took.
         error_type: The exception that escaped it, if any.
+        agent: The run's agent ("" if the run could not be read).
     """
 
     run_id: str
@@ -72,6 +73,7 @@ class InvocationEndInfo:
     detail: str
     duration_ms: int
     error_type: str | None
+    agent: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +109,9 @@ class OperationEndInfo:
         attempts: The attempts claimed so far (0 for operations without attempts).
         duration_ms: From its start in this invocation to its end; None when replayed.
         error_type: The recorded error's type, if it failed.
+        model_id: For a model call this invocation recorded: the model that answered.
+        input_tokens: For a model call this invocation recorded: the tokens it was sent.
+        output_tokens: For a model call this invocation recorded: the tokens it answered.
     """
 
     run_id: str
@@ -118,6 +123,9 @@ class OperationEndInfo:
     attempts: int
     duration_ms: int | None
     error_type: str | None
+    model_id: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
