@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict
 from typing import Any
 
@@ -11,11 +12,12 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from durable_agents.deployment import Settings, build_runtime, import_agent_modules
 from durable_agents.errors import InfrastructureError, InvocationRetryError
+from durable_agents.gauges import measure
 from durable_agents.log_context import LOG_LOCATION, LogContextFilter
 from durable_agents.reconciler import expire_wait, sweep, wake_run
 from durable_agents.runtime import Runtime
 from durable_agents.scrub import ScrubFilter
-from step_runner.telemetry import flush_metrics_safely
+from step_runner.telemetry import emit_single_metric, flush_metrics_safely
 
 # A line's location is the file, function and line that wrote it (an agent's own line for
 # ctx.logger), and every line of an invocation names its run, agent and operation.
@@ -61,6 +63,60 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         raise InvocationRetryError(exc) from exc
 
 
+# What the sweep did, as one metric by action (the counts above stay, for old dashboards).
+RECONCILER_ACTIONS = frozenset(
+    {
+        "timers_fired",
+        "stalled_redriven",
+        "suspended_redriven",
+        "version_resumed",
+        "effects_found",
+        "effects_retried",
+        "effects_escalated",
+        "effects_schema_mismatch",
+        "effects_finished_run",
+        "effects_deferred",
+        "waits_expired",
+    }
+)
+GAUGES = (
+    ("RunsPaused", "runs_paused"),
+    ("ApprovalsPending", "approvals_pending"),
+    ("ReviewsPending", "reviews_pending"),
+)
+
+
+def _emit(name: str, value: float, dimensions: dict[str, str]) -> None:
+    """One metric with its own dimensions; one that cannot be written is logged, not raised."""
+    try:
+        emit_single_metric(name, MetricUnit.Count, value, dimensions)
+    except Exception:
+        with contextlib.suppress(Exception):
+            logger.warning("a metric could not be written; ignored", extra={"metric": name})
+
+
+def _report_gauges(runtime: Runtime) -> None:
+    """What waits for a person: totals (what the alarms watch) and by agent, once per sweep.
+
+    A reading that fails is reported as ``GaugeReadErrors``: the sweep's work is done, and a
+    gauge is never worth failing (and re-running) it.
+    """
+    try:
+        gauges = measure(runtime.store)
+    except (Exception, InfrastructureError):
+        metrics.add_metric(name="GaugeReadErrors", unit=MetricUnit.Count, value=1)
+        with contextlib.suppress(Exception):
+            logger.warning("the sweep's gauges could not be read", exc_info=True)
+        return
+    for name, attribute in GAUGES:
+        counts = getattr(gauges, attribute)
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=sum(counts.values()))
+        for agent in gauges.agents():
+            _emit(name, counts.get(agent, 0), {"agent": agent})
+    if gauges.capped:
+        logger.warning("gauges capped; the real counts are higher", extra={"capped": gauges.capped})
+
+
 def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     runtime, settings = get_runtime()
     if isinstance(event.get("run_id"), str):  # a run timer's one-time schedule fired
@@ -93,6 +149,10 @@ def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         ("SweepInfrastructureErrors", report.infrastructure_errors),
     ):
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    for action, value in sorted(asdict(report).items()):
+        if action in RECONCILER_ACTIONS and value:
+            _emit("ReconcilerActions", value, {"action": action})
+    _report_gauges(runtime)
     failed = report.unit_errors + report.infrastructure_errors
     # Failed units are isolated (the sweep went on); a warning makes them findable.
     log = logger.warning if failed else logger.info
