@@ -76,6 +76,7 @@ from durable_agents.waits.auth import (
 )
 from durable_agents.waits.principals import iam_patterns
 from durable_agents.waits.records import WaitGoneError
+from step_runner.telemetry import RunsStarted
 
 
 class ThreadSafeRestResolver(APIGatewayRestResolver):
@@ -171,7 +172,8 @@ def get_runtime() -> Runtime:
     """Builds the runtime once per execution environment (on first use, not at import)."""
     global _runtime  # noqa: PLW0603 - one runtime per Lambda execution environment
     if _runtime is None:
-        _runtime = build_runtime(Settings.from_env(), logger=logger)
+        # RunsStarted by agent, for every run a request creates (step_runner.telemetry).
+        _runtime = build_runtime(Settings.from_env(), logger=logger, plugins=[RunsStarted()])
     return _runtime
 
 

@@ -29,6 +29,7 @@ from durable_agents.plugins import (
     OperationEndInfo,
     OperationStartInfo,
     Plugin,
+    RunStartInfo,
 )
 
 # The run transitions an invocation's own fenced write made (its outcome), and their metric.
@@ -99,7 +100,22 @@ class _Executed:
     tokens_out: int | None
 
 
-class PowertoolsPlugin(Plugin):
+class RunsStarted(Plugin):
+    """``RunsStarted`` by agent, once per run created (the Api's starts, sub-agents' runs).
+
+    Args:
+        emit: Writes a metric with its own dimensions (``emit_single_metric`` by default).
+    """
+
+    def __init__(self, emit: MetricEmitter = emit_single_metric):
+        self._emit = emit
+
+    def on_run_start(self, info: RunStartInfo) -> None:
+        """Counts the run under its agent."""
+        self._emit("RunsStarted", MetricUnit.Count, 1, {"agent": info.agent})
+
+
+class PowertoolsPlugin(RunsStarted):
     """Reports invocations, operations and attempts to Powertools' logger, metrics and tracer.
 
     Args:
@@ -112,10 +128,10 @@ class PowertoolsPlugin(Plugin):
     def __init__(
         self, *, logger: Any, metrics: Any, tracer: Any, emit: MetricEmitter = emit_single_metric
     ):
+        super().__init__(emit)
         self._logger = logger
         self._metrics = metrics
         self._tracer = tracer
-        self._emit = emit
         self._executed: list[_Executed] = []
 
     def on_invocation_start(self, info: InvocationStartInfo) -> None:

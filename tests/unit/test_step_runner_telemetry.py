@@ -134,6 +134,7 @@ def test_failed_attempts_and_operations_are_logged_and_counted_never_replays() -
     assert counted["RunsFailed"] == 1 and "RunsSucceeded" not in counted
     assert set(metrics.dimensions) == {("agent", "telemetry")}
     assert [(n, d) for n, _, d in metrics.single] == [
+        ("RunsStarted", {"agent": "telemetry"}),  # the harness started it through the runtime
         ("OperationLatency", {"agent": "telemetry", "kind": "step"}),
         ("OperationLatency", {"agent": "telemetry", "kind": "step"}),
     ]
@@ -202,3 +203,27 @@ def test_a_metric_that_cannot_be_written_costs_only_itself() -> None:
     result = AgentTestRunner(counting, plugins=[plugin], model_script=script).run("q")
     assert result.status == "SUCCEEDED"
     assert "RunsSucceeded" in [n for n, _ in metrics.added]
+
+
+def test_runs_started_once_per_created_run_not_per_repeated_start() -> None:
+    from step_runner.telemetry import RunsStarted
+
+    metrics = FakeMetrics()
+    runner = AgentTestRunner(counting, plugins=[RunsStarted(emit=metrics.emit)])
+    runner.runtime.start_run("counting", "q", idempotency_key="k-1")
+    runner.runtime.start_run("counting", "q", idempotency_key="k-1")  # the same start again
+    runner.runtime.start_run("counting", "r")
+    assert [(n, v, d) for n, v, d in metrics.single] == [
+        ("RunsStarted", 1, {"agent": "counting"}),
+        ("RunsStarted", 1, {"agent": "counting"}),
+    ]
+
+
+def test_the_api_counts_the_runs_it_starts(
+    deployment: Deployment, capfd: pytest.CaptureFixture[str]
+) -> None:
+    capfd.readouterr()
+    start({**GOOD, "idempotency_key": "once"})
+    start({**GOOD, "idempotency_key": "once"})
+    started = [d for d in json_lines(capfd.readouterr().out) if "RunsStarted" in d]
+    assert [(d["RunsStarted"], d["agent"]) for d in started] == [([1.0], GOOD["agent"])]

@@ -4,6 +4,8 @@ A plugin implements any of the ``Plugin`` hooks (subclass it to inherit no-op de
 given to ``Runtime(plugins=[...])`` or ``AgentTestRunner(plugins=[...])``. The hooks, in the
 names of AWS's durable functions SDK:
 
+* ``on_run_start`` — a run was created by ``start_run`` (once: not for a repeated start with
+  the same idempotency key);
 * ``on_invocation_start`` / ``on_invocation_end`` — around every ``Runtime.execute`` (one
   StepRunner invocation);
 * ``on_operation_start`` / ``on_operation_end`` — every operation the invocation takes up.
@@ -31,6 +33,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class RunStartInfo:
+    """A run was created (its header written; a repeated start with the same key is not).
+
+    Attributes:
+        run_id: The new run.
+        agent: Its agent.
+        tenant: Its tenant.
+        parent_run_id: The run that invoked it, for a sub-agent's run.
+    """
+
+    run_id: str
+    agent: str
+    tenant: str
+    parent_run_id: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +213,10 @@ class Plugin(Protocol):
         >>> attempts.seen
         [('work', 1, 'succeeded')]
     """
+
+    def on_run_start(self, info: RunStartInfo) -> None:
+        """A run was created (once per run: the conditional create is what says so)."""
+        return None
 
     def on_invocation_start(self, info: InvocationStartInfo) -> None:
         """An invocation begins."""

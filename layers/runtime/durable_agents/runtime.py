@@ -55,7 +55,7 @@ from durable_agents.outcomes import (
     version_unavailable,
 )
 from durable_agents.plugin_calls import InvocationSpan, PluginSet
-from durable_agents.plugins import Plugin
+from durable_agents.plugins import Plugin, RunStartInfo
 from durable_agents.run_events import finished_events, republish
 from durable_agents.serde import decode, encode, error_info
 from durable_agents.tenancy import DEFAULT_TENANT, check_tenant
@@ -207,6 +207,9 @@ class Runtime:
             execution_timeout_ms=definition.execution_timeout_ms if limit_ms is None else limit_ms,
         )
         stored, created = self.store.create_run(header)
+        if created and self.plugins:  # the conditional create decided it: once per run
+            start = RunStartInfo(stored.run_id, stored.agent, stored.tenant, parent_run_id)
+            self.plugins.emit("on_run_start", start)
         if stored.status is RunStatus.RUNNING:
             # Also for a repeated start: if the first caller crashed between creating the run
             # and publishing, this publish is what gets the run going. Duplicates are harmless.
