@@ -41,7 +41,7 @@ RUN_TRANSITION_METRICS = {
     "cancelled": "RunsCancelled",
     "terminated": "RunsCancelled",
     "timed_out": "RunsTimedOut",
-    "paused": "RunsPausedTransitions",
+    "paused": "RunsEnteredPaused",
 }
 
 MetricEmitter = Callable[[str, MetricUnit, float, dict[str, str]], None]
