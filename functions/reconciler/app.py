@@ -17,7 +17,7 @@ from durable_agents.log_context import LOG_LOCATION, LogContextFilter
 from durable_agents.reconciler import expire_wait, sweep, wake_run
 from durable_agents.runtime import Runtime
 from durable_agents.scrub import ScrubFilter
-from step_runner.telemetry import emit_single_metric, flush_metrics_safely
+from step_runner.telemetry import emit_single_metric, flush_metrics_safely, trace_safely
 
 # A line's location is the file, function and line that wrote it (an agent's own line for
 # ctx.logger), and every line of an invocation names its run, agent and operation.
@@ -44,7 +44,7 @@ def get_runtime() -> tuple[Runtime, Settings]:
 
 
 @flush_metrics_safely(metrics)  # a failed flush never fails an invocation that committed
-@tracer.capture_lambda_handler(capture_response=False)
+@trace_safely(tracer)  # a tracer that fails never fails the invocation
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Runs one sweep (or one scheduled wake-up) and reports what it did.

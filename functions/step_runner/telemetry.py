@@ -66,14 +66,64 @@ def flush_metrics_safely(metrics: Any) -> Callable[[Handler], Handler]:
                 try:
                     metrics.flush_metrics(raise_on_empty_metrics=False)
                 except Exception:
+                    _warn("metrics could not be flushed; ignored", "durable_agents.metrics")
+                    # What was not flushed must not be flushed by the next invocation of this
+                    # warm environment, under its agent dimension: drop it.
                     with contextlib.suppress(Exception):
-                        logging.getLogger("durable_agents.metrics").warning(
-                            "metrics could not be flushed; ignored", exc_info=True
-                        )
+                        metrics.clear_metrics()
 
         return wrapper
 
     return decorate
+
+
+def trace_safely(tracer: Any) -> Callable[[Handler], Handler]:
+    """Like ``tracer.capture_lambda_handler(capture_response=False)``, minus its failure mode.
+
+    Powertools opens the handler's subsegment in a ``with`` around the handler: a tracer that
+    cannot open it (the X-Ray SDK without a context, a broken recorder) fails the invocation
+    before any step ran, and one that cannot close it fails an invocation whose step committed.
+    Here either is logged and the handler runs (or returns) as it would untraced. The
+    subsegment is annotated ``ColdStart`` and ``Service`` as Powertools does; an exception the
+    handler raises is recorded on it and raised.
+    """
+    cold = [True]
+
+    def decorate(handler: Handler) -> Handler:
+        name = f"## {handler.__name__}"
+
+        @functools.wraps(handler)
+        def wrapper(event: dict[str, Any], context: Any) -> dict[str, Any]:
+            try:
+                scope = tracer.provider.in_subsegment(name=name)
+                subsegment = scope.__enter__()
+            except Exception:
+                _warn("the tracer could not open the handler's subsegment; untraced")
+                return handler(event, context)
+            with contextlib.suppress(Exception):
+                subsegment.put_annotation(key="ColdStart", value=cold[0])
+                subsegment.put_annotation(key="Service", value=tracer.service)
+            cold[0] = False
+            try:
+                result = handler(event, context)
+            except BaseException as exc:
+                with contextlib.suppress(Exception):  # records the exception on the segment
+                    scope.__exit__(type(exc), exc, exc.__traceback__)
+                raise
+            try:
+                scope.__exit__(None, None, None)
+            except Exception:
+                _warn("the tracer could not close the handler's subsegment; ignored")
+            return result
+
+        return wrapper
+
+    return decorate
+
+
+def _warn(message: str, logger: str = "durable_agents.tracing") -> None:
+    with contextlib.suppress(Exception):
+        logging.getLogger(logger).warning(message, exc_info=True)
 
 
 def emit_single_metric(

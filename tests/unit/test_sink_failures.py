@@ -149,6 +149,9 @@ def test_handler_a_raising_metrics_flush_fails_no_invocation(
     run_id = _start_talker()
     assert _drive(run_id)[-1] == "succeeded"
     assert _status(run_id) == "SUCCEEDED"
+    # Nothing unflushed (nor its agent dimension) is left for the next invocation.
+    assert step_runner.metrics.provider.metric_set == {}
+    assert "agent" not in step_runner.metrics.provider.dimension_set
 
 
 def test_handler_a_raising_tracer_log_handler_and_stream_cache_fail_no_step(
@@ -169,3 +172,15 @@ def test_handler_a_raising_tracer_log_handler_and_stream_cache_fail_no_step(
     assert _status(run_id) == "SUCCEEDED"
     assert sink.calls == 1
     assert broken_logging.calls >= 1
+
+
+def test_handler_a_tracer_that_cannot_open_its_segment_fails_no_invocation(
+    step_runner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def in_subsegment(*_: Any, **__: Any) -> None:
+        raise SinkDownError("the X-Ray SDK has no context")
+
+    monkeypatch.setattr(step_runner.tracer.provider, "in_subsegment", in_subsegment)
+    run_id = _start_talker()
+    assert _drive(run_id)[-1] == "succeeded"
+    assert _status(run_id) == "SUCCEEDED"
