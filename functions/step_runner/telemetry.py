@@ -24,10 +24,10 @@ from aws_lambda_powertools.metrics import MetricUnit, single_metric
 
 from durable_agents.plugins import (
     AttemptEndInfo,
+    AttemptStartInfo,
     InvocationEndInfo,
     InvocationStartInfo,
     OperationEndInfo,
-    OperationStartInfo,
     Plugin,
     RunStartInfo,
 )
@@ -189,14 +189,6 @@ class PowertoolsPlugin(RunsStarted):
         self._executed = []  # a warm environment: nothing of the last invocation stays
         self._tracer.put_annotation("run_id", info.run_id)
 
-    def on_operation_start(self, info: OperationStartInfo) -> None:
-        """Annotates the trace with the operation this invocation executes (not replays)."""
-        if info.replayed:
-            return
-        self._tracer.put_annotation("operation_id", info.op_id)
-        self._tracer.put_annotation("operation_name", info.name)
-        self._tracer.put_annotation("operation_kind", info.kind)
-
     def on_invocation_end(self, info: InvocationEndInfo) -> None:
         """``invocation finished``, ``OperationsExecuted``, the run's transition, latencies.
 
@@ -245,9 +237,11 @@ class PowertoolsPlugin(RunsStarted):
                 )
 
     def on_operation_end(self, info: OperationEndInfo) -> None:
-        """Counts operations finished by this invocation; logs the failed ones."""
+        """Counts operations finished by this invocation, annotates the trace, logs failures."""
         if info.replayed or info.outcome == "pending":
             return
+        # The operation this invocation finished (not one it only took up, budget spent).
+        self._annotate(info.op_id, info.name, info.kind)
         self._executed.append(
             _Executed(
                 info.kind,
@@ -270,6 +264,16 @@ class PowertoolsPlugin(RunsStarted):
                 "error_type": info.error_type,
             },
         )
+
+    def on_operation_attempt_start(self, info: AttemptStartInfo) -> None:
+        """Annotates the trace with the operation whose attempt runs (it may not finish)."""
+        self._annotate(info.op_id, info.name, info.kind)
+
+    def _annotate(self, op_id: str, name: str, kind: str) -> None:
+        with contextlib.suppress(Exception):  # the tracer failing must not cost the metrics
+            self._tracer.put_annotation("operation_id", op_id)
+            self._tracer.put_annotation("operation_name", name)
+            self._tracer.put_annotation("operation_kind", kind)
 
     def on_operation_attempt_end(self, info: AttemptEndInfo) -> None:
         """Logs and counts failed and interrupted attempts (a retry, a dead worker)."""

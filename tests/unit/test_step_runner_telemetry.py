@@ -227,3 +227,24 @@ def test_the_api_counts_the_runs_it_starts(
     start({**GOOD, "idempotency_key": "once"})
     started = [d for d in json_lines(capfd.readouterr().out) if "RunsStarted" in d]
     assert [(d["RunsStarted"], d["agent"]) for d in started] == [([1.0], GOOD["agent"])]
+
+
+def test_the_handler_annotates_its_trace_with_the_run_agent_and_operation(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tracing is disabled in tests: the handler's tracer is patched to record annotations."""
+    from step_runner import app
+
+    annotations: list[tuple[str, Any]] = []
+    monkeypatch.setattr(app.tracer, "put_annotation", lambda k, v: annotations.append((k, v)))
+    _, body = start({**GOOD, "input": {"topic": "t", "sections": 1, "pause_seconds": 0}})
+    run_id = body["run"]["run_id"]
+    result = app.handler(step_event(run_id), FakeLambdaContext())
+    (executed,) = result["executed"]
+    assert dict(annotations) == {
+        "run_id": run_id,
+        "operation_id": executed,
+        "operation_name": executed.rsplit(":", 2)[-2],
+        "operation_kind": "step",
+        "agent": GOOD["agent"],
+    }
