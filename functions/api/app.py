@@ -63,6 +63,7 @@ from durable_agents.errors import (
     WaitNotFoundError,
 )
 from durable_agents.events import step_ready
+from durable_agents.log_context import LOG_LOCATION
 from durable_agents.migrations import MigrationNotFoundError, MigrationRefusedError
 from durable_agents.models import SideEffectRecord, WaitStatus
 from durable_agents.run_inbox import (
@@ -89,6 +90,7 @@ from durable_agents.waits.auth import (
 )
 from durable_agents.waits.principals import Principal, iam_patterns
 from durable_agents.waits.records import WaitGoneError
+from step_runner.telemetry import RunsStarted
 
 
 class ThreadSafeRestResolver(APIGatewayRestResolver):
@@ -163,7 +165,7 @@ class ThreadSafeRestResolver(APIGatewayRestResolver):
         return super().resolve(event, context)
 
 
-logger = Logger()
+logger = Logger(location=LOG_LOCATION)  # file:function:line (durable_agents.log_context)
 # Revealed secrets are masked in every line this function writes (durable_agents.scrub).
 logger.registered_handler.addFilter(ScrubFilter())
 tracer = Tracer()
@@ -184,7 +186,8 @@ def get_runtime() -> Runtime:
     """Builds the runtime once per execution environment (on first use, not at import)."""
     global _runtime  # noqa: PLW0603 - one runtime per Lambda execution environment
     if _runtime is None:
-        _runtime = build_runtime(Settings.from_env(), logger=logger)
+        # RunsStarted by agent, for every run a request creates (step_runner.telemetry).
+        _runtime = build_runtime(Settings.from_env(), logger=logger, plugins=[RunsStarted()])
     return _runtime
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict
 from typing import Any
 
@@ -11,13 +12,19 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from durable_agents.deployment import Settings, build_runtime, import_agent_modules
 from durable_agents.errors import InfrastructureError, InvocationRetryError
+from durable_agents.gauges import measure
+from durable_agents.log_context import LOG_LOCATION, LogContextFilter
 from durable_agents.reconciler import expire_wait, sweep, wake_run
 from durable_agents.runtime import Runtime
 from durable_agents.scrub import ScrubFilter
+from step_runner.telemetry import emit_single_metric, flush_metrics_safely, trace_safely
 
-logger = Logger()
+# A line's location is the file, function and line that wrote it (an agent's own line for
+# ctx.logger), and every line of an invocation names its run, agent and operation.
+logger = Logger(location=LOG_LOCATION)
 # Revealed secrets are masked in every line this function writes (durable_agents.scrub).
 logger.registered_handler.addFilter(ScrubFilter())
+logger.registered_handler.addFilter(LogContextFilter())
 tracer = Tracer()
 metrics = Metrics()
 # At init, not on the first event: a module that does not import fails the deployment at once.
@@ -36,8 +43,8 @@ def get_runtime() -> tuple[Runtime, Settings]:
     return _runtime, _settings
 
 
-@metrics.log_metrics(raise_on_empty_metrics=False)
-@tracer.capture_lambda_handler(capture_response=False)
+@flush_metrics_safely(metrics)  # a failed flush never fails an invocation that committed
+@trace_safely(tracer)  # a tracer that fails never fails the invocation
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Runs one sweep (or one scheduled wake-up) and reports what it did.
@@ -54,6 +61,60 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             extra={"operation": exc.operation, "code": exc.code},
         )
         raise InvocationRetryError(exc) from exc
+
+
+# What the sweep did, as one metric by action (the counts above stay, for old dashboards).
+RECONCILER_ACTIONS = frozenset(
+    {
+        "timers_fired",
+        "stalled_redriven",
+        "suspended_redriven",
+        "version_resumed",
+        "effects_found",
+        "effects_retried",
+        "effects_escalated",
+        "effects_schema_mismatch",
+        "effects_finished_run",
+        "effects_deferred",
+        "waits_expired",
+    }
+)
+GAUGES = (
+    ("RunsPaused", "runs_paused"),
+    ("ApprovalsPending", "approvals_pending"),
+    ("ReviewsPending", "reviews_pending"),
+)
+
+
+def _emit(name: str, value: float, dimensions: dict[str, str]) -> None:
+    """One metric with its own dimensions; one that cannot be written is logged, not raised."""
+    try:
+        emit_single_metric(name, MetricUnit.Count, value, dimensions)
+    except Exception:
+        with contextlib.suppress(Exception):
+            logger.warning("a metric could not be written; ignored", extra={"metric": name})
+
+
+def _report_gauges(runtime: Runtime) -> None:
+    """What waits for a person: totals (what the alarms watch) and by agent, once per sweep.
+
+    A reading that fails is reported as ``GaugeReadErrors``: the sweep's work is done, and a
+    gauge is never worth failing (and re-running) it.
+    """
+    try:
+        gauges = measure(runtime.store)
+    except (Exception, InfrastructureError):
+        metrics.add_metric(name="GaugeReadErrors", unit=MetricUnit.Count, value=1)
+        with contextlib.suppress(Exception):
+            logger.warning("the sweep's gauges could not be read", exc_info=True)
+        return
+    for name, attribute in GAUGES:
+        counts = getattr(gauges, attribute)
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=sum(counts.values()))
+        for agent in gauges.agents():
+            _emit(name, counts.get(agent, 0), {"agent": agent})
+    if gauges.capped:
+        logger.warning("gauges capped; the real counts are higher", extra={"capped": gauges.capped})
 
 
 def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
@@ -88,6 +149,10 @@ def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         ("SweepInfrastructureErrors", report.infrastructure_errors),
     ):
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    for action, value in sorted(asdict(report).items()):
+        if action in RECONCILER_ACTIONS and value:
+            _emit("ReconcilerActions", value, {"action": action})
+    _report_gauges(runtime)
     failed = report.unit_errors + report.infrastructure_errors
     # Failed units are isolated (the sweep went on); a warning makes them findable.
     log = logger.warning if failed else logger.info

@@ -17,13 +17,17 @@ from pydantic import BaseModel, Field
 from durable_agents.deployment import Settings, build_runtime, import_agent_modules
 from durable_agents.errors import InfrastructureError, InvocationRetryError, RunNotFoundError
 from durable_agents.events import STEP_READY
+from durable_agents.log_context import LOG_LOCATION, LogContextFilter
 from durable_agents.runtime import Runtime
 from durable_agents.scrub import ScrubFilter
-from step_runner.telemetry import PowertoolsPlugin
+from step_runner.telemetry import PowertoolsPlugin, flush_metrics_safely, trace_safely
 
-logger = Logger()
+# A line's location is the file, function and line that wrote it (an agent's own line for
+# ctx.logger), and every line of an invocation names its run, agent and operation.
+logger = Logger(location=LOG_LOCATION)
 # Revealed secrets are masked in every line this function writes (durable_agents.scrub).
 logger.registered_handler.addFilter(ScrubFilter())
+logger.registered_handler.addFilter(LogContextFilter())
 tracer = Tracer()
 metrics = Metrics()
 # At init, not on the first event: a module that does not import fails the deployment at once.
@@ -51,8 +55,8 @@ def get_runtime() -> Runtime:
     return _runtime
 
 
-@metrics.log_metrics(raise_on_empty_metrics=False)
-@tracer.capture_lambda_handler(capture_response=False)
+@flush_metrics_safely(metrics)  # a failed flush never fails an invocation that committed
+@trace_safely(tracer)  # a tracer that fails never fails the invocation
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Advances one run by one operation.

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from durable_agents import AgentRegistry, DurableContext, RetryPolicy, agent
+from durable_agents.llm.types import LlmRequest, Message, ModelConfig
 from durable_agents.testing import AgentTestRunner
 from tests.unit.conftest import Deployment, FakeLambdaContext
 from tests.unit.test_api import GOOD, start
@@ -39,18 +40,34 @@ def test_the_handler_still_logs_each_invocation_and_counts_what_it_executed(
     assert finished.outcome == result["outcome"]  # type: ignore[attr-defined]
     assert finished.executed == result["executed"]  # type: ignore[attr-defined]
     assert len(result["executed"]) == 1
-    # The metrics are flushed as one EMF line when the handler returns.
-    (emf,) = [line for line in json_lines(capfd.readouterr().out) if "_aws" in line]
+    # The invocation's counts are flushed as one EMF line when the handler returns, by agent.
+    documents = [line for line in json_lines(capfd.readouterr().out) if "_aws" in line]
+    (emf,) = [line for line in documents if "OperationsExecuted" in line]
     assert emf["OperationsExecuted"] == [1.0]
     assert emf["OperationsSucceeded"] == [1.0]
+    assert emf["agent"] == GOOD["agent"]
+    assert ["agent"] in [d[-1:] for d in emf["_aws"]["CloudWatchMetrics"][0]["Dimensions"]]
+    assert "run_id" not in emf["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0]
+    # The operation's latency: its own document, by agent and kind.
+    (latency,) = [line for line in documents if "OperationLatency" in line]
+    assert (latency["agent"], latency["kind"]) == (GOOD["agent"], "step")
+    assert latency["_aws"]["CloudWatchMetrics"][0]["Metrics"][0]["Unit"] == "Milliseconds"
 
 
 @dataclass
 class FakeMetrics:
     added: list[tuple[str, float]] = field(default_factory=list)
+    dimensions: list[tuple[str, str]] = field(default_factory=list)
+    single: list[tuple[str, float, dict[str, str]]] = field(default_factory=list)
 
     def add_metric(self, name: str, unit: Any, value: float) -> None:
         self.added.append((name, value))
+
+    def add_dimension(self, name: str, value: str) -> None:
+        self.dimensions.append((name, value))
+
+    def emit(self, name: str, unit: Any, value: float, dimensions: dict[str, str]) -> None:
+        self.single.append((name, value, dimensions))
 
 
 @dataclass
@@ -92,7 +109,7 @@ def test_failed_attempts_and_operations_are_logged_and_counted_never_replays() -
         return ctx.step(broken, name="broken", retry=RetryPolicy(max_attempts=1))
 
     metrics, logger, tracer = FakeMetrics(), FakeLogger(), FakeTracer()
-    plugin = PowertoolsPlugin(logger=logger, metrics=metrics, tracer=tracer)
+    plugin = PowertoolsPlugin(logger=logger, metrics=metrics, tracer=tracer, emit=metrics.emit)
     result = AgentTestRunner(telemetry, mode="faithful", plugins=[plugin]).run(None)
     assert result.status == "FAILED"
 
@@ -113,7 +130,121 @@ def test_failed_attempts_and_operations_are_logged_and_counted_never_replays() -
     assert counted["OperationsFailed"] == 1
     assert counted["AttemptsFailed"] == 2
     assert counted["OperationsExecuted"] == 3  # flaky twice, broken once
-    assert set(tracer.annotations) == {("run_id", result.run_id)}
+    # The run's transition is counted once: by the invocation whose write made it.
+    assert counted["RunsFailed"] == 1 and "RunsSucceeded" not in counted
+    assert set(metrics.dimensions) == {("agent", "telemetry")}
+    assert [(n, d) for n, _, d in metrics.single] == [
+        ("RunsStarted", {"agent": "telemetry"}),  # the harness started it through the runtime
+        ("OperationLatency", {"agent": "telemetry", "kind": "step"}),
+        ("OperationLatency", {"agent": "telemetry", "kind": "step"}),
+    ]
+    flaky_id, broken_id = (result.operation(n).op_id for n in ("flaky", "broken"))
+    assert set(tracer.annotations) == {
+        ("run_id", result.run_id),
+        ("agent", "telemetry"),
+        *(("operation_id", op) for op in (flaky_id, broken_id)),
+        ("operation_name", "flaky"),
+        ("operation_name", "broken"),
+        ("operation_kind", "step"),
+    }
     finished = [extra for level, msg, extra in logger.lines if msg == "invocation finished"]
     assert len(finished) == result.invocations
     assert finished[-1]["outcome"] == "failed"
+
+
+MODEL = ModelConfig(name="counted", version="1", provider="scripted", model_id="model-a")
+
+
+@agent(name="counting", version="1", registry=AgentRegistry())
+def counting(ctx: DurableContext, question: str) -> str:
+    first = ctx.llm("first", LlmRequest(messages=[Message.user(question)]), config=MODEL)
+    # One assistant message in the request: the script's second turn answers it.
+    asked = [Message.user(question), first.as_message(), Message.user("and?")]
+    return first.text + ctx.llm("second", LlmRequest(messages=asked), config=MODEL).text
+
+
+def test_model_tokens_by_model_id_once_per_recorded_answer_and_runs_succeeded_once() -> None:
+    from step_runner.telemetry import PowertoolsPlugin
+
+    metrics, logger, tracer = FakeMetrics(), FakeLogger(), FakeTracer()
+    plugin = PowertoolsPlugin(logger=logger, metrics=metrics, tracer=tracer, emit=metrics.emit)
+    script = [
+        {"text": "a", "usage": {"input_tokens": 30, "output_tokens": 12, "total_tokens": 42}},
+        {"text": "b", "usage": {"input_tokens": 7, "output_tokens": 5, "total_tokens": 12}},
+    ]
+    runner = AgentTestRunner(counting, mode="faithful", plugins=[plugin], model_script=script)
+    result = runner.run("q")
+    assert result.status == "SUCCEEDED"
+    tokens = [(n, v, d) for n, v, d in metrics.single if n.startswith("ModelTokens")]
+    model = {"agent": "counting", "model_id": "model-a"}
+    # Replays of later invocations report nothing again.
+    assert tokens == [
+        ("ModelTokensIn", 30, model),
+        ("ModelTokensOut", 12, model),
+        ("ModelTokensIn", 7, model),
+        ("ModelTokensOut", 5, model),
+    ]
+    assert [n for n, _ in metrics.added if n.startswith("Runs")] == ["RunsSucceeded"]
+    # A duplicate delivery to the finished run (noop) counts no transition again.
+    runner.runtime.execute(result.run_id)
+    assert [n for n, _ in metrics.added if n.startswith("Runs")] == ["RunsSucceeded"]
+
+
+def test_a_metric_that_cannot_be_written_costs_only_itself() -> None:
+    from step_runner.telemetry import PowertoolsPlugin
+
+    metrics, logger, tracer = FakeMetrics(), FakeLogger(), FakeTracer()
+
+    def broken(*_: Any) -> None:
+        raise RuntimeError("EMF refused")
+
+    plugin = PowertoolsPlugin(logger=logger, metrics=metrics, tracer=tracer, emit=broken)
+    script = [{"text": "a"}, {"text": "b"}]
+    result = AgentTestRunner(counting, plugins=[plugin], model_script=script).run("q")
+    assert result.status == "SUCCEEDED"
+    assert "RunsSucceeded" in [n for n, _ in metrics.added]
+
+
+def test_runs_started_once_per_created_run_not_per_repeated_start() -> None:
+    from step_runner.telemetry import RunsStarted
+
+    metrics = FakeMetrics()
+    runner = AgentTestRunner(counting, plugins=[RunsStarted(emit=metrics.emit)])
+    runner.runtime.start_run("counting", "q", idempotency_key="k-1")
+    runner.runtime.start_run("counting", "q", idempotency_key="k-1")  # the same start again
+    runner.runtime.start_run("counting", "r")
+    assert [(n, v, d) for n, v, d in metrics.single] == [
+        ("RunsStarted", 1, {"agent": "counting"}),
+        ("RunsStarted", 1, {"agent": "counting"}),
+    ]
+
+
+def test_the_api_counts_the_runs_it_starts(
+    deployment: Deployment, capfd: pytest.CaptureFixture[str]
+) -> None:
+    capfd.readouterr()
+    start({**GOOD, "idempotency_key": "once"})
+    start({**GOOD, "idempotency_key": "once"})
+    started = [d for d in json_lines(capfd.readouterr().out) if "RunsStarted" in d]
+    assert [(d["RunsStarted"], d["agent"]) for d in started] == [([1.0], GOOD["agent"])]
+
+
+def test_the_handler_annotates_its_trace_with_the_run_agent_and_operation(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tracing is disabled in tests: the handler's tracer is patched to record annotations."""
+    from step_runner import app
+
+    annotations: list[tuple[str, Any]] = []
+    monkeypatch.setattr(app.tracer, "put_annotation", lambda k, v: annotations.append((k, v)))
+    _, body = start({**GOOD, "input": {"topic": "t", "sections": 1, "pause_seconds": 0}})
+    run_id = body["run"]["run_id"]
+    result = app.handler(step_event(run_id), FakeLambdaContext())
+    (executed,) = result["executed"]
+    assert dict(annotations) == {
+        "run_id": run_id,
+        "operation_id": executed,
+        "operation_name": executed.rsplit(":", 2)[-2],
+        "operation_kind": "step",
+        "agent": GOOD["agent"],
+    }

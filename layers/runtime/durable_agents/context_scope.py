@@ -16,6 +16,7 @@ from durable_agents.errors import NestedOperationError, ReplayDivergedError
 from durable_agents.fingerprints import Fingerprint
 from durable_agents.ids import format_position
 from durable_agents.invocation import Invocation, OpRecord
+from durable_agents.log_context import note_operation
 from durable_agents.models import OpKind
 from durable_agents.observability import ReplayAwareLogger
 
@@ -116,6 +117,7 @@ class OperationScope:
             raise inv.fault
         if record is None or record.result is None:
             inv.live = True
+        note_operation(op_id, name)  # the lines written from here on name this operation
         if inv.observer is not None:
             inv.observer.operation(str(kind), name, op_id, position, record)
         return position, op_id, record

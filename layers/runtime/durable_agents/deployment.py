@@ -23,6 +23,7 @@ from durable_agents.journal.payloads import S3PayloadStore
 from durable_agents.llm.bedrock import BedrockProvider
 from durable_agents.llm.scripted import ScriptedProvider
 from durable_agents.llm.types import LlmProvider
+from durable_agents.log_context import install_log_context
 from durable_agents.memory.dynamodb import DynamoDBMemoryStore
 from durable_agents.plugins import Plugin
 from durable_agents.runtime import Runtime
@@ -231,6 +232,8 @@ def build_runtime(
     # the root logger, whose handler is Lambda's, not the Powertools handler the functions
     # filter: mask revealed secrets there too (a failed reconciler unit logs its traceback).
     install_log_scrubbing()
+    # And name the run, agent and operation on their lines (durable_agents.log_context).
+    install_log_context()
     session = session or boto3.session.Session()
     payloads = (
         S3PayloadStore(session.client("s3"), settings.payload_bucket)

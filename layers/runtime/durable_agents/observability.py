@@ -5,7 +5,12 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
+from durable_agents.log_context import current_log_keys
 from durable_agents.scrub import scrub, scrub_value
+
+# ``info`` -> ``_emit`` -> ``Logger.log``: the record's location is the caller of ``info``
+# (the agent's own line), not this module's (docs/operations.md).
+_STACKLEVEL = 3
 
 
 class _Live(Protocol):
@@ -15,8 +20,10 @@ class _Live(Protocol):
 class ReplayAwareLogger:
     """Logs only while the invocation executes new work, so replays do not repeat lines.
 
-    Every line carries the run id. Errors raised by the underlying logger are swallowed:
-    observability is a separate plane and must never fail execution.
+    Every line carries the run id and the invocation's log context (agent, tenant, operation
+    id and name, attempt: ``durable_agents.log_context``), and its location is the line that
+    called ``info``/``warning``…, not this wrapper. Errors raised by the underlying logger are
+    swallowed: observability is a separate plane and must never fail execution.
     """
 
     def __init__(
@@ -35,9 +42,11 @@ class ReplayAwareLogger:
         if not self._inv.live:
             return
         try:
-            merged = scrub_value({"run_id": self._run_id, **self._keys, **extra})
+            context = current_log_keys()
+            merged = scrub_value({**context, "run_id": self._run_id, **self._keys, **extra})
             text = msg % args if args else msg
-            self._logger.log(level, scrub(text), extra=merged)  # revealed secrets masked
+            # Revealed secrets masked; the location is the agent's line (``_STACKLEVEL``).
+            self._logger.log(level, scrub(text), extra=merged, stacklevel=_STACKLEVEL)
         except Exception:  # noqa: S110 - the trace plane must not break execution
             pass
 

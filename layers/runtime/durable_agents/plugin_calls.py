@@ -9,6 +9,7 @@ into operation and attempt hooks.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from durable_agents.clock import Clock
-from durable_agents.models import EffectStatus, Entry, EntryType
+from durable_agents.models import EffectStatus, Entry, EntryType, OpKind
 from durable_agents.plugins import (
     AttemptEndInfo,
     AttemptStartInfo,
@@ -68,6 +69,7 @@ class InvocationSpan:
 
     Attributes:
         outcome: Set by the runtime to the invocation's outcome before the span closes.
+        agent: Set by the runtime to the run's agent once its header is read.
         deadline_ms: When the invocation must be done.
     """
 
@@ -80,6 +82,7 @@ class InvocationSpan:
         self._clock = clock
         self.deadline_ms = deadline_ms
         self.outcome: Any = None
+        self.agent = ""
         self._started = 0
         self._observer: InvocationObserver | None = None
 
@@ -118,6 +121,7 @@ class InvocationSpan:
                     detail=outcome.detail if outcome is not None else "",
                     duration_ms=self._clock.now_ms() - self._started,
                     error_type=type(exc).__name__ if exc is not None else None,
+                    agent=self.agent,
                 ),
             )
 
@@ -206,7 +210,7 @@ class InvocationObserver:
                 if entry.attempt >= 1:  # an operation with attempts: its last one ended
                     self._attempt_ended(state, entry.attempt, _outcome(entry), entry, None)
                 error = entry.error.type if entry.error is not None else None
-                self._report_end(entry.position, _outcome(entry), error, entry.attempt)
+                self._report_end(entry.position, _outcome(entry), error, entry.attempt, entry)
         record = getattr(effect, "record", None)
         state = self._open.get(record.position) if record is not None else None
         if record is not None and state is not None and record.run_id == self._run_id:
@@ -254,9 +258,17 @@ class InvocationObserver:
             ),
         )
 
-    def _report_end(self, position: str, outcome: str, error: str | None, attempt: int = 0) -> None:
+    def _report_end(
+        self,
+        position: str,
+        outcome: str,
+        error: str | None,
+        attempt: int = 0,
+        entry: Entry | None = None,
+    ) -> None:
         state = self._open.pop(position)
         recorded = state.record.attempts if state.record is not None else 0
+        model_id, tokens_in, tokens_out = _model_usage(entry)
         self._plugins.emit(
             "on_operation_end",
             OperationEndInfo(
@@ -269,6 +281,9 @@ class InvocationObserver:
                 attempts=max(attempt, recorded, *state.attempts, 0),
                 duration_ms=self._clock.now_ms() - state.started_ms,
                 error_type=error,
+                model_id=model_id,
+                input_tokens=tokens_in,
+                output_tokens=tokens_out,
             ),
         )
 
@@ -285,6 +300,22 @@ def _bookkeeping(step: str) -> Iterator[None]:
     except Exception:
         with contextlib.suppress(Exception):
             _LOG.exception("plugin bookkeeping failed in %s; ignored", step)
+
+
+def _model_usage(entry: Entry | None) -> tuple[str | None, int | None, int | None]:
+    """The model and token counts a recorded model answer carries (Nones if it has none).
+
+    Read from the recorded ``LlmResponse`` itself, so the counts are those of the answer the
+    journal kept. A payload stored out of line (a pointer) is not fetched for this.
+    """
+    if entry is None or entry.kind is not OpKind.LLM or entry.type is not EntryType.SUCCEEDED:
+        return None, None, None
+    try:
+        answer = json.loads(entry.value or "")
+        usage = answer["usage"]
+        return str(answer["model_id"]), int(usage["input_tokens"]), int(usage["output_tokens"])
+    except (ValueError, TypeError, KeyError):
+        return None, None, None
 
 
 def _outcome(result: Entry) -> str:

@@ -4,6 +4,8 @@ A plugin implements any of the ``Plugin`` hooks (subclass it to inherit no-op de
 given to ``Runtime(plugins=[...])`` or ``AgentTestRunner(plugins=[...])``. The hooks, in the
 names of AWS's durable functions SDK:
 
+* ``on_run_start`` — a run was created by ``start_run`` (once: not for a repeated start with
+  the same idempotency key);
 * ``on_invocation_start`` / ``on_invocation_end`` — around every ``Runtime.execute`` (one
   StepRunner invocation);
 * ``on_operation_start`` / ``on_operation_end`` — every operation the invocation takes up.
@@ -31,6 +33,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class RunStartInfo:
+    """A run was created (its header written; a repeated start with the same key is not).
+
+    Attributes:
+        run_id: The new run.
+        agent: Its agent.
+        tenant: Its tenant.
+        parent_run_id: The run that invoked it, for a sub-agent's run.
+    """
+
+    run_id: str
+    agent: str
+    tenant: str
+    parent_run_id: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +82,7 @@ class InvocationEndInfo:
         detail: The outcome's detail.
         duration_ms: How long it took.
         error_type: The exception that escaped it, if any.
+        agent: The run's agent ("" if the run could not be read).
     """
 
     run_id: str
@@ -72,6 +92,7 @@ class InvocationEndInfo:
     detail: str
     duration_ms: int
     error_type: str | None
+    agent: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +128,9 @@ class OperationEndInfo:
         attempts: The attempts claimed so far (0 for operations without attempts).
         duration_ms: From its start in this invocation to its end; None when replayed.
         error_type: The recorded error's type, if it failed.
+        model_id: For a model call this invocation recorded: the model that answered.
+        input_tokens: For a model call this invocation recorded: the tokens it was sent.
+        output_tokens: For a model call this invocation recorded: the tokens it answered.
     """
 
     run_id: str
@@ -118,6 +142,9 @@ class OperationEndInfo:
     attempts: int
     duration_ms: int | None
     error_type: str | None
+    model_id: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +213,10 @@ class Plugin(Protocol):
         >>> attempts.seen
         [('work', 1, 'succeeded')]
     """
+
+    def on_run_start(self, info: RunStartInfo) -> None:
+        """A run was created (once per run: the conditional create is what says so)."""
+        return None
 
     def on_invocation_start(self, info: InvocationStartInfo) -> None:
         """An invocation begins."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from durable_agents.errors import StepInterruptedError
+from durable_agents.log_context import log_safely
 
 _log = logging.getLogger("durable_agents.retry")
 
@@ -257,7 +258,12 @@ class RetryPolicy:
             except Exception:
                 # The step's own error is what the agent expects to handle; the decision
                 # function's bug is logged rather than replacing it.
-                _log.exception("retry decision function failed; not retrying")
+                log_safely(
+                    _log,
+                    logging.ERROR,
+                    "retry decision function failed; not retrying",
+                    exc_info=True,
+                )
                 return RetryDecision.no_retry()
             return answer
         if not self.should_retry(error, failed_attempt):

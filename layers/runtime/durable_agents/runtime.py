@@ -36,6 +36,7 @@ from durable_agents.ids import check_run_id
 from durable_agents.invocation import NO_HOOKS, Invocation, InvocationHooks
 from durable_agents.journal.store import JournalStore, input_hash
 from durable_agents.llm.types import LlmProvider, StreamSink
+from durable_agents.log_context import invocation_log_context, note_run
 from durable_agents.memory.store import MemoryStore
 from durable_agents.models import (
     Entry,
@@ -54,7 +55,7 @@ from durable_agents.outcomes import (
     version_unavailable,
 )
 from durable_agents.plugin_calls import InvocationSpan, PluginSet
-from durable_agents.plugins import Plugin
+from durable_agents.plugins import Plugin, RunStartInfo
 from durable_agents.retention import default_retention_s
 from durable_agents.run_events import finished_events, republish
 from durable_agents.serde import decode, encode, error_info
@@ -208,6 +209,9 @@ class Runtime:
             retention_s=definition.retention_s or default_retention_s(),
         )
         stored, created = self.store.create_run(header)
+        if created and self.plugins:  # the conditional create decided it: once per run
+            start = RunStartInfo(stored.run_id, stored.agent, stored.tenant, parent_run_id)
+            self.plugins.emit("on_run_start", start)
         if stored.status is RunStatus.RUNNING:
             # Also for a repeated start: if the first caller crashed between creating the run
             # and publishing, this publish is what gets the run going. Duplicates are harmless.
@@ -262,7 +266,11 @@ class Runtime:
         # The Lambda's own deadline (without the lease's clock-skew margin): a step's to use.
         known = DEFAULT_LEASE_MS - LEASE_MARGIN_MS if remaining_ms is None else remaining_ms
         deadline_ms = self.clock.now_ms() + max(known, 0)
-        with self.plugins.invocation(run_id, target, self.clock, deadline_ms) as span:
+        # Every line written meanwhile names the run, its agent and its operation (reset after).
+        with (
+            invocation_log_context(run_id),
+            self.plugins.invocation(run_id, target, self.clock, deadline_ms) as span,
+        ):
             outcome = self._execute(span, run_id, budget, remaining_ms, hooks, publish, target)
             span.outcome = outcome
         return outcome
@@ -279,6 +287,8 @@ class Runtime:
     ) -> InvocationOutcome:
         """``execute``, within its plugins' span."""
         snapshot = self.store.load(run_id)
+        note_run(agent=snapshot.header.agent, tenant=snapshot.header.tenant)
+        span.agent = snapshot.header.agent
         snapshot, stop, end = prepare(self.store, self.clock, self.publisher, snapshot)
         if end is not None:  # terminated, or past its time limit: no agent code runs
             outcome = stop_run(self.store, self.clock, self.publisher, snapshot, end)

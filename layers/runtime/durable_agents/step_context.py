@@ -37,7 +37,8 @@ class StepContext:
             attempt: a natural idempotency key for what the step calls.
         name: The step's name.
         attempt: This attempt's number, 1-based (retries and re-runs after a crash count up).
-        logger: A logger whose lines carry ``run_id``, ``op_id`` and ``attempt``; like
+        logger: A logger whose lines carry ``run_id``, ``agent``, ``operation_id`` (and
+            ``op_id``), ``operation_name`` and ``attempt``; like
             ``ctx.logger`` it is replay-aware (a step's code only runs when it executes, so its
             lines are never repeated by a replay) and never raises.
         deadline_ms: When the invocation running this attempt must be done (epoch ms): the
@@ -111,7 +112,9 @@ def call_step(
         operation_id=op_id,
         name=name,
         attempt=attempt,
-        logger=ctx.logger.bind(op_id=op_id, attempt=attempt),
+        logger=ctx.logger.bind(
+            op_id=op_id, operation_id=op_id, operation_name=name, attempt=attempt
+        ),
         deadline_ms=inv.deadline_ms,
         clock=inv.clock,
     )

@@ -24,6 +24,7 @@ from typing import Literal, TypeVar
 
 from durable_agents.errors import InfrastructureError
 from durable_agents.journal.store import Page
+from durable_agents.log_context import log_safely
 from durable_agents.runtime import Runtime
 from durable_agents.scrub import scrub
 
@@ -213,4 +214,5 @@ class SweepContext:
         line = scrub(f"{name}: {type(exc).__name__}: {exc}")
         if len(self.report.errors) < MAX_ERROR_LINES:
             self.report.errors.append(line)
-        _log.error("reconciler unit failed: %s", line, exc_info=exc)
+        # A broken log handler must not abort the sweep the failed unit was isolated from.
+        log_safely(_log, logging.ERROR, "reconciler unit failed: %s", line, exc_info=exc)

@@ -10,6 +10,7 @@ from durable_agents.errors import ConfigurationError
 from durable_agents.fingerprints import Fingerprint
 from durable_agents.llm.bedrock import ModelRequestError
 from durable_agents.llm.types import LlmRequest, LlmResponse, ModelConfig, StreamSink
+from durable_agents.log_context import log_safely
 from durable_agents.models import OpKind
 from durable_agents.operations.step import StepInfo, run_step
 from durable_agents.retry import RetryPolicy
@@ -61,7 +62,13 @@ class _SafeSink:
             getattr(self._sink, method)(*self._key, *args)
         except Exception:
             self.failed = True
-            _log.warning("stream cache unavailable for %s; the step goes on", self._key[1])
+            # Even a broken log handler must not fail the model call (log_safely).
+            log_safely(
+                _log,
+                logging.WARNING,
+                "stream cache unavailable for %s; the step goes on",
+                self._key[1],
+            )
 
     def begin(self) -> None:
         self._call("begin")

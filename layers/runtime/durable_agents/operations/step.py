@@ -18,6 +18,7 @@ from durable_agents.errors import (
 from durable_agents.fingerprints import Fingerprint
 from durable_agents.invocation import OpRecord, Reason, Suspension
 from durable_agents.leases import lease_end, lease_expired
+from durable_agents.log_context import note_operation
 from durable_agents.models import EntryType, OpKind
 from durable_agents.retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy
 from durable_agents.semantics import StepSemantics
@@ -132,6 +133,7 @@ def run_step(
     inv.executed.append(op_id)
 
     inv.hooks.before_execute(op_id, attempt)
+    note_operation(op_id, name, attempt)  # its lines (and the runtime's) name the attempt
     inv.in_step = True
     try:
         if pass_info:

@@ -16,6 +16,8 @@ import logging
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from durable_agents.log_context import log_safely
+
 _log = logging.getLogger("durable_agents.schedules")
 
 
@@ -83,6 +85,10 @@ class EventBridgeWaitScheduler:
             except self._client.exceptions.ConflictException:
                 self._client.update_schedule(**request)  # a heartbeat moved the deadline
         except Exception:
-            _log.warning(
-                "could not schedule %s; the reconciler's sweep acts instead", name, exc_info=True
+            log_safely(
+                _log,
+                logging.WARNING,
+                "could not schedule %s; the reconciler's sweep acts instead",
+                name,
+                exc_info=True,
             )
