@@ -63,6 +63,7 @@ from durable_agents.errors import (
     WaitNotFoundError,
 )
 from durable_agents.events import step_ready
+from durable_agents.lambda_telemetry import RunsStarted
 from durable_agents.log_context import LOG_LOCATION
 from durable_agents.migrations import MigrationNotFoundError, MigrationRefusedError
 from durable_agents.models import SideEffectRecord, WaitStatus
@@ -90,7 +91,6 @@ from durable_agents.waits.auth import (
 )
 from durable_agents.waits.principals import Principal, iam_patterns
 from durable_agents.waits.records import WaitGoneError
-from step_runner.telemetry import RunsStarted
 
 
 class ThreadSafeRestResolver(APIGatewayRestResolver):
@@ -186,7 +186,7 @@ def get_runtime() -> Runtime:
     """Builds the runtime once per execution environment (on first use, not at import)."""
     global _runtime  # noqa: PLW0603 - one runtime per Lambda execution environment
     if _runtime is None:
-        # RunsStarted by agent, for every run a request creates (step_runner.telemetry).
+        # RunsStarted by agent, for every run a request creates (durable_agents.lambda_telemetry).
         _runtime = build_runtime(Settings.from_env(), logger=logger, plugins=[RunsStarted()])
     return _runtime
 

@@ -17,10 +17,10 @@ from pydantic import BaseModel, Field
 from durable_agents.deployment import Settings, build_runtime, import_agent_modules
 from durable_agents.errors import InfrastructureError, InvocationRetryError, RunNotFoundError
 from durable_agents.events import STEP_READY
+from durable_agents.lambda_telemetry import PowertoolsPlugin, flush_metrics_safely, trace_safely
 from durable_agents.log_context import LOG_LOCATION, LogContextFilter
 from durable_agents.runtime import Runtime
 from durable_agents.scrub import ScrubFilter
-from step_runner.telemetry import PowertoolsPlugin, flush_metrics_safely, trace_safely
 
 # A line's location is the file, function and line that wrote it (an agent's own line for
 # ctx.logger), and every line of an invocation names its run, agent and operation.

@@ -90,7 +90,7 @@ class FakeTracer:
 
 
 def test_failed_attempts_and_operations_are_logged_and_counted_never_replays() -> None:
-    from step_runner.telemetry import PowertoolsPlugin
+    from durable_agents.lambda_telemetry import PowertoolsPlugin
 
     attempts = {"n": 0}
 
@@ -164,7 +164,7 @@ def counting(ctx: DurableContext, question: str) -> str:
 
 
 def test_model_tokens_by_model_id_once_per_recorded_answer_and_runs_succeeded_once() -> None:
-    from step_runner.telemetry import PowertoolsPlugin
+    from durable_agents.lambda_telemetry import PowertoolsPlugin
 
     metrics, logger, tracer = FakeMetrics(), FakeLogger(), FakeTracer()
     plugin = PowertoolsPlugin(logger=logger, metrics=metrics, tracer=tracer, emit=metrics.emit)
@@ -191,7 +191,7 @@ def test_model_tokens_by_model_id_once_per_recorded_answer_and_runs_succeeded_on
 
 
 def test_a_metric_that_cannot_be_written_costs_only_itself() -> None:
-    from step_runner.telemetry import PowertoolsPlugin
+    from durable_agents.lambda_telemetry import PowertoolsPlugin
 
     metrics, logger, tracer = FakeMetrics(), FakeLogger(), FakeTracer()
 
@@ -206,7 +206,7 @@ def test_a_metric_that_cannot_be_written_costs_only_itself() -> None:
 
 
 def test_runs_started_once_per_created_run_not_per_repeated_start() -> None:
-    from step_runner.telemetry import RunsStarted
+    from durable_agents.lambda_telemetry import RunsStarted
 
     metrics = FakeMetrics()
     runner = AgentTestRunner(counting, plugins=[RunsStarted(emit=metrics.emit)])

@@ -1,4 +1,7 @@
-"""The StepRunner's logs, metrics and trace annotations, as a runtime plugin.
+"""The Lambda functions' logs, metrics and trace annotations (Powertools), and their guards.
+
+In the layer because the StepRunner, the Api and the reconciler all use it (each function's
+package holds only its own code). The StepRunner's part is a runtime plugin.
 
 Built on the runtime's instrumentation hooks (``durable_agents.plugins``): what the handler used
 to log and count after ``execute`` returned is reported from ``on_invocation_end``, and failed
