@@ -18,8 +18,8 @@ from typing import Any
 from urllib.parse import quote
 
 from api.console_page import e, facts, notice, page, pill, pretty, run_link, when
-from durable_agents.invocation import OpRecord, group_entries
 from durable_agents.models import OpKind, RunSnapshot
+from durable_agents.replay_index import OpRecord, group_entries
 from durable_agents.time_limits import deadline_ms
 
 MAX_TEXT_CHARS = 20_000

@@ -37,7 +37,7 @@ from durable_agents.errors import (
     WaitNotFoundError,
 )
 from durable_agents.events import EventPublisher, OutgoingEvent
-from durable_agents.invocation import Invocation, OpRecord, Reason, group_entries
+from durable_agents.invocation import Invocation, Reason
 from durable_agents.journal.store import JournalStore
 from durable_agents.models import (
     Entry,
@@ -51,6 +51,7 @@ from durable_agents.models import (
     WaitStatus,
 )
 from durable_agents.outcomes import InvocationOutcome, OutcomeKind
+from durable_agents.replay_index import OpRecord, group_entries
 from durable_agents.serde import error_info
 from durable_agents.stop_requests import (
     CANCEL,

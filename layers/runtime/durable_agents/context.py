@@ -21,6 +21,7 @@ from durable_agents.ids import check_name, name_of
 from durable_agents.llm.types import LlmRequest, LlmResponse, ModelConfig
 from durable_agents.models import OpKind
 from durable_agents.operations.parallel import BatchResult, CompletionPolicy
+from durable_agents.operations.step import run_step
 from durable_agents.prompts import Prompt, pinned_for_run
 from durable_agents.retry import RetryPolicy
 from durable_agents.semantics import StepSemantics
@@ -97,11 +98,16 @@ class DurableContext(WaitOperations):
             >>> def research(ctx, topic: str) -> str:
             ...     return ctx.step(lambda: topic.upper(), name="shout")
         """
-        from durable_agents.operations.step import run_step  # noqa: PLC0415 - avoid a cycle
-
         op_name = check_name(name) if name is not None else name_of(fn)
         return run_step(  # type: ignore[no-any-return]
-            self, fn, args, op_name, retry, semantics, result_type, serdes=as_serdes(serdes)
+            self,
+            fn,
+            args,
+            op_name,
+            retry,
+            semantics,
+            result_type,
+            serdes=None if serdes is None else as_serdes(serdes),
         )
 
     def tool(self, tool: Tool[Any, T], request: Any, *, name: str | None = None) -> T:

@@ -15,10 +15,11 @@ from durable_agents.cancellation import stop_point
 from durable_agents.errors import NestedOperationError, ReplayDivergedError
 from durable_agents.fingerprints import Fingerprint
 from durable_agents.ids import format_position
-from durable_agents.invocation import Invocation, OpRecord
+from durable_agents.invocation import Invocation
 from durable_agents.log_context import note_operation
 from durable_agents.models import OpKind
 from durable_agents.observability import ReplayAwareLogger
+from durable_agents.replay_index import OpRecord
 
 
 class OperationScope:
@@ -85,11 +86,12 @@ class OperationScope:
                 f"{kind} {name!r} was called inside a step; steps are leaves — call it from "
                 "the agent function or a child context"
             )
-        self._counter += 1
-        position = format_position(self._pos_prefix, self._counter)
-        op_id = f"{self._id_prefix}{name}:{self._counter}"
+        counter = self._counter = self._counter + 1
+        position = f"{self._pos_prefix}{counter:08d}"  # format_position, inlined: hot on replay
+        op_id = f"{self._id_prefix}{name}:{counter}"
         record = inv.records.get(position)
-        stop_point(inv, position, op_id, name, record)  # a cancel is seen here (and replayed)
+        if inv.stop is not None or (record is not None and record.kind is OpKind.CANCEL):
+            stop_point(inv, position, op_id, name, record)  # a cancel is seen (and replayed)
         if record is not None and (record.kind is not kind or record.name != name):
             inv.fault = ReplayDivergedError(
                 record.op_id,
@@ -117,7 +119,11 @@ class OperationScope:
             raise inv.fault
         if record is None or record.result is None:
             inv.live = True
-        note_operation(op_id, name)  # the lines written from here on name this operation
+        if inv.live:
+            # The lines written from here on name this operation. A replayed one writes none
+            # (replay is quiet), and keeping the keys current per replayed operation was a
+            # measurable part of replaying a long run.
+            note_operation(op_id, name)
         if inv.observer is not None:
             inv.observer.operation(str(kind), name, op_id, position, record)
         return position, op_id, record

@@ -28,14 +28,12 @@ from uuid import UUID
 from pydantic import BaseModel, SecretBytes, SecretStr
 
 from durable_agents.credentials import Secret
+from durable_agents.replay_index import FINGERPRINT_KEY
 from durable_agents.serde import canonical_json
 
 if TYPE_CHECKING:
-    from durable_agents.invocation import OpRecord
+    from durable_agents.replay_index import OpRecord
     from durable_agents.side_effects.tools import Tool
-
-FINGERPRINT_KEY = "fp"
-"""The ``Entry.meta`` key holding an operation's input fingerprint."""
 
 _HEX_DIGITS = 16
 _SECRETS = (Secret, SecretStr, SecretBytes)
@@ -133,7 +131,7 @@ class Fingerprint:
             cannot be serialised although the recorded one could), None if they agree or the
             record carries no fingerprint (recorded before fingerprints existed).
         """
-        recorded = recorded_fingerprint(record)
+        recorded = record.fingerprint
         if recorded is None:
             return None
         requested = self.value
@@ -141,15 +139,6 @@ class Fingerprint:
 
 
 _NO_ARGS = Fingerprint(lambda: "[]")
-
-
-def recorded_fingerprint(record: OpRecord) -> str | None:
-    """The fingerprint the first entry carrying one recorded (None if none does)."""
-    for entry in record.entries:
-        value = entry.meta.get(FINGERPRINT_KEY)
-        if isinstance(value, str):
-            return value
-    return None
 
 
 class ToolFingerprint(Fingerprint):

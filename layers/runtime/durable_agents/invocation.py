@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from durable_agents.clock import Clock
@@ -15,7 +15,6 @@ from durable_agents.errors import (
     WaitConflictError,
 )
 from durable_agents.leases import lease_end
-from durable_agents.migration_records import migrated_view
 from durable_agents.models import (
     Entry,
     EntryType,
@@ -25,10 +24,10 @@ from durable_agents.models import (
     RunHeader,
     RunSnapshot,
     RunStatus,
-    SideEffectRecord,
     WaitChange,
 )
 from durable_agents.plugin_calls import InvocationObserver
+from durable_agents.replay_index import WARM_RECORDS
 from durable_agents.serde import decode, rebuild_error
 from durable_agents.time_limits import cap_wake
 
@@ -73,59 +72,6 @@ class InvocationHooks:
 
 
 NO_HOOKS = InvocationHooks()
-
-
-@dataclass(slots=True)
-class OpRecord:
-    """Everything the journal holds about one operation (one position)."""
-
-    kind: OpKind
-    name: str
-    op_id: str
-    result: Entry | None = None
-    last_started: Entry | None = None
-    last_failed: Entry | None = None
-    scheduled: Entry | None = None
-    notified: Entry | None = None
-    attempts: int = 0
-    entries: list[Entry] = field(default_factory=list)
-    effect: SideEffectRecord | None = None
-
-    def add(self, entry: Entry) -> None:
-        """Folds one entry into the record."""
-        self.entries.append(entry)
-        self.attempts = max(self.attempts, entry.attempt)
-        if entry.type.is_result:
-            self.result = entry
-        elif entry.type is EntryType.STARTED:
-            if self.last_started is None or entry.attempt > self.last_started.attempt:
-                self.last_started = entry
-        elif entry.type is EntryType.ATTEMPT_FAILED:
-            if self.last_failed is None or entry.attempt > self.last_failed.attempt:
-                self.last_failed = entry
-        elif entry.type is EntryType.SCHEDULED:
-            self.scheduled = entry
-        elif entry.type is EntryType.NOTIFIED:
-            self.notified = entry
-
-
-def group_entries(
-    entries: Sequence[Entry], effects: Sequence[SideEffectRecord] = ()
-) -> dict[str, OpRecord]:
-    """Groups journal entries and side-effect records by position."""
-    records: dict[str, OpRecord] = {}
-    for entry in entries:
-        record = records.get(entry.position)
-        if record is None:
-            record = records[entry.position] = OpRecord(entry.kind, entry.name, entry.op_id)
-        record.add(entry)
-    for effect in effects:
-        record = records.get(effect.position)
-        if record is None:
-            name = effect.operation_id.rsplit("/", 1)[-1].rsplit(":", 2)[-2]
-            record = records[effect.position] = OpRecord(OpKind.TOOL, name, effect.operation_id)
-        record.effect = effect
-    return records
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +119,7 @@ class Invocation:
         self.header: RunHeader = snapshot.header
         self.run_id = snapshot.header.run_id
         # Seen through the run's migrations: their records out, transformed results in.
-        self.records = group_entries(migrated_view(snapshot.entries), snapshot.effects)
+        self.records = WARM_RECORDS.records(self.run_id, snapshot.entries, snapshot.effects)
         self.credentials = credentials
         self.providers: dict[str, Any] = providers or {}
         self.stream_sink = stream_sink

@@ -29,7 +29,7 @@ from durable_agents.plugins import (
 )
 
 if TYPE_CHECKING:
-    from durable_agents.invocation import OpRecord
+    from durable_agents.replay_index import OpRecord
 
 _LOG = logging.getLogger("durable_agents.plugins")
 

@@ -26,10 +26,10 @@ from typing import Any
 
 from durable_agents.errors import RunNotFoundError, VersionUnavailableError, WaitNotFoundError
 from durable_agents.events import step_ready
-from durable_agents.invocation import OpRecord, group_entries
 from durable_agents.journal.store import Page
 from durable_agents.leases import lease_expired
 from durable_agents.models import EffectStatus, EntryType, OpKind, RunHeader, RunStatus, WaitStatus
+from durable_agents.replay_index import OpRecord, group_entries
 from durable_agents.runtime import Runtime
 from durable_agents.sweeping import SweepContext
 from durable_agents.versions import resolve_pinned

@@ -11,9 +11,10 @@ from typing import Any, Literal
 
 from durable_agents.errors import PayloadError
 from durable_agents.events import OutgoingEvent
-from durable_agents.invocation import InvocationHooks, group_entries
+from durable_agents.invocation import InvocationHooks
 from durable_agents.models import Entry, EntryType, ErrorInfo, OpKind, RunHeader, RunSnapshot
 from durable_agents.outcomes import InvocationOutcome
+from durable_agents.replay_index import group_entries
 from durable_agents.serde import decode_value
 
 CrashPoint = Literal["before_claim", "before_execute", "after_execute", "after_record"]

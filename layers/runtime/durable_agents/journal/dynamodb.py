@@ -44,6 +44,7 @@ from durable_agents.journal.dynamodb_items import (
 )
 from durable_agents.journal.dynamodb_retention import DynamoDBRetention
 from durable_agents.journal.dynamodb_writes import NOT_EXISTS, effect_put, update_request, wait_put
+from durable_agents.journal.entry_cache import DecodedEntries
 from durable_agents.journal.item_size import transaction_put_budget
 from durable_agents.journal.payloads import INLINE_LIMIT_BYTES, S3PayloadStore
 from durable_agents.models import (
@@ -82,6 +83,7 @@ class DynamoDBJournal(DynamoDBRetention):
         self._client = client if isinstance(client, GuardedClient) else GuardedClient(client)
         self._table = table_name
         self._items = ItemCodec(payloads, inline_limit_bytes)
+        self._decoded = DecodedEntries()
 
     # -- JournalStore ------------------------------------------------------------------------
 
@@ -244,6 +246,9 @@ class DynamoDBJournal(DynamoDBRetention):
         header: RunHeader | None = None
         entries: list[Entry] = []
         effects: list[SideEffectRecord] = []
+        # The header sorts first (``#RUN``), so it is read before any entry. Without one (no
+        # such run, or its header expired before its entries) nothing is kept.
+        known: dict[str, Entry] | None = None
         kwargs: dict[str, Any] = {
             "TableName": self._table,
             "KeyConditionExpression": "pk = :pk",
@@ -256,10 +261,16 @@ class DynamoDBJournal(DynamoDBRetention):
                 sk = item["sk"]["S"]
                 if sk == HEADER_SK:
                     header = self._items.header_from_item(item)
+                    known = self._decoded.run(run_id, header.created_at_ms)
                 elif sk.startswith("S#"):
                     effects.append(self._items.effect_from_item(item))
+                elif known is not None and (entry := known.get(sk)) is not None:
+                    entries.append(entry)  # written once, never changed: decoded already
                 else:
-                    entries.append(self._items.entry_from_item(run_id, item))
+                    entry = self._items.entry_from_item(run_id, item)
+                    if known is not None:
+                        self._decoded.keep(known, sk, entry)
+                    entries.append(entry)
             last = page.get("LastEvaluatedKey")
             if not last:
                 break

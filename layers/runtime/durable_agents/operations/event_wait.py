@@ -26,7 +26,7 @@ from durable_agents.errors import (
     SuspendExecution,
     WaitConflictError,
 )
-from durable_agents.invocation import OpRecord, Reason, Suspension
+from durable_agents.invocation import Reason, Suspension
 from durable_agents.models import (
     Entry,
     EntryType,
@@ -36,6 +36,7 @@ from durable_agents.models import (
     WaitRecord,
     WaitStatus,
 )
+from durable_agents.replay_index import OpRecord
 from durable_agents.run_inbox import EVENT_KIND, find_wait, slot_id
 from durable_agents.serde import canonical_json, error_info
 from durable_agents.views import iso

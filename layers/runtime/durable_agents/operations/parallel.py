@@ -24,7 +24,7 @@ from durable_agents.errors import (
 )
 from durable_agents.ids import check_name, format_position
 from durable_agents.invocation import Reason
-from durable_agents.models import EntryType, ErrorInfo, OpKind
+from durable_agents.models import Entry, EntryType, ErrorInfo, OpKind
 from durable_agents.operations.batch_result import (
     ALL_SUCCESSFUL,
     BatchFailedError,
@@ -108,7 +108,7 @@ def run_batch(
         if child is not None and child.result is not None:
             state.status = "succeeded" if child.result.type is EntryType.SUCCEEDED else "failed"
             value = child.result.value
-            state.result = decode_value(value, None, serdes) if value else None
+            state.result = child.replayed(None, serdes, _decode_branch_result) if value else None
             state.error = child.result.error
         state.started = state.status != "pending" or state.position in scopes
         tally.count(state, +1)
@@ -118,10 +118,10 @@ def run_batch(
     waiting: list[str] = []  # what suspended branches wait for (an approval, a callback, …)
     finished_here = False
     for state, branch in zip(states, branches, strict=True):
+        if state.status != "pending":
+            continue  # a finished branch changes no count: no need to decide again here
         if tally.decided(policy) is not None:
             break
-        if state.status != "pending":
-            continue
         if inv.target is not None and not _on_path(inv.target, state.position):
             tally.count(state, -1)
             state.status = "skipped"  # another invocation advances this branch
@@ -321,6 +321,10 @@ def branch_names(
     if isinstance(branches, Mapping):
         return list(branches.values()), [check_name(n, "branch") for n in branches]
     return list(branches), None
+
+
+def _decode_branch_result(entry: Entry, hint: Any, serdes: Serdes | None) -> Any:
+    return decode_value(entry.value, hint, serdes)
 
 
 def map_branches(

@@ -16,10 +16,11 @@ from durable_agents.errors import (
     SuspendExecution,
 )
 from durable_agents.fingerprints import Fingerprint
-from durable_agents.invocation import OpRecord, Reason, Suspension
+from durable_agents.invocation import Reason, Suspension
 from durable_agents.leases import lease_end, lease_expired
 from durable_agents.log_context import note_operation
 from durable_agents.models import EntryType, OpKind
+from durable_agents.replay_index import OpRecord
 from durable_agents.retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy
 from durable_agents.semantics import StepSemantics
 from durable_agents.serde import (
@@ -86,12 +87,13 @@ def run_step(
     ``ready`` is called when the step is about to be claimed and executed (never on replay):
     it may refuse by raising, before anything is written.
     """
-    inv = ctx.invocation
-    fingerprint = Fingerprint.of_args(args) if fingerprint is None else fingerprint
+    if fingerprint is None:
+        fingerprint = Fingerprint.of_args(args)
     position, op_id, record = ctx.next_operation(kind, name, fingerprint)
     hint = result_type if result_type is not None else return_hint(fn)
     if record is not None and record.result is not None:
-        return replay_value(record.result, hint, serdes)
+        return record.replayed(hint, serdes, replay_value)
+    inv = ctx.invocation
 
     policy = retry or DEFAULT_RETRY
     now = inv.now_ms()

@@ -1,0 +1,240 @@
+"""A run's journal grouped by position, and kept grouped across a warm container's invocations.
+
+Replay looks each operation up by its position (``OpRecord``). Grouping the journal costs a
+pass over every entry, and in faithful mode (one operation per invocation) that pass ran once
+per invocation: quadratic in the run's length. ``WarmRecords`` keeps the grouping of the runs a
+process executed lately and, when the next load of a run is the journal it grouped plus entries
+after it (the usual case: the last invocation appended them), folds only those.
+
+It is a cache of what the journal says, never a source of truth: every invocation still loads
+the journal (consistent read), and the cached grouping is used only when the loaded entries
+*start with the very objects* that were grouped (the stores hand out the same immutable
+``Entry`` for an item they already decoded). Anything else — an entry inserted in the middle by
+a parallel branch, a migration's rewritten results, another process's store — regroups from
+scratch. Records are copied on write: an ``OpRecord`` an invocation was given never changes
+under it, even while another thread folds newer entries of the same run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from durable_agents.migration_records import migrated_view
+from durable_agents.models import Entry, EntryType, OpKind, SideEffectRecord
+
+FINGERPRINT_KEY = "fp"
+"""The ``meta`` key of an operation's input fingerprint (``durable_agents.fingerprints``)."""
+
+NOT_DECODED: Any = object()
+"""``OpRecord.decoded`` before (or instead of) a cached decoded result."""
+
+# Results cached decoded: values no agent can change in place, so one decoded object can be
+# handed to every replay. Anything else is decoded afresh each time (agent code may mutate it).
+_IMMUTABLE = frozenset({int, float, str, bool, type(None)})
+
+
+@dataclass(slots=True)
+class OpRecord:
+    """Everything the journal holds about one operation (one position).
+
+    Treat a record as read-only once it is in a grouping: ``WarmRecords`` shares it between
+    invocations. Only ``decoded`` is set later, to the same value by whoever sets it.
+    """
+
+    kind: OpKind
+    name: str
+    op_id: str
+    result: Entry | None = None
+    last_started: Entry | None = None
+    last_failed: Entry | None = None
+    scheduled: Entry | None = None
+    notified: Entry | None = None
+    attempts: int = 0
+    entries: list[Entry] = field(default_factory=list)
+    effect: SideEffectRecord | None = None
+    fingerprint: str | None = None
+    """The input fingerprint the first entry carrying one recorded (None if none does)."""
+    decoded: Any = NOT_DECODED
+    """``(hint, serdes, value)``: the result as last decoded, kept if the value is immutable."""
+
+    def add(self, entry: Entry) -> None:
+        """Folds one entry into the record."""
+        self.entries.append(entry)
+        self.attempts = max(self.attempts, entry.attempt)
+        kind = entry.type
+        if kind is EntryType.SUCCEEDED or kind is EntryType.FAILED:
+            self.result = entry
+        elif kind is EntryType.STARTED:
+            if self.last_started is None or entry.attempt > self.last_started.attempt:
+                self.last_started = entry
+        elif kind is EntryType.ATTEMPT_FAILED:
+            if self.last_failed is None or entry.attempt > self.last_failed.attempt:
+                self.last_failed = entry
+        elif kind is EntryType.SCHEDULED:
+            self.scheduled = entry
+        elif kind is EntryType.NOTIFIED:
+            self.notified = entry
+        if self.fingerprint is None:
+            value = entry.meta.get(FINGERPRINT_KEY) if entry.meta else None
+            if isinstance(value, str):
+                self.fingerprint = value
+
+    def replayed(self, hint: Any, serdes: Any, decode: Callable[[Entry, Any, Any], Any]) -> Any:
+        """The recorded result as ``decode(result, hint, serdes)`` gives it, decoded once.
+
+        The decoded value is kept (for this hint and serializer) only if it is immutable: a
+        dict or list is decoded afresh for every replay, since agent code may change it.
+
+        Raises:
+            Exception: Whatever ``decode`` raises (a recorded error, rebuilt).
+        """
+        cached = self.decoded
+        if cached is not NOT_DECODED and cached[0] is hint and cached[1] is serdes:
+            return cached[2]
+        value = decode(self.result, hint, serdes)  # type: ignore[arg-type]
+        if type(value) in _IMMUTABLE:
+            self.decoded = (hint, serdes, value)
+        return value
+
+
+def _fold(records: dict[str, OpRecord], entries: Sequence[Entry], fresh: set[str]) -> None:
+    """Folds ``entries`` into ``records``, copying every shared record it changes.
+
+    ``fresh`` holds the positions whose records this grouping created or copied already.
+    """
+    for entry in entries:
+        position = entry.position
+        record = records.get(position)
+        if record is None:
+            record = records[position] = OpRecord(entry.kind, entry.name, entry.op_id)
+            fresh.add(position)
+        elif position not in fresh:
+            record = records[position] = dataclasses.replace(
+                record, entries=list(record.entries), decoded=NOT_DECODED
+            )
+            fresh.add(position)
+        record.add(entry)
+
+
+def _attach(
+    records: dict[str, OpRecord], effects: Sequence[SideEffectRecord]
+) -> dict[str, OpRecord]:
+    """Returns ``records`` with each side-effect record on its operation (copied on write)."""
+    if not effects:
+        return records
+    records = dict(records)
+    for effect in effects:
+        record = records.get(effect.position)
+        if record is None:
+            name = effect.operation_id.rsplit("/", 1)[-1].rsplit(":", 2)[-2]
+            records[effect.position] = OpRecord(
+                OpKind.TOOL, name, effect.operation_id, effect=effect
+            )
+        elif record.effect is not effect and record.effect != effect:
+            records[effect.position] = dataclasses.replace(record, effect=effect)
+    return records
+
+
+def group_entries(
+    entries: Sequence[Entry], effects: Sequence[SideEffectRecord] = ()
+) -> dict[str, OpRecord]:
+    """Groups journal entries and side-effect records by position."""
+    records: dict[str, OpRecord] = {}
+    _fold(records, entries, set())
+    return _attach(records, effects)
+
+
+@dataclass(slots=True)
+class _Grouped:
+    """One run's grouped entries (without side-effect records, which change in place)."""
+
+    entries: list[Entry]
+    records: dict[str, OpRecord]
+    # The effects attached last time and the grouping with them: reused while they are equal.
+    effects: list[SideEffectRecord] = field(default_factory=list)
+    with_effects: dict[str, OpRecord] = field(default_factory=dict)
+    # Grouped through ``migrated_view``: never extended, regrouped on every load.
+    migrated: bool = False
+
+
+def _starts_with(entries: Sequence[Entry], known: list[Entry]) -> bool:
+    if len(entries) < len(known):
+        return False
+    # Identity, not equality: the store handed out these very objects for items it had read.
+    return all(a is b for a, b in zip(known, entries, strict=False))
+
+
+class WarmRecords:
+    """The grouped journals of the runs this process executed lately (bounded, thread-safe).
+
+    Args:
+        capacity: How many runs to keep (least recently used dropped first).
+    """
+
+    def __init__(self, capacity: int = 256):
+        self._capacity = capacity
+        self._runs: OrderedDict[str, _Grouped] = OrderedDict()
+        self._lock = threading.Lock()
+        self.folded = 0
+        """Entries folded since the process started (a cold grouping folds every entry)."""
+
+    def records(
+        self, run_id: str, entries: Sequence[Entry], effects: Sequence[SideEffectRecord]
+    ) -> dict[str, OpRecord]:
+        """Returns the journal grouped by position, folding only what is new since last time.
+
+        A migrated run is seen through its migrations (``migrated_view``: their entries out,
+        the results they transformed in) and is grouped from scratch each time.
+
+        The dict returned is the caller's own; the records in it are shared and read-only.
+        """
+        with self._lock:
+            known = self._runs.get(run_id)
+        if known is None or known.migrated or not _starts_with(entries, known.entries):
+            known, new = None, entries
+        else:
+            new = entries[len(known.entries) :]
+        if (known is None and any(e.kind is OpKind.MIGRATION for e in entries)) or any(
+            e.kind is OpKind.MIGRATION for e in new
+        ):
+            records: dict[str, OpRecord] = {}
+            _fold(records, migrated_view(entries), set())
+            known, new = _Grouped(list(entries), records, migrated=True), entries
+        elif known is None:
+            records = {}
+            _fold(records, entries, set())
+            known = _Grouped(list(entries), records)
+        elif new:
+            records = dict(known.records)
+            _fold(records, new, set())
+            known = _Grouped(list(entries), records)
+        if known.with_effects and _same_effects(effects, known.effects):
+            grouped = known.with_effects
+        else:
+            grouped = _attach(known.records, effects)
+            known.effects, known.with_effects = list(effects), grouped
+        with self._lock:
+            self.folded += len(new)
+            self._runs[run_id] = known
+            self._runs.move_to_end(run_id)
+            while len(self._runs) > self._capacity:
+                self._runs.popitem(last=False)
+        return dict(grouped)
+
+    def forget(self, run_id: str) -> None:
+        """Drops one run's grouping (the next load of it groups from scratch)."""
+        with self._lock:
+            self._runs.pop(run_id, None)
+
+
+def _same_effects(a: Sequence[SideEffectRecord], b: Sequence[SideEffectRecord]) -> bool:
+    return len(a) == len(b) and all(x is y or x == y for x, y in zip(a, b, strict=True))
+
+
+WARM_RECORDS = WarmRecords()
+"""The process's cache (a Lambda container keeps it between invocations)."""
