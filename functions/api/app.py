@@ -71,6 +71,7 @@ from durable_agents.run_inbox import (
     EventIdConflictError,
     EventSendContendedError,
     RunNotAcceptingEventsError,
+    TooManyEventNamesError,
 )
 from durable_agents.runtime import InputValidationError, Runtime
 from durable_agents.scrub import ScrubFilter
@@ -227,6 +228,7 @@ ERROR_STATUS: dict[type[Exception], HTTPStatus] = {
     RunNotCancellableError: HTTPStatus.CONFLICT,
     RunNotAcceptingEventsError: HTTPStatus.CONFLICT,  # finished, or being stopped
     EventIdConflictError: HTTPStatus.CONFLICT,
+    TooManyEventNamesError: HTTPStatus.CONFLICT,  # a run takes events of at most 64 names
     EventSendContendedError: HTTPStatus.SERVICE_UNAVAILABLE,
     InputValidationError: HTTPStatus.UNPROCESSABLE_ENTITY,
     # POST /runs/{id}/migrate: the run exists, what it is asked to move to does not (or may not).

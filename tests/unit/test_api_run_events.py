@@ -127,3 +127,20 @@ def test_unknown_and_other_tenants_runs_are_404_alike(rt: Runtime, api: Deployme
         assert theirs.text.replace(run_id, "ID") == missing.text.replace(MISSING_RUN, "ID")
     assert rt.store.load(run_id) == before
     assert api.published() == []
+
+
+def test_an_event_of_one_name_too_many_is_409(
+    rt: Runtime,
+    api: Deployment,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from durable_agents import run_inbox
+
+    monkeypatch.setattr(run_inbox, "MAX_EVENT_NAMES", 1)  # the rule, without 64 names
+    run_id = _suspended(rt, api)
+    assert send(run_id, "hi").status == 202  # "message": its one name
+    other = request("POST", f"/runs/{run_id}/events/other", "x", user_arn=TENANT_A)
+    assert other.status == 409, other.text
+    assert other.json["error"]["type"] == "TooManyEventNamesError"
+    assert send(run_id, "again").status == 202  # a name it has: still taken
+    assert rt.store.get_run(run_id).event_names == frozenset({"message"})

@@ -4,7 +4,8 @@
 once as the next event of ``name`` for the run (``durable_agents.run_inbox``); the agent takes
 it with ``ctx.wait_for_event(name)``. An ``Idempotency-Key`` header names the event: sending
 it again records nothing new and answers 200 with the same event (202 the first time). A
-finished run, or one being stopped, answers 409; another tenant's run is 404 like none.
+finished run, or one being stopped, answers 409, and so does a name new to a run that
+already takes events of ``MAX_EVENT_NAMES`` (64) names; another tenant's run is 404 like none.
 
 ``GET /runs/{run_id}/status-value``: the latest value the agent published with
 ``ctx.set_status`` (``value`` null, ``set_at`` null if it never did), read from the journal in

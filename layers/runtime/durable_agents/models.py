@@ -213,6 +213,9 @@ class RunHeader:
             finishes it; None while it runs).
         stamp_due_at_ms: When the reconciler next stamps the run's other items with its
             expiry (None once done, and while it runs).
+        event_names: The names of the events sent to the run (``durable_agents.run_inbox``):
+            how retention finds its inbox records, whose ids its journal cannot give. Empty
+            for runs from before it was recorded.
     """
 
     run_id: str
@@ -236,6 +239,7 @@ class RunHeader:
     retention_s: int | None = None
     expires_at_ms: int | None = None
     stamp_due_at_ms: int | None = None
+    event_names: frozenset[str] = frozenset()
 
     def replace(self, **changes: Any) -> RunHeader:
         """Returns a copy with ``changes`` applied."""
@@ -270,6 +274,8 @@ class RunChange:
         expected_revision: If set, the header must still be at this revision: the change was
             decided on what that read showed (what the run waits for, when it wakes) and is
             refused if anyone changed the header since (``RunRevisionConflictError``).
+        add_event_name: If set, adds this name to ``event_names`` (an event of it is written
+            in the same transaction; adding a name already there changes nothing).
     """
 
     expected: frozenset[RunStatus]
@@ -282,6 +288,7 @@ class RunChange:
     versions: Any = UNSET
     expected_revision: int | None = None
     cancel_requested: Any = UNSET
+    add_event_name: str | None = None
 
     def apply(self, header: RunHeader) -> RunHeader:
         """Returns ``header`` with this change applied (no condition check)."""
@@ -294,6 +301,8 @@ class RunChange:
             value = getattr(self, name)
             if value is not UNSET:
                 changes[name] = value
+        if self.add_event_name is not None:
+            changes["event_names"] = header.event_names | {self.add_event_name}
         return header.replace(**changes)
 
 

@@ -10,7 +10,9 @@ transaction with a change of the run header:
   arrival order is the slot order (see docs/adr/0014-run-events.md for why not timestamps);
 * the **key** ``evk-<h(run, name, event id)>``: records that this client event id was taken
   (and by which slot), so a retried POST records nothing new and gets the same answer;
-* the header change is conditioned on the revision read: it wakes a run suspended on this
+* the header change adds the event name to the header's ``event_names`` (how retention finds
+  the run's inbox records: their ids cannot be derived from its journal) and is conditioned
+  on the revision read: it wakes a run suspended on this
   event (SUSPENDED → RUNNING) and otherwise only moves the revision, which is what makes an
   invocation that read the inbox just before this event landed fail to suspend (its
   suspension is fenced by the revision it read) and look again: an event that arrives while
@@ -55,6 +57,9 @@ EVENT_KEY_KIND = "event-key"
 _NOT_EVENTS = frozenset(
     {"wait", "retry", "approval", "callback", "invoke", "review", "tool-recovery", "person"}
 )
+MAX_EVENT_NAMES = 64
+"""How many distinct event names one run takes: they are kept on its header, which must stay
+small (80-character names: under 6 KB of the header's ``HEADER_REST_BUDGET_BYTES``)."""
 _TRIES = 8  # each lost try is another writer's landed write: the run is busy, not stuck
 
 
@@ -66,6 +71,18 @@ class RunNotAcceptingEventsError(DurableError):
         self.status = status
         self.reason = reason
         super().__init__(f"run {run_id} does not accept events: {reason}")
+
+
+class TooManyEventNamesError(DurableError):
+    """The run already took events of ``limit`` other names: a new name is refused."""
+
+    def __init__(self, run_id: str, name: str, limit: int):
+        self.run_id = run_id
+        self.name = name
+        self.limit = limit
+        super().__init__(
+            f"run {run_id} already takes events of {limit} names; {name!r} would be one more"
+        )
 
 
 class EventIdConflictError(DurableError):
@@ -159,6 +176,14 @@ def _refusal(header: RunHeader) -> RunNotAcceptingEventsError | None:
     return None
 
 
+def _name_refusal(header: RunHeader, name: str) -> TooManyEventNamesError | None:
+    # Decided on the header as read; the write is fenced by its revision, so two new names
+    # racing for the last place cannot both be added.
+    if name not in header.event_names and len(header.event_names) >= MAX_EVENT_NAMES:
+        return TooManyEventNamesError(header.run_id, name, MAX_EVENT_NAMES)
+    return None
+
+
 def _header_change(header: RunHeader, name: str, now_ms: int) -> RunChange:
     """Wakes a run that may be waiting for this event; otherwise only moves the revision.
 
@@ -185,12 +210,14 @@ def _header_change(header: RunHeader, name: str, now_ms: int) -> RunChange:
             wake_at_ms=None,
             waiting_on=None,
             expected_revision=header.revision,
+            add_event_name=name,
         )
     return RunChange(
         expected=frozenset({header.status}),
         status=header.status,
         updated_at_ms=header.updated_at_ms,  # not activity: a stall is still noticed
         expected_revision=header.revision,
+        add_event_name=name,
     )
 
 
@@ -254,6 +281,8 @@ def send_event(
         RunNotFoundError: If there is no such run.
         RunNotAcceptingEventsError: If the run has ended or a stop was requested.
         EventIdConflictError: If the event id was used before with another payload.
+        TooManyEventNamesError: If the name is new to the run and it already takes events of
+            ``MAX_EVENT_NAMES`` names.
         EventSendContendedError: If every try lost to another writer of the run.
         PayloadError: If the payload is too large to record.
     """
@@ -267,7 +296,7 @@ def send_event(
         if taken is not None:
             return _duplicate(store, taken, event_id, sha)
         header = store.get_run(run_id)
-        refusal = _refusal(header)
+        refusal = _refusal(header) or _name_refusal(header, name)
         if refusal is not None:
             raise refusal
         seq = next_free_seq(store, run_id, name)

@@ -322,6 +322,8 @@ class ItemCodec:
             item["execution_timeout_ms"] = {"N": str(header.execution_timeout_ms)}
         if header.retention_s is not None:
             item["retention_s"] = {"N": str(header.retention_s)}
+        if header.event_names:  # a string set: DynamoDB has no empty one
+            item["event_names"] = {"SS": sorted(header.event_names)}
         self.check_header_update(header.run_id, item)
         return item
 
@@ -353,6 +355,8 @@ class ItemCodec:
             # DynamoDB TTL is in epoch seconds.
             expires_at_ms=None if "ttl" not in item else int(item["ttl"]["N"]) * 1000,
             stamp_due_at_ms=opt_int(item, "stamp_due_at_ms"),
+            # Headers written before it was recorded: no names (nothing to find by them).
+            event_names=frozenset(item.get("event_names", {}).get("SS", ())),
         )
 
     def effect_item(

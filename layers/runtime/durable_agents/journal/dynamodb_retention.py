@@ -4,15 +4,19 @@ The finishing header write set the header's ``ttl`` and listed the run in the sp
 partition ``EXPIRING`` (sort key ``<due_ms>#<run_id>``). A pass gives the same ``ttl`` to every
 item the run owns, each in its own small conditional update (never one transaction over the
 world): the items of its partition (journal entries, side-effect records), its approval and
-callback records (ids derived from its journal, each checked to be this run's), its idempotency
-key item (checked to map to this run), and tags its spilled payloads for S3 lifecycle. Items
-already carrying the ``ttl`` are not written again, so a pass after a crash writes only what
-is left. Then it moves the listing on (a second pass for late
-writes) or removes it, conditional on the due time it read.
+callback records (ids derived from its journal, each checked to be this run's), its event
+inbox records (``durable_agents.run_inbox``: for each name on the header's ``event_names``,
+the slots ``evs-…-1, 2, …`` read by key until the first missing one — slots have no gaps — and
+each slot's ``evk-…`` key record, stamped before its slot so that a stamped slot means both
+are), its idempotency key item (checked to map to this run), and tags its spilled payloads for
+S3 lifecycle. Items already carrying the ``ttl`` are not written again, so a pass after a crash
+writes only what is left. Then it moves the listing on (a second pass for late writes) or
+removes it, conditional on the due time it read.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -31,6 +35,7 @@ from durable_agents.journal.dynamodb_listings import DynamoDBListings
 from durable_agents.journal.store import Page, next_stamp_due
 from durable_agents.models import OpKind, RunHeader
 from durable_agents.retention import RETENTION_TAG, retention_class_days
+from durable_agents.run_inbox import key_id, slot_id
 from durable_agents.waits.records import wait_id
 
 _WAIT_PREFIXES = {OpKind.APPROVAL.value: "apr", OpKind.CALLBACK.value: "cb"}
@@ -71,6 +76,7 @@ class DynamoDBRetention(DynamoDBListings):
         for each in sorted(wait_ids):
             key = {"pk": {"S": f"WAIT#{each}"}, "sk": {"S": WAIT_SK}}
             stamped += self._stamp(key, ttl, run_id)
+        stamped += self._stamp_inbox(header, ttl)
         if header.idempotency_key is not None:
             idem = idem_pk(header.tenant, header.agent, header.idempotency_key)
             stamped += self._stamp({"pk": {"S": idem}, "sk": {"S": IDEM_SK}}, ttl, run_id)
@@ -105,6 +111,39 @@ class DynamoDBRetention(DynamoDBListings):
             if not last:
                 return stamped, wait_ids
             kwargs["ExclusiveStartKey"] = last
+
+    def _stamp_inbox(self, header: RunHeader, ttl: dict[str, str]) -> int:
+        """Stamps the run's event slots and their key records (see the module docstring).
+
+        A finished run takes no more events (``send_event`` is refused in the transaction),
+        so the names and slots read here are all there will be. An already stamped slot costs
+        one read and no write; its key was stamped first.
+        """
+        stamped = 0
+        run_id = header.run_id
+        for name in sorted(header.event_names):
+            seq = 1
+            while True:
+                key = {"pk": {"S": f"WAIT#{slot_id(run_id, name, seq)}"}, "sk": {"S": WAIT_SK}}
+                slot = self._client.get_item(
+                    TableName=self._table,
+                    Key=key,
+                    ConsistentRead=True,
+                    ProjectionExpression="run_id, details, details_ref, #ttl",
+                    ExpressionAttributeNames={"#ttl": "ttl"},
+                ).get("Item")
+                if slot is None:
+                    break  # slots have no gaps: the first missing one ends the name's events
+                mine = slot.get("run_id", {}).get("S") == run_id
+                if mine and slot.get("ttl") != ttl:
+                    # details may be in S3 (a large payload): read_value fetches it back.
+                    details = json.loads(self._items.read_value(slot, "details") or "{}")
+                    taken = key_id(run_id, name, str(details["event_id"]))
+                    taken_key = {"pk": {"S": f"WAIT#{taken}"}, "sk": {"S": WAIT_SK}}
+                    stamped += self._stamp(taken_key, ttl, run_id)
+                    stamped += self._stamp(key, ttl, run_id)
+                seq += 1
+        return stamped
 
     def _stamp(self, key: dict[str, Any], ttl: dict[str, str], owner: str | None) -> int:
         """Sets ``ttl`` on one existing item (of run ``owner`` when given); 1 if it did."""

@@ -199,6 +199,11 @@ def update_request(table: str, items: ItemCodec, run_id: str, change: RunChange)
     expression = "SET " + ", ".join(set_parts)
     if remove_parts:
         expression += " REMOVE " + ", ".join(remove_parts)
+    if change.add_event_name is not None:
+        # ADD to a string set: a name already there is no change (the run inbox bounds it).
+        names["#events"] = "event_names"
+        values[":event"] = {"SS": [change.add_event_name]}
+        expression += " ADD #events :event"
     # The header must exist and be in one of the statuses this change starts from: a run
     # that was paused or finished meanwhile is never overwritten. A change decided on a read
     # (a suspension: what the run waits for, when it wakes) also needs the header still at
