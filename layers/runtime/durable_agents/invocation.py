@@ -223,6 +223,30 @@ class Invocation:
         """Whether another operation may execute in this invocation."""
         return self.budget is None or self.budget > 0
 
+    def record(
+        self,
+        op_id: str,
+        entries: Sequence[Entry],
+        suspension: Suspension | None = None,
+        *,
+        wait: WaitChange | None = None,
+    ) -> None:
+        """Writes an operation's entries at its boundary: ``commit`` between the crash hooks.
+
+        ``hooks.before_claim`` runs before the write and ``hooks.after_record`` after it, so
+        the fault suite can kill the process on either side of every operation's write.
+
+        Raises:
+            SuspendExecution: CONTENDED if another invocation recorded this operation first
+                (its entry, or its wait record, is there already): that one goes on from here.
+        """
+        self.hooks.before_claim(op_id)
+        try:
+            self.commit(entries, suspension, wait=wait)
+        except (EntryConflictError, WaitConflictError) as exc:
+            raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+        self.hooks.after_record(op_id)
+
     def commit(
         self,
         entries: Sequence[Entry],

@@ -5,9 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from durable_agents.errors import EntryConflictError, SuspendExecution
 from durable_agents.fingerprints import Fingerprint
-from durable_agents.invocation import Reason
 from durable_agents.models import EntryType, OpKind
 from durable_agents.operations.step import return_hint
 from durable_agents.serde import (
@@ -56,20 +54,10 @@ def run_child(
             raise
         info = error_info(exc)
         failed = inv.entry(position, op_id, kind, name, EntryType.FAILED, error=info, meta=meta)
-        _commit(ctx, failed, op_id)
+        inv.record(op_id, [failed])
         raise rebuild_error(info) from exc
-    _commit(
-        ctx,
-        inv.entry(position, op_id, kind, name, EntryType.SUCCEEDED, value=payload, meta=meta),
+    inv.record(
         op_id,
+        [inv.entry(position, op_id, kind, name, EntryType.SUCCEEDED, value=payload, meta=meta)],
     )
     return value
-
-
-def _commit(ctx: DurableContext, entry: Any, op_id: str) -> None:
-    ctx.invocation.hooks.before_claim(op_id)
-    try:
-        ctx.invocation.commit([entry])
-    except EntryConflictError as exc:
-        raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
-    ctx.invocation.hooks.after_record(op_id)

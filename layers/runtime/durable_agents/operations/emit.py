@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from durable_agents.errors import EntryConflictError, PayloadError, SuspendExecution
+from durable_agents.errors import PayloadError
 from durable_agents.fingerprints import Fingerprint
-from durable_agents.invocation import Reason
 from durable_agents.models import EntryType, OpKind
 from durable_agents.serde import canonical_json
 
@@ -47,10 +46,5 @@ def run_emit(ctx: DurableContext, detail_type: str, detail: Any, name: str) -> s
         value=payload,
         meta={"outbox": True, "event_id": op_id, **fingerprint.meta()},
     )
-    inv.hooks.before_claim(op_id)
-    try:
-        inv.commit([entry])
-    except EntryConflictError as exc:
-        raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
-    inv.hooks.after_record(op_id)
+    inv.record(op_id, [entry])
     return op_id

@@ -154,12 +154,7 @@ def run_wait_for_event(ctx: DurableContext, name: str, timeout_ms: int | None) -
         failed = inv.entry(
             position, op_id, OpKind.EVENT, name, EntryType.FAILED, error=error_info(error)
         )
-        inv.hooks.before_claim(op_id)
-        try:
-            inv.commit([failed])
-        except EntryConflictError as exc:
-            raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
-        inv.hooks.after_record(op_id)
+        inv.record(op_id, [failed])
         raise error
     entries: list[Entry] = []
     if scheduled is None:
@@ -177,14 +172,9 @@ def run_wait_for_event(ctx: DurableContext, name: str, timeout_ms: int | None) -
     waiting_on: dict[str, Any] = {"kind": EVENT_KIND, "name": name, "op_id": op_id}
     if deadline is not None:
         waiting_on["until_ms"] = deadline
-    inv.hooks.before_claim(op_id)
-    try:
-        # Fenced by the revision this invocation read: an event recorded since moved it, so
-        # this suspension is refused and the run looks again (the event is not missed).
-        inv.commit(entries, Suspension(deadline, waiting_on))
-    except EntryConflictError as exc:
-        raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
-    inv.hooks.after_record(op_id)
+    # Fenced by the revision this invocation read: an event recorded since moved it, so this
+    # suspension is refused and the run looks again (the event is not missed).
+    inv.record(op_id, entries, Suspension(deadline, waiting_on))
     raise SuspendExecution(Reason.EXTERNAL, wake_at_ms=deadline, detail=f"event {name}")
 
 
@@ -262,12 +252,7 @@ def run_set_status(ctx: DurableContext, value: Any, name: str) -> None:
     entry = inv.entry(
         position, op_id, OpKind.STATUS, name, EntryType.SUCCEEDED, value=canonical_json(value)
     )
-    inv.hooks.before_claim(op_id)
-    try:
-        inv.commit([entry])
-    except EntryConflictError as exc:
-        raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
-    inv.hooks.after_record(op_id)
+    inv.record(op_id, [entry])
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from durable_agents.errors import (
-    EntryConflictError,
     RunCancelledError,
     SuspendExecution,
 )
@@ -283,12 +282,7 @@ def _complete(
     outcome: BatchResult[Any] = BatchResult(items=items, completion_reason=reason)
     payload = encode(outcome.model_dump(mode="json"))
     entry = inv.entry(position, op_id, kind, name, EntryType.SUCCEEDED, value=payload)
-    inv.hooks.before_claim(op_id)
-    try:
-        inv.commit([entry])
-    except EntryConflictError as exc:
-        raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
-    inv.hooks.after_record(op_id)
+    inv.record(op_id, [entry])
     return _decoded(BatchResult[Any].model_validate(decode(payload)), serdes)
 
 

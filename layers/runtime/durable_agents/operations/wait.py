@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from durable_agents.errors import EntryConflictError, SuspendExecution
+from durable_agents.errors import SuspendExecution
 from durable_agents.invocation import Reason, Suspension
 from durable_agents.models import EntryType, OpKind
 
@@ -31,19 +31,9 @@ def run_wait(ctx: DurableContext, seconds: float, name: str) -> None:
         if due > now:
             raise SuspendExecution(Reason.TIMER, wake_at_ms=due, detail=op_id)
         done = inv.entry(position, op_id, OpKind.WAIT, name, EntryType.SUCCEEDED)
-        inv.hooks.before_claim(op_id)
-        try:
-            inv.commit([done])
-        except EntryConflictError as exc:
-            raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
-        inv.hooks.after_record(op_id)
+        inv.record(op_id, [done])
         return
     due = now + int(seconds * 1000)
     armed = inv.entry(position, op_id, OpKind.WAIT, name, EntryType.SCHEDULED, due_at_ms=due)
-    inv.hooks.before_claim(op_id)
-    try:
-        inv.commit([armed], Suspension(due, {"kind": "wait", "op_id": op_id, "until_ms": due}))
-    except EntryConflictError as exc:
-        raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
-    inv.hooks.after_record(op_id)
+    inv.record(op_id, [armed], Suspension(due, {"kind": "wait", "op_id": op_id, "until_ms": due}))
     raise SuspendExecution(Reason.TIMER, wake_at_ms=due, detail=op_id)

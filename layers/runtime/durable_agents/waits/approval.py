@@ -10,9 +10,7 @@ from pydantic import BaseModel, Field
 
 from durable_agents.errors import (
     DurableError,
-    EntryConflictError,
     SuspendExecution,
-    WaitConflictError,
 )
 from durable_agents.events import OutgoingEvent
 from durable_agents.fingerprints import Fingerprint
@@ -168,12 +166,7 @@ def run_wait_for_approval(
         "op_id": op_id,
         **({"until_ms": deadline_ms} if deadline_ms is not None else {}),
     }
-    inv.hooks.before_claim(op_id)
-    try:
-        inv.commit([waiting], Suspension(None, waiting_on), wait=WaitChange(pending))
-    except (EntryConflictError, WaitConflictError) as exc:
-        raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
-    inv.hooks.after_record(op_id)
+    inv.record(op_id, [waiting], Suspension(None, waiting_on), wait=WaitChange(pending))
     inv.schedule_wait(approval_id, deadline_ms)
     _notify(inv, pending)
     raise SuspendExecution(Reason.EXTERNAL, detail=f"approval {approval_id}")

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 from durable_agents.errors import (
     DurableError,
-    EntryConflictError,
     SuspendExecution,
     WaitConflictError,
     WaitNotFoundError,
@@ -192,12 +191,7 @@ def run_create_callback(
         # ``callback_id`` stays the public id (the reconciler looks the record up by it).
         value=canonical_json({"callback_id": public_id, "secret": secret}),
     )
-    inv.hooks.before_claim(op_id)
-    try:
-        inv.commit([created], wait=WaitChange(pending))
-    except (EntryConflictError, WaitConflictError) as exc:
-        raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
-    inv.hooks.after_record(op_id)
+    inv.record(op_id, [created], wait=WaitChange(pending))
     inv.schedule_wait(public_id, pending.due_at_ms)
     full_id = f"{public_id}{_SEPARATOR}{secret}"
     return Callback(full_id, public_id, ctx, position, op_id, name, serdes)
