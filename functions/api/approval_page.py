@@ -103,20 +103,27 @@ dl{grid-template-columns:1fr;gap:.125rem}dd{margin-bottom:.5rem}
 .actions{flex-direction:column}button{width:100%}}
 """
 
-_STYLE_HASH = base64.b64encode(hashlib.sha256(_STYLE.encode()).digest()).decode()
 
-HTML_HEADERS = {
-    # Only this module's own stylesheet (by hash) may apply; nothing may be loaded or run, and
-    # the form may post only to the Api itself.
-    "Content-Security-Policy": (
-        f"default-src 'none'; style-src 'sha256-{_STYLE_HASH}'; form-action 'self'; "
-        "frame-ancestors 'none'; base-uri 'none'"
-    ),
-    "Referrer-Policy": "no-referrer",
-    "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
-    "Cache-Control": "no-store",
-}
+def page_headers(stylesheet: str) -> dict[str, str]:
+    """The headers of a server-rendered page whose only resource is ``stylesheet`` (inline).
+
+    Only that exact stylesheet (by hash) may apply; nothing may be loaded or run, and forms
+    may post only to the Api itself. The console's pages use it too.
+    """
+    digest = base64.b64encode(hashlib.sha256(stylesheet.encode()).digest()).decode()
+    return {
+        "Content-Security-Policy": (
+            f"default-src 'none'; style-src 'sha256-{digest}'; form-action 'self'; "
+            "frame-ancestors 'none'; base-uri 'none'"
+        ),
+        "Referrer-Policy": "no-referrer",
+        "X-Content-Type-Options": "nosniff",
+        "X-Frame-Options": "DENY",
+        "Cache-Control": "no-store",
+    }
+
+
+HTML_HEADERS = page_headers(_STYLE)
 """Headers every HTML response of the Api carries."""
 
 _MARKS: dict[Tone, str] = {"info": "i", "success": "\u2713", "warning": "!", "error": "\u00d7"}

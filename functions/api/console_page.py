@@ -13,14 +13,13 @@ The timeline of one run is in ``api.console_timeline``.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from api.approval_page import page_headers
 from durable_agents.models import RunHeader, RunStatus, SideEffectRecord, WaitRecord
 from durable_agents.views import iso
 
@@ -84,19 +83,7 @@ background:var(--ok-bg)}
 footer{color:var(--muted);font-size:.8rem;text-align:center;margin:1rem 0}
 """
 
-_STYLE_HASH = base64.b64encode(hashlib.sha256(STYLE.encode()).digest()).decode()
-
-CONSOLE_HEADERS = {
-    # Only the console's own stylesheet (by hash); nothing loaded or run; forms post to the Api.
-    "Content-Security-Policy": (
-        f"default-src 'none'; style-src 'sha256-{_STYLE_HASH}'; form-action 'self'; "
-        "frame-ancestors 'none'; base-uri 'none'"
-    ),
-    "Referrer-Policy": "no-referrer",
-    "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
-    "Cache-Control": "no-store",
-}
+CONSOLE_HEADERS = page_headers(STYLE)  # only the console's own stylesheet; forms post to the Api
 """Headers every console page carries (the approval page's, with the console's stylesheet)."""
 
 DEFAULT_LIMIT = 25
