@@ -183,6 +183,13 @@ def test_filters_and_a_bad_filter(pending: Pending) -> None:
     assert bad.status == 400 and "limit must be between" in bad.html
 
 
+@pytest.mark.parametrize("cursor", ["x", "eyJub3QiOiAiYSBjdXJzb3IifQ"])
+def test_a_malformed_cursor_is_a_400_not_a_crash(pending: Pending, cursor: str) -> None:
+    # Found by the Api fuzz: the console listed with it and answered 502.
+    bad = request("GET", "/console", query={"cursor": cursor}, headers={"Accept": "text/html"})
+    assert bad.status == 400 and "cursor" in bad.html
+
+
 def test_the_timeline_and_history_negotiation(pending: Pending) -> None:
     html = page(f"/console/runs/{pending.run_id}").html
     assert 'data-kind="approval"' in html and pending.approval_id in html

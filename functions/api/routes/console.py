@@ -38,7 +38,7 @@ from api.console_timeline import child_run_ids, render_timeline_page
 from api.routes.approvals import DecisionRequest, _authorize, _decide
 from api.routes.common import BadRequest, find_wait, form_or_json_body, header, is_form, runtime
 from api.routes.limits import parse_json
-from api.routes.run_query import listing_query
+from api.routes.run_query import list_page, listing_query
 from api.routes.run_stops import StopRunRequest, stop_run
 from api.routes.tenancy import collect, iam_caller, owned_run, owned_wait
 from durable_agents.errors import DurableError
@@ -156,7 +156,7 @@ def console_runs() -> Response[str]:
     _, tenant = iam_caller(event)
     scope = None if tenant == ALL_TENANTS else tenant
     query = runs_query(dict(event.query_string_parameters or {}), scope)
-    page = runtime().store.list_runs(**query.list_kwargs)
+    page = list_page(runtime().store, query.list_kwargs)
     return _html(
         render_runs_page(
             page.runs, filters=query.echo, next_cursor=page.cursor, root=root_of(event.path)

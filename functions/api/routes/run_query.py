@@ -22,7 +22,9 @@ from typing import Any
 
 from api.routes.limits import MAX_CURSOR_CHARS, BadRequest
 from durable_agents.ids import check_name, check_run_id
-from durable_agents.models import RunStatus
+from durable_agents.journal.run_listing import InvalidCursorError
+from durable_agents.journal.store import JournalStore
+from durable_agents.models import RunPage, RunStatus
 
 MAX_LIMIT = 100
 MAX_VERSION_CHARS = 80  # also a migration's to_version
@@ -99,3 +101,17 @@ def listing_query(params: Mapping[str, str], tenant: str | None) -> dict[str, An
         raise BadRequest("the cursor is malformed; pass back the cursor a page of runs returned")
     query["cursor"] = cursor
     return query
+
+
+def list_page(store: JournalStore, query: Mapping[str, Any]) -> RunPage:
+    """One page of ``list_runs`` for a checked query (``listing_query``).
+
+    Raises:
+        BadRequest: If the cursor is malformed or continues another query or tenant.
+    """
+    try:
+        return store.list_runs(**query)
+    except InvalidCursorError as exc:
+        raise BadRequest(
+            f"{exc}; pass back the cursor a page of runs returned, with the same filters"
+        ) from exc

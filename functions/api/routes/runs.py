@@ -21,10 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from api.routes import console
 from api.routes.common import BadRequest, header, json_body, ok, runtime, wants_html
 from api.routes.limits import check_key
-from api.routes.run_query import MAX_VERSION_CHARS, listing_query
+from api.routes.run_query import MAX_VERSION_CHARS, list_page, listing_query
 from api.routes.tenancy import iam_caller, owned_run
 from durable_agents.ids import check_run_id
-from durable_agents.journal.run_listing import InvalidCursorError
 from durable_agents.migration_commit import migrate_run
 from durable_agents.tenancy import ALL_TENANTS, DEFAULT_TENANT
 from durable_agents.views import history, run_view
@@ -125,12 +124,7 @@ def list_runs() -> Response[str]:
     _, tenant = iam_caller(event)
     scope = None if tenant == ALL_TENANTS else tenant
     query = listing_query(event.query_string_parameters or {}, scope)
-    try:
-        page = runtime().store.list_runs(**query)
-    except InvalidCursorError as exc:
-        raise BadRequest(
-            f"{exc}; pass back the cursor a page of runs returned, with the same filters"
-        ) from exc
+    page = list_page(runtime().store, query)
     return ok(HTTPStatus.OK, {"runs": [run_view(h) for h in page.runs], "cursor": page.cursor})
 
 
