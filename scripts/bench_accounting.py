@@ -112,7 +112,7 @@ def tables(bills: dict[str, Bill]) -> list[Table]:
     ]
     cost.notes += [
         "WRU/RRU by DynamoDB's rules (scripts/bench_billing.py): 1 KB write blocks (2x in a "
-        "transaction), every GSI the item is in before or after (3 GSIs, ALL projection: a "
+        "transaction), every GSI the item is in before or after (4 GSIs, ALL projection: a "
         "status change moves the run header in the index: a delete and a put), 4 KB read "
         "blocks (strongly consistent journal Query). moto's own ConsumedCapacity is a "
         "constant per call (1 per write or Query, 0.5 per GetItem): shown, not used.",

@@ -159,7 +159,12 @@ def test_listings_show_only_the_callers_tenant(tenants: Deployment) -> None:
 def test_another_tenants_sub_agent_runs_are_listed_as_none(tenants: Deployment) -> None:
     parent = _start(TENANT_A).json["run"]["run_id"]
     journal = DynamoDBJournal(boto3.client("dynamodb", region_name="us-east-1"), TABLE)
-    child = journal.get_run(parent).replace(run_id="run-child-a", parent_run_id=parent)
+    started = journal.get_run(parent)
+    # Started after its parent (as a sub-agent run is): newest first, it is listed first. With
+    # the same start time the order would be the run ids', which are random.
+    child = started.replace(
+        run_id="run-child-a", parent_run_id=parent, created_at_ms=started.created_at_ms + 1
+    )
     journal.create_run(child.replace(status=RunStatus.RUNNING, idempotency_key=None))
 
     def listed(caller: str, **query: str) -> list[str]:
