@@ -22,6 +22,7 @@ from durable_agents.events import STEP_READY
 from durable_agents.invocation import InvocationHooks
 from durable_agents.journal.store import JournalStore
 from durable_agents.models import EntryType, OpKind, RunStatus, WaitStatus
+from durable_agents.operations.event_wait import latest_status
 from durable_agents.reconciler import sweep
 from durable_agents.run_inbox import EVENT_KIND, send_event, slot_id
 from durable_agents.testing import AgentTestRunner, Crash
@@ -220,3 +221,25 @@ def test_a_branch_that_loses_an_event_to_its_sibling_looks_again_at_once(
     done = runner.resume(run_id)
     assert done.output == [1, 2]
     _check_each_taken_once(journal, run_id, 2)
+
+
+@pytest.mark.parametrize("point", ["before_claim", "after_record"])
+def test_a_status_published_around_a_crash_is_recorded_once_and_reads_the_latest(
+    journal: JournalStore, point: str
+) -> None:
+    # ``ctx.set_status`` is an operation too: killed before its write or after it (before
+    # anything is published), the value is recorded once per turn and the last one is read.
+    runner = AgentTestRunner(_chat(), journal=journal, mode="faithful")
+    header, _ = runner.runtime.start_run("chat-race", None)
+    for text in TEXTS:
+        send_event(journal, runner.clock, header.run_id, "message", text)
+    done = runner.resume(header.run_id, crash=Crash("status", point, times=3))
+    assert done.crashes == 3
+    assert done.output == [1, 2, 3]
+    snapshot = journal.load(header.run_id)
+    published = [
+        e for e in snapshot.entries if e.kind is OpKind.STATUS and e.type is EntryType.SUCCEEDED
+    ]
+    assert len(published) == len({e.position for e in published}) == 3
+    assert latest_status(snapshot).value == {"turns": 3}
+    _check_each_taken_once(journal, header.run_id, 3)
