@@ -12,9 +12,18 @@ from durable_agents.runtime import OutcomeKind, Runtime
 from durable_agents.sticky import StickyRuns
 from tests.contract.test_side_effects_contract import Provider, declare, pay_agent
 
+BEFORE: set[threading.Thread] = set()
+
+
+@pytest.fixture(autouse=True)
+def _threads_before() -> None:
+    # Other tests' runtimes (sticky by default where deployed) may have agents parked still.
+    BEFORE.clear()
+    BEFORE.update(threading.enumerate())
+
 
 def _no_parked_agents() -> bool:
-    return not [t for t in threading.enumerate() if t.name.startswith("agent-")]
+    return not [t for t in threading.enumerate() if t.name.startswith("agent-") and t not in BEFORE]
 
 
 @pytest.mark.parametrize("kind", ["neither", "idempotent", "lookup"])

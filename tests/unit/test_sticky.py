@@ -49,14 +49,20 @@ def fails_later(ctx: DurableContext, _: None) -> None:
     raise ValueError("agent gave up")
 
 
+BEFORE: set[threading.Thread] = set()
+
+
 @pytest.fixture(autouse=True)
 def _fresh_calls() -> None:
     CALLS.clear()
-    assert not _agent_threads(), "an earlier test left an agent parked"
+    # Other tests' runtimes (sticky by default where deployed) may have agents parked still.
+    BEFORE.clear()
+    BEFORE.update(threading.enumerate())
 
 
 def _agent_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("agent-")]
+    """Agent threads this test started that are still alive."""
+    return [t for t in threading.enumerate() if t.name.startswith("agent-") and t not in BEFORE]
 
 
 def _journal_view(journal: InMemoryJournal, run_id: str) -> list[tuple[str, str, str | None]]:
@@ -210,6 +216,19 @@ def test_an_abandoned_agent_unwinds_without_writing_anything() -> None:
     assert not _agent_threads()
     outcome = runtime.execute(header.run_id, remaining_ms=60_000)  # replays, then two
     assert outcome.kind is OutcomeKind.SUCCEEDED
+
+
+def test_a_dropped_runtime_wakes_its_parked_agents() -> None:
+    import gc
+
+    runtime = Runtime(InMemoryJournal(), registry=registry, sticky=StickyRuns())
+    header, _ = runtime.start_run("sticky-loop", 3)
+    runtime.execute(header.run_id, remaining_ms=60_000)
+    (parked,) = _agent_threads()
+    del runtime
+    gc.collect()
+    parked.join(5)
+    assert not parked.is_alive()
 
 
 def test_crash_hooks_raise_through_execute_and_leave_nothing_parked() -> None:

@@ -234,18 +234,20 @@ class Invocation:
             ParkedRunAbandonedError: If the agent parked and the run does not continue here.
         """
         if self._budget_spent():
-            # Inside a parallel branch, the next invocation should continue that branch.
-            targets = (self.branches[-1],) if self.branches else ()
-            signal = SuspendExecution(
-                Reason.CONTINUE, detail=f"next operation {op_id}", targets=targets
-            )
             if self.park is None or self.branches:
-                raise signal
-            self.park(signal)  # returns once a new invocation took this one over
+                raise self._budget_spent_signal(op_id)
+            # Returns once a new invocation took this one over. The signal is not kept here:
+            # the runtime raises it, and its traceback must not keep that invocation alive.
+            self.park(self._budget_spent_signal(op_id))
             if self._budget_spent():  # a dry run (budget 0) took it over
-                raise signal
+                raise self._budget_spent_signal(op_id)
         if self.budget is not None:
             self.budget -= 1
+
+    def _budget_spent_signal(self, op_id: str) -> SuspendExecution:
+        # Inside a parallel branch, the next invocation should continue that branch.
+        targets = (self.branches[-1],) if self.branches else ()
+        return SuspendExecution(Reason.CONTINUE, detail=f"next operation {op_id}", targets=targets)
 
     def _budget_spent(self) -> bool:
         if self.budget is not None and self.budget <= 0:

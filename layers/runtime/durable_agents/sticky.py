@@ -162,15 +162,18 @@ class AgentThread:
             ParkedRunAbandonedError: If the run is not continued here.
         """
         self._to_runtime.put(("parked", signal))
+        del signal  # raised by the runtime: its traceback holds that invocation's frames
         if not self._to_agent.get():
             raise ParkedRunAbandonedError("parked run abandoned")
 
-    def abandon(self) -> None:
+    def abandon(self, *, wait: bool = True) -> None:
         """Makes a parked agent unwind (nothing is written), and waits for it briefly."""
         if not self.parked:
             return
         self.parked = False
         self._to_agent.put(False)
+        if not wait:
+            return
         self._thread.join(_ABANDON_JOIN_S)
         if self._thread.is_alive():  # its cleanup code blocks; it cannot write anyway
             _log.warning("an abandoned agent thread did not unwind: %s", self._thread.name)
@@ -283,10 +286,16 @@ class StickyRuns:
         for one in parked:
             self._abandon(one)
 
-    def _abandon(self, parked: ParkedRun) -> None:
+    def __del__(self) -> None:
+        # A runtime dropped with agents parked (a test's, say): their threads would wait for
+        # ever. Woken, they unwind on their own (no waiting for them in a finalizer).
+        for parked in list(getattr(self, "_parked", {}).values()):
+            self._abandon(parked, wait=False)
+
+    def _abandon(self, parked: ParkedRun, *, wait: bool = True) -> None:
         self.abandoned += 1
         inv = parked.invocation
         inv.store = REFUSING_STORE  # whatever its cleanup code attempts is refused
         inv.budget = 0
         inv.park = None
-        parked.thread.abandon()
+        parked.thread.abandon(wait=wait)
