@@ -7,7 +7,9 @@ with the peers and matplotlib: ``make venv-bench``). Runtimes:
   (``aws-durable-execution-sdk-python-testing``'s ``DurableFunctionTestRunner``);
 * ``dbos-sqlite``: DBOS Transact on a fresh SQLite file;
 * ``da-continuous``, ``da-faithful``: the durable_agents harness,
-  ``AgentTestRunner(agent, mode=...)`` on the in-memory journal.
+  ``AgentTestRunner(agent, mode=...)`` on the in-memory journal;
+* ``da-sticky``: faithful mode with sticky continuation (``sticky=True``): one operation per
+  invocation as on Lambda, the agent parked between invocations (the StepRunner's default).
 
 Every measurement is its own process (``--child RUNTIME N``), so imports, caches and garbage
 of one runtime never reach another; rounds alternate the runtimes (the order rotates each
@@ -37,13 +39,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_PYTHON = ROOT / ".venv-bench" / "bin" / "python"
-RUNTIMES = ("aws-local", "dbos-sqlite", "da-continuous", "da-faithful")
+RUNTIMES = ("aws-local", "dbos-sqlite", "da-continuous", "da-faithful", "da-sticky")
 PEERS = {"aws-local": "aws_durable_execution_sdk_python_testing", "dbos-sqlite": "dbos"}
 LABELS = {
     "aws-local": "AWS durable functions local runner (in memory)",
     "dbos-sqlite": "DBOS Transact on SQLite",
     "da-continuous": "durable_agents harness, continuous",
     "da-faithful": "durable_agents harness, faithful",
+    "da-sticky": "durable_agents harness, faithful + sticky",
 }
 START, END = "<!-- bench:peers:start -->", "<!-- bench:peers:end -->"
 BASELINE = "da-continuous"
@@ -111,7 +114,10 @@ def _durable_agents(steps: int, mode: str) -> float:
             ctx.step(lambda i=i: i, name=f"s{i}")
         return steps
 
-    runner = AgentTestRunner(bench, mode=mode)  # type: ignore[arg-type]
+    # "sticky": faithful (one operation per invocation, as on Lambda) with the agent parked
+    # between invocations, the StepRunner's default (ADR 0017).
+    sticky = mode == "sticky"
+    runner = AgentTestRunner(bench, mode="faithful" if sticky else mode, sticky=sticky)  # type: ignore[arg-type]
     began = time.perf_counter()
     result = runner.run(0)
     elapsed = time.perf_counter() - began

@@ -59,7 +59,7 @@ def get_runtime() -> Runtime:
 @trace_safely(tracer)  # a tracer that fails never fails the invocation
 @logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Advances one run by one operation.
+    """Advances one run by one operation (or by the agent's ``invocation_budget``).
 
     Raises:
         ValidationError: If the event is malformed (after Lambda's retries it goes to the DLQ).
@@ -77,7 +77,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     try:
         outcome = get_runtime().execute(
             detail.run_id,
-            budget=1,
+            agent_budget=True,  # the agent's invocation_budget: one operation by default
             remaining_ms=context.get_remaining_time_in_millis(),
             target=detail.target,
         )

@@ -104,6 +104,8 @@ class FaultPlan:
         targets: Exact faults (in addition to the random ones).
         budget: The step budget per invocation (1 = the StepRunner's; None = continuous).
         reviewer: A person resolves calls in review (checking the provider's ledger).
+        sticky: How many warm containers with sticky continuation the StepRunner's
+            deliveries are spread over (ADR 0016); 0: one runtime that replays every time.
     """
 
     seed: int = 0
@@ -113,6 +115,7 @@ class FaultPlan:
     targets: tuple[Target, ...] = ()
     budget: int | None = 1
     reviewer: bool = True
+    sticky: int = 0
 
     def describe(self) -> str:
         """A one-line reproduction of this plan (printed with every violation)."""
@@ -120,7 +123,7 @@ class FaultPlan:
         return (
             f"FaultPlan(seed={self.seed}, rates={rates}, window={self.window}, "
             f"max_faults={self.max_faults}, targets={self.targets}, budget={self.budget}, "
-            f"reviewer={self.reviewer})"
+            f"reviewer={self.reviewer}, sticky={self.sticky})"
         )
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import random
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,7 @@ from durable_agents.side_effects.review import (
     ReviewRequest,
     resolve,
 )
+from durable_agents.sticky import StickyRuns
 from durable_agents.testing import SimulatedCrash
 from durable_agents.waits.approval import record_decision
 from durable_agents.waits.callback import complete_callback, heartbeat
@@ -167,7 +169,20 @@ class Simulator:
         self.inner = InMemoryJournal()
         self.store = FaultyJournal(self.inner, self.injector, self.clock)
         self.bus = FaultyBus(self.injector, self._deliver)
-        self.runtime = Runtime(
+        self.runtime = self._runtime(None)
+        # Warm containers that keep agents parked (sticky continuation): each delivery lands
+        # on one of them at random, so a parked agent is often stale when its run comes back.
+        self.containers = [self._runtime(StickyRuns()) for _ in range(plan.sticky)]
+        self._landing = random.Random(plan.seed ^ 0x57C4)  # not the injector's: plans replay
+        self._queue: list[tuple[int, int, tuple[Any, ...]]] = []
+        self._seq = 0
+        self.depth = 0
+        self.escaped: list[str] = []
+        self.reviews: list[str] = []
+        self._beats: Counter[str] = Counter()
+
+    def _runtime(self, sticky: StickyRuns | None) -> Runtime:
+        return Runtime(
             self.store,
             registry=world.agents,
             publisher=self.bus,
@@ -175,13 +190,14 @@ class Simulator:
             providers={"sim": world.SimModel()},
             wait_scheduler=_Scheduler(self),
             memory=world.WORLD.memory,
+            sticky=sticky,
         )
-        self._queue: list[tuple[int, int, tuple[Any, ...]]] = []
-        self._seq = 0
-        self.depth = 0
-        self.escaped: list[str] = []
-        self.reviews: list[str] = []
-        self._beats: Counter[str] = Counter()
+
+    def close(self) -> None:
+        """Abandons the containers' parked agents (their threads end)."""
+        for container in self.containers:
+            assert container.sticky is not None
+            container.sticky.clear()
 
     # -- the queue ------------------------------------------------------------------------------
 
@@ -198,8 +214,9 @@ class Simulator:
         """One StepRunner invocation; a failed one is retried by Lambda (twice)."""
         self.injector.invocations += 1
         self.depth += 1
+        runtime = self._landing.choice(self.containers) if self.containers else self.runtime
         try:
-            self.runtime.execute(
+            runtime.execute(
                 run_id,
                 budget=self.plan.budget,
                 remaining_ms=LAMBDA_MS,
@@ -304,6 +321,7 @@ class Simulator:
                 self.clock.advance_to(next_tick)
                 next_tick += TICK_MS
                 self._tick()
+        self.close()
         return self._result(start)
 
     def _start(self) -> None:

@@ -131,3 +131,19 @@ CASES = _cases()
 def test_fault_at_boundary(target: Target) -> None:
     result = tally.run_checked(FaultPlan(targets=(target,)), f"boundary-{target.mode}")
     assert sum(result.faults.values()) >= 1, f"{target} never fired: the case tests nothing"
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        # Every boundary with sticky continuation too (ADR 0017): the fault then often hits an
+        # agent that went on from where it parked, on its own thread. A quarter of the cases
+        # in the fast subset, all of them in `make reliability`.
+        pytest.param(t, id=i, marks=() if n % 4 == 0 else pytest.mark.reliability_full)
+        for n, (i, t) in enumerate(CASES)
+    ],
+)
+def test_fault_at_boundary_sticky(target: Target) -> None:
+    plan = FaultPlan(targets=(target,), sticky=1)
+    result = tally.run_checked(plan, f"boundary-sticky-{target.mode}")
+    assert sum(result.faults.values()) >= 1, f"{target} never fired: the case tests nothing"

@@ -60,6 +60,8 @@ def plans(classes: tuple[str, ...]) -> st.SearchStrategy[FaultPlan]:
         max_faults=st.integers(1, 15),
         budget=st.sampled_from([1, 1, 1, None]),
         reviewer=st.booleans(),
+        # Sticky continuation on 1 or 2 warm containers in half the schedules (ADR 0016).
+        sticky=st.sampled_from([0, 0, 1, 2]),
     )
 
 

@@ -71,3 +71,12 @@ def test_the_peers_table_shows_predictions_and_ratios() -> None:
     text = markdown(results)
     assert "~100 (predicted, not run)" in text
     assert "| durable_agents harness, faithful | 2.00x | - |" in text
+
+
+def test_the_invocations_bench_predicts_replaying_quadratic_sticky_linear() -> None:
+    from bench_invocations import _predict as predict_invocations
+
+    done = {100: [{"wall": 1.0, "cpu": 0.5}]}
+    assert predict_invocations(done, 1000, "faithful") == 100.0
+    assert predict_invocations(done, 1000, "sticky") == 10.0
+    assert predict_invocations({}, 1000, "sticky") is None

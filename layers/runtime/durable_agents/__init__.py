@@ -50,6 +50,7 @@ from durable_agents.errors import (
     VersionUnavailableError,
 )
 from durable_agents.events import EventBridgePublisher, EventPublisher, OutgoingEvent
+from durable_agents.invocation_budget import InvocationBudget
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.store import JournalStore
 from durable_agents.llm.bedrock import ModelOutputError, ModelRequestError
@@ -124,6 +125,7 @@ from durable_agents.side_effects.tools import (
     tool,
 )
 from durable_agents.step_context import StepContext
+from durable_agents.sticky import StickyRuns
 from durable_agents.versions import VersionBundle
 from durable_agents.waits.approval import (
     ApprovalDecision,
@@ -174,6 +176,7 @@ __all__ = [
     "InfrastructureError",
     "InputValidationError",
     "InvalidNameError",
+    "InvocationBudget",
     "InvocationEndInfo",
     "InvocationOutcome",
     "InvocationStartInfo",
@@ -230,6 +233,7 @@ __all__ = [
     "StepError",
     "StepInterruptedError",
     "StepSemantics",
+    "StickyRuns",
     "SubAgentNotDeployedError",
     "SuspendExecution",
     "SystemClock",

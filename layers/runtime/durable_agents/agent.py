@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from durable_agents.errors import AgentNotFoundError, ConfigurationError, VersionNotDeployedError
 from durable_agents.ids import check_name
+from durable_agents.invocation_budget import ONE_OPERATION, InvocationBudget
 from durable_agents.llm.types import ModelConfig
 from durable_agents.prompts import Prompt, PromptRegistry
 from durable_agents.retention import retention_seconds
@@ -39,6 +40,8 @@ class AgentDefinition(Generic[In, Out]):
             it the run ends ``TIMED_OUT`` (``durable_agents.cancellation``).
         retention_s: How long a finished run is kept (None: the deployment's default;
             ``durable_agents.retention``).
+        invocation_budget: How much of a run one StepRunner invocation advances
+            (``durable_agents.invocation_budget``; one operation by default).
     """
 
     name: str
@@ -50,6 +53,7 @@ class AgentDefinition(Generic[In, Out]):
     model_configs: tuple[str, ...] = ()
     execution_timeout_ms: int | None = None
     retention_s: int | None = None
+    invocation_budget: InvocationBudget = ONE_OPERATION
 
     @property
     def version(self) -> str:
@@ -271,6 +275,7 @@ def agent(
     registry: AgentRegistry | None = None,
     execution_timeout: float | timedelta | None = None,
     retention: float | timedelta | None = None,
+    invocation_budget: InvocationBudget = ONE_OPERATION,
 ) -> Callable[[Callable[..., Out]], AgentDefinition[Any, Out]]:
     """Registers a function as a durable agent.
 
@@ -293,6 +298,9 @@ def agent(
             while it waits (for a person, say); ``POST /runs`` may set a run's own.
         retention: How long a finished run and everything it wrote are kept, in seconds or
             a timedelta (None: the deployment's ``RETENTION_DAYS``, 30 days by default).
+        invocation_budget: How much one StepRunner invocation may advance a run: up to
+            ``operations`` operations, none started after ``seconds``
+            (``InvocationBudget``; one operation per invocation by default).
 
     Returns:
         A decorator producing an ``AgentDefinition``.
@@ -336,6 +344,7 @@ def agent(
             model_configs=tuple(model_configs),
             execution_timeout_ms=timeout_ms,
             retention_s=retention_s,
+            invocation_budget=invocation_budget,
         )
         (registry or default_registry).add(definition)
         return definition

@@ -28,6 +28,7 @@ from durable_agents.memory.dynamodb import DynamoDBMemoryStore
 from durable_agents.plugins import Plugin
 from durable_agents.runtime import Runtime
 from durable_agents.scrub import install_log_scrubbing
+from durable_agents.sticky import DEFAULT_STICKY_RUNS, StickyRuns
 from durable_agents.streams import DynamoDBStreamCache
 from durable_agents.waits.schedules import EventBridgeWaitScheduler
 
@@ -45,6 +46,8 @@ class Settings:
             RUNNING run.
         stream_table: ``STREAM_TABLE``: the stream cache table (streamed model text).
         memory_table: ``MEMORY_TABLE``: the long-term memory table behind ``ctx.memory``.
+        sticky_runs: ``STICKY_RUNS``: how many runs' agents one container keeps parked at
+            their frontier between invocations (sticky continuation, ADR 0016; 0: off).
         schedule_group: ``SCHEDULE_GROUP``: EventBridge Scheduler group for wait deadlines.
         scheduler_role_arn: ``SCHEDULER_ROLE_ARN``: the role Scheduler assumes.
         scheduler_target_arn: ``SCHEDULER_TARGET_ARN``: the Reconciler it invokes. The three
@@ -71,6 +74,7 @@ class Settings:
     bedrock_region: str | None = None
     bedrock_read_timeout_seconds: int = 120
     memory_table: str | None = None
+    sticky_runs: int = DEFAULT_STICKY_RUNS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -91,6 +95,12 @@ class Settings:
             read_timeout = int(env.get("BEDROCK_READ_TIMEOUT", "120"))
         except ValueError as exc:
             raise ConfigurationError("BEDROCK_READ_TIMEOUT must be an integer") from exc
+        try:
+            sticky_runs = int(env.get("STICKY_RUNS", str(DEFAULT_STICKY_RUNS)))
+        except ValueError as exc:
+            raise ConfigurationError("STICKY_RUNS must be an integer") from exc
+        if sticky_runs < 0:
+            raise ConfigurationError("STICKY_RUNS must be 0 (off) or more")
         return cls(
             journal_table=env["JOURNAL_TABLE"],
             event_bus_name=env["EVENT_BUS_NAME"],
@@ -105,6 +115,7 @@ class Settings:
             bedrock_region=env.get("BEDROCK_REGION") or None,
             bedrock_read_timeout_seconds=read_timeout,
             memory_table=env.get("MEMORY_TABLE") or None,
+            sticky_runs=sticky_runs,
         )
 
 
@@ -263,6 +274,8 @@ def build_runtime(
         if settings.memory_table
         else None,
         plugins=plugins,
+        # Agents parked between invocations of this container (ADR 0016); 0 turns it off.
+        sticky=StickyRuns(settings.sticky_runs) if settings.sticky_runs else None,
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -149,6 +149,23 @@ class Invocation:
         # A cooperative cancel's state (``durable_agents.cancellation.StopState``), if any.
         self.stop: Any = None
         self._scopes: frozenset[str] | None = None
+        # The time budget: no new operation starts after this (one always may). None: only
+        # the operation count limits the invocation.
+        self.budget_ends_at_ms: int | None = None
+        # Sticky continuation (``durable_agents.sticky``): parks the agent's thread where the
+        # budget ran out instead of unwinding it. None: unwind (``SuspendExecution``).
+        self.park: Callable[[SuspendExecution], None] | None = None
+
+    def take_over(self, fresh: Invocation) -> None:
+        """Makes this (parked) invocation the new one: ``fresh``'s budget, lease, header, hooks.
+
+        A parked agent's operations hold this object, so it is renewed in place. What only
+        the agent's position says stays: it is at its frontier (live), outside any branch.
+        """
+        self.__dict__.update(fresh.__dict__)
+        self.live = True
+        self.branches = []
+        self.in_step = False
 
     def scopes_with_records(self) -> frozenset[str]:
         """Every position that has at least one recorded operation nested below it.
@@ -207,21 +224,40 @@ class Invocation:
     def take_budget(self, op_id: str) -> None:
         """Spends one unit of the step budget, or ends the invocation if none is left.
 
+        The budget is spent when no operation is left of the count, or when the time budget
+        is over and at least one operation executed. With sticky continuation the agent then
+        parks here (outside parallel branches) and goes on when the next invocation takes
+        it over, with that invocation's budget.
+
         Raises:
             SuspendExecution: With reason CONTINUE when the budget is spent.
+            ParkedRunAbandonedError: If the agent parked and the run does not continue here.
         """
+        if self._budget_spent():
+            if self.park is None or self.branches:
+                raise self._budget_spent_signal(op_id)
+            # Returns once a new invocation took this one over. The signal is not kept here:
+            # the runtime raises it, and its traceback must not keep that invocation alive.
+            self.park(self._budget_spent_signal(op_id))
+            if self._budget_spent():  # a dry run (budget 0) took it over
+                raise self._budget_spent_signal(op_id)
         if self.budget is not None:
-            if self.budget <= 0:
-                # Inside a parallel branch, the next invocation should continue that branch.
-                targets = (self.branches[-1],) if self.branches else ()
-                raise SuspendExecution(
-                    Reason.CONTINUE, detail=f"next operation {op_id}", targets=targets
-                )
             self.budget -= 1
+
+    def _budget_spent_signal(self, op_id: str) -> SuspendExecution:
+        # Inside a parallel branch, the next invocation should continue that branch.
+        targets = (self.branches[-1],) if self.branches else ()
+        return SuspendExecution(Reason.CONTINUE, detail=f"next operation {op_id}", targets=targets)
+
+    def _budget_spent(self) -> bool:
+        if self.budget is not None and self.budget <= 0:
+            return True
+        ends = self.budget_ends_at_ms
+        return ends is not None and bool(self.executed) and self.clock.now_ms() >= ends
 
     def has_budget(self) -> bool:
         """Whether another operation may execute in this invocation."""
-        return self.budget is None or self.budget > 0
+        return not self._budget_spent()
 
     def record(
         self,

@@ -59,6 +59,7 @@ from durable_agents.plugins import Plugin, RunStartInfo
 from durable_agents.retention import default_retention_s
 from durable_agents.run_events import finished_events, republish
 from durable_agents.serde import decode, encode, error_info
+from durable_agents.sticky import AgentThread, ParkedRun, StickyRuns, WriteTally
 from durable_agents.tenancy import DEFAULT_TENANT, check_tenant
 from durable_agents.versions import resolve_pinned, resume_available
 from durable_agents.waits.schedules import WaitScheduler
@@ -75,6 +76,10 @@ __all__ = [
     "new_run_id",
 ]
 
+# An invocation's operation count and the time after which no operation starts (or
+# _AGENT_BUDGET: the agent's ``invocation_budget`` decides both).
+_Limits = tuple[int | None, int | None]
+_AGENT_BUDGET: _Limits = (-1, -1)
 _ENDED = frozenset(
     {
         OutcomeKind.SUCCEEDED,
@@ -121,6 +126,9 @@ class Runtime:
         memory: The long-term memory store behind ``ctx.memory`` (optional).
         plugins: Instrumentation hooks (``durable_agents.plugins``), called in order; one that
             raises is logged and never changes a run.
+        sticky: Where agents park between invocations (``durable_agents.sticky``): the next
+            invocation of a run in this process then goes on without replaying. None (the
+            default) replays every invocation.
     """
 
     def __init__(
@@ -139,8 +147,11 @@ class Runtime:
         wait_scheduler: WaitScheduler | None = None,
         memory: MemoryStore | None = None,
         plugins: Sequence[Plugin] = (),
+        sticky: StickyRuns | None = None,
     ):
         self.store = store
+        # Parked agents (sticky continuation, ADR 0016); None replays every invocation.
+        self.sticky = sticky
         self.plugins = PluginSet(plugins)
         self.registry = registry or default_registry
         self.publisher: EventPublisher = publisher or CollectingPublisher()
@@ -241,12 +252,15 @@ class Runtime:
         hooks: InvocationHooks | None = None,
         publish: bool = True,
         target: str | None = None,
+        agent_budget: bool = False,
     ) -> InvocationOutcome:
         """Replays the run and executes up to ``budget`` new operations (one by default).
 
         Args:
             run_id: The run to advance.
             budget: Operations to execute before yielding (None = until it suspends).
+            agent_budget: Use the agent's own ``invocation_budget`` instead of ``budget``
+                (what the StepRunner does).
             remaining_ms: The Lambda's remaining time; bounds the claim lease. ``0`` means
                 the invocation is about to end (a lease of only the safety margin), ``None``
                 means unknown (the 15-minute Lambda maximum).
@@ -271,7 +285,8 @@ class Runtime:
             invocation_log_context(run_id),
             self.plugins.invocation(run_id, target, self.clock, deadline_ms) as span,
         ):
-            outcome = self._execute(span, run_id, budget, remaining_ms, hooks, publish, target)
+            limits = _AGENT_BUDGET if agent_budget else (budget, None)
+            outcome = self._execute(span, run_id, limits, remaining_ms, hooks, publish, target)
             span.outcome = outcome
         return outcome
 
@@ -279,7 +294,7 @@ class Runtime:
         self,
         span: InvocationSpan,
         run_id: str,
-        budget: int | None,
+        budget: _Limits,
         remaining_ms: int | None,
         hooks: InvocationHooks | None,
         publish: bool,
@@ -287,6 +302,30 @@ class Runtime:
     ) -> InvocationOutcome:
         """``execute``, within its plugins' span."""
         snapshot = self.store.load(run_id)
+        # Taken at once, so that every way out of this invocation leaves no parked agent of
+        # the run behind but the one it parks itself (``_drive_sticky`` consumes it).
+        parked = [] if self.sticky is None else [self.sticky.take(run_id)]
+        try:
+            return self._execute_loaded(
+                span, snapshot, parked, budget, remaining_ms, hooks, publish, target
+            )
+        finally:
+            if self.sticky is not None:
+                for unused in parked:
+                    self.sticky.discard(unused)
+
+    def _execute_loaded(
+        self,
+        span: InvocationSpan,
+        snapshot: RunSnapshot,
+        parked: list[ParkedRun | None],
+        limits: _Limits,
+        remaining_ms: int | None,
+        hooks: InvocationHooks | None,
+        publish: bool,
+        target: str | None,
+    ) -> InvocationOutcome:
+        run_id = snapshot.header.run_id
         note_run(agent=snapshot.header.agent, tenant=snapshot.header.tenant)
         span.agent = snapshot.header.agent
         snapshot, stop, end = prepare(self.store, self.clock, self.publisher, snapshot)
@@ -320,8 +359,18 @@ class Runtime:
             snapshot = RunSnapshot(resumed, snapshot.entries, snapshot.effects)
 
         lease_ms = DEFAULT_LEASE_MS if remaining_ms is None else max(remaining_ms, 0)
+        if limits is _AGENT_BUDGET:
+            budget, budget_ends_at_ms = definition.invocation_budget.limits(self.clock.now_ms())
+        else:
+            budget, budget_ends_at_ms = limits
+        # Sticky only for a whole-run invocation with a budget (one for a branch or without
+        # a budget never parks) and no cancel under way.
+        limited = budget is not None or budget_ends_at_ms is not None
+        sticky = self.sticky is not None and target is None and limited
+        sticky = sticky and stop is None and header.status is RunStatus.RUNNING
+        tally = WriteTally(self.store, run_id) if sticky else None
         inv = Invocation(
-            self.store,
+            tally or self.store,
             snapshot,
             clock=self.clock,
             budget=budget,
@@ -338,17 +387,57 @@ class Runtime:
             deadline_ms=span.deadline_ms,
         )
         inv.stop = stop
-        ctx = DurableContext(
-            inv,
-            id_prefix=f"{run_id}:",
-            pos_prefix="",
-            logger=ReplayAwareLogger(inv, self.logger, run_id),
-        )
-        outcome = self._drive(definition, header, inv, ctx)
+        inv.budget_ends_at_ms = budget_ends_at_ms
+        if tally is not None:
+            outcome = self._drive_sticky(definition, snapshot, inv, tally, parked.pop())
+        else:
+            outcome = self._drive(definition, header, inv, self._root_context(inv))
         if outcome.kind is OutcomeKind.CANCELLED:  # what cleanup left open is closed too
             settle_leftovers(self.store, self.clock, self.publisher, self.store.load(run_id))
         if publish:
             self._publish_follow_up(outcome, header, inv.pending_events, inv.notifications)
+        return outcome
+
+    def _root_context(self, inv: Invocation) -> DurableContext:
+        logger = ReplayAwareLogger(inv, self.logger, inv.run_id)
+        return DurableContext(inv, id_prefix=f"{inv.run_id}:", pos_prefix="", logger=logger)
+
+    def _drive_sticky(
+        self,
+        definition: AgentDefinition[Any, Any],
+        snapshot: RunSnapshot,
+        fresh: Invocation,
+        tally: WriteTally,
+        parked: ParkedRun | None,
+    ) -> InvocationOutcome:
+        """``_drive`` on an agent thread: goes on with ``parked`` if the journal allows.
+
+        Raises:
+            BaseException: Whatever ``_drive`` raises.
+        """
+        assert self.sticky is not None
+        if parked is not None and parked.matches(snapshot):
+            parked.invocation.take_over(fresh)
+            inv, ctx, agent = parked.invocation, parked.context, parked.thread
+            self.sticky.resumed += 1
+        else:
+            self.sticky.discard(parked)  # the journal changed: replay instead
+            inv, ctx = fresh, self._root_context(fresh)
+            header = snapshot.header
+            agent = AgentThread(
+                inv.run_id, lambda: definition.fn(ctx, _decode_input(definition, header.input))
+            )
+        inv.park = agent.park
+        kept = False
+        try:
+            outcome = self._drive(definition, snapshot.header, inv, ctx, agent)
+            # Parked where its budget ran out, and nothing else to tell anyone: it stays.
+            if agent.parked and outcome.kind is OutcomeKind.CONTINUE and not inv.notifications:
+                self.sticky.keep(inv.run_id, ParkedRun.after(agent, inv, ctx, snapshot, tally))
+                kept = True
+        finally:
+            if agent.parked and not kept:
+                self.sticky.discard(ParkedRun.after(agent, inv, ctx, snapshot, tally))
         return outcome
 
     def _drive(
@@ -357,10 +446,14 @@ class Runtime:
         header: RunHeader,
         inv: Invocation,
         ctx: DurableContext,
+        agent: AgentThread | None = None,
     ) -> InvocationOutcome:
         run_id = header.run_id
         try:
-            value = definition.fn(ctx, _decode_input(definition, header.input))
+            if agent is None:
+                value = definition.fn(ctx, _decode_input(definition, header.input))
+            else:  # the same call, on the agent's own thread (or on from where it parked)
+                value = agent.advance()
             ctx.check_scope_end()
             output = encode(value, definition.output_type)
         except SuspendExecution as signal:

@@ -51,6 +51,7 @@ from durable_agents.plugins import Plugin
 from durable_agents.prompts import PromptRegistry
 from durable_agents.runtime import InvocationOutcome, OutcomeKind, Runtime
 from durable_agents.serde import decode
+from durable_agents.sticky import StickyRuns
 from durable_agents.testing_views import (
     Crash,
     CrashPoint,
@@ -156,9 +157,12 @@ class AgentTestRunner:
         memory: MemoryStore | None = None,
         plugins: Sequence[Plugin] = (),
         prompts: PromptRegistry | None = None,
+        sticky: bool = False,
     ):
         if mode not in ("continuous", "faithful"):
             raise ValueError("mode is 'continuous' or 'faithful'")
+        if sticky and mode != "faithful":
+            raise ValueError("sticky continuation is a faithful-mode option")
         self.agent = agent_definition
         self.journal = journal or InMemoryJournal()
         self.clock = clock or SkipClock()
@@ -186,6 +190,7 @@ class AgentTestRunner:
             providers=models or None,
             memory=self.memory,
             plugins=plugins,
+            sticky=StickyRuns() if sticky else None,
         )
 
     def run(
@@ -239,6 +244,8 @@ class AgentTestRunner:
                     remaining_ms=self.lease_ms,
                     hooks=hooks,
                     target=target,
+                    # Faithful: as the StepRunner does (one operation unless the agent says).
+                    agent_budget=self.mode == "faithful",
                 )
             except SimulatedCrash:
                 # The platform's view of a dead process: its lease runs out, the event is

@@ -114,6 +114,7 @@ def run_step(
             raise SuspendExecution(Reason.TIMER, wake_at_ms=due, detail=op_id)
 
     inv.take_budget(op_id)  # first: a budget of 0 (a dry run) stops before any check
+    now = inv.now_ms()  # again: a parked agent (durable_agents.sticky) goes on here later
     if ready is not None:
         ready()
     inv.hooks.before_claim(op_id)

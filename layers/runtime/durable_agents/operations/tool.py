@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from durable_agents.errors import EffectConflictError, SuspendExecution
 from durable_agents.events import OutgoingEvent
 from durable_agents.fingerprints import ToolFingerprint
-from durable_agents.invocation import Reason
+from durable_agents.invocation import Invocation, Reason
 from durable_agents.leases import lease_end, lease_expired
 from durable_agents.models import EffectStatus, OpKind, RunStatus
 from durable_agents.side_effects.protocol import Settled, SideEffectProtocol
@@ -26,13 +26,11 @@ def run_tool(ctx: DurableContext, tool: Tool[Any, Any], request: Any, name: str)
     position, op_id, record = ctx.next_operation(OpKind.TOOL, name, fingerprint)
     if record is not None and record.result is not None:
         return inv.replay(record.result, tool.result_type)
-    protocol = SideEffectProtocol(
-        inv.store, inv.clock, lease_ms=inv.lease_ms, hooks=inv.hooks, credentials=inv.credentials
-    )
-    protocol.resume_run = inv.header.status is RunStatus.SUSPENDED
     effect = record.effect if record is not None else None
     if effect is None:
         inv.take_budget(op_id)
+        # Built after the budget check: a parked agent goes on here in a later invocation.
+        protocol = _protocol(inv)
         inv.hooks.before_claim(op_id)
         try:
             effect = protocol.prepare(inv.run_id, position, op_id, tool, request)
@@ -47,6 +45,7 @@ def run_tool(ctx: DurableContext, tool: Tool[Any, Any], request: Any, name: str)
                 Reason.CONTENDED, wake_at_ms=lease_end(effect.lease_expires_at_ms), detail=op_id
             )
         inv.take_budget(op_id)
+        protocol = _protocol(inv)
         inv.hooks.before_claim(op_id)
         try:
             effect = protocol.claim(effect, tool)
@@ -55,6 +54,7 @@ def run_tool(ctx: DurableContext, tool: Tool[Any, Any], request: Any, name: str)
         inv.executed.append(op_id)
         settled = protocol.refuse_other_schema(tool, effect) or protocol.recover(tool, effect)
     elif effect.status is EffectStatus.ABANDONED:
+        protocol = _protocol(inv)
         settled = protocol.refuse_other_schema(tool, effect) or protocol.abandon(tool, effect)
     elif effect.status is EffectStatus.NEEDS_REVIEW:
         raise SuspendExecution(Reason.EXTERNAL, detail=f"{op_id} needs review")
@@ -63,6 +63,14 @@ def run_tool(ctx: DurableContext, tool: Tool[Any, Any], request: Any, name: str)
         # written in one transaction): read again.
         raise SuspendExecution(Reason.CONTENDED, detail=op_id)
     return settle(ctx, settled, tool, op_id)
+
+
+def _protocol(inv: Invocation) -> SideEffectProtocol:
+    protocol = SideEffectProtocol(
+        inv.store, inv.clock, lease_ms=inv.lease_ms, hooks=inv.hooks, credentials=inv.credentials
+    )
+    protocol.resume_run = inv.header.status is RunStatus.SUSPENDED
+    return protocol
 
 
 def settle(ctx: DurableContext, settled: Settled, tool: Tool[Any, Any], op_id: str) -> Any:

@@ -1,0 +1,250 @@
+"""Sticky continuation (ADR 0016): a parked agent goes on only on a journal it wrote itself."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from durable_agents import AgentRegistry, AgentTestRunner, Crash, agent
+from durable_agents.context import DurableContext
+from durable_agents.events import CollectingPublisher
+from durable_agents.journal.memory import InMemoryJournal
+from durable_agents.models import RunStatus
+from durable_agents.runtime import OutcomeKind, Runtime
+from durable_agents.sticky import StickyRuns
+from durable_agents.testing import SimulatedCrash
+
+registry = AgentRegistry()
+CALLS: Counter[str] = Counter()
+
+
+def _count(name: str, value: int) -> int:
+    CALLS[name] += 1
+    return value
+
+
+@agent(name="sticky-loop", version="1", registry=registry)
+def loop(ctx: DurableContext, steps: int) -> int:
+    total = 0
+    for i in range(steps):
+        total += ctx.step(lambda i=i: _count(f"s{i}", i), name=f"s{i}")
+    return total
+
+
+@agent(name="sticky-event", version="1", registry=registry)
+def waits_for_event(ctx: DurableContext, _: None) -> str:
+    ctx.step(lambda: _count("before", 1), name="before")
+    got = ctx.wait_for_event("go")
+    ctx.step(lambda: _count("after", 1), name="after")
+    return str(got.payload)
+
+
+@agent(name="sticky-fails", version="1", registry=registry)
+def fails_later(ctx: DurableContext, _: None) -> None:
+    ctx.step(lambda: 1, name="one")
+    ctx.step(lambda: 2, name="two")
+    raise ValueError("agent gave up")
+
+
+BEFORE: set[threading.Thread] = set()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_calls() -> None:
+    CALLS.clear()
+    # Other tests' runtimes (sticky by default where deployed) may have agents parked still.
+    BEFORE.clear()
+    BEFORE.update(threading.enumerate())
+
+
+def _agent_threads() -> list[threading.Thread]:
+    """Agent threads this test started that are still alive."""
+    return [t for t in threading.enumerate() if t.name.startswith("agent-") and t not in BEFORE]
+
+
+def _journal_view(journal: InMemoryJournal, run_id: str) -> list[tuple[str, str, str | None]]:
+    return [(e.position, e.type.value, e.value) for e in journal.load(run_id).entries]
+
+
+def test_a_sticky_run_resumes_every_invocation_and_records_the_same_journal() -> None:
+    replayed = AgentTestRunner(loop, mode="faithful")
+    sticky = AgentTestRunner(loop, mode="faithful", sticky=True)
+    plain = replayed.run(30)
+    parked = sticky.run(30)
+    assert parked.status == "SUCCEEDED" and parked.output == plain.output == 435
+    assert _journal_view(sticky.journal, parked.run_id) == _journal_view(
+        replayed.journal, plain.run_id
+    )
+    stats = sticky.runtime.sticky
+    assert stats is not None
+    # One invocation per step: all but the first went on from where the last one parked.
+    assert (stats.resumed, stats.abandoned, len(stats)) == (29, 0, 0)
+    assert len(parked.outcomes) == len(plain.outcomes) == 30
+    assert not _agent_threads()
+
+
+def _two_containers(journal: InMemoryJournal) -> tuple[Runtime, Runtime, CollectingPublisher]:
+    publisher = CollectingPublisher()
+    a, b = (
+        Runtime(journal, registry=registry, publisher=publisher, sticky=StickyRuns())
+        for _ in range(2)
+    )
+    return a, b, publisher
+
+
+def test_a_parked_agent_is_abandoned_when_another_container_advanced_the_run() -> None:
+    journal = InMemoryJournal()
+    a, b, _ = _two_containers(journal)
+    header, _ = a.start_run("sticky-loop", 6)
+    run_id = header.run_id
+    # a, a, b, a, b, b, ...: every change of container leaves the other's parked agent stale.
+    order = [a, a, b, a, b, b]
+    kinds = [runtime.execute(run_id, remaining_ms=60_000).kind for runtime in order]
+    assert kinds[-1] is OutcomeKind.SUCCEEDED
+    assert journal.get_run(run_id).status == "SUCCEEDED"
+    assert all(CALLS[f"s{i}"] == 1 for i in range(6)), CALLS  # nothing ran twice
+    assert a.sticky is not None and b.sticky is not None
+    assert a.sticky.resumed == 1 and b.sticky.resumed == 1  # a→a and b→b
+    # Each container's parked agent was stale when it got the run back from the other.
+    assert a.sticky.abandoned == 1 and b.sticky.abandoned == 1
+    # a's last one never sees its run again: it stays parked until a needs the room.
+    assert len(a.sticky) == 1 and len(b.sticky) == 0
+    a.sticky.clear()
+    assert not _agent_threads()
+
+
+def test_a_header_change_by_someone_else_makes_the_next_invocation_replay() -> None:
+    runner = AgentTestRunner(waits_for_event, mode="faithful", sticky=True)
+    # The event arrives first and is kept; the run is driven to its end.
+    result = runner.run(None)
+    assert result.status == "SUSPENDED"
+    done = runner.send_event(result.run_id, "go", "now")
+    assert done.status == "SUCCEEDED" and done.output == "now"
+    assert Counter({"before": 1, "after": 1}) == CALLS
+    assert not _agent_threads()
+
+
+def test_a_parked_agent_does_not_survive_an_event_sent_while_it_was_parked() -> None:
+    journal = InMemoryJournal()
+    runtime = Runtime(journal, registry=registry, sticky=StickyRuns())
+    header, _ = runtime.start_run("sticky-loop", 3)
+    runtime.execute(header.run_id, remaining_ms=60_000)  # s0, parks before s1
+    assert runtime.sticky is not None and len(runtime.sticky) == 1
+    from durable_agents.cancellation import request_stop
+    from durable_agents.clock import SystemClock
+
+    request_stop(
+        journal,
+        SystemClock(),
+        CollectingPublisher(),
+        header.run_id,
+        mode="cancel",
+        reason="test",
+        by="user:x",
+    )
+    outcome = runtime.execute(header.run_id, remaining_ms=60_000)
+    assert runtime.sticky.abandoned == 1 and runtime.sticky.resumed == 0
+    assert outcome.kind is OutcomeKind.CANCELLED
+    assert Counter({"s0": 1}) == CALLS
+    assert not _agent_threads()
+
+
+@pytest.mark.parametrize(
+    "crash",
+    [Crash("s3", "before_claim"), Crash("s3", "before_execute"), Crash("s3", "after_execute")],
+    ids=lambda c: c.point,
+)
+def test_a_crash_on_the_agent_thread_is_the_invocation_crashing(crash: Crash) -> None:
+    sticky = AgentTestRunner(loop, mode="faithful", sticky=True)
+    replayed = AgentTestRunner(loop, mode="faithful")
+    with_sticky = sticky.run(6, crash=crash)
+    sticky_calls = Counter(CALLS)
+    CALLS.clear()
+    without = replayed.run(6, crash=crash)
+    assert with_sticky.status is without.status == "SUCCEEDED"
+    assert with_sticky.output == without.output == 15
+    assert with_sticky.crashes == without.crashes == 1
+    assert sticky_calls == CALLS  # the same at-least-once executions, crash or not
+    assert not _agent_threads()
+
+
+def test_an_agent_failure_after_a_resume_fails_the_run_as_without_sticky() -> None:
+    result = AgentTestRunner(fails_later, mode="faithful", sticky=True).run(None)
+    assert result.status == "FAILED"
+    assert result.error is not None and "agent gave up" in result.error.message
+    assert not _agent_threads()
+
+
+def test_the_oldest_parked_run_is_abandoned_when_the_process_has_no_room() -> None:
+    journal = InMemoryJournal()
+    runtime = Runtime(journal, registry=registry, sticky=StickyRuns(capacity=1))
+    first, _ = runtime.start_run("sticky-loop", 3)
+    second, _ = runtime.start_run("sticky-loop", 3)
+    for _ in range(3):
+        runtime.execute(first.run_id, remaining_ms=60_000)
+        runtime.execute(second.run_id, remaining_ms=60_000)
+    statuses = {journal.get_run(r).status for r in (first.run_id, second.run_id)}
+    assert statuses == {RunStatus.SUCCEEDED}
+    assert runtime.sticky is not None
+    # Each park evicted the other run's, but for the last: the first run finished at once.
+    assert (runtime.sticky.resumed, runtime.sticky.abandoned) == (1, 3)
+    assert Counter({"s0": 2, "s1": 2, "s2": 2}) == CALLS
+    assert not _agent_threads()
+
+
+@agent(name="sticky-cleanup", version="1", registry=registry)
+def cleans_up(ctx: DurableContext, _: None) -> int:
+    try:
+        ctx.step(lambda: 1, name="one")
+        return int(ctx.step(lambda: 2, name="two"))
+    finally:
+        ctx.emit("cleanup", {"done": True})  # runs when the stack unwinds, whatever the cause
+
+
+def test_an_abandoned_agent_unwinds_without_writing_anything() -> None:
+    journal = InMemoryJournal()
+    runtime = Runtime(journal, registry=registry, sticky=StickyRuns())
+    header, _ = runtime.start_run("sticky-cleanup", None)
+    runtime.execute(header.run_id, remaining_ms=60_000)  # one, parks before two
+    before = _journal_view(journal, header.run_id)
+    assert runtime.sticky is not None
+    runtime.sticky.clear()  # evicted: its finally block runs, and its emit is refused
+    assert _journal_view(journal, header.run_id) == before
+    assert not _agent_threads()
+    outcome = runtime.execute(header.run_id, remaining_ms=60_000)  # replays, then two
+    assert outcome.kind is OutcomeKind.SUCCEEDED
+
+
+def test_a_dropped_runtime_wakes_its_parked_agents() -> None:
+    import gc
+
+    runtime = Runtime(InMemoryJournal(), registry=registry, sticky=StickyRuns())
+    header, _ = runtime.start_run("sticky-loop", 3)
+    runtime.execute(header.run_id, remaining_ms=60_000)
+    (parked,) = _agent_threads()
+    del runtime
+    gc.collect()
+    parked.join(5)
+    assert not parked.is_alive()
+
+
+def test_crash_hooks_raise_through_execute_and_leave_nothing_parked() -> None:
+    runtime = AgentTestRunner(loop, mode="faithful", sticky=True).runtime
+    header, _ = runtime.start_run("sticky-loop", 3)
+
+    class Dies:
+        def before_claim(self, op_id: str) -> None:
+            if ":s1" in op_id:
+                raise SimulatedCrash(op_id)
+
+        def __getattr__(self, name: str) -> Any:
+            return lambda *args: None
+
+    runtime.execute(header.run_id, remaining_ms=60_000)
+    with pytest.raises(SimulatedCrash):
+        runtime.execute(header.run_id, remaining_ms=60_000, hooks=Dies())  # type: ignore[arg-type]
+    assert runtime.sticky is not None and len(runtime.sticky) == 0
+    assert not _agent_threads()
