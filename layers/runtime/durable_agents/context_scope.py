@@ -9,17 +9,39 @@ The operations themselves are on ``DurableContext`` (``durable_agents.context``)
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Self
 
 from durable_agents.cancellation import stop_point
 from durable_agents.errors import NestedOperationError, ReplayDivergedError
-from durable_agents.fingerprints import Fingerprint
+from durable_agents.fingerprints import NO_ARGS, Fingerprint
 from durable_agents.ids import format_position
 from durable_agents.invocation import Invocation
 from durable_agents.log_context import note_operation
 from durable_agents.models import OpKind
 from durable_agents.observability import ReplayAwareLogger
 from durable_agents.replay_index import OpRecord
+
+# The root scope's positions, formatted once per process: formatting one (``f"{n:08d}"``) per
+# replayed operation was a measurable part of replaying a long run. Grown on demand up to a
+# bound (a longer run formats the rest as it goes); only ever appended to, under the lock, so a
+# reader that sees an index sees its final string.
+_ROOT_POSITIONS = [format_position("", n) for n in range(1024)]
+_ROOT_POSITIONS_KEPT = 1 << 17
+_GROWING = threading.Lock()
+_NO_ARGS_VALUE = NO_ARGS.value
+
+
+def _position(prefix: str, counter: int) -> str:
+    """``format_position(prefix, counter)``, from the table where it can be."""
+    if counter >= len(_ROOT_POSITIONS):
+        if counter >= _ROOT_POSITIONS_KEPT:
+            return format_position(prefix, counter)
+        with _GROWING:
+            while len(_ROOT_POSITIONS) <= counter:
+                _ROOT_POSITIONS.append(format_position("", len(_ROOT_POSITIONS)))
+    digits = _ROOT_POSITIONS[counter]
+    return prefix + digits if prefix else digits
 
 
 class OperationScope:
@@ -87,7 +109,7 @@ class OperationScope:
                 "the agent function or a child context"
             )
         counter = self._counter = self._counter + 1
-        position = f"{self._pos_prefix}{counter:08d}"  # format_position, inlined: hot on replay
+        position = _position(self._pos_prefix, counter)
         op_id = f"{self._id_prefix}{name}:{counter}"
         record = inv.records.get(position)
         if inv.stop is not None or (record is not None and record.kind is OpKind.CANCEL):
@@ -128,6 +150,48 @@ class OperationScope:
             inv.observer.operation(str(kind), name, op_id, position, record)
         return position, op_id, record
 
+    def replayed_record(self, kind: OpKind, name: str, fingerprint: Fingerprint) -> OpRecord | None:
+        """The next operation's record if replaying it is nothing but returning its result.
+
+        The fast path of replay: the next position holds a finished operation of this kind and
+        name whose recorded fingerprint (if any) is ``fingerprint``'s, and nothing else is
+        going on (no fault, no cancel, no plugins, not yet live, not inside a step). Then the
+        position is taken and the record returned, having done exactly what
+        ``next_operation`` does for it — which, for such a record, is only the checks. In every
+        other case nothing is taken and None is returned: the caller goes through
+        ``next_operation``, which raises, records or goes live as it always did.
+        """
+        inv = self._inv
+        if (
+            inv.live
+            or inv.fault is not None
+            or inv.in_step
+            or inv.stop is not None
+            or inv.observer is not None
+        ):
+            return None
+        counter = self._counter + 1
+        prefix = self._pos_prefix
+        if not prefix and counter < len(_ROOT_POSITIONS):  # _position, inlined
+            record = inv.records.get(_ROOT_POSITIONS[counter])
+        else:
+            record = inv.records.get(_position(prefix, counter))
+        if (
+            record is None
+            or record.result is None
+            or record.kind is not kind
+            or record.name != name
+            or (
+                (recorded := record.fingerprint) is not None
+                and not (fingerprint is NO_ARGS and recorded == _NO_ARGS_VALUE)
+                # A subclass compares otherwise (a tool's, against its side-effect record).
+                and (type(fingerprint) is not Fingerprint or fingerprint.value != recorded)
+            )
+        ):
+            return None
+        self._counter = counter
+        return record
+
     def child(self, op_id: str, position: str) -> Self:
         """Returns the nested context of a child operation."""
         return type(self)(
@@ -144,7 +208,7 @@ class OperationScope:
         inv = self._inv
         if inv.fault is not None:
             raise inv.fault
-        record = inv.records.get(format_position(self._pos_prefix, self._counter + 1))
+        record = inv.records.get(_position(self._pos_prefix, self._counter + 1))
         if record is not None:
             inv.fault = ReplayDivergedError(
                 record.op_id,

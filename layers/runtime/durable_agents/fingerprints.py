@@ -105,7 +105,7 @@ class Fingerprint:
     @classmethod
     def of_args(cls, args: tuple[Any, ...]) -> Fingerprint:
         """The fingerprint of a step's positional arguments (as a JSON array)."""
-        return _NO_ARGS if not args else cls(lambda: canonical(list(args)))
+        return NO_ARGS if not args else cls(lambda: canonical(list(args)))
 
     @property
     def value(self) -> str | None:
@@ -138,7 +138,8 @@ class Fingerprint:
         return None if requested == recorded else (recorded, requested)
 
 
-_NO_ARGS = Fingerprint(lambda: "[]")
+NO_ARGS = Fingerprint(lambda: "[]")
+"""The fingerprint of no arguments (``Fingerprint.of_args(())``), one for the process."""
 
 
 class ToolFingerprint(Fingerprint):

@@ -16,6 +16,8 @@ POSITION_WIDTH = 8
 # are built per item (``f"fetch-{i}"``) fill it once, then are checked the slow way.
 _VALID_NAMES: set[str] = set()
 _VALID_NAMES_KEPT = 10_000
+KNOWN_NAMES = _VALID_NAMES
+"""Names ``check_name`` accepted already (read-only: a hot path checks membership inline)."""
 
 
 def check_name(name: str, what: str = "operation") -> str:
