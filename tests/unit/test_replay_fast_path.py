@@ -7,41 +7,45 @@ past the precomputed position table, in child scopes, with arguments, with a res
 
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
 from typing import Any
 
 import pytest
 
-from durable_agents import AgentRegistry, DurableContext, Runtime, SkipClock, agent, context_scope
-from durable_agents.ids import format_position
+from durable_agents import AgentRegistry, DurableContext, Runtime, SkipClock, agent, ids
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.models import RunStatus
 
 
-def test_the_position_table_is_format_position_everywhere() -> None:
-    kept = context_scope._ROOT_POSITIONS_KEPT
-    for counter in [*range(0, 3000), kept - 1, kept, kept + 5, 10**9]:
+def _formatted(prefix: str, counter: int) -> str:
+    return f"{prefix}{counter:0{ids.POSITION_WIDTH}d}"  # what format_position always gave
+
+
+def test_positions_from_the_table_are_the_formatted_ones() -> None:
+    kept = ids._POSITIONS_KEPT
+    for counter in [-3, -1, *range(0, 3000), kept - 1, kept, kept + 5, 10**9]:
         for prefix in ("", "00000002/", "00000001/00000003/"):
-            assert context_scope._position(prefix, counter) == format_position(prefix, counter)
+            assert ids.format_position(prefix, counter) == _formatted(prefix, counter)
 
 
 def test_the_position_table_grows_right_under_threads(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(context_scope, "_ROOT_POSITIONS", ["00000000"])
+    monkeypatch.setattr(ids, "POSITIONS", ["00000000"])
     top = 5001
     barrier = threading.Barrier(4)
 
     def grow() -> None:
         barrier.wait()
         for counter in range(1, top):
-            context_scope._position("", counter)
+            assert ids.format_position("", counter) == _formatted("", counter)
 
     threads = [threading.Thread(target=grow) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    table = context_scope._ROOT_POSITIONS
-    assert table == [format_position("", i) for i in range(top)]
+    assert [_formatted("", i) for i in range(top)] == ids.POSITIONS
 
 
 def _deploy(journal: InMemoryJournal, clock: SkipClock, fn: Any) -> Runtime:
@@ -128,3 +132,53 @@ def test_a_replayed_step_in_a_child_scope_is_checked_too() -> None:
     error = journal.get_run(run.run_id).error
     assert error is not None and error.type == "ReplayDivergedError"
     assert "'a0'" in error.message and "'b0'" in error.message
+
+
+def _takes_items_by_signature(fn: Any) -> bool:
+    params = inspect.signature(fn).parameters.values()
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 4 or any(p.kind is p.VAR_POSITIONAL for p in params)
+
+
+def _wrapped(fn: Any) -> Any:
+    @functools.wraps(fn)
+    def wrapper(*args: Any) -> Any:
+        return fn(*args)
+
+    return wrapper
+
+
+def _four(c: Any, item: Any, index: Any, items: Any) -> None: ...
+
+
+def _three_and_keyword(c: Any, item: Any, index: Any, *, items: Any = None) -> None: ...
+
+
+def _positional_only(c: Any, item: Any, index: Any, items: Any, /) -> None: ...
+
+
+class _Callable:
+    def __call__(self, c: Any, item: Any, index: Any, items: Any) -> None: ...
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda c, item, index: None,
+        lambda c, item, index, items: None,
+        lambda c, item, index, items=None: None,
+        lambda *args: None,
+        lambda c, *rest: None,
+        _four,
+        _three_and_keyword,
+        _positional_only,
+        _wrapped(lambda c, item, index: None),
+        _wrapped(_four),
+        functools.partial(_four, None),
+        _Callable(),
+    ],
+)
+def test_a_map_function_takes_the_items_as_its_signature_says(fn: Any) -> None:
+    from durable_agents.operations.parallel import _takes_items
+
+    assert _takes_items(fn) is _takes_items_by_signature(fn)

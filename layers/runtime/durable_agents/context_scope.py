@@ -9,39 +9,19 @@ The operations themselves are on ``DurableContext`` (``durable_agents.context``)
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Self
 
 from durable_agents.cancellation import stop_point
 from durable_agents.errors import NestedOperationError, ReplayDivergedError
 from durable_agents.fingerprints import NO_ARGS, Fingerprint
-from durable_agents.ids import format_position
+from durable_agents.ids import POSITIONS, format_position
 from durable_agents.invocation import Invocation
 from durable_agents.log_context import note_operation
 from durable_agents.models import OpKind
 from durable_agents.observability import ReplayAwareLogger
 from durable_agents.replay_index import OpRecord
 
-# The root scope's positions, formatted once per process: formatting one (``f"{n:08d}"``) per
-# replayed operation was a measurable part of replaying a long run. Grown on demand up to a
-# bound (a longer run formats the rest as it goes); only ever appended to, under the lock, so a
-# reader that sees an index sees its final string.
-_ROOT_POSITIONS = [format_position("", n) for n in range(1024)]
-_ROOT_POSITIONS_KEPT = 1 << 17
-_GROWING = threading.Lock()
 _NO_ARGS_VALUE = NO_ARGS.value
-
-
-def _position(prefix: str, counter: int) -> str:
-    """``format_position(prefix, counter)``, from the table where it can be."""
-    if counter >= len(_ROOT_POSITIONS):
-        if counter >= _ROOT_POSITIONS_KEPT:
-            return format_position(prefix, counter)
-        with _GROWING:
-            while len(_ROOT_POSITIONS) <= counter:
-                _ROOT_POSITIONS.append(format_position("", len(_ROOT_POSITIONS)))
-    digits = _ROOT_POSITIONS[counter]
-    return prefix + digits if prefix else digits
 
 
 class OperationScope:
@@ -109,7 +89,7 @@ class OperationScope:
                 "the agent function or a child context"
             )
         counter = self._counter = self._counter + 1
-        position = _position(self._pos_prefix, counter)
+        position = format_position(self._pos_prefix, counter)
         op_id = f"{self._id_prefix}{name}:{counter}"
         record = inv.records.get(position)
         if inv.stop is not None or (record is not None and record.kind is OpKind.CANCEL):
@@ -172,10 +152,10 @@ class OperationScope:
             return None
         counter = self._counter + 1
         prefix = self._pos_prefix
-        if not prefix and counter < len(_ROOT_POSITIONS):  # _position, inlined
-            record = inv.records.get(_ROOT_POSITIONS[counter])
+        if not prefix and counter < len(POSITIONS):  # format_position, inlined
+            record = inv.records.get(POSITIONS[counter])
         else:
-            record = inv.records.get(_position(prefix, counter))
+            record = inv.records.get(format_position(prefix, counter))
         if (
             record is None
             or record.result is None
@@ -208,7 +188,7 @@ class OperationScope:
         inv = self._inv
         if inv.fault is not None:
             raise inv.fault
-        record = inv.records.get(_position(self._pos_prefix, self._counter + 1))
+        record = inv.records.get(format_position(self._pos_prefix, self._counter + 1))
         if record is not None:
             inv.fault = ReplayDivergedError(
                 record.op_id,
