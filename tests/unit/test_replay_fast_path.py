@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import threading
 from typing import Any
 
 import pytest
 
-from durable_agents import AgentRegistry, DurableContext, Runtime, SkipClock, agent, ids
+from durable_agents import AgentRegistry, DurableContext, Runtime, SkipClock, agent, ids, serde
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.models import RunStatus
 
@@ -182,3 +183,17 @@ def test_a_map_function_takes_the_items_as_its_signature_says(fn: Any) -> None:
     from durable_agents.operations.parallel import _takes_items
 
     assert _takes_items(fn) is _takes_items_by_signature(fn)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["1", " 1", "1 ", '{"a":[1,2.5,null,true]}', '"x"', "NaN", "[1,2]x", "", "{", "  ", "1e400"],
+)
+def test_decoding_a_recorded_value_is_json_loads(text: str) -> None:
+    def outcome(loads: Any) -> Any:
+        try:
+            return ("ok", repr(loads(text)))
+        except json.JSONDecodeError as exc:
+            return ("error", str(exc))
+
+    assert outcome(serde._loads) == outcome(json.loads)
