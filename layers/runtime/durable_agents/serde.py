@@ -214,7 +214,8 @@ def decode_value(text: str | None, hint: Any = None, serdes: Serdes | None = Non
     return from_tagged(_loads(text))
 
 
-_SCAN = json.JSONDecoder().scan_once  # what ``json.loads`` runs, under three Python layers
+# What ``json.loads`` runs, under three Python layers (typeshed does not declare it).
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def _loads(text: str) -> Any:
