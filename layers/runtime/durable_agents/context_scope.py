@@ -9,6 +9,7 @@ The operations themselves are on ``DurableContext`` (``durable_agents.context``)
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Self
 
 from durable_agents.cancellation import stop_point
@@ -21,7 +22,7 @@ from durable_agents.models import OpKind
 from durable_agents.observability import ReplayAwareLogger
 from durable_agents.replay_index import OpRecord
 
-_NO_ARGS_VALUE = NO_ARGS.value
+_NO_ARGS_VALUE = sys.intern(NO_ARGS.value or "")  # as records hold it (OpRecord.add)
 
 
 class OperationScope:
@@ -163,7 +164,7 @@ class OperationScope:
             or record.name != name
             or (
                 (recorded := record.fingerprint) is not None
-                and not (fingerprint is NO_ARGS and recorded == _NO_ARGS_VALUE)
+                and not (fingerprint is NO_ARGS and recorded is _NO_ARGS_VALUE)
                 # A subclass compares otherwise (a tool's, against its side-effect record).
                 and (type(fingerprint) is not Fingerprint or fingerprint.value != recorded)
             )

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -48,10 +49,15 @@ class OpRecord:
     invocations. Only ``decoded`` is set later, to the same value by whoever sets it.
     """
 
+    # What a replayed operation reads comes first: the object's first cache line.
     kind: OpKind
     name: str
     op_id: str
     result: Entry | None = None
+    fingerprint: str | None = None
+    """The input fingerprint the first entry carrying one recorded (None if none does)."""
+    decoded: Any = NOT_DECODED
+    """``(hint, serdes, value)``: the result as last decoded, kept if the value is immutable."""
     last_started: Entry | None = None
     last_failed: Entry | None = None
     scheduled: Entry | None = None
@@ -59,10 +65,6 @@ class OpRecord:
     attempts: int = 0
     entries: list[Entry] = field(default_factory=list)
     effect: SideEffectRecord | None = None
-    fingerprint: str | None = None
-    """The input fingerprint the first entry carrying one recorded (None if none does)."""
-    decoded: Any = NOT_DECODED
-    """``(hint, serdes, value)``: the result as last decoded, kept if the value is immutable."""
 
     def add(self, entry: Entry) -> None:
         """Folds one entry into the record."""
@@ -84,7 +86,9 @@ class OpRecord:
         if self.fingerprint is None and entry.meta:
             value = entry.meta.get(FINGERPRINT_KEY)
             if isinstance(value, str):
-                self.fingerprint = value
+                # Interned: the many records of one input (no arguments, say) share one string,
+                # and replay compares it with its own by identity first.
+                self.fingerprint = sys.intern(value)
 
     def replayed(self, hint: Any, serdes: Any, decode: Callable[[Entry, Any, Any], Any]) -> Any:
         """The recorded result as ``decode(result, hint, serdes)`` gives it, decoded once.
