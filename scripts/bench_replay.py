@@ -7,6 +7,8 @@ own process so nothing is shared between them:
   invocation replays all ``N`` and suspends again. Best of ``--repeat`` invocations, in CPU
   time (``time.process_time``), per replayed operation. The first invocation after the run
   was recorded is cold (nothing of the run grouped yet in this process), the later ones warm.
+  ``agent`` is the agent function alone against a context that does nothing (its loop, its
+  lambdas and names): the part of a replayed operation no runtime can take away.
 * ``map N``: ``ctx.map`` over ``N`` items, one operation per invocation (faithful harness),
   from start to finish, in CPU seconds.
 
@@ -53,7 +55,34 @@ def _child_replay(n: int, repeat: int) -> dict[str, float]:
         started = time.process_time()
         runner.runtime.execute(run_id, budget=1, remaining_ms=60_000)
         times.append(time.process_time() - started)
-    return {"cold_us_per_op": times[0] * 1e6 / n, "warm_us_per_op": min(times[1:]) * 1e6 / n}
+    return {
+        "cold_us_per_op": times[0] * 1e6 / n,
+        "warm_us_per_op": min(times[1:]) * 1e6 / n,
+        "agent_us_per_op": _agent_alone(replayed.fn, n, repeat) * 1e6 / n,
+    }
+
+
+class _Stub:
+    """A context whose ``step`` does nothing: what the agent's own loop costs."""
+
+    def step(self, fn: Any, *args: Any, name: str | None = None, **options: Any) -> Any:
+        return None
+
+    def create_callback(self, name: str, **options: Any) -> Any:
+        return self
+
+    def result(self) -> None:
+        return None
+
+
+def _agent_alone(fn: Any, n: int, repeat: int) -> float:
+    """CPU seconds of the agent function's own work (its loop, lambdas, names), best of all."""
+    times = []
+    for _ in range(repeat + 1):
+        started = time.process_time()
+        fn(_Stub(), n)
+        times.append(time.process_time() - started)
+    return min(times)
 
 
 def _child_map(n: int) -> dict[str, float]:
@@ -147,8 +176,14 @@ def _print(
     print("|---" * (len(labels) + 1 + (len(labels) > 1)) + "|")
     for case in cases:
         name = " ".join(case[:2])
-        keys = ["cold_us_per_op", "warm_us_per_op"] if case[0] == "replay" else ["cpu_s"]
+        keys = (
+            ["cold_us_per_op", "warm_us_per_op", "agent_us_per_op"]
+            if case[0] == "replay"
+            else ["cpu_s"]
+        )
         for key in keys:
+            if any(key not in r for label in labels for r in results[(label, name)]):
+                continue  # a baseline that does not measure it
             got = [_median(results[(label, name)], key) for label in labels]
             unit = "µs per replayed op" if key.endswith("per_op") else "s CPU"
             title = (
