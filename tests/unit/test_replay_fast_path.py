@@ -18,6 +18,8 @@ import pytest
 from durable_agents import AgentRegistry, DurableContext, Runtime, SkipClock, agent, ids, serde
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.models import RunStatus
+from durable_agents.plugin_calls import PluginSet
+from durable_agents.plugins import Plugin
 
 
 def _formatted(prefix: str, counter: int) -> str:
@@ -197,3 +199,59 @@ def test_decoding_a_recorded_value_is_json_loads(text: str) -> None:
             return ("error", str(exc))
 
     assert outcome(serde._loads) == outcome(json.loads)
+
+
+class _Starts(Plugin):
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, bool]] = []
+
+    def on_operation_start(self, info: Any) -> None:
+        self.seen.append((info.op_id, info.replayed))
+
+
+class _Ends:  # not a Plugin subclass: hooks are looked up by name
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, bool, str]] = []
+
+    def on_operation_end(self, info: Any) -> None:
+        self.seen.append((info.op_id, info.replayed, info.outcome))
+
+
+def test_plugins_hear_of_every_replayed_operation_with_its_id() -> None:
+    def flow(ctx: DurableContext, _: Any) -> int:
+        return sum(ctx.step(lambda i=i: i, name=f"s{i}") for i in range(3))
+
+    starts, ends = _Starts(), _Ends()
+    registry = AgentRegistry()
+    agent(name="flow", version="1", registry=registry)(flow)
+    rt = Runtime(InMemoryJournal(), registry=registry, clock=SkipClock(), plugins=[starts, ends])
+    run, _ = rt.start_run("flow", None)
+    rt.execute(run.run_id, budget=2)
+    starts.seen.clear()
+    ends.seen.clear()
+    rt.execute(run.run_id)  # s0 and s1 replayed, s2 executed
+    ids = [f"{run.run_id}:s{i}:{i + 1}" for i in range(3)]
+    assert starts.seen == [(ids[0], True), (ids[1], True), (ids[2], False)]
+    assert ends.seen == [
+        (ids[0], True, "succeeded"),
+        (ids[1], True, "succeeded"),
+        (ids[2], False, "succeeded"),
+    ]
+
+
+def test_a_plugin_listens_to_the_hooks_it_has_of_its_own() -> None:
+    class Both(_Starts):
+        def on_operation_end(self, info: Any) -> None:
+            super().on_operation_end(info)
+
+    only_starts = PluginSet([_Starts()])
+    assert only_starts.listening("on_operation_start")
+    assert not only_starts.listening("on_operation_end")
+    assert PluginSet([_Ends()]).listening("on_operation_end")
+    assert not PluginSet([_Ends()]).listening("on_operation_start")
+
+    class Bare(Plugin):
+        pass
+
+    assert PluginSet([Bare(), Both()]).listening("on_operation_end")
+    assert not PluginSet([Bare()]).listening("on_operation_start")

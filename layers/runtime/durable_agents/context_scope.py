@@ -136,27 +136,22 @@ class OperationScope:
 
         The fast path of replay: the next position holds a finished operation of this kind and
         name whose recorded fingerprint (if any) is ``fingerprint``'s, and nothing else is
-        going on (no fault, no cancel, no plugins, not yet live, not inside a step). Then the
-        position is taken and the record returned, having done exactly what
-        ``next_operation`` does for it — which, for such a record, is only the checks. In every
+        going on (no fault, no cancel, not yet live, not inside a step). Then the position is
+        taken and the record returned, having done exactly what ``next_operation`` does for
+        it — which, for such a record, is the checks and telling the plugins. In every
         other case nothing is taken and None is returned: the caller goes through
         ``next_operation``, which raises, records or goes live as it always did.
         """
         inv = self._inv
-        if (
-            inv.live
-            or inv.fault is not None
-            or inv.in_step
-            or inv.stop is not None
-            or inv.observer is not None
-        ):
+        if inv.live or inv.fault is not None or inv.in_step or inv.stop is not None:
             return None
         counter = self._counter + 1
         prefix = self._pos_prefix
         if not prefix and counter < len(POSITIONS):  # format_position, inlined
-            record = inv.records.get(POSITIONS[counter])
+            position = POSITIONS[counter]
         else:
-            record = inv.records.get(format_position(prefix, counter))
+            position = format_position(prefix, counter)
+        record = inv.records.get(position)
         if (
             record is None
             or record.result is None
@@ -171,6 +166,9 @@ class OperationScope:
         ):
             return None
         self._counter = counter
+        if inv.observer is not None:  # plugins hear of a replayed operation as before
+            op_id = f"{self._id_prefix}{name}:{counter}"
+            inv.observer.operation(str(kind), name, op_id, position, record)
         return record
 
     def child(self, op_id: str, position: str) -> Self:
