@@ -7,8 +7,10 @@ own process so nothing is shared between them:
   invocation replays all ``N`` and suspends again. Best of ``--repeat`` invocations, in CPU
   time (``time.process_time``), per replayed operation. The first invocation after the run
   was recorded is cold (nothing of the run grouped yet in this process), the later ones warm.
-  ``agent`` is the agent function alone against a context that does nothing (its loop, its
-  lambdas and names): the part of a replayed operation no runtime can take away.
+  ``warm with plugin`` is the warm case with a plugin listening as the Lambda functions'
+  does (the StepRunner always has one); ``agent`` is the agent function alone against a
+  context that does nothing (its loop, its lambdas and names): the part of a replayed
+  operation no runtime can take away.
 * ``map N``: ``ctx.map`` over ``N`` items, one operation per invocation (faithful harness),
   from start to finish, in CPU seconds.
 
@@ -48,18 +50,29 @@ def _child_replay(n: int, repeat: int) -> dict[str, float]:
         ctx.create_callback("park", timeout=timedelta(days=30)).result()
         return steps
 
-    runner = AgentTestRunner(replayed, mode="continuous")
-    run_id = runner.run(n).run_id
-    times = []
-    for _ in range(repeat + 1):
-        started = time.process_time()
-        runner.runtime.execute(run_id, budget=1, remaining_ms=60_000)
-        times.append(time.process_time() - started)
-    return {
-        "cold_us_per_op": times[0] * 1e6 / n,
-        "warm_us_per_op": min(times[1:]) * 1e6 / n,
-        "agent_us_per_op": _agent_alone(replayed.fn, n, repeat) * 1e6 / n,
-    }
+    measured: dict[str, float] = {}
+    for label, plugins in (("", []), ("plugin_", [_EndsOnly()])):
+        runner = AgentTestRunner(replayed, mode="continuous", plugins=plugins)
+        run_id = runner.run(n).run_id
+        times = []
+        for _ in range(repeat + 1):
+            started = time.process_time()
+            runner.runtime.execute(run_id, budget=1, remaining_ms=60_000)
+            times.append(time.process_time() - started)
+        if not label:
+            measured["cold_us_per_op"] = times[0] * 1e6 / n
+        measured[f"warm_{label}us_per_op"] = min(times[1:]) * 1e6 / n
+    measured["agent_us_per_op"] = _agent_alone(replayed.fn, n, repeat) * 1e6 / n
+    return measured
+
+
+class _EndsOnly:
+    """A plugin as the Lambda functions' ``PowertoolsPlugin`` listens: operation ends only,
+    replayed ones ignored (the StepRunner always runs with one)."""
+
+    def on_operation_end(self, info: Any) -> None:
+        if info.replayed:
+            return
 
 
 class _Stub:
@@ -177,7 +190,7 @@ def _print(
     for case in cases:
         name = " ".join(case[:2])
         keys = (
-            ["cold_us_per_op", "warm_us_per_op", "agent_us_per_op"]
+            ["cold_us_per_op", "warm_us_per_op", "warm_plugin_us_per_op", "agent_us_per_op"]
             if case[0] == "replay"
             else ["cpu_s"]
         )
@@ -187,7 +200,7 @@ def _print(
             got = [_median(results[(label, name)], key) for label in labels]
             unit = "µs per replayed op" if key.endswith("per_op") else "s CPU"
             title = (
-                f"{name} ({key.split('_')[0]}, {unit})"
+                f"{name} ({key.rsplit('_us', 1)[0].replace('_', ' with ')}, {unit})"
                 if case[0] == "replay"
                 else f"{name} items, faithful ({unit})"
             )
