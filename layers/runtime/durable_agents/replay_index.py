@@ -36,6 +36,11 @@ FINGERPRINT_KEY = "fp"
 NOT_DECODED: Any = object()
 """``OpRecord.decoded`` before (or instead of) a cached decoded result."""
 
+# Looked up once: ``OpRecord.add`` runs for every entry of a run's first grouping.
+_SUCCEEDED, _FAILED, _STARTED = EntryType.SUCCEEDED, EntryType.FAILED, EntryType.STARTED
+_ATTEMPT_FAILED, _SCHEDULED = EntryType.ATTEMPT_FAILED, EntryType.SCHEDULED
+_NOTIFIED = EntryType.NOTIFIED
+
 # Results cached decoded: values no agent can change in place, so one decoded object can be
 # handed to every replay. Anything else is decoded afresh each time (agent code may mutate it).
 _IMMUTABLE = frozenset({int, float, str, bool, type(None)})
@@ -69,19 +74,20 @@ class OpRecord:
     def add(self, entry: Entry) -> None:
         """Folds one entry into the record."""
         self.entries.append(entry)
-        self.attempts = max(self.attempts, entry.attempt)
+        attempt = entry.attempt
+        self.attempts = max(self.attempts, attempt)
         kind = entry.type
-        if kind is EntryType.SUCCEEDED or kind is EntryType.FAILED:
+        if kind is _SUCCEEDED or kind is _FAILED:
             self.result = entry
-        elif kind is EntryType.STARTED:
-            if self.last_started is None or entry.attempt > self.last_started.attempt:
+        elif kind is _STARTED:
+            if self.last_started is None or attempt > self.last_started.attempt:
                 self.last_started = entry
-        elif kind is EntryType.ATTEMPT_FAILED:
-            if self.last_failed is None or entry.attempt > self.last_failed.attempt:
+        elif kind is _ATTEMPT_FAILED:
+            if self.last_failed is None or attempt > self.last_failed.attempt:
                 self.last_failed = entry
-        elif kind is EntryType.SCHEDULED:
+        elif kind is _SCHEDULED:
             self.scheduled = entry
-        elif kind is EntryType.NOTIFIED:
+        elif kind is _NOTIFIED:
             self.notified = entry
         if self.fingerprint is None and entry.meta:
             value = entry.meta.get(FINGERPRINT_KEY)
@@ -209,7 +215,7 @@ class WarmRecords:
             known, new = None, entries
         else:
             new = entries[len(known.entries) :]
-        if (known is None and _has_migration(entries)) or _has_migration(new):
+        if _has_migration(new):  # (every entry when nothing is known: ``new`` is all of them)
             records: dict[str, OpRecord] = {}
             _fold(records, migrated_view(entries), None)
             known, new = _Grouped(list(entries), records, migrated=True), entries
