@@ -7,6 +7,10 @@ own process so nothing is shared between them:
   invocation replays all ``N`` and suspends again. Best of ``--repeat`` invocations, in CPU
   time (``time.process_time``), per replayed operation. The first invocation after the run
   was recorded is cold (nothing of the run grouped yet in this process), the later ones warm.
+  ``warm with plugin`` is the warm case with a plugin listening as the Lambda functions'
+  does (the StepRunner always has one); ``agent`` is the agent function alone against a
+  context that does nothing (its loop, its lambdas and names): the part of a replayed
+  operation no runtime can take away.
 * ``map N``: ``ctx.map`` over ``N`` items, one operation per invocation (faithful harness),
   from start to finish, in CPU seconds.
 
@@ -46,14 +50,52 @@ def _child_replay(n: int, repeat: int) -> dict[str, float]:
         ctx.create_callback("park", timeout=timedelta(days=30)).result()
         return steps
 
-    runner = AgentTestRunner(replayed, mode="continuous")
-    run_id = runner.run(n).run_id
+    measured: dict[str, float] = {}
+    for label, plugins in (("", []), ("plugin_", [_EndsOnly()])):
+        runner = AgentTestRunner(replayed, mode="continuous", plugins=plugins)
+        run_id = runner.run(n).run_id
+        times = []
+        for _ in range(repeat + 1):
+            started = time.process_time()
+            runner.runtime.execute(run_id, budget=1, remaining_ms=60_000)
+            times.append(time.process_time() - started)
+        if not label:
+            measured["cold_us_per_op"] = times[0] * 1e6 / n
+        measured[f"warm_{label}us_per_op"] = min(times[1:]) * 1e6 / n
+    measured["agent_us_per_op"] = _agent_alone(replayed.fn, n, repeat) * 1e6 / n
+    return measured
+
+
+class _EndsOnly:
+    """A plugin as the Lambda functions' ``PowertoolsPlugin`` listens: operation ends only,
+    replayed ones ignored (the StepRunner always runs with one)."""
+
+    def on_operation_end(self, info: Any) -> None:
+        if info.replayed:
+            return
+
+
+class _Stub:
+    """A context whose ``step`` does nothing: what the agent's own loop costs."""
+
+    def step(self, fn: Any, *args: Any, name: str | None = None, **options: Any) -> Any:
+        return None
+
+    def create_callback(self, name: str, **options: Any) -> Any:
+        return self
+
+    def result(self) -> None:
+        return None
+
+
+def _agent_alone(fn: Any, n: int, repeat: int) -> float:
+    """CPU seconds of the agent function's own work (its loop, lambdas, names), best of all."""
     times = []
     for _ in range(repeat + 1):
         started = time.process_time()
-        runner.runtime.execute(run_id, budget=1, remaining_ms=60_000)
+        fn(_Stub(), n)
         times.append(time.process_time() - started)
-    return {"cold_us_per_op": times[0] * 1e6 / n, "warm_us_per_op": min(times[1:]) * 1e6 / n}
+    return min(times)
 
 
 def _child_map(n: int) -> dict[str, float]:
@@ -147,12 +189,18 @@ def _print(
     print("|---" * (len(labels) + 1 + (len(labels) > 1)) + "|")
     for case in cases:
         name = " ".join(case[:2])
-        keys = ["cold_us_per_op", "warm_us_per_op"] if case[0] == "replay" else ["cpu_s"]
+        keys = (
+            ["cold_us_per_op", "warm_us_per_op", "warm_plugin_us_per_op", "agent_us_per_op"]
+            if case[0] == "replay"
+            else ["cpu_s"]
+        )
         for key in keys:
+            if any(key not in r for label in labels for r in results[(label, name)]):
+                continue  # a baseline that does not measure it
             got = [_median(results[(label, name)], key) for label in labels]
             unit = "µs per replayed op" if key.endswith("per_op") else "s CPU"
             title = (
-                f"{name} ({key.split('_')[0]}, {unit})"
+                f"{name} ({key.rsplit('_us', 1)[0].replace('_', ' with ')}, {unit})"
                 if case[0] == "replay"
                 else f"{name} items, faithful ({unit})"
             )

@@ -191,6 +191,19 @@ def test_load_returns_program_order_with_nested_scopes(journal: JournalStore) ->
     ]
 
 
+def test_a_loaded_snapshot_never_changes_under_its_holder(journal: JournalStore) -> None:
+    journal.create_run(header())
+    journal.commit("run-1", [entry("00000002", name="second"), entry("00000004", name="fourth")])
+    before = journal.load("run-1")
+    held = list(before.entries)
+    # One commit after everything, one in front of everything, one in the middle.
+    journal.commit("run-1", [entry("00000005", name="fifth"), entry("00000001", name="first")])
+    journal.commit("run-1", [entry("00000003", name="third")])
+    assert before.entries == held
+    after = [e.position for e in journal.load("run-1").entries]
+    assert after == [f"0000000{i}" for i in range(1, 6)]
+
+
 def test_entry_fields_round_trip(journal: JournalStore) -> None:
     journal.create_run(header())
     original = Entry(

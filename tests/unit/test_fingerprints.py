@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, SecretStr
 
@@ -98,3 +100,41 @@ def test_a_divergence_error_names_both_fingerprints() -> None:
         recorded_fingerprint="aaaa",
     )
     assert "an input that cannot be fingerprinted" in str(unserialisable)
+
+
+def _dumped(value: Any) -> tuple[str, str]:
+    from durable_agents.fingerprints import _jsonable
+
+    try:
+        text = json.dumps(
+            value, separators=(",", ":"), sort_keys=True, allow_nan=False, default=_jsonable
+        )
+    except (TypeError, ValueError) as exc:
+        return (type(exc).__name__, str(exc))
+    return ("ok", text)
+
+
+def _canonical(value: Any) -> tuple[str, str]:
+    from durable_agents.fingerprints import canonical
+
+    try:
+        return ("ok", canonical(value))
+    except (TypeError, ValueError) as exc:
+        return (type(exc).__name__, str(exc))
+
+
+def test_the_canonical_text_is_json_dumps_with_the_fingerprint_options() -> None:
+    cyclic: list[Any] = [1]
+    cyclic.append(cyclic)
+    values: list[Any] = [
+        [1, "é", {"b": 2, "a": None}],
+        Order(order_id="o-1", tags={"z", "a"}),
+        {3, 1, 2},
+        float("nan"),
+        cyclic,
+        object(),
+        {"k": SecretStr("hidden")},
+        {1: "int key", "1": "str key"},
+    ]
+    for value in values:
+        assert _canonical(value) == _dumped(value), value

@@ -17,15 +17,17 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from durable_agents.agent import AgentDefinition
 from durable_agents.context_waits import WaitOperations
 from durable_agents.errors import DurableError
-from durable_agents.ids import check_name, name_of
+from durable_agents.fingerprints import NO_ARGS, Fingerprint
+from durable_agents.ids import KNOWN_NAMES, check_name, name_of
 from durable_agents.llm.types import LlmRequest, LlmResponse, ModelConfig
 from durable_agents.models import OpKind
 from durable_agents.operations.parallel import BatchResult, CompletionPolicy
-from durable_agents.operations.step import run_step
+from durable_agents.operations.step import return_hint, run_step
 from durable_agents.prompts import Prompt, pinned_for_run
+from durable_agents.replay_index import NOT_DECODED
 from durable_agents.retry import RetryPolicy
 from durable_agents.semantics import StepSemantics
-from durable_agents.serde import SerdesSpec, as_serdes
+from durable_agents.serde import SerdesSpec, as_serdes, replay_value
 from durable_agents.side_effects.tools import Tool, ToolNotApprovedError
 
 if TYPE_CHECKING:
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+_STEP = OpKind.STEP
 _UUID_NAMESPACE = _uuid.UUID("6f1d7a52-8d1c-4d8e-9a57-1f0f4f6b2c11")
 
 
@@ -98,7 +101,24 @@ class DurableContext(WaitOperations):
             >>> def research(ctx, topic: str) -> str:
             ...     return ctx.step(lambda: topic.upper(), name="shout")
         """
-        op_name = check_name(name) if name is not None else name_of(fn)
+        if name is None:
+            op_name = name_of(fn)
+        elif type(name) is str and name in KNOWN_NAMES:  # check_name's first test, inlined
+            op_name = name
+        else:
+            op_name = check_name(name)
+        fingerprint = Fingerprint.of_args(args) if args else NO_ARGS
+        if serdes is None:  # replay's common case, kept short: a finished step, its result
+            record = self.replayed_record(_STEP, op_name, fingerprint)
+            if record is not None:
+                if result_type is not None:
+                    hint = result_type
+                else:  # a lambda has no annotations: no call to find none
+                    hint = return_hint(fn) if getattr(fn, "__annotations__", None) else None
+                cached = record.decoded  # OpRecord.replayed's first test, inlined
+                if cached is not NOT_DECODED and cached[0] is hint and cached[1] is None:
+                    return cached[2]  # type: ignore[no-any-return]
+                return record.replayed(hint, None, replay_value)  # type: ignore[no-any-return]
         return run_step(  # type: ignore[no-any-return]
             self,
             fn,
@@ -107,6 +127,7 @@ class DurableContext(WaitOperations):
             retry,
             semantics,
             result_type,
+            fingerprint=fingerprint,
             serdes=None if serdes is None else as_serdes(serdes),
         )
 

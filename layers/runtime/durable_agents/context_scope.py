@@ -9,17 +9,20 @@ The operations themselves are on ``DurableContext`` (``durable_agents.context``)
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Self
 
 from durable_agents.cancellation import stop_point
 from durable_agents.errors import NestedOperationError, ReplayDivergedError
-from durable_agents.fingerprints import Fingerprint
-from durable_agents.ids import format_position
+from durable_agents.fingerprints import NO_ARGS, Fingerprint
+from durable_agents.ids import POSITIONS, format_position
 from durable_agents.invocation import Invocation
 from durable_agents.log_context import note_operation
 from durable_agents.models import OpKind
 from durable_agents.observability import ReplayAwareLogger
 from durable_agents.replay_index import OpRecord
+
+_NO_ARGS_VALUE = sys.intern(NO_ARGS.value or "")  # as records hold it (OpRecord.add)
 
 
 class OperationScope:
@@ -87,7 +90,7 @@ class OperationScope:
                 "the agent function or a child context"
             )
         counter = self._counter = self._counter + 1
-        position = f"{self._pos_prefix}{counter:08d}"  # format_position, inlined: hot on replay
+        position = format_position(self._pos_prefix, counter)
         op_id = f"{self._id_prefix}{name}:{counter}"
         record = inv.records.get(position)
         if inv.stop is not None or (record is not None and record.kind is OpKind.CANCEL):
@@ -127,6 +130,46 @@ class OperationScope:
         if inv.observer is not None:
             inv.observer.operation(str(kind), name, op_id, position, record)
         return position, op_id, record
+
+    def replayed_record(self, kind: OpKind, name: str, fingerprint: Fingerprint) -> OpRecord | None:
+        """The next operation's record if replaying it is nothing but returning its result.
+
+        The fast path of replay: the next position holds a finished operation of this kind and
+        name whose recorded fingerprint (if any) is ``fingerprint``'s, and nothing else is
+        going on (no fault, no cancel, not yet live, not inside a step). Then the position is
+        taken and the record returned, having done exactly what ``next_operation`` does for
+        it — which, for such a record, is the checks and telling the plugins. In every
+        other case nothing is taken and None is returned: the caller goes through
+        ``next_operation``, which raises, records or goes live as it always did.
+        """
+        inv = self._inv
+        if inv.live or inv.fault is not None or inv.in_step or inv.stop is not None:
+            return None
+        counter = self._counter + 1
+        prefix = self._pos_prefix
+        if not prefix and counter < len(POSITIONS):  # format_position, inlined
+            position = POSITIONS[counter]
+        else:
+            position = format_position(prefix, counter)
+        record = inv.records.get(position)
+        if (
+            record is None
+            or record.result is None
+            or record.kind is not kind
+            or record.name != name
+            or (
+                (recorded := record.fingerprint) is not None
+                and not (fingerprint is NO_ARGS and recorded is _NO_ARGS_VALUE)
+                # A subclass compares otherwise (a tool's, against its side-effect record).
+                and (type(fingerprint) is not Fingerprint or fingerprint.value != recorded)
+            )
+        ):
+            return None
+        self._counter = counter
+        if inv.observer is not None:  # plugins hear of a replayed operation as before
+            op_id = f"{self._id_prefix}{name}:{counter}"
+            inv.observer.operation(str(kind), name, op_id, position, record)
+        return record
 
     def child(self, op_id: str, position: str) -> Self:
         """Returns the nested context of a child operation."""

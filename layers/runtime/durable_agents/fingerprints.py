@@ -51,9 +51,7 @@ def canonical(value: Any) -> str:
         TypeError: If the value (or something inside it) is not JSON, or is a secret.
         ValueError: If it holds NaN or infinity, or a reference cycle.
     """
-    return json.dumps(
-        value, separators=(",", ":"), sort_keys=True, allow_nan=False, default=_jsonable
-    )
+    return _ENCODER.encode(value)
 
 
 def _jsonable(value: Any) -> Any:
@@ -74,6 +72,13 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.hex()
     raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+# What ``json.dumps`` with these options builds on every call (an encoder holds no state
+# between calls): a replayed step with arguments fingerprints them again, every time.
+_ENCODER = json.JSONEncoder(
+    separators=(",", ":"), sort_keys=True, allow_nan=False, default=_jsonable
+)
 
 
 class Fingerprint:
@@ -105,7 +110,7 @@ class Fingerprint:
     @classmethod
     def of_args(cls, args: tuple[Any, ...]) -> Fingerprint:
         """The fingerprint of a step's positional arguments (as a JSON array)."""
-        return _NO_ARGS if not args else cls(lambda: canonical(list(args)))
+        return NO_ARGS if not args else cls(lambda: canonical(list(args)))
 
     @property
     def value(self) -> str | None:
@@ -138,7 +143,8 @@ class Fingerprint:
         return None if requested == recorded else (recorded, requested)
 
 
-_NO_ARGS = Fingerprint(lambda: "[]")
+NO_ARGS = Fingerprint(lambda: "[]")
+"""The fingerprint of no arguments (``Fingerprint.of_args(())``), one for the process."""
 
 
 class ToolFingerprint(Fingerprint):

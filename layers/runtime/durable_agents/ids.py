@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,8 @@ POSITION_WIDTH = 8
 # are built per item (``f"fetch-{i}"``) fill it once, then are checked the slow way.
 _VALID_NAMES: set[str] = set()
 _VALID_NAMES_KEPT = 10_000
+KNOWN_NAMES = _VALID_NAMES
+"""Names ``check_name`` accepted already (read-only: a hot path checks membership inline)."""
 
 
 def check_name(name: str, what: str = "operation") -> str:
@@ -68,4 +71,21 @@ def name_of(fn: Callable[..., Any]) -> str:
 
 def format_position(prefix: str, counter: int) -> str:
     """Returns the sortable position path for the ``counter``-th operation of a scope."""
-    return f"{prefix}{counter:0{POSITION_WIDTH}d}"
+    if not 0 <= counter < len(POSITIONS):
+        if not 0 <= counter < _POSITIONS_KEPT:
+            return f"{prefix}{counter:0{POSITION_WIDTH}d}"
+        with _GROWING:
+            while len(POSITIONS) <= counter:
+                POSITIONS.append(f"{len(POSITIONS):0{POSITION_WIDTH}d}")
+    digits = POSITIONS[counter]
+    return prefix + digits if prefix else digits
+
+
+# Counters formatted once per process: formatting one per operation (and per batch branch) on
+# every replay was a measurable part of replaying a long run or a large batch. Grown on demand
+# up to a bound (past it, formatted as it goes); only appended to, under the lock, so a reader
+# that sees an index sees its final string.
+POSITIONS = [f"{n:0{POSITION_WIDTH}d}" for n in range(1024)]
+"""``format_position("", n)`` by ``n`` (read-only: a hot path indexes it inline)."""
+_POSITIONS_KEPT = 1 << 17
+_GROWING = threading.Lock()

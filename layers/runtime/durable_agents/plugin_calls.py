@@ -43,6 +43,20 @@ class PluginSet:
     def __bool__(self) -> bool:
         return bool(self.plugins)
 
+    def listening(self, hook: str) -> bool:
+        """Whether some plugin has ``hook`` of its own, not ``Plugin``'s default.
+
+        The default does nothing: if no plugin has its own, building the hook's info and
+        calling it changes nothing.
+        """
+        for plugin in self.plugins:
+            method = getattr(plugin, hook, None)
+            if method is not None and getattr(method, "__func__", None) is not getattr(
+                Plugin, hook, None
+            ):
+                return True
+        return False
+
     def emit(self, hook: str, info: object) -> None:
         """Calls ``hook`` on every plugin that has it; what a hook raises is logged, not raised."""
         for plugin in self.plugins:
@@ -147,6 +161,10 @@ class InvocationObserver:
         self._run_id = run_id
         self._clock = clock
         self._open: dict[str, _Open] = {}  # by position, in the order they were taken up
+        # Asked once per invocation: every replayed operation reports its start and end, and
+        # building those reports for nobody was most of what replaying one cost with plugins.
+        self._hears_start = plugins.listening("on_operation_start")
+        self._hears_end = plugins.listening("on_operation_end")
 
     def watch(self, store: Any) -> Any:
         """``store``, reporting every write of this invocation once it has landed."""
@@ -156,8 +174,11 @@ class InvocationObserver:
         self, kind: str, name: str, op_id: str, position: str, record: OpRecord | None
     ) -> None:
         """The invocation takes up the operation at ``position`` (``record``: what is recorded)."""
-        with _bookkeeping("operation"):
+        try:  # _bookkeeping("operation"), without a generator per operation
             self._operation(kind, name, op_id, position, record)
+        except Exception:
+            with contextlib.suppress(Exception):
+                _LOG.exception("plugin bookkeeping failed in %s; ignored", "operation")
 
     def recorded(self, entries: Sequence[Entry], effect: Any) -> None:
         """Reports what a write that landed recorded (its entries, a tool's claim)."""
@@ -174,12 +195,15 @@ class InvocationObserver:
         self, kind: str, name: str, op_id: str, position: str, record: OpRecord | None
     ) -> None:
         result = record.result if record is not None else None
-        self._plugins.emit(
-            "on_operation_start",
-            OperationStartInfo(self._run_id, op_id, kind, name, result is not None),
-        )
+        if self._hears_start:
+            self._plugins.emit(
+                "on_operation_start",
+                OperationStartInfo(self._run_id, op_id, kind, name, result is not None),
+            )
         if record is None or result is None:
             self._open[position] = _Open(kind, name, op_id, record, self._clock.now_ms())
+            return
+        if not self._hears_end:
             return
         self._plugins.emit(
             "on_operation_end",

@@ -18,6 +18,9 @@ under it, even while another thread folds newer entries of the same run.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -33,6 +36,11 @@ FINGERPRINT_KEY = "fp"
 NOT_DECODED: Any = object()
 """``OpRecord.decoded`` before (or instead of) a cached decoded result."""
 
+# Looked up once: ``OpRecord.add`` runs for every entry of a run's first grouping.
+_SUCCEEDED, _FAILED, _STARTED = EntryType.SUCCEEDED, EntryType.FAILED, EntryType.STARTED
+_ATTEMPT_FAILED, _SCHEDULED = EntryType.ATTEMPT_FAILED, EntryType.SCHEDULED
+_NOTIFIED = EntryType.NOTIFIED
+
 # Results cached decoded: values no agent can change in place, so one decoded object can be
 # handed to every replay. Anything else is decoded afresh each time (agent code may mutate it).
 _IMMUTABLE = frozenset({int, float, str, bool, type(None)})
@@ -46,10 +54,15 @@ class OpRecord:
     invocations. Only ``decoded`` is set later, to the same value by whoever sets it.
     """
 
+    # What a replayed operation reads comes first: the object's first cache line.
     kind: OpKind
     name: str
     op_id: str
     result: Entry | None = None
+    fingerprint: str | None = None
+    """The input fingerprint the first entry carrying one recorded (None if none does)."""
+    decoded: Any = NOT_DECODED
+    """``(hint, serdes, value)``: the result as last decoded, kept if the value is immutable."""
     last_started: Entry | None = None
     last_failed: Entry | None = None
     scheduled: Entry | None = None
@@ -57,32 +70,31 @@ class OpRecord:
     attempts: int = 0
     entries: list[Entry] = field(default_factory=list)
     effect: SideEffectRecord | None = None
-    fingerprint: str | None = None
-    """The input fingerprint the first entry carrying one recorded (None if none does)."""
-    decoded: Any = NOT_DECODED
-    """``(hint, serdes, value)``: the result as last decoded, kept if the value is immutable."""
 
     def add(self, entry: Entry) -> None:
         """Folds one entry into the record."""
         self.entries.append(entry)
-        self.attempts = max(self.attempts, entry.attempt)
+        attempt = entry.attempt
+        self.attempts = max(self.attempts, attempt)
         kind = entry.type
-        if kind is EntryType.SUCCEEDED or kind is EntryType.FAILED:
+        if kind is _SUCCEEDED or kind is _FAILED:
             self.result = entry
-        elif kind is EntryType.STARTED:
-            if self.last_started is None or entry.attempt > self.last_started.attempt:
+        elif kind is _STARTED:
+            if self.last_started is None or attempt > self.last_started.attempt:
                 self.last_started = entry
-        elif kind is EntryType.ATTEMPT_FAILED:
-            if self.last_failed is None or entry.attempt > self.last_failed.attempt:
+        elif kind is _ATTEMPT_FAILED:
+            if self.last_failed is None or attempt > self.last_failed.attempt:
                 self.last_failed = entry
-        elif kind is EntryType.SCHEDULED:
+        elif kind is _SCHEDULED:
             self.scheduled = entry
-        elif kind is EntryType.NOTIFIED:
+        elif kind is _NOTIFIED:
             self.notified = entry
-        if self.fingerprint is None:
-            value = entry.meta.get(FINGERPRINT_KEY) if entry.meta else None
+        if self.fingerprint is None and entry.meta:
+            value = entry.meta.get(FINGERPRINT_KEY)
             if isinstance(value, str):
-                self.fingerprint = value
+                # Interned: the many records of one input (no arguments, say) share one string,
+                # and replay compares it with its own by identity first.
+                self.fingerprint = sys.intern(value)
 
     def replayed(self, hint: Any, serdes: Any, decode: Callable[[Entry, Any, Any], Any]) -> Any:
         """The recorded result as ``decode(result, hint, serdes)`` gives it, decoded once.
@@ -102,18 +114,21 @@ class OpRecord:
         return value
 
 
-def _fold(records: dict[str, OpRecord], entries: Sequence[Entry], fresh: set[str]) -> None:
+def _fold(records: dict[str, OpRecord], entries: Sequence[Entry], fresh: set[str] | None) -> None:
     """Folds ``entries`` into ``records``, copying every shared record it changes.
 
-    ``fresh`` holds the positions whose records this grouping created or copied already.
+    ``fresh`` holds the positions whose records this grouping created or copied already; None
+    when ``records`` starts empty (every record in it is this grouping's own).
     """
+    get = records.get
     for entry in entries:
         position = entry.position
-        record = records.get(position)
+        record = get(position)
         if record is None:
             record = records[position] = OpRecord(entry.kind, entry.name, entry.op_id)
-            fresh.add(position)
-        elif position not in fresh:
+            if fresh is not None:
+                fresh.add(position)
+        elif fresh is not None and position not in fresh:
             record = records[position] = dataclasses.replace(
                 record, entries=list(record.entries), decoded=NOT_DECODED
             )
@@ -145,7 +160,7 @@ def group_entries(
 ) -> dict[str, OpRecord]:
     """Groups journal entries and side-effect records by position."""
     records: dict[str, OpRecord] = {}
-    _fold(records, entries, set())
+    _fold(records, entries, None)
     return _attach(records, effects)
 
 
@@ -166,7 +181,8 @@ def _starts_with(entries: Sequence[Entry], known: list[Entry]) -> bool:
     if len(entries) < len(known):
         return False
     # Identity, not equality: the store handed out these very objects for items it had read.
-    return all(a is b for a, b in zip(known, entries, strict=False))
+    # (``map(is_, …)`` runs in C: a generator here was a measurable part of loading a long run.)
+    return all(map(operator.is_, known, entries))
 
 
 class WarmRecords:
@@ -199,15 +215,13 @@ class WarmRecords:
             known, new = None, entries
         else:
             new = entries[len(known.entries) :]
-        if (known is None and any(e.kind is OpKind.MIGRATION for e in entries)) or any(
-            e.kind is OpKind.MIGRATION for e in new
-        ):
+        if _has_migration(new):  # (every entry when nothing is known: ``new`` is all of them)
             records: dict[str, OpRecord] = {}
-            _fold(records, migrated_view(entries), set())
+            _fold(records, migrated_view(entries), None)
             known, new = _Grouped(list(entries), records, migrated=True), entries
         elif known is None:
             records = {}
-            _fold(records, entries, set())
+            _fold(records, entries, None)
             known = _Grouped(list(entries), records)
         elif new:
             records = dict(known.records)
@@ -230,6 +244,15 @@ class WarmRecords:
         """Drops one run's grouping (the next load of it groups from scratch)."""
         with self._lock:
             self._runs.pop(run_id, None)
+
+
+_KIND = operator.attrgetter("kind")
+_IS_MIGRATION = functools.partial(operator.is_, OpKind.MIGRATION)
+
+
+def _has_migration(entries: Sequence[Entry]) -> bool:
+    # All in C: a generator here was a measurable part of a run's first grouping.
+    return any(map(_IS_MIGRATION, map(_KIND, entries)))
 
 
 def _same_effects(a: Sequence[SideEffectRecord], b: Sequence[SideEffectRecord]) -> bool:

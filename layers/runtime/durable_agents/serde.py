@@ -158,7 +158,7 @@ def decode(text: str | None, hint: Any = None) -> Any:
     if text is None:
         return None
     if hint is None or hint is Any:
-        return json.loads(text)
+        return _loads(text)
     try:
         return _adapter(hint).validate_json(text)
     except ValueError as exc:
@@ -211,7 +211,31 @@ def decode_value(text: str | None, hint: Any = None, serdes: Serdes | None = Non
             raise PayloadError(f"serdes could not deserialize the value: {exc!r}") from exc
     if hint is not None and hint is not Any:
         return decode(text, hint)
-    return from_tagged(json.loads(text))
+    return from_tagged(_loads(text))
+
+
+# What ``json.loads`` runs, under three Python layers (typeshed does not declare it).
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def _loads(text: str) -> Any:
+    """``json.loads(text)``; for text without surrounding whitespace, its scanner directly.
+
+    Replay decodes every recorded result that is not immutable on every replay, and the Python
+    layers of ``json.loads`` cost more than decoding a small value.
+
+    Raises:
+        json.JSONDecodeError: As ``json.loads`` raises it (it is what reports the error).
+    """
+    if type(text) is str:
+        try:
+            value, end = _SCAN(text, 0)
+        except StopIteration:
+            pass  # leading whitespace, or not JSON: json.loads says which
+        else:
+            if end == len(text):
+                return value
+    return json.loads(text)
 
 
 def replay_value(entry: Entry, hint: Any = None, serdes: Serdes | None = None) -> Any:

@@ -43,6 +43,9 @@ class InMemoryJournal(JournalStore):
         self._lock = threading.Lock()
         self._headers: dict[str, RunHeader] = {}
         self._keys: dict[str, list[str]] = {}  # run_id -> sorted sort keys
+        # run_id -> its entries in that order: a load copies the list (a run of n entries was a
+        # lookup per entry on every load: quadratic over a run that loads once per operation).
+        self._ordered: dict[str, list[Entry]] = {}
         self._entries: dict[str, dict[str, Entry]] = {}
         self._idempotency: dict[tuple[str, str, str], str] = {}  # (tenant, agent, key)
         self._effects: dict[str, dict[str, SideEffectRecord]] = {}
@@ -63,6 +66,7 @@ class InMemoryJournal(JournalStore):
                 raise EntryConflictError("#RUN", existing=self._headers[header.run_id])
             self._headers[header.run_id] = header
             self._keys[header.run_id] = []
+            self._ordered[header.run_id] = []
             self._entries[header.run_id] = {}
             self._effects[header.run_id] = {}
             if header.idempotency_key is not None:
@@ -125,10 +129,17 @@ class InMemoryJournal(JournalStore):
                 effects[effect.record.position] = effect.record
             for wait in waits:
                 self._waits[wait.record.wait_id] = wait.record
-            keys = self._keys[run_id]
+            keys, ordered = self._keys[run_id], self._ordered[run_id]
             for entry in entries:
-                existing[entry.sort_key] = entry
-                bisect.insort(keys, entry.sort_key)
+                key = entry.sort_key
+                existing[key] = entry
+                if not keys or key > keys[-1]:  # the usual case: after everything recorded
+                    keys.append(key)
+                    ordered.append(entry)
+                else:  # a parallel branch's, or a key sorting before the last one
+                    at = bisect.bisect(keys, key)
+                    keys.insert(at, key)
+                    ordered.insert(at, entry)
             if change is not None and header is not None:
                 changed = change.apply(header)
                 if change.status.terminal:
@@ -145,9 +156,8 @@ class InMemoryJournal(JournalStore):
             header = self._headers.get(run_id)
             if header is None:
                 raise RunNotFoundError(run_id)
-            entries = self._entries[run_id]
             effects = sorted(self._effects[run_id].values(), key=lambda r: r.position)
-            return RunSnapshot(header, [entries[k] for k in self._keys[run_id]], effects)
+            return RunSnapshot(header, list(self._ordered[run_id]), effects)
 
     def get_run(self, run_id: str) -> RunHeader:
         """Returns the run header.
@@ -245,7 +255,7 @@ class InMemoryJournal(JournalStore):
             ]
             for run_id in gone:
                 header = self._headers.pop(run_id)
-                for table in (self._keys, self._entries, self._effects):
+                for table in (self._keys, self._ordered, self._entries, self._effects):
                     table.pop(run_id, None)
                 if header.idempotency_key is not None:
                     self._idempotency.pop(

@@ -15,6 +15,7 @@ import inspect
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import FunctionType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from durable_agents.errors import (
@@ -51,12 +52,11 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-@dataclass
+@dataclass(slots=True)
 class _Branch:
     index: int
     position: str
-    op_id: str
-    name: str
+    name: str = ""  # given by the code; "" for the default ``branch-<i>`` (see ``_label``)
     status: str = "pending"  # pending / succeeded / failed / skipped
     result: Any = None
     error: ErrorInfo | None = None
@@ -93,11 +93,11 @@ def run_batch(
         # branches. From here on the invocation is an untargeted one.
         inv.target = None
     scope = ctx.child(op_id, position)
-    labels = list(names) if names is not None else [f"branch-{i}" for i in range(len(branches))]
-    states = [
-        _Branch(i, format_position(f"{position}/", i + 1), f"{op_id}/{label}:{i + 1}", label)
-        for i, label in enumerate(labels)
-    ]
+    prefix = f"{position}/"
+    if names is None:  # ``branch-<i>``, named only when it runs (``_label``)
+        states = [_Branch(i, format_position(prefix, i + 1)) for i in range(len(branches))]
+    else:
+        states = [_Branch(i, format_position(prefix, i + 1), n) for i, n in enumerate(names)]
     # What the journal already says, in one pass over the records (replaying a batch stays
     # linear in its size: no scan of the journal per branch, no recount per branch).
     scopes = inv.scopes_with_records()
@@ -180,6 +180,7 @@ class _Tally:
     succeeded: int = 0
     failed: int = 0
     active: int = 0  # started and still pending
+    last: tuple[int, int, str | None] | None = None  # (succeeded, failed) -> the decision
 
     def count(self, state: _Branch, sign: int) -> None:
         if state.status == "succeeded":
@@ -190,7 +191,13 @@ class _Tally:
             self.active += sign
 
     def decided(self, policy: CompletionPolicy) -> str | None:
-        return policy.decide(self.succeeded, self.failed, self.total)
+        # Asked before every pending branch; the answer changes only with these counts.
+        known = self.last
+        if known is not None and known[0] == self.succeeded and known[1] == self.failed:
+            return known[2]
+        reason = policy.decide(self.succeeded, self.failed, self.total)
+        self.last = (self.succeeded, self.failed, reason)
+        return reason
 
 
 _SUMMARY_IDS = 3
@@ -207,6 +214,11 @@ def _summary(waiting: list[str]) -> str:
     shown = "; ".join(waiting[:_SUMMARY_IDS])
     more = len(waiting) - _SUMMARY_IDS
     return f"{len(waiting)} branch wait(s): {shown}" + (f"; and {more} more" if more > 0 else "")
+
+
+def _label(state: _Branch) -> str:
+    """The branch's operation name: the one given, or ``branch-<i>``."""
+    return state.name or f"branch-{state.index}"
 
 
 def _on_path(target: str, branch_position: str) -> bool:
@@ -232,7 +244,7 @@ def _run_branch(
         if flat:
             value = _run_flat(scope, branch, state, serdes)
         else:
-            value = run_child(scope, branch, state.name, None, serdes=serdes)
+            value = run_child(scope, branch, _label(state), None, serdes=serdes)
     except SuspendExecution:
         raise
     except Exception as exc:
@@ -252,7 +264,7 @@ def _run_flat(
     Its result is what the batch records: the value read back from its encoding, what a
     replay will return.
     """
-    position, op_id, _ = scope.next_operation(OpKind.CHILD, state.name)
+    position, op_id, _ = scope.next_operation(OpKind.CHILD, _label(state))
     child = scope.child(op_id, position)
     value = branch(child)
     child.check_scope_end()
@@ -345,6 +357,15 @@ def map_branches(
 
 
 def _takes_items(fn: Callable[..., Any]) -> bool:
+    if (
+        type(fn) is FunctionType
+        and not hasattr(fn, "__wrapped__")
+        and not hasattr(fn, "__signature__")
+    ):
+        # What ``inspect.signature`` reads for a plain function, straight from its code: the
+        # batch's replay asked for a whole signature on every invocation.
+        code = fn.__code__
+        return code.co_argcount >= 4 or bool(code.co_flags & inspect.CO_VARARGS)
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):

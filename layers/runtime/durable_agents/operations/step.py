@@ -15,7 +15,7 @@ from durable_agents.errors import (
     StepInterruptedError,
     SuspendExecution,
 )
-from durable_agents.fingerprints import Fingerprint
+from durable_agents.fingerprints import NO_ARGS, Fingerprint
 from durable_agents.invocation import Reason, Suspension
 from durable_agents.leases import lease_end, lease_expired
 from durable_agents.log_context import note_operation
@@ -88,7 +88,11 @@ def run_step(
     it may refuse by raising, before anything is written.
     """
     if fingerprint is None:
-        fingerprint = Fingerprint.of_args(args)
+        fingerprint = Fingerprint.of_args(args) if args else NO_ARGS
+    replayed = ctx.replayed_record(kind, name, fingerprint)
+    if replayed is not None:  # the common case, kept short: a finished step replayed
+        hint = result_type if result_type is not None else return_hint(fn)
+        return replayed.replayed(hint, serdes, replay_value)
     position, op_id, record = ctx.next_operation(kind, name, fingerprint)
     hint = result_type if result_type is not None else return_hint(fn)
     if record is not None and record.result is not None:
