@@ -76,6 +76,26 @@ def test_a_record_handed_out_never_changes_when_newer_entries_are_folded() -> No
     assert after["00000001"].result is not None
 
 
+def test_a_dict_handed_out_never_gains_the_positions_folded_later() -> None:
+    # The cached grouping is extended in place; what callers got is theirs.
+    warm = WarmRecords()
+    journal = [_entry("00000001", EntryType.STARTED, 1)]
+    before = warm.records("run-1", journal, ())
+    journal = [*journal, _entry("00000002", EntryType.STARTED, 1)]
+    after = warm.records("run-1", journal, ())
+    assert list(before) == ["00000001"] and list(after) == ["00000001", "00000002"]
+
+
+def test_entries_inserted_before_and_after_the_known_ones_regroup_from_scratch() -> None:
+    warm = WarmRecords()
+    a, c = _entry("00000001", EntryType.STARTED, 1), _entry("00000003", EntryType.STARTED, 1)
+    warm.records("run-1", [a, c], ())
+    b, d = _entry("00000002", EntryType.STARTED, 1), _entry("00000004", EntryType.STARTED, 1)
+    journal = [a, b, c, d]  # as long as the known ones plus two: only c's index tells
+    _same(warm.records("run-1", journal, ()), group_entries(journal))
+    assert warm.folded == 6
+
+
 def test_an_entry_inserted_before_the_known_ones_regroups_from_scratch() -> None:
     # A parallel branch writes below positions another branch already wrote.
     warm = WarmRecords()

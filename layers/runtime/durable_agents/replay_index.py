@@ -166,9 +166,14 @@ def group_entries(
 
 @dataclass(slots=True)
 class _Grouped:
-    """One run's grouped entries (without side-effect records, which change in place)."""
+    """One run's grouped entries (without side-effect records, which change in place).
 
-    entries: list[Entry]
+    The entries themselves are not kept: how many there were and the last one are enough
+    to tell whether a later load only added entries after them (``_extends``).
+    """
+
+    count: int
+    last: Entry | None
     records: dict[str, OpRecord]
     # The effects attached last time and the grouping with them: reused while they are equal.
     effects: list[SideEffectRecord] = field(default_factory=list)
@@ -177,12 +182,23 @@ class _Grouped:
     migrated: bool = False
 
 
-def _starts_with(entries: Sequence[Entry], known: list[Entry]) -> bool:
-    if len(entries) < len(known):
+def _extends(entries: Sequence[Entry], known: _Grouped) -> bool:
+    """Whether ``entries`` are the known ones with more after them (O(1)).
+
+    A live run's entries are only ever added (written once, never deleted), in journal
+    order, and the store hands out the very objects it decoded before. If anything was
+    inserted before the last known entry, that entry moved to a later index: the object at
+    its old index is then another one. So the last known entry, still at its index, means
+    every new entry comes after it. (Identity, not equality; an entry decoded afresh only
+    makes this answer no, and the run is grouped again from scratch.)
+    """
+    if len(entries) < known.count:
         return False
-    # Identity, not equality: the store handed out these very objects for items it had read.
-    # (``map(is_, …)`` runs in C: a generator here was a measurable part of loading a long run.)
-    return all(map(operator.is_, known, entries))
+    return known.count == 0 or entries[known.count - 1] is known.last
+
+
+def _grouped(entries: Sequence[Entry], records: dict[str, OpRecord], **kw: Any) -> _Grouped:
+    return _Grouped(len(entries), entries[-1] if entries else None, records, **kw)
 
 
 class WarmRecords:
@@ -209,36 +225,39 @@ class WarmRecords:
 
         The dict returned is the caller's own; the records in it are shared and read-only.
         """
+        # Under the lock throughout: the cached grouping is extended in place (a copy per
+        # load was O(journal)), and a concurrent load of the same run must not see it half
+        # done. Every record it shares with dicts handed out earlier is copied before it
+        # changes (``_fold``'s ``fresh``), and only copies of the dict are handed out.
         with self._lock:
             known = self._runs.get(run_id)
-        if known is None or known.migrated or not _starts_with(entries, known.entries):
-            known, new = None, entries
-        else:
-            new = entries[len(known.entries) :]
-        if _has_migration(new):  # (every entry when nothing is known: ``new`` is all of them)
-            records: dict[str, OpRecord] = {}
-            _fold(records, migrated_view(entries), None)
-            known, new = _Grouped(list(entries), records, migrated=True), entries
-        elif known is None:
-            records = {}
-            _fold(records, entries, None)
-            known = _Grouped(list(entries), records)
-        elif new:
-            records = dict(known.records)
-            _fold(records, new, set())
-            known = _Grouped(list(entries), records)
-        if known.with_effects and _same_effects(effects, known.effects):
-            grouped = known.with_effects
-        else:
-            grouped = _attach(known.records, effects)
-            known.effects, known.with_effects = list(effects), grouped
-        with self._lock:
+            if known is None or known.migrated or not _extends(entries, known):
+                known, new = None, entries
+            else:
+                new = entries[known.count :]
+            if _has_migration(new):  # (every entry when nothing is known: ``new`` is all)
+                records: dict[str, OpRecord] = {}
+                _fold(records, migrated_view(entries), None)
+                known, new = _grouped(entries, records, migrated=True), entries
+            elif known is None:
+                records = {}
+                _fold(records, entries, None)
+                known = _grouped(entries, records)
+            elif new:
+                _fold(known.records, new, set())
+                known.count, known.last = len(entries), entries[-1]
+                known.with_effects = {}  # it was grouped without the new entries
+            if known.with_effects and _same_effects(effects, known.effects):
+                grouped = known.with_effects
+            else:
+                grouped = _attach(known.records, effects)
+                known.effects, known.with_effects = list(effects), grouped
             self.folded += len(new)
             self._runs[run_id] = known
             self._runs.move_to_end(run_id)
             while len(self._runs) > self._capacity:
                 self._runs.popitem(last=False)
-        return dict(grouped)
+            return dict(grouped)
 
     def forget(self, run_id: str) -> None:
         """Drops one run's grouping (the next load of it groups from scratch)."""
