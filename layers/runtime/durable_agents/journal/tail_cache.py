@@ -1,0 +1,248 @@
+"""What a process knows of each run's journal, and where the part that can still change begins.
+
+A warm container keeps each run's journal as it last read it and, on the next load, reads only
+the header and the part of the partition that can still change (ADR 0015,
+docs/adr/0015-tail-journal-reads.md). That part is found from the journal itself:
+
+* A **top-level position with a result** (``J#<p>|~``, SUCCEEDED or FAILED) is *settled*: its
+  result was written once and is what every replay returns, and nothing written under it
+  afterwards changes a decision (late attempt entries of a zombie, entries of branches a
+  batch abandoned — ADR 0005; a side-effect record of a call with a result is in a final
+  status, and every effect write is conditional on a non-final one).
+* Top-level operations run in program order, and every operation that another writer may
+  finish later (a wait, an approval, a callback handle, a sub-agent, a batch's branches)
+  records an entry at or under its position before any later top-level position is written.
+
+So nothing that matters can be written below the first top-level position without a result,
+``X``: the tail is every item from ``J#X`` (and ``S#X`` for side-effect records). When every
+top-level position has its result, the tail begins after the last one's result ``J#L|~`` and
+at ``S#L|`` (after every record under ``L``). Migration entries (``~m…``) sort after every
+operation, so they are always in the tail.
+
+Entries and side-effect records below those bounds are taken from the cache. The cache is a
+cache, never the truth: the header is read first on every load, and every write stays
+conditional, so a missed item can only show up as a conflict (after which the run is read
+whole again).
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from durable_agents.migration_records import MIGRATION_POSITION_PREFIX
+from durable_agents.models import Entry, SideEffectRecord
+
+DEFAULT_MAX_RUNS = 256
+"""How many runs a process keeps the journal of (least recently loaded dropped first)."""
+
+ENTRIES_END = "J$"
+"""Sorts after every entry key (``J#…``) and before every side-effect key (``S#…``)."""
+EFFECTS_END = "S$"
+"""Sorts after every side-effect key."""
+
+
+@dataclass(frozen=True, slots=True)
+class TailBounds:
+    """Where the part of a run's partition that can still change begins.
+
+    Attributes:
+        entries_from: The lowest entry key the tail reads (inclusive).
+        effects_from: The lowest side-effect key the tail reads (inclusive).
+    """
+
+    entries_from: str
+    effects_from: str
+
+
+READ_UNIT_BYTES = 4096
+"""A strongly consistent read costs one read unit per 4 KB read (rounded up per request)."""
+
+
+def read_units(size: int) -> int:
+    """The read units a strongly consistent request reading ``size`` bytes consumes."""
+    return max(1, -(-size // READ_UNIT_BYTES))
+
+
+START = TailBounds("J#", "S#")
+"""A run without entries: everything is tail."""
+
+
+def top_level(position: str) -> str:
+    """The top-level position a position is under (itself when it is top-level)."""
+    head, _, _ = position.partition("/")
+    return head
+
+
+def tail_bounds(entries: list[Entry], previous: TailBounds = START) -> TailBounds:
+    """The bounds of the next tail read, from the entries the last read returned.
+
+    ``entries`` are the tail the last load read (or, after a full load, every entry), in
+    key order; everything below them is settled (see the module docstring), so the first
+    top-level position without a result is among them. ``previous`` is returned when
+    ``entries`` hold no operation at all (a run that has recorded nothing yet).
+    """
+    results: set[str] = set()
+    tops: list[str] = []
+    for entry in entries:
+        top = top_level(entry.position)
+        if top.startswith(MIGRATION_POSITION_PREFIX):
+            continue  # never an operation; always in the tail (it sorts last)
+        if not tops or tops[-1] != top:
+            tops.append(top)
+        if entry.position == top and entry.type.is_result:
+            results.add(top)
+    for top in tops:
+        if top not in results:
+            return TailBounds(f"J#{top}", f"S#{top}")
+    if not tops:
+        return previous
+    last = tops[-1]
+    # After the last result (``~~`` sorts after ``~``, before the next position), and after
+    # every side-effect record under that position: nothing settled is read again.
+    return TailBounds(f"J#{last}|~~", f"S#{last}|")
+
+
+@dataclass(frozen=True, slots=True)
+class KnownRun:
+    """One run's journal as this process last read it (immutable: replaced on every load).
+
+    Attributes:
+        created_at_ms: The run's creation time (a run id reused after expiry is another run).
+        keys: The entries' sort keys, ascending (``entries[i].sort_key == keys[i]``).
+        entries: The entries, in key order.
+        effect_keys: The side-effect records' sort keys, ascending.
+        effects: The side-effect records, in key order.
+        bounds: Where the next tail read begins.
+        header_bytes: The header item's size (DynamoDB's item-size rules).
+        entry_bytes: ``entry_bytes[i]``: the size of the entry items ``entries[:i]``.
+        effect_bytes: ``effect_bytes[i]``: the size of the record items ``effects[:i]``.
+    """
+
+    created_at_ms: int
+    keys: tuple[str, ...]
+    entries: tuple[Entry, ...]
+    effect_keys: tuple[str, ...]
+    effects: tuple[SideEffectRecord, ...]
+    bounds: TailBounds
+    header_bytes: int
+    entry_bytes: tuple[int, ...]
+    effect_bytes: tuple[int, ...]
+
+    def tail_pays(self) -> bool:
+        """Whether a tail read is estimated to cost fewer read units than a whole read.
+
+        A whole read is one Query of everything (one read unit per 4 KB, rounded up once);
+        a tail read is the header's GetItem and one or two Queries, each rounded up on its
+        own. The tail is estimated as large as the part of it this process holds now. A
+        journal under about 8 KB is read whole: one request, as cheap or cheaper.
+        """
+        below = self.entries_below(self.bounds.entries_from)
+        effects_below = self.effects_below(self.bounds.effects_from)
+        entries_total, effects_total = self.entry_bytes[-1], self.effect_bytes[-1]
+        whole = read_units(self.header_bytes + entries_total + effects_total)
+        tail_entries = entries_total - self.entry_bytes[below]
+        tail_effects = effects_total - self.effect_bytes[effects_below]
+        if effects_below == 0:
+            tail = read_units(self.header_bytes) + read_units(tail_entries + tail_effects)
+        else:
+            tail = (
+                read_units(self.header_bytes) + read_units(tail_entries) + read_units(tail_effects)
+            )
+        return tail < whole
+
+    def entries_below(self, key: str) -> int:
+        """How many of the entries sort below ``key``."""
+        return bisect.bisect_left(self.keys, key)
+
+    def effects_below(self, key: str) -> int:
+        """How many of the side-effect records sort below ``key``."""
+        return bisect.bisect_left(self.effect_keys, key)
+
+
+@dataclass(slots=True)
+class _Seen:
+    """What this process read or wrote of one run (for ``JournalRead.unseen``)."""
+
+    created_at_ms: int
+    entry_keys: set[str] = field(default_factory=set)
+    effects: dict[str, SideEffectRecord] = field(default_factory=dict)
+
+
+class KnownRuns:
+    """The runs' journals a process read lately (bounded by runs, thread-safe).
+
+    Args:
+        max_runs: How many runs to keep.
+    """
+
+    def __init__(self, max_runs: int = DEFAULT_MAX_RUNS):
+        self._max = max_runs
+        self._runs: OrderedDict[str, KnownRun] = OrderedDict()
+        self._seen: dict[str, _Seen] = {}
+        self._lock = threading.Lock()
+
+    def peek(self, run_id: str) -> KnownRun | None:
+        """What this process keeps of the run (of whichever creation time)."""
+        with self._lock:
+            return self._runs.get(run_id)
+
+    def get(self, run_id: str, created_at_ms: int) -> KnownRun | None:
+        """The run as last read, if it is this very run (same creation time)."""
+        with self._lock:
+            known = self._runs.get(run_id)
+            if known is None or known.created_at_ms != created_at_ms:
+                return None
+            self._runs.move_to_end(run_id)
+            return known
+
+    def put(self, run_id: str, known: KnownRun) -> int:
+        """Keeps ``known`` as the run's journal; returns how many of its items were unseen.
+
+        An item is unseen when this process had neither read nor written it (a record: not
+        in this state) before; afterwards every item of ``known`` counts as seen.
+        """
+        with self._lock:
+            seen = self._seen.get(run_id)
+            if seen is None or seen.created_at_ms != known.created_at_ms:
+                seen = self._seen[run_id] = _Seen(known.created_at_ms)
+            unseen = sum(1 for key in known.keys if key not in seen.entry_keys)
+            seen.entry_keys.update(known.keys)
+            for key, record in zip(known.effect_keys, known.effects, strict=True):
+                if seen.effects.get(key) != record:
+                    unseen += 1
+                    seen.effects[key] = record
+            self._runs[run_id] = known
+            self._runs.move_to_end(run_id)
+            while len(self._runs) > self._max:
+                dropped, _ = self._runs.popitem(last=False)
+                self._seen.pop(dropped, None)
+            return unseen
+
+    def wrote(
+        self,
+        run_id: str,
+        entries: Sequence[Entry],
+        effect: SideEffectRecord | None,
+    ) -> None:
+        """Notes items this process wrote (acknowledged): they will not count as unseen.
+
+        Only for ``JournalRead.unseen``: a snapshot's items always come from reads.
+        """
+        with self._lock:
+            known = self._runs.get(run_id)
+            seen = self._seen.get(run_id)
+            if known is None or seen is None:
+                return  # never read here: its next load is a full one anyway
+            seen.entry_keys.update(entry.sort_key for entry in entries)
+            if effect is not None:
+                seen.effects[effect.sort_key] = effect
+
+    def forget(self, run_id: str) -> None:
+        """Drops a run: its next load reads the whole partition."""
+        with self._lock:
+            self._runs.pop(run_id, None)
+            self._seen.pop(run_id, None)
