@@ -70,6 +70,9 @@ class DynamoDBJournal(DynamoDBRetention):
         payloads: Where spilled values go (required to record items over the size budget).
         inline_limit_bytes: Values larger than this are always spilled to ``payloads``; smaller
             ones are spilled, largest first, when their item would exceed its budget.
+        tail_reads: How a run this process read before is loaded again (ADR 0015): None
+            (default) reads the header and the journal's tail when that costs fewer read units
+            than the whole partition; True always does (tests); False always reads it whole.
     """
 
     def __init__(
@@ -79,6 +82,7 @@ class DynamoDBJournal(DynamoDBRetention):
         *,
         payloads: S3PayloadStore | None = None,
         inline_limit_bytes: int = INLINE_LIMIT_BYTES,
+        tail_reads: bool | None = None,
     ):
         # Throttling, 500s, timeouts and TransactionConflict abort the invocation
         # (InfrastructureError); only the protocol's own condition failures reach the code below.
@@ -87,7 +91,9 @@ class DynamoDBJournal(DynamoDBRetention):
         self._items = ItemCodec(payloads, inline_limit_bytes)
         self._decoded = DecodedEntries()
         self._known = KnownRuns()
-        self._reader = TailReader(self._client, table_name, self._items, self._decoded, self._known)
+        self._reader = TailReader(
+            self._client, table_name, self._items, self._decoded, self._known, tail_reads
+        )
 
     # -- JournalStore ------------------------------------------------------------------------
 

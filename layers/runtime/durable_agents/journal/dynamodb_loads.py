@@ -42,6 +42,8 @@ class TailReader:
         items: The journal's item codec.
         decoded: The entries this process decoded already.
         known: What this process read of each run.
+        tail_reads: None: read the tail when it is estimated cheaper; True: always (a run
+            read before); False: never.
     """
 
     def __init__(
@@ -51,12 +53,14 @@ class TailReader:
         items: ItemCodec,
         decoded: DecodedEntries,
         known: KnownRuns,
+        tail_reads: bool | None = None,
     ):
         self._client = client
         self._table = table
         self._items = items
         self._decoded = decoded
         self._known = known
+        self._tail_reads = tail_reads
 
     def load(self, run_id: str) -> RunSnapshot:
         """The run's header, entries and side-effect records (see the module docstring).
@@ -66,7 +70,9 @@ class TailReader:
             InfrastructureError: If DynamoDB (or S3, for a spilled value) fails.
         """
         kept = self._known.peek(run_id)
-        if kept is None or not kept.tail_pays():
+        if kept is None or self._tail_reads is False:
+            return self.full_load(run_id)
+        if self._tail_reads is None and not kept.tail_pays():
             return self.full_load(run_id)
         header, header_bytes = self._header(run_id)
         known = self._known.get(run_id, header.created_at_ms)
@@ -113,7 +119,7 @@ class TailReader:
             tuple(entries),
             tuple(r.sort_key for r in effects),
             tuple(effects),
-            tail_bounds(entries),
+            tail_bounds(entries, effects),
             header_bytes,
             tuple(entry_bytes),
             tuple(effect_bytes),
@@ -162,13 +168,15 @@ class TailReader:
         if any(key not in read_effects for key in known.effect_keys):
             return None
         entries = [*known.entries[:below], *tail]
+        # The records read (every one from the bounds on) and the entries' tail.
+        bounds_next = tail_bounds(tail, effects[effects_below:], bounds)
         state = KnownRun(
             known.created_at_ms,
             tuple(e.sort_key for e in entries),
             tuple(entries),
             tuple(r.sort_key for r in effects),
             tuple(effects),
-            tail_bounds(tail, bounds),
+            bounds_next,
             header_bytes,
             tuple(entry_bytes),
             tuple(effect_bytes),

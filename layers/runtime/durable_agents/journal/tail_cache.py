@@ -77,30 +77,36 @@ def top_level(position: str) -> str:
     return head
 
 
-def tail_bounds(entries: list[Entry], previous: TailBounds = START) -> TailBounds:
-    """The bounds of the next tail read, from the entries the last read returned.
+def tail_bounds(
+    entries: Sequence[Entry],
+    effects: Sequence[SideEffectRecord] = (),
+    previous: TailBounds = START,
+) -> TailBounds:
+    """The bounds of the next tail read, from the entries and records the last read returned.
 
-    ``entries`` are the tail the last load read (or, after a full load, every entry), in
-    key order; everything below them is settled (see the module docstring), so the first
-    top-level position without a result is among them. ``previous`` is returned when
-    ``entries`` hold no operation at all (a run that has recorded nothing yet).
+    ``entries`` and ``effects`` are the tail the last load read (or, after a full load,
+    everything), in key order; everything below them is settled (see the module docstring), so
+    the first top-level position without a result is among them. A position with only a
+    side-effect record (a call prepared, not yet recorded) has no result either. ``previous``
+    is returned when they hold no operation at all (a run that has recorded nothing yet).
     """
     results: set[str] = set()
-    tops: list[str] = []
+    tops: set[str] = set()
     for entry in entries:
         top = top_level(entry.position)
         if top.startswith(MIGRATION_POSITION_PREFIX):
             continue  # never an operation; always in the tail (it sorts last)
-        if not tops or tops[-1] != top:
-            tops.append(top)
+        tops.add(top)
         if entry.position == top and entry.type.is_result:
             results.add(top)
-    for top in tops:
-        if top not in results:
-            return TailBounds(f"J#{top}", f"S#{top}")
+    tops.update(top_level(record.position) for record in effects)
     if not tops:
         return previous
-    last = tops[-1]
+    ordered = sorted(tops)
+    for top in ordered:
+        if top not in results:
+            return TailBounds(f"J#{top}", f"S#{top}")
+    last = ordered[-1]
     # After the last result (``~~`` sorts after ``~``, before the next position), and after
     # every side-effect record under that position: nothing settled is read again.
     return TailBounds(f"J#{last}|~~", f"S#{last}|")
