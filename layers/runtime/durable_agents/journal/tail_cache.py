@@ -7,8 +7,9 @@ docs/adr/0015-tail-journal-reads.md). That part is found from the journal itself
 * A **top-level position with a result** (``J#<p>|~``, SUCCEEDED or FAILED) is *settled*: its
   result was written once and is what every replay returns, and nothing written under it
   afterwards changes a decision (late attempt entries of a zombie, entries of branches a
-  batch abandoned — ADR 0005; a side-effect record of a call with a result is in a final
-  status, and every effect write is conditional on a non-final one).
+  batch abandoned — ADR 0005). A side-effect record is written only on the way to its call's
+  result: the write that records the result moves the record to its last status in the same
+  transaction, and a call with a result is replayed from it, never recovered again.
 * Top-level operations run in program order, and every operation that another writer may
   finish later (a wait, an approval, a callback handle, a sub-agent, a batch's branches)
   records an entry at or under its position before any later top-level position is written.
