@@ -18,7 +18,7 @@ import pytest
 
 from durable_agents.errors import EntryConflictError
 from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.journal.tail_cache import TailBounds, tail_bounds
+from durable_agents.journal.tail_cache import START, KnownRun, KnownRuns, TailBounds, tail_bounds
 from durable_agents.local.template import create_journal_table
 from durable_agents.models import (
     EffectChange,
@@ -515,3 +515,19 @@ def test_warm_loads_equal_whole_reads_after_random_interleavings(client: Any, se
             assert warm.read is not None
             warm_loads += warm.read.warm
     assert warm_loads > 4
+
+
+def test_the_cache_is_bounded_in_runs_and_items() -> None:
+    def state(n: int) -> KnownRun:
+        entries = tuple(entry(pos(i + 1), EntryType.SUCCEEDED) for i in range(n))
+        keys = tuple(e.sort_key for e in entries)
+        return KnownRun(1, keys, entries, (), (), START, 0, (0,) * (n + 1), (0,))
+
+    runs = KnownRuns(max_runs=3, max_items=10)
+    for name in "abcd":
+        runs.put(name, state(2))
+    assert [n for n in "abcd" if runs.peek(n)] == ["b", "c", "d"]  # the oldest went first
+    runs.put("e", state(9))  # 9 items: only the newest run fits
+    assert [n for n in "abcde" if runs.peek(n)] == ["e"]
+    runs.put("f", state(20))  # the run loaded last is kept whatever its size
+    assert runs.peek("f") is not None and runs.peek("e") is None

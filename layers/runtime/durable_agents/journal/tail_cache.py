@@ -39,6 +39,8 @@ from durable_agents.models import Entry, SideEffectRecord
 
 DEFAULT_MAX_RUNS = 256
 """How many runs a process keeps the journal of (least recently loaded dropped first)."""
+DEFAULT_MAX_ITEMS = 200_000
+"""How many entries and records a process keeps over all runs (the same bound, in runs)."""
 
 ENTRIES_END = "J$"
 """Sorts after every entry key (``J#…``) and before every side-effect key (``S#…``)."""
@@ -180,14 +182,18 @@ class _Seen:
 
 
 class KnownRuns:
-    """The runs' journals a process read lately (bounded by runs, thread-safe).
+    """The runs' journals a process read lately (bounded by runs and items, thread-safe).
 
     Args:
         max_runs: How many runs to keep.
+        max_items: How many entries and records to keep over all runs (the run loaded last
+            is kept whatever its size).
     """
 
-    def __init__(self, max_runs: int = DEFAULT_MAX_RUNS):
+    def __init__(self, max_runs: int = DEFAULT_MAX_RUNS, max_items: int = DEFAULT_MAX_ITEMS):
         self._max = max_runs
+        self._max_items = max_items
+        self._items = 0
         self._runs: OrderedDict[str, KnownRun] = OrderedDict()
         self._seen: dict[str, _Seen] = {}
         self._lock = threading.Lock()
@@ -222,10 +228,17 @@ class KnownRuns:
                 if seen.effects.get(key) != record:
                     unseen += 1
                     seen.effects[key] = record
+            replaced = self._runs.get(run_id)
+            if replaced is not None:
+                self._items -= _size(replaced)
             self._runs[run_id] = known
+            self._items += _size(known)
             self._runs.move_to_end(run_id)
-            while len(self._runs) > self._max:
-                dropped, _ = self._runs.popitem(last=False)
+            while len(self._runs) > 1 and (
+                len(self._runs) > self._max or self._items > self._max_items
+            ):
+                dropped, state = self._runs.popitem(last=False)
+                self._items -= _size(state)
                 self._seen.pop(dropped, None)
             return unseen
 
@@ -251,5 +264,11 @@ class KnownRuns:
     def forget(self, run_id: str) -> None:
         """Drops a run: its next load reads the whole partition."""
         with self._lock:
-            self._runs.pop(run_id, None)
+            state = self._runs.pop(run_id, None)
+            if state is not None:
+                self._items -= _size(state)
             self._seen.pop(run_id, None)
+
+
+def _size(state: KnownRun) -> int:
+    return len(state.keys) + len(state.effect_keys)
