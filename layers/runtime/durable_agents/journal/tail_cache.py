@@ -15,7 +15,9 @@ docs/adr/0015-tail-journal-reads.md). That part is found from the journal itself
   records an entry at or under its position before any later top-level position is written.
 
 So nothing that matters can be written below the first top-level position without a result,
-``X``: the tail is every item from ``J#X`` (and ``S#X`` for side-effect records). When every
+``X``: the tail is every item from ``J#X`` (and ``S#X`` for side-effect records) — or from
+inside ``X``, past the run of its children that have their result (``_narrow``: a batch's
+finished branches, a child context's earlier operations). When every
 top-level position has its result, the tail begins after the last one's result ``J#L|~`` and
 at ``S#L|`` (after every record under ``L``). Migration entries (``~m…``) sort after every
 operation, so they are always in the tail.
@@ -34,6 +36,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from durable_agents.ids import format_position
 from durable_agents.migration_records import MIGRATION_POSITION_PREFIX
 from durable_agents.models import Entry, SideEffectRecord
 
@@ -88,31 +91,68 @@ def tail_bounds(
     """The bounds of the next tail read, from the entries and records the last read returned.
 
     ``entries`` and ``effects`` are the tail the last load read (or, after a full load,
-    everything), in key order; everything below them is settled (see the module docstring), so
-    the first top-level position without a result is among them. A position with only a
-    side-effect record (a call prepared, not yet recorded) has no result either. ``previous``
-    is returned when they hold no operation at all (a run that has recorded nothing yet).
+    everything), in key order; everything below them (and below ``previous``) is settled (see
+    the module docstring), so the first top-level position without a result is among them. A
+    position with only a side-effect record (a call prepared, not yet recorded) has no result
+    either. ``previous`` is returned when they hold no operation at all (a run that has
+    recorded nothing yet).
     """
     results: set[str] = set()
+    scopes: set[str] = set()  # positions something else is under
     tops: set[str] = set()
-    for entry in entries:
-        top = top_level(entry.position)
-        if top.startswith(MIGRATION_POSITION_PREFIX):
+    positions = [e.position for e in entries] + [r.position for r in effects]
+    begun = previous.entries_from.removeprefix("J#")
+    if begun and "|" not in begun:
+        # The last tail began inside an open operation (or at it): it and its enclosing
+        # scopes are still open unless this tail holds their results, even when nothing at
+        # or under them was read this time (their finished children are below the tail).
+        positions.append(begun)
+    for position in positions:
+        if position.startswith(MIGRATION_POSITION_PREFIX):
             continue  # never an operation; always in the tail (it sorts last)
-        tops.add(top)
-        if entry.position == top and entry.type.is_result:
-            results.add(top)
-    tops.update(top_level(record.position) for record in effects)
+        parts = position.split("/")
+        tops.add(parts[0])
+        for depth in range(1, len(parts)):
+            scopes.add("/".join(parts[:depth]))
+    for entry in entries:
+        if entry.type.is_result:
+            results.add(entry.position)
     if not tops:
         return previous
     ordered = sorted(tops)
     for top in ordered:
         if top not in results:
-            return TailBounds(f"J#{top}", f"S#{top}")
+            start = _narrow(top, scopes, results, previous.entries_from.removeprefix("J#"))
+            return TailBounds(f"J#{start}", f"S#{start}")
     last = ordered[-1]
     # After the last result (``~~`` sorts after ``~``, before the next position), and after
     # every side-effect record under that position: nothing settled is read again.
     return TailBounds(f"J#{last}|~~", f"S#{last}|")
+
+
+def _narrow(scope: str, scopes: set[str], results: set[str], previous: str) -> str:
+    """Where the tail begins inside an open scope: at its first child without a result.
+
+    A scope's children are numbered from 1 and sort before the scope's own entries; those
+    with a result are settled like top-level positions, so the tail can skip a run of them
+    from the first child (or from where the previous tail began, everything below which was
+    settled then): a batch's finished branches, a child context's earlier operations. Only
+    that run is skipped — a branch with no entry yet may sit between two that have one.
+    The first child without a result is narrowed the same way if something is under it.
+    (An operation with child scopes never has a side-effect record of its own: only tool
+    calls do, and they have no children.)
+    """
+    if scope not in scopes:
+        return scope  # nothing under it: the tail begins at the operation itself
+    index = 1
+    if previous.startswith(scope + "/"):
+        segment = previous[len(scope) + 1 :].split("/", 1)[0].split("|", 1)[0]
+        if not segment.isdigit():
+            return scope
+        index = int(segment)
+    while format_position(f"{scope}/", index) in results:
+        index += 1
+    return _narrow(format_position(f"{scope}/", index), scopes, results, previous)
 
 
 @dataclass(frozen=True, slots=True)
