@@ -572,3 +572,26 @@ def test_the_cache_is_bounded_in_runs_and_items() -> None:
     assert [n for n in "abcde" if runs.peek(n)] == ["e"]
     runs.put("f", state(20))  # the run loaded last is kept whatever its size
     assert runs.peek("f") is not None and runs.peek("e") is None
+
+
+def test_a_warm_load_inside_a_long_batch_skips_its_finished_branches(client: Any) -> None:
+    ledger = Ledger(peek_client())
+    a, b = journal(client, tail_reads=None), journal(client)
+    ledger.attach(client)
+    start(a)
+    big = '"' + "x" * 4000 + '"'
+    for i in range(1, 41):  # a map at 1: 40 branches finished, 4 KB each (~170 KB)
+        a.commit(RUN, [entry(pos(1, i, 1), EntryType.SUCCEEDED, value=big)])
+        a.commit(RUN, [entry(pos(1, i), EntryType.SUCCEEDED, kind=OpKind.CHILD, value=big)])
+    a.commit(RUN, [entry(pos(1, 41, 1), EntryType.STARTED)])
+    a.load(RUN)
+    a.load(RUN)  # the tail now begins at branch 41
+    b.commit(RUN, [entry(pos(1, 41, 1), EntryType.SUCCEEDED)])  # another container's branch
+
+    before = ledger.take()
+    warm = a.load(RUN)
+    after = ledger.take()
+
+    assert warm.read is not None and warm.read.warm
+    assert after.rru - before.rru == 2  # not the batch's 40 branches
+    same(warm, cold(client))
