@@ -12,7 +12,8 @@ GSI ``gsi2`` is sparse and holds only SUSPENDED runs with a timer (``WAKE`` / ``
 so the reconciler finds due timers with one Query.
 
 The write requests and their conditions are built in ``dynamodb_writes``, the index listings
-are the ``dynamodb_listings`` mixin, and items are encoded by ``dynamodb_items``.
+are the ``dynamodb_listings`` mixin, and items are encoded by ``dynamodb_items``. Loads are
+``dynamodb_loads``: a run this process read before is read as header and tail (ADR 0015).
 """
 
 from __future__ import annotations

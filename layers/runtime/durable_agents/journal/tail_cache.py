@@ -17,9 +17,9 @@ docs/adr/0015-tail-journal-reads.md). That part is found from the journal itself
 So nothing that matters can be written below the first top-level position without a result,
 ``X``: the tail is every item from ``J#X`` (and ``S#X`` for side-effect records) — or from
 inside ``X``, past the run of its children that have their result (``_narrow``: a batch's
-finished branches, a child context's earlier operations). When every
-top-level position has its result, the tail begins after the last one's result ``J#L|~`` and
-at ``S#L|`` (after every record under ``L``). Migration entries (``~m…``) sort after every
+finished branches, a child context's earlier operations). When every top-level position has
+its result, the tail begins after the last one's result ``J#L|~`` and at ``S#L|`` (after
+every record under ``L``). Migration entries (``~m…``) sort after every
 operation, so they are always in the tail.
 
 Entries and side-effect records below those bounds are taken from the cache. The cache is a
