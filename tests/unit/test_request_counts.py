@@ -3,7 +3,9 @@
 Requests are counted with botocore ``before-call`` hooks on real boto3 clients (one count per
 API call). The runtime is driven like the StepRunner: ``execute(budget=1)`` per invocation.
 Targets per plain step: at most 2 DynamoDB writes, 1 journal Query page while the journal is
-under 1 MB, and 1 EventBridge PutEvents. ``scripts/bench.py`` reports the same numbers.
+under 1 MB, and 1 EventBridge PutEvents. ``scripts/bench.py`` reports the same numbers. Past
+about 8 KB of journal a warm container reads the header and the tail instead (1 GetItem + 1
+Query whatever the length, ADR 0015; ``scripts/bench_tail.py``).
 """
 
 from __future__ import annotations
