@@ -100,7 +100,12 @@ class RequestRecorder:
 def moto_runtime(
     definition: AgentDefinition[Any, Any],
 ) -> Iterator[tuple[Runtime, RequestRecorder]]:
-    """A runtime on a moto DynamoDB table (from template.yaml) and a moto EventBridge bus."""
+    """A runtime on a moto DynamoDB table (from template.yaml) and a moto EventBridge bus.
+
+    Its journal reads the whole partition on every load (``tail_reads=False``), as a container
+    that never saw the run does: the tables here are the whole read's cost. What a warm
+    container reads instead (ADR 0015) is ``scripts/bench_tail.py``'s.
+    """
     with mock_aws():
         dynamodb = boto3.client("dynamodb", region_name="us-east-1")
         events = boto3.client("events", region_name="us-east-1")
@@ -111,7 +116,7 @@ def moto_runtime(
         recorder.attach(events)
         runtime = _runtime(
             definition,
-            DynamoDBJournal(dynamodb, TABLE),
+            DynamoDBJournal(dynamodb, TABLE, tail_reads=False),
             publisher=EventBridgePublisher(events, BUS),
         )
         yield runtime, recorder

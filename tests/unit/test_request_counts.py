@@ -3,7 +3,9 @@
 Requests are counted with botocore ``before-call`` hooks on real boto3 clients (one count per
 API call). The runtime is driven like the StepRunner: ``execute(budget=1)`` per invocation.
 Targets per plain step: at most 2 DynamoDB writes, 1 journal Query page while the journal is
-under 1 MB, and 1 EventBridge PutEvents. ``scripts/bench.py`` reports the same numbers.
+under 1 MB, and 1 EventBridge PutEvents. ``scripts/bench.py`` reports the same numbers. Past
+about 8 KB of journal a warm container reads the header and the tail instead (1 GetItem + 1
+Query whatever the length, ADR 0015; ``scripts/bench_tail.py``).
 """
 
 from __future__ import annotations
@@ -176,8 +178,31 @@ def test_continuous_invocation_reads_once_and_publishes_once(stack: Stack) -> No
     }
 
 
-def test_second_query_page_once_the_journal_passes_1_mb(stack: Stack) -> None:
+def test_cold_loads_take_a_second_query_page_once_the_journal_passes_1_mb(stack: Stack) -> None:
     # 300 KB results (under the 350 KB inline limit): the 4th step takes the journal past 1 MB.
+    # Every invocation on a cold container (a journal instance of its own): a whole read.
+    value = "x" * 300_000
+    definition = steps_agent(6, value)
+    header, _ = stack.runtime(definition).start_run("counted", 0)
+    stack.counter.take()
+    client = stack.journal._client.raw
+
+    per_invocation = []
+    for _ in range(6):
+        stack.journal = DynamoDBJournal(client, "journal")
+        stack.runtime(definition).execute(header.run_id, budget=1, remaining_ms=60_000)
+        per_invocation.append(stack.counter.take())
+
+    pages = [counts["Query"] for counts in per_invocation]
+    assert pages == [1, 1, 1, 1, 2, 2]
+    assert all("GetItem" not in counts for counts in per_invocation)
+    assert all(writes(counts) == 2 for counts in per_invocation[:-1])
+    assert all(counts["PutEvents"] == 1 for counts in per_invocation)
+
+
+def test_warm_invocations_read_header_and_tail_once_the_journal_passes_8_kb(stack: Stack) -> None:
+    # ADR 0015: past about 8 KB of journal, a warm container reads the header (GetItem) and
+    # the journal's tail (one Query) instead of the whole partition, whatever its length.
     value = "x" * 300_000
     runtime = stack.runtime(steps_agent(6, value))
     header, _ = runtime.start_run("counted", 0)
@@ -185,8 +210,11 @@ def test_second_query_page_once_the_journal_passes_1_mb(stack: Stack) -> None:
 
     per_invocation = drive_faithful(runtime, header.run_id, stack.counter)
 
-    pages = [counts["Query"] for counts in per_invocation]
-    assert pages == [1, 1, 1, 1, 2, 2]
+    # The first invocation of the run in this process reads it whole (1 Query, the header in
+    # it), and so does the second (what it read then was under 8 KB: a whole read was as
+    # cheap); every later one: 1 GetItem + 1 Query, even past 1 MB.
+    reads = [(counts.get("GetItem", 0), counts["Query"]) for counts in per_invocation]
+    assert reads == [(0, 1), (0, 1)] + [(1, 1)] * 4
     assert all(writes(counts) == 2 for counts in per_invocation[:-1])
     assert all(counts["PutEvents"] == 1 for counts in per_invocation)
 

@@ -457,12 +457,36 @@ class WaitChange:
 
 
 @dataclass(frozen=True, slots=True)
+class JournalRead:
+    """How a ``RunSnapshot`` was read (the DynamoDB journal says; ADR 0015).
+
+    Attributes:
+        warm: Read by the tail path: the header and only the part of the journal that can
+            still change, the rest from what this process read before.
+        revision: The header's revision this read saw.
+        unseen: Entries and side-effect records in the snapshot that this process had
+            neither read nor written before this load (0: the journal is exactly what this
+            process last saw or wrote, and the header is at ``revision``).
+        requests: DynamoDB requests the load made.
+    """
+
+    warm: bool
+    revision: int
+    unseen: int
+    requests: int
+
+
+@dataclass(frozen=True, slots=True)
 class RunSnapshot:
-    """A run's header, its entries in journal (program) order, and its side-effect records."""
+    """A run's header, its entries in journal (program) order, and its side-effect records.
+
+    ``read`` says how it was read, where the store knows (None: a store without a cache).
+    """
 
     header: RunHeader
     entries: list[Entry]
     effects: list[SideEffectRecord] = field(default_factory=list)
+    read: JournalRead | None = None
 
 
 @dataclass(frozen=True, slots=True)

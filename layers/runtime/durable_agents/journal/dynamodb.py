@@ -12,7 +12,8 @@ GSI ``gsi2`` is sparse and holds only SUSPENDED runs with a timer (``WAKE`` / ``
 so the reconciler finds due timers with one Query.
 
 The write requests and their conditions are built in ``dynamodb_writes``, the index listings
-are the ``dynamodb_listings`` mixin, and items are encoded by ``dynamodb_items``.
+are the ``dynamodb_listings`` mixin, and items are encoded by ``dynamodb_items``. Loads are
+``dynamodb_loads``: a run this process read before is read as header and tail (ADR 0015).
 """
 
 from __future__ import annotations
@@ -42,11 +43,13 @@ from durable_agents.journal.dynamodb_items import (
     idem_pk,
     pk,
 )
+from durable_agents.journal.dynamodb_loads import TailReader
 from durable_agents.journal.dynamodb_retention import DynamoDBRetention
 from durable_agents.journal.dynamodb_writes import NOT_EXISTS, effect_put, update_request, wait_put
 from durable_agents.journal.entry_cache import DecodedEntries
 from durable_agents.journal.item_size import transaction_put_budget
 from durable_agents.journal.payloads import INLINE_LIMIT_BYTES, S3PayloadStore
+from durable_agents.journal.tail_cache import KnownRuns
 from durable_agents.models import (
     EffectChange,
     Entry,
@@ -68,6 +71,9 @@ class DynamoDBJournal(DynamoDBRetention):
         payloads: Where spilled values go (required to record items over the size budget).
         inline_limit_bytes: Values larger than this are always spilled to ``payloads``; smaller
             ones are spilled, largest first, when their item would exceed its budget.
+        tail_reads: How a run this process read before is loaded again (ADR 0015): None
+            (default) reads the header and the journal's tail when that costs fewer read units
+            than the whole partition; True always does (tests); False always reads it whole.
     """
 
     def __init__(
@@ -77,6 +83,7 @@ class DynamoDBJournal(DynamoDBRetention):
         *,
         payloads: S3PayloadStore | None = None,
         inline_limit_bytes: int = INLINE_LIMIT_BYTES,
+        tail_reads: bool | None = None,
     ):
         # Throttling, 500s, timeouts and TransactionConflict abort the invocation
         # (InfrastructureError); only the protocol's own condition failures reach the code below.
@@ -84,6 +91,10 @@ class DynamoDBJournal(DynamoDBRetention):
         self._table = table_name
         self._items = ItemCodec(payloads, inline_limit_bytes)
         self._decoded = DecodedEntries()
+        self._known = KnownRuns()
+        self._reader = TailReader(
+            self._client, table_name, self._items, self._decoded, self._known, tail_reads
+        )
 
     # -- JournalStore ------------------------------------------------------------------------
 
@@ -138,6 +149,23 @@ class DynamoDBJournal(DynamoDBRetention):
         return header, True
 
     def _commit(
+        self,
+        run_id: str,
+        entries: Sequence[Entry],
+        change: RunChange | None,
+        effect: EffectChange | None,
+        waits: tuple[WaitChange, ...],
+    ) -> None:
+        try:
+            self._write(run_id, entries, change, effect, waits)
+        except (EntryConflictError, EffectConflictError):
+            # Another writer got there first: whatever this process kept of the run may miss
+            # more than that item, so the next load reads the partition whole (ADR 0015).
+            self._known.forget(run_id)
+            raise
+        self._known.wrote(run_id, entries, None if effect is None else effect.record)
+
+    def _write(
         self,
         run_id: str,
         entries: Sequence[Entry],
@@ -238,46 +266,15 @@ class DynamoDBJournal(DynamoDBRetention):
         return RunStateConflictError(run_id, sorted(change.expected), actual.status)
 
     def load(self, run_id: str) -> RunSnapshot:
-        """Reads the header and all entries with strongly consistent Query pages.
+        """Reads the header and the entries: the whole partition, or its tail when warm.
+
+        A run this process read before is read as its header and the part of the journal
+        that can still change (``dynamodb_loads``, ADR 0015); ``RunSnapshot.read`` says which.
 
         Raises:
             RunNotFoundError: If there is no such run.
         """
-        header: RunHeader | None = None
-        entries: list[Entry] = []
-        effects: list[SideEffectRecord] = []
-        # The header sorts first (``#RUN``), so it is read before any entry. Without one (no
-        # such run, or its header expired before its entries) nothing is kept.
-        known: dict[str, Entry] | None = None
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "KeyConditionExpression": "pk = :pk",
-            "ExpressionAttributeValues": {":pk": pk(run_id)},
-            "ConsistentRead": True,
-        }
-        while True:
-            page = self._client.query(**kwargs)
-            for item in page.get("Items", []):
-                sk = item["sk"]["S"]
-                if sk == HEADER_SK:
-                    header = self._items.header_from_item(item)
-                    known = self._decoded.run(run_id, header.created_at_ms)
-                elif sk.startswith("S#"):
-                    effects.append(self._items.effect_from_item(item))
-                elif known is not None and (entry := known.get(sk)) is not None:
-                    entries.append(entry)  # written once, never changed: decoded already
-                else:
-                    entry = self._items.entry_from_item(run_id, item)
-                    if known is not None:
-                        self._decoded.keep(known, sk, entry)
-                    entries.append(entry)
-            last = page.get("LastEvaluatedKey")
-            if not last:
-                break
-            kwargs["ExclusiveStartKey"] = last
-        if header is None:
-            raise RunNotFoundError(run_id)
-        return RunSnapshot(header, entries, effects)
+        return self._reader.load(run_id)
 
     def get_run(self, run_id: str) -> RunHeader:
         """Reads the run header (strongly consistent).

@@ -1,0 +1,237 @@
+"""Loading a run from the DynamoDB journal: the whole partition, or its header and tail.
+
+A process that read a run before (``KnownRuns``) reads, on the next load, the header (one
+consistent GetItem) and then only the part of the partition that can still change (one
+consistent Query from the bounds ``tail_cache.tail_bounds`` found, two when the run has
+side-effect records below them); the rest comes from what it read. See ADR 0015
+(docs/adr/0015-tail-journal-reads.md) for why that equals the partition in everything a
+reader decides on, and ``tail_cache`` for the bounds.
+
+The header is read *before* the tail, as the single Query of a full load reads it before the
+entries: a change that lands in between (an approval's result and the header's resume, in one
+transaction) is then seen as a newer journal under an older header, and the writes decided on
+that header are fenced by its revision and status (they lose and the run is read again). The
+other order could show a resumed header with the wait still pending.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from durable_agents.aws_faults import GuardedClient
+from durable_agents.errors import RunNotFoundError
+from durable_agents.journal.dynamodb_items import HEADER_SK, ItemCodec, pk
+from durable_agents.journal.entry_cache import DecodedEntries
+from durable_agents.journal.item_size import item_size
+from durable_agents.journal.tail_cache import (
+    EFFECTS_END,
+    ENTRIES_END,
+    KnownRun,
+    KnownRuns,
+    tail_bounds,
+)
+from durable_agents.models import Entry, JournalRead, RunHeader, RunSnapshot, SideEffectRecord
+
+
+class TailReader:
+    """Reads runs for ``DynamoDBJournal.load`` (whole, or header and tail when warm).
+
+    Args:
+        client: The journal's guarded DynamoDB client.
+        table: The journal table.
+        items: The journal's item codec.
+        decoded: The entries this process decoded already.
+        known: What this process read of each run.
+        tail_reads: None: read the tail when it is estimated cheaper; True: always (a run
+            read before); False: never.
+    """
+
+    def __init__(
+        self,
+        client: GuardedClient,
+        table: str,
+        items: ItemCodec,
+        decoded: DecodedEntries,
+        known: KnownRuns,
+        tail_reads: bool | None = None,
+    ):
+        self._client = client
+        self._table = table
+        self._items = items
+        self._decoded = decoded
+        self._known = known
+        self._tail_reads = tail_reads
+
+    def load(self, run_id: str) -> RunSnapshot:
+        """The run's header, entries and side-effect records (see the module docstring).
+
+        Raises:
+            RunNotFoundError: If there is no such run.
+            InfrastructureError: If DynamoDB (or S3, for a spilled value) fails.
+        """
+        kept = self._known.peek(run_id)
+        if kept is None or self._tail_reads is False:
+            return self.full_load(run_id)
+        if self._tail_reads is None and not kept.tail_pays():
+            return self.full_load(run_id)
+        header, header_bytes = self._header(run_id)
+        known = self._known.get(run_id, header.created_at_ms)
+        # A finished run may be losing items to its expiry: read it whole (it is rarely read).
+        if known is None or header.status.terminal:
+            return self.full_load(run_id)
+        snapshot = self._tail_load(header, header_bytes, known)
+        return snapshot if snapshot is not None else self.full_load(run_id)
+
+    def full_load(self, run_id: str) -> RunSnapshot:
+        """Reads the header and every entry with strongly consistent Query pages.
+
+        Raises:
+            RunNotFoundError: If there is no such run.
+            InfrastructureError: If DynamoDB (or S3, for a spilled value) fails.
+        """
+        header: RunHeader | None = None
+        header_bytes = 0
+        entries: list[Entry] = []
+        effects: list[SideEffectRecord] = []
+        entry_bytes, effect_bytes = [0], [0]
+        # The header sorts first (``#RUN``), so it is read before any entry. Without one (no
+        # such run, or its header expired before its entries) nothing is kept.
+        known: dict[str, Entry] | None = None
+        items, pages = self._query(run_id, None, None)
+        for item in items:
+            sk = item["sk"]["S"]
+            if sk == HEADER_SK:
+                header = self._items.header_from_item(item)
+                header_bytes = item_size(item)
+                known = self._decoded.run(run_id, header.created_at_ms)
+            elif sk.startswith("S#"):
+                effects.append(self._items.effect_from_item(item))
+                effect_bytes.append(effect_bytes[-1] + item_size(item))
+            else:
+                entries.append(self._entry(run_id, known, sk, item))
+                entry_bytes.append(entry_bytes[-1] + item_size(item))
+        if header is None:
+            self._known.forget(run_id)
+            raise RunNotFoundError(run_id)
+        state = KnownRun(
+            header.created_at_ms,
+            tuple(e.sort_key for e in entries),
+            tuple(entries),
+            tuple(r.sort_key for r in effects),
+            tuple(effects),
+            tail_bounds(entries, effects),
+            header_bytes,
+            tuple(entry_bytes),
+            tuple(effect_bytes),
+        )
+        unseen = self._known.put(run_id, state)
+        read = JournalRead(False, header.revision, unseen, pages)
+        return RunSnapshot(header, entries, effects, read)
+
+    def _tail_load(
+        self, header: RunHeader, header_bytes: int, known: KnownRun
+    ) -> RunSnapshot | None:
+        """The run from ``known`` and a read of its tail; None if ``known`` proves out of date."""
+        run_id, bounds = header.run_id, known.bounds
+        below = known.entries_below(bounds.entries_from)
+        effects_below = known.effects_below(bounds.effects_from)
+        # One range when no side-effect record is kept below the bounds: the entries' tail and
+        # then every record (all of them from the bounds on). Otherwise two ranges, so that the
+        # records of settled calls are not read again.
+        if effects_below == 0:
+            items, pages = self._query(run_id, bounds.entries_from, EFFECTS_END)
+        else:
+            items, pages = self._query(run_id, bounds.entries_from, ENTRIES_END)
+            more, more_pages = self._query(run_id, bounds.effects_from, EFFECTS_END)
+            items, pages = items + more, pages + more_pages
+        requests = 1 + pages  # the header's GetItem, then the Query pages
+        decoded = self._decoded.run(run_id, header.created_at_ms)
+        tail: list[Entry] = []
+        effects: list[SideEffectRecord] = list(known.effects[:effects_below])
+        entry_bytes = list(known.entry_bytes[: below + 1])
+        effect_bytes = list(known.effect_bytes[: effects_below + 1])
+        for item in items:
+            sk = item["sk"]["S"]
+            if sk.startswith("S#"):
+                effects.append(self._items.effect_from_item(item))
+                effect_bytes.append(effect_bytes[-1] + item_size(item))
+            elif sk.startswith("J#"):
+                tail.append(self._entry(run_id, decoded, sk, item))
+                entry_bytes.append(entry_bytes[-1] + item_size(item))
+        # Entries are never deleted while a run is not finished, nor records: one kept at or
+        # above the bounds but not read back means the table is not what this process saw
+        # (restored, rewritten by hand). Read it whole.
+        read_keys = {e.sort_key for e in tail}
+        if any(key not in read_keys for key in known.keys[below:]):
+            return None
+        read_effects = {r.sort_key for r in effects}
+        if any(key not in read_effects for key in known.effect_keys):
+            return None
+        entries = [*known.entries[:below], *tail]
+        # The records read (every one from the bounds on) and the entries' tail.
+        bounds_next = tail_bounds(tail, effects[effects_below:], bounds)
+        state = KnownRun(
+            known.created_at_ms,
+            tuple(e.sort_key for e in entries),
+            tuple(entries),
+            tuple(r.sort_key for r in effects),
+            tuple(effects),
+            bounds_next,
+            header_bytes,
+            tuple(entry_bytes),
+            tuple(effect_bytes),
+        )
+        unseen = self._known.put(run_id, state)
+        return RunSnapshot(
+            header, entries, effects, JournalRead(True, header.revision, unseen, requests)
+        )
+
+    def _header(self, run_id: str) -> tuple[RunHeader, int]:
+        """The run header (consistent GetItem) and its item's size."""
+        item = self._client.get_item(
+            TableName=self._table,
+            Key={"pk": pk(run_id), "sk": {"S": HEADER_SK}},
+            ConsistentRead=True,
+        ).get("Item")
+        if item is None:
+            self._known.forget(run_id)
+            raise RunNotFoundError(run_id)
+        return self._items.header_from_item(item), item_size(item)
+
+    def _entry(
+        self, run_id: str, known: dict[str, Entry] | None, sk: str, item: dict[str, Any]
+    ) -> Entry:
+        if known is not None and (entry := known.get(sk)) is not None:
+            return entry  # written once, never changed: decoded already
+        entry = self._items.entry_from_item(run_id, item)
+        if known is not None:
+            self._decoded.keep(known, sk, entry)
+        return entry
+
+    def _query(
+        self, run_id: str, low: str | None, high: str | None
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Every item of the run's partition (with ``low``/``high``: sort keys in between).
+
+        Returns:
+            The items in key order, and how many Query pages they took.
+        """
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": pk(run_id)},
+            "ConsistentRead": True,
+        }
+        if low is not None and high is not None:
+            kwargs["KeyConditionExpression"] = "pk = :pk AND sk BETWEEN :low AND :high"
+            kwargs["ExpressionAttributeValues"] |= {":low": {"S": low}, ":high": {"S": high}}
+        items: list[dict[str, Any]] = []
+        pages = 0
+        while True:
+            page = self._client.query(**kwargs)
+            pages += 1
+            items.extend(page.get("Items", []))
+            last = page.get("LastEvaluatedKey")
+            if not last:
+                return items, pages
+            kwargs["ExclusiveStartKey"] = last
