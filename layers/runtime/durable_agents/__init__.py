@@ -50,6 +50,7 @@ from durable_agents.errors import (
     VersionUnavailableError,
 )
 from durable_agents.events import EventBridgePublisher, EventPublisher, OutgoingEvent
+from durable_agents.generations import ContinueAsNewNotAllowedError
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.store import JournalStore
 from durable_agents.llm.bedrock import ModelOutputError, ModelRequestError
@@ -156,6 +157,7 @@ __all__ = [
     "ConditionNotMetError",
     "ConfigurationError",
     "ContentBlock",
+    "ContinueAsNewNotAllowedError",
     "Crash",
     "CredentialProvider",
     "DurableContext",

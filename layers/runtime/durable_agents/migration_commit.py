@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from durable_agents import generations
 from durable_agents.agent import AgentDefinition
 from durable_agents.context import DurableContext
 from durable_agents.errors import (
@@ -222,8 +223,8 @@ def _dry_run(
     )
     ctx = DurableContext(
         inv,
-        id_prefix=f"{header.run_id}:",
-        pos_prefix="",
+        id_prefix=generations.id_prefix(header.run_id, header.generation),
+        pos_prefix=generations.pos_prefix(header.generation),
         logger=ReplayAwareLogger(inv, logging.getLogger("durable_agents.migrations"), ""),
     )
     try:

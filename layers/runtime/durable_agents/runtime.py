@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from durable_agents import generations
 from durable_agents.agent import AgentDefinition, AgentRegistry, default_registry, timeout_to_ms
 from durable_agents.cancellation import prepare, settle_leftovers, stop_run
 from durable_agents.clock import Clock, SystemClock
@@ -340,8 +341,8 @@ class Runtime:
         inv.stop = stop
         ctx = DurableContext(
             inv,
-            id_prefix=f"{run_id}:",
-            pos_prefix="",
+            id_prefix=generations.id_prefix(run_id, header.generation),
+            pos_prefix=generations.pos_prefix(header.generation),
             logger=ReplayAwareLogger(inv, self.logger, run_id),
         )
         outcome = self._drive(definition, header, inv, ctx)
@@ -363,6 +364,12 @@ class Runtime:
             value = definition.fn(ctx, _decode_input(definition, header.input))
             ctx.check_scope_end()
             output = encode(value, definition.output_type)
+        except generations.ContinueAsNew as ending:  # the next generation (ADR 0016)
+            if inv.fault is not None:
+                return pause(
+                    self.store, self.clock, inv.header, error_info(inv.fault), inv.executed
+                )
+            return generations.switch_generation(self.store, self.clock, inv, ending)
         except SuspendExecution as signal:
             if inv.fault is not None:
                 return pause(

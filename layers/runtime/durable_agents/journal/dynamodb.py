@@ -34,6 +34,7 @@ from durable_agents.errors import (
     WaitConflictError,
     WaitNotFoundError,
 )
+from durable_agents.journal.dynamodb_generations import HINTS_KEPT, generation_snapshot
 from durable_agents.journal.dynamodb_items import (
     HEADER_SK,
     IDEM_SK,
@@ -84,6 +85,9 @@ class DynamoDBJournal(DynamoDBRetention):
         self._table = table_name
         self._items = ItemCodec(payloads, inline_limit_bytes)
         self._decoded = DecodedEntries()
+        # Runs seen past generation 0 (continue-as-new): their load skips the whole-partition
+        # Query. A hint only: the header read decides which generation is read.
+        self._generations: dict[str, int] = {}
 
     # -- JournalStore ------------------------------------------------------------------------
 
@@ -243,6 +247,8 @@ class DynamoDBJournal(DynamoDBRetention):
         Raises:
             RunNotFoundError: If there is no such run.
         """
+        if run_id in self._generations:
+            return self.load_generation(run_id, None)
         header: RunHeader | None = None
         entries: list[Entry] = []
         effects: list[SideEffectRecord] = []
@@ -261,6 +267,8 @@ class DynamoDBJournal(DynamoDBRetention):
                 sk = item["sk"]["S"]
                 if sk == HEADER_SK:
                     header = self._items.header_from_item(item)
+                    if header.generation:  # continued as new: read only its generation
+                        return self._generation(header, header.generation)
                     known = self._decoded.run(run_id, header.created_at_ms)
                 elif sk.startswith("S#"):
                     effects.append(self._items.effect_from_item(item))
@@ -278,6 +286,24 @@ class DynamoDBJournal(DynamoDBRetention):
         if header is None:
             raise RunNotFoundError(run_id)
         return RunSnapshot(header, entries, effects)
+
+    def load_generation(self, run_id: str, generation: int | None) -> RunSnapshot:
+        """Reads the header, then one generation's entries and effect records (two Queries).
+
+        Raises:
+            RunNotFoundError: If there is no such run.
+        """
+        header = self.get_run(run_id)
+        return self._generation(header, header.generation if generation is None else generation)
+
+    def _generation(self, header: RunHeader, generation: int) -> RunSnapshot:
+        if header.generation:
+            if len(self._generations) >= HINTS_KEPT:
+                self._generations.clear()
+            self._generations[header.run_id] = header.generation
+        return generation_snapshot(
+            self._client, self._table, self._items, self._decoded, header, generation
+        )
 
     def get_run(self, run_id: str) -> RunHeader:
         """Reads the run header (strongly consistent).
