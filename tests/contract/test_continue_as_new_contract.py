@@ -299,3 +299,29 @@ def test_on_dynamodb_a_load_reads_only_the_current_generation(
 
 def _items(client: Any) -> list[dict[str, Any]]:
     return list(client.scan(TableName="journal", ConsistentRead=True).get("Items", []))
+
+
+def test_the_published_status_survives_a_switch(journal: JournalStore) -> None:
+    from durable_agents.generations import published_status
+
+    @agent(name="status-gen", version="1", registry=AgentRegistry())
+    def status_gen(ctx: DurableContext, state: dict[str, int]) -> int:
+        if state["round"] == 0:
+            ctx.set_status({"round": 0})
+        if state["round"] < 2:  # round 1 publishes nothing before it switches again
+            ctx.continue_as_new({"round": state["round"] + 1})
+        ctx.wait_for_event("go")
+        ctx.set_status({"round": state["round"]})
+        return state["round"]
+
+    runner = AgentTestRunner(status_gen, journal=journal)
+    waiting = runner.run({"round": 0})
+    assert waiting.status == "SUSPENDED"
+    snapshot = journal.load(waiting.run_id)
+    assert snapshot.header.generation == 2
+    shown = published_status(journal, snapshot)
+    assert shown.value == {"round": 0}
+    assert shown.op_id == f"{waiting.run_id}:status:1"  # generation 0's, two switches ago
+    done = runner.send_event(waiting.run_id, "go", None)
+    assert done.output == 2
+    assert published_status(journal, journal.load(done.run_id)).value == {"round": 2}

@@ -37,7 +37,15 @@ from durable_agents.errors import (
 from durable_agents.invocation import Invocation, Reason
 from durable_agents.journal.generation_keys import generation_of, pos_prefix, split_op_id
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import EffectStatus, EntryType, OpKind, RunChange, RunStatus
+from durable_agents.models import (
+    EffectStatus,
+    EntryType,
+    OpKind,
+    RunChange,
+    RunSnapshot,
+    RunStatus,
+)
+from durable_agents.operations.event_wait import PublishedStatus, event_floors, latest_status
 from durable_agents.outcomes import InvocationOutcome, OutcomeKind, suspended
 from durable_agents.serde import encode
 
@@ -156,16 +164,13 @@ def switch_generation(
         RunNotFoundError: If the run is gone.
         PayloadError: If the input cannot be recorded.
     """
-    from durable_agents.operations.event_wait import event_floors  # noqa: PLC0415
-
     header = inv.header
     run_id = inv.run_id
     now = clock.now_ms()
-    prepared = [
-        r.effect.stale_at_ms
-        for r in inv.records.values()
-        if r.effect is not None and r.effect.status is EffectStatus.PREPARED
-    ]
+    # What this generation holds now, this invocation's own writes included (its records are
+    # the journal as it was read): the tool calls still PREPARED, where the latest status is.
+    current = store.load_generation(run_id, header.generation)
+    prepared = [e.stale_at_ms for e in current.effects if e.status is EffectStatus.PREPARED]
     if prepared:
         wake = max(min(prepared), now) + PREPARED_RETRY_MS
         detail = f"{signal.op_id}: waits for {len(prepared)} PREPARED tool call(s)"
@@ -200,6 +205,9 @@ def switch_generation(
             # Events sent to the run and not consumed stay for the new generation: it takes
             # them from where this one stopped (durable_agents.operations.event_wait).
             "event_floors": event_floors(inv, header.event_names),
+            # Where ``GET /runs/{id}/status-value`` finds the latest ``ctx.set_status`` value
+            # until the new generation publishes one (None: never published).
+            "status_generation": _status_generation(current),
         },
     )
     change = RunChange(
@@ -232,3 +240,36 @@ def switch_generation(
         list(inv.executed),
         detail=f"continued as new: generation {following}",
     )
+
+
+def _status_generation(snapshot: RunSnapshot) -> int | None:
+    """The generation holding the run's latest published status, as of ``snapshot``."""
+    if latest_status(snapshot).op_id is not None:
+        return snapshot.header.generation
+    return _inherited_status(snapshot)
+
+
+def _inherited_status(snapshot: RunSnapshot) -> int | None:
+    for entry in snapshot.entries:
+        if entry.kind is OpKind.GENERATION and entry.type is EntryType.SUCCEEDED:
+            where = entry.meta.get("status_generation")
+            return None if where is None else int(where)
+    return None
+
+
+def published_status(store: JournalStore, snapshot: RunSnapshot) -> PublishedStatus:
+    """The run's latest ``ctx.set_status`` value, from an earlier generation if need be.
+
+    A generation that has not published one yet shows its predecessors' latest (its opening
+    entry says which generation holds it): at most one more load.
+
+    Raises:
+        RunNotFoundError: If the run is gone.
+    """
+    found = latest_status(snapshot)
+    if found.op_id is not None or not snapshot.header.generation:
+        return found
+    where = _inherited_status(snapshot)
+    if where is None:
+        return found
+    return latest_status(store.load_generation(snapshot.header.run_id, where))
