@@ -18,7 +18,10 @@ from durable_agents import (
     ContinueAsNewNotAllowedError,
     DurableContext,
     Secret,
+    ToolCall,
+    ToolRegistry,
     agent,
+    tool,
 )
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.store import JournalStore
@@ -29,6 +32,10 @@ from durable_agents.testing import AgentTestRunner
 
 class Counter(BaseModel):
     n: int
+
+
+class Note(BaseModel):
+    text: str
 
 
 def looping_agent(*, per_generation: int = 3, until: int = 10) -> Any:
@@ -325,3 +332,78 @@ def test_the_published_status_survives_a_switch(journal: JournalStore) -> None:
     done = runner.send_event(waiting.run_id, "go", None)
     assert done.output == 2
     assert published_status(journal, journal.load(done.run_id)).value == {"round": 2}
+
+
+def test_a_tool_call_of_each_generation_has_its_own_record_and_key(
+    journal: JournalStore,
+) -> None:
+    tools = ToolRegistry()
+    keys: list[str] = []
+
+    @tool(name="post-note", idempotent=True, registry=tools)
+    def post_note(request: Note, call: ToolCall) -> str:
+        keys.append(call.idempotency_key)
+        return f"posted {request.text}"
+
+    @agent(name="tool-gen", version="1", registry=AgentRegistry())
+    def tool_gen(ctx: DurableContext, state: dict[str, int]) -> str:
+        posted = ctx.tool(post_note, Note(text=str(state["round"])))
+        if state["round"] < 2:
+            ctx.continue_as_new({"round": state["round"] + 1})
+        return posted
+
+    done = AgentTestRunner(tool_gen, journal=journal).run({"round": 0})
+    assert done.status == "SUCCEEDED", done.error
+    assert done.output == "posted 2"
+    # A provider never sees generation 1's call as a retry of generation 0's.
+    assert keys == [
+        f"{done.run_id}:post-note:1",
+        f"{done.run_id}:g1/post-note:1",
+        f"{done.run_id}:g2/post-note:1",
+    ]
+    for generation, prefix in enumerate(["", "G000001:", "G000002:"]):
+        effects = journal.load_generation(done.run_id, generation).effects
+        assert [e.position for e in effects] == [f"{prefix}00000001"]
+        assert journal.get_effect(done.run_id, f"{prefix}00000001").status.value == "COMMITTED"
+
+
+def test_the_switch_waits_while_a_tool_call_of_its_generation_is_prepared(
+    journal: JournalStore,
+) -> None:
+    from durable_agents.models import EffectChange, EffectStatus, SideEffectRecord
+
+    runner = AgentTestRunner(looping_agent(per_generation=1, until=2), journal=journal)
+    header, _ = runner.runtime.start_run("looper", {"n": 0})
+    now = runner.clock.now_ms()
+    # What a branch a completion policy left behind could leave: a call PREPARED, unresolved.
+    record = SideEffectRecord(
+        run_id=header.run_id,
+        position="00000009/00000001",
+        operation_id=f"{header.run_id}:fan:9/send:1",
+        tool="send",
+        tool_schema_version="1",
+        canonical_request="{}",
+        idempotency_key=f"{header.run_id}:fan:9/send:1",
+        status=EffectStatus.PREPARED,
+        attempt=1,
+        prepared_at_ms=now,
+        updated_at_ms=now,
+        lease_expires_at_ms=now + 60_000,
+        stale_at_ms=now + 60_000,
+    )
+    journal.commit(header.run_id, [], effect=EffectChange(record))
+    waiting = runner.runtime.execute(header.run_id, budget=None)
+    assert waiting.kind.value == "suspended"
+    assert "PREPARED" in waiting.detail
+    assert waiting.wake_at_ms == now + 60_000 + 5_000
+    assert journal.get_run(header.run_id).generation == 0
+    settled = record.replace(status=EffectStatus.COMMITTED, result='"sent"')
+    journal.commit(
+        header.run_id,
+        [],
+        effect=EffectChange(settled, frozenset({EffectStatus.PREPARED}), expected_attempt=1),
+    )
+    runner.clock.advance(65)
+    done = runner.resume(header.run_id)
+    assert done.output == 2
+    assert journal.get_run(header.run_id).generation == 1
