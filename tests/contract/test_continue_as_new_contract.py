@@ -407,3 +407,23 @@ def test_the_switch_waits_while_a_tool_call_of_its_generation_is_prepared(
     done = runner.resume(header.run_id)
     assert done.output == 2
     assert journal.get_run(header.run_id).generation == 1
+
+
+def test_a_migration_record_belongs_to_the_generation_it_changes(journal: JournalStore) -> None:
+    from durable_agents.migrations import migration_entry
+
+    runner = AgentTestRunner(looping_agent(per_generation=1, until=2), journal=journal)
+    header, _ = runner.runtime.start_run("looper", {"n": 0})
+    runner.runtime.execute(header.run_id, budget=1)  # the step, then the switch
+    snapshot = journal.load(header.run_id)
+    assert snapshot.header.generation == 1
+    staged = migration_entry(snapshot, {"from": {}, "to": {}}, runner.clock.now_ms())
+    assert (staged.position, staged.op_id) == (
+        "G000001:~m00000001",
+        f"{header.run_id}:g1/run_migrated:1",
+    )
+    journal.commit(header.run_id, [staged])
+    assert staged.sort_key in [e.sort_key for e in journal.load(header.run_id).entries]
+    assert staged.sort_key not in [
+        e.sort_key for e in journal.load_generation(header.run_id, 0).entries
+    ]

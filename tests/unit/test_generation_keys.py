@@ -9,7 +9,7 @@ from durable_agents.generations import id_prefix
 from durable_agents.journal.generation_keys import (
     generation_keys,
     generation_of,
-    key_range,
+    key_ranges,
     pos_prefix,
     split_op_id,
 )
@@ -20,14 +20,15 @@ def test_generation_zero_keeps_the_layout_of_adr_0001() -> None:
     assert pos_prefix(0) == ""
     assert id_prefix("run-1", 0) == "run-1:"
     assert generation_of("00000002/00000001") == 0
-    assert key_range("J", 0) == ("J#0", "J#:")
+    assert key_ranges("J", 0) == [("J#0", "J#:"), ("J#~", "J#\x7f")]  # and migrations
+    assert key_ranges("S", 0) == [("S#0", "S#:")]
 
 
 def test_a_later_generation_is_one_prefix_of_its_own() -> None:
     assert pos_prefix(3) == "G000003:"
     assert id_prefix("run-1", 3) == "run-1:g3/"
     assert generation_of("G000003:00000002/00000001") == 3
-    assert key_range("S", 12) == ("S#G000012:", "S#G000012;")
+    assert key_ranges("S", 12) == [("S#G000012:", "S#G000012;")]
     with pytest.raises(ValueError, match="never negative"):
         pos_prefix(-1)
 
@@ -43,18 +44,21 @@ def test_generation_keys_picks_one_generation_out_of_sorted_keys() -> None:
             "J#G000001:00000001|~",
             "J#G000002:00000000|~",
             "J#G000010:00000000|~",
+            "J#G000001:~m00000001|~",  # a migration in generation 1
+            "J#~m00000001|~",  # a migration in generation 0
         ]
     )
-    assert list(generation_keys(keys, 0)) == keys[:3]
-    assert list(generation_keys(keys, 1)) == keys[3:6]
+    zero = [*keys[:3], "J#~m00000001|~"]
+    one = [*keys[3:6], "J#G000001:~m00000001|~"]
+    assert list(generation_keys(keys, 0)) == zero
+    assert list(generation_keys(keys, 1)) == one
     assert list(generation_keys(keys, 2)) == ["J#G000002:00000000|~"]
     assert list(generation_keys(keys, 10)) == ["J#G000010:00000000|~"]
     assert list(generation_keys(keys, 4)) == []
     # The DynamoDB range of a generation holds exactly the same keys.
-    low, high = key_range("J", 1)
-    assert [k for k in keys if low <= k <= high] == keys[3:6]
-    low, high = key_range("J", 0)
-    assert [k for k in keys if low <= k <= high] == keys[:3]
+    for generation, expected in ((0, zero), (1, one)):
+        ranges = key_ranges("J", generation)
+        assert [k for k in keys if any(lo <= k <= hi for lo, hi in ranges)] == expected
 
 
 def test_op_ids_of_a_later_generation_locate_their_position() -> None:

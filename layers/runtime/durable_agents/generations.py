@@ -35,7 +35,7 @@ from durable_agents.errors import (
     SuspendExecution,
 )
 from durable_agents.invocation import Invocation, Reason
-from durable_agents.journal.generation_keys import generation_of, pos_prefix, split_op_id
+from durable_agents.journal.generation_keys import generation_of, id_prefix, pos_prefix, split_op_id
 from durable_agents.journal.store import JournalStore
 from durable_agents.models import (
     EffectStatus,
@@ -68,11 +68,6 @@ OPENING_NAME = "generation"
 _ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
 # How long a switch waits for a PREPARED tool call to be resolved before it looks again.
 PREPARED_RETRY_MS = 5_000
-
-
-def id_prefix(run_id: str, generation: int) -> str:
-    """The operation-id prefix of a generation's root scope (``<run_id>:`` for generation 0)."""
-    return f"{run_id}:" if generation == 0 else f"{run_id}:g{generation}/"
 
 
 def opening_position(generation: int) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from durable_agents.aws_faults import GuardedClient
 from durable_agents.journal.dynamodb_items import ItemCodec, pk
 from durable_agents.journal.entry_cache import DecodedEntries
-from durable_agents.journal.generation_keys import key_range
+from durable_agents.journal.generation_keys import key_ranges
 from durable_agents.models import Entry, RunHeader, RunSnapshot, SideEffectRecord
 
 HINTS_KEPT = 10_000
@@ -63,7 +63,12 @@ def generation_snapshot(
     run_id = header.run_id
     known = decoded.run(run_id, header.created_at_ms)
     entries: list[Entry] = []
-    for item in _query_range(client, table, run_id, key_range("J", generation)):
+    items = [
+        item
+        for bounds in key_ranges("J", generation)
+        for item in _query_range(client, table, run_id, bounds)
+    ]
+    for item in items:
         sk = item["sk"]["S"]
         entry = known.get(sk)
         if entry is None:
@@ -72,6 +77,7 @@ def generation_snapshot(
         entries.append(entry)
     effects: list[SideEffectRecord] = [
         codec.effect_from_item(item)
-        for item in _query_range(client, table, run_id, key_range("S", generation))
+        for bounds in key_ranges("S", generation)
+        for item in _query_range(client, table, run_id, bounds)
     ]
     return RunSnapshot(header, entries, effects)

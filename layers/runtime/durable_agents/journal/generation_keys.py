@@ -22,6 +22,11 @@ def pos_prefix(generation: int) -> str:
     return "" if generation == 0 else f"G{generation:0{GENERATION_DIGITS}d}:"
 
 
+def id_prefix(run_id: str, generation: int) -> str:
+    """The operation-id prefix of a generation's root scope (``<run_id>:`` for generation 0)."""
+    return f"{run_id}:" if generation == 0 else f"{run_id}:g{generation}/"
+
+
 def generation_of(position: str) -> int:
     """The generation a position belongs to."""
     if position.startswith("G"):
@@ -40,28 +45,31 @@ def effect_prefix(generation: int) -> str:
 
 
 def generation_keys(keys: Sequence[str], generation: int) -> Sequence[str]:
-    """The entry keys of one generation, from a run's sorted entry keys (two bisections).
+    """The entry keys of one generation, from a run's sorted entry keys (bisections).
 
-    Generation 0's keys are the ones before every ``J#G…`` key.
+    Generation 0's keys are the ones before every ``J#G…`` key, and its migration records
+    (``J#~m…``, after them).
     """
     if generation == 0:
-        return keys[: bisect.bisect_left(keys, "J#G")]
+        return [*keys[: bisect.bisect_left(keys, "J#G")], *keys[bisect.bisect_left(keys, "J#~") :]]
     prefix = entry_prefix(generation)
     start = bisect.bisect_left(keys, prefix)
     # ":" + 1 is ";": the first key past every key that starts with the prefix.
     return keys[start : bisect.bisect_left(keys, prefix[:-1] + ";", lo=start)]
 
 
-def key_range(kind: str, generation: int) -> tuple[str, str]:
-    """The inclusive sort-key range of a generation's items of one kind (``J`` or ``S``).
+def key_ranges(kind: str, generation: int) -> list[tuple[str, str]]:
+    """The inclusive sort-key ranges of a generation's items of one kind (``J`` or ``S``).
 
-    Generation 0's positions start with a digit (``J#0…`` to before ``J#:``); generation
-    ``g >= 1``'s with ``G<g:06d>:`` (to before ``…;``, the next character after ``:``).
+    Generation 0's positions start with a digit (``J#0…`` to before ``J#:``), and its
+    migration records with ``~m`` (``J#~…``; DEL, 0x7f, sorts after ``~``); generation
+    ``g >= 1``'s all start with ``G<g:06d>:`` (to before ``…;``, the next character after ``:``).
     """
     if generation == 0:
-        return f"{kind}#0", f"{kind}#:"
+        digits = (f"{kind}#0", f"{kind}#:")
+        return [digits, (f"{kind}#~", f"{kind}#\x7f")] if kind == "J" else [digits]
     prefix = f"{kind}#{pos_prefix(generation)}"
-    return prefix, prefix[:-1] + ";"
+    return [(prefix, prefix[:-1] + ";")]
 
 
 def split_op_id(rest: str) -> tuple[str, str]:

@@ -157,7 +157,7 @@ class InMemoryJournal(JournalStore):
             entries = self._entries[run_id]
             keys: Sequence[str] = self._keys[run_id]
             wanted = header.generation if generation is None else generation
-            if header.generation:  # only then are there keys of other generations
+            if header.generation or wanted:  # else every key is generation 0's
                 keys = generation_keys(keys, wanted)
             effects = sorted(
                 (r for r in self._effects[run_id].values() if generation_of(r.position) == wanted),
