@@ -427,3 +427,42 @@ def test_a_migration_record_belongs_to_the_generation_it_changes(journal: Journa
     assert staged.sort_key not in [
         e.sort_key for e in journal.load_generation(header.run_id, 0).entries
     ]
+
+
+def test_a_migration_dry_run_whose_new_code_continues_as_new_concludes_so(
+    journal: JournalStore,
+) -> None:
+    from durable_agents import Runtime, SkipClock
+    from durable_agents.migration_commit import migrate_run
+    from durable_agents.migrations import MigrationPlan, RecordedRun, migration
+    from tests.contract.test_versions_contract import approve, drive
+
+    def v1(ctx: DurableContext, state: Any) -> str:
+        ctx.wait_for_approval("approve", request={}, approvers=["group:x"])
+        return "done"
+
+    def v2(ctx: DurableContext, state: Any) -> str:
+        ctx.wait_for_approval("approve", request={}, approvers=["group:x"])
+        if not state:
+            ctx.continue_as_new({"again": True})
+        return "done"
+
+    clock = SkipClock()
+    old = AgentRegistry()
+    agent(name="flow-can", version="1", registry=old)(v1)
+    new = AgentRegistry()  # only v2 deployed: the v1 run waits as VERSION_UNAVAILABLE
+    agent(name="flow-can", version="2", registry=new)(v2)
+
+    @migration("flow-can", from_version="1", to_version="2", registry=new)
+    def one_to_two(run: RecordedRun) -> MigrationPlan:
+        return MigrationPlan(replays=run.names(), results={})
+
+    run, _ = Runtime(journal, registry=old, clock=clock).start_run("flow-can", {})
+    assert drive(Runtime(journal, registry=old, clock=clock), run.run_id).value == "SUSPENDED"
+    runtime = Runtime(journal, registry=new, clock=clock)
+    assert runtime.execute(run.run_id).kind.value == "version_unavailable"
+    approve(runtime, run.run_id)  # kept while VERSION_UNAVAILABLE: continue_as_new is next
+    before = journal.load(run.run_id)
+    result = migrate_run(runtime, run.run_id, "2", by="user:ops", dry_run=True)
+    assert "continues as new" in result.record["frontier"], result.record["frontier"]
+    assert journal.load(run.run_id) == before  # a dry run writes nothing

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from durable_agents.clock import SystemClock
 from durable_agents.generations import ContinueAsNew, switch_generation
 from durable_agents.invocation import Invocation
@@ -43,3 +45,23 @@ def test_a_run_that_continued_as_new_keeps_its_id_and_its_history(
         assert "generation must be a whole number from 0 to 1" in refused["error"]["message"]
     status, value = call("GET", f"/runs/{run_id}/status-value")
     assert status == 200 and value["value"] is None
+
+
+def test_the_console_timeline_of_a_later_generation_renders(deployment: Deployment) -> None:
+    from api.app import handler
+    from tests.unit.conftest import FakeLambdaContext
+    from tests.unit.test_api import EVENTS
+
+    _, body = start(GOOD)
+    run_id = body["run"]["run_id"]
+    _switch(run_id, '{"topic":"next","sections":1,"pause_seconds":0.0}')
+    event = json.loads((EVENTS / "api_start_run.json").read_text())
+    event.update(httpMethod="GET", path=f"/runs/{run_id}/history", resource=f"/runs/{run_id}/history",
+                 pathParameters=None, queryStringParameters=None,
+                 multiValueQueryStringParameters=None, body=None)  # fmt: skip
+    event["headers"] = {"Accept": "text/html"}
+    event["multiValueHeaders"] = {"Accept": ["text/html"]}
+    event["requestContext"]["httpMethod"] = "GET"
+    response = handler(event, FakeLambdaContext())
+    assert response["statusCode"] == 200, response["body"][:500]
+    assert "generation" in response["body"]

@@ -234,6 +234,8 @@ def _dry_run(
         where = "the new code finishes the run"
     except SuspendExecution as stop:
         where = f"the new code stops at: {stop.detail or stop.reason}"
+    except generations.ContinueAsNew as ending:  # nothing is written in a dry run
+        where = f"the new code continues as new at: {ending.op_id}"
     except VersionUnavailableError as exc:
         raise MigrationRefusedError(header.run_id, str(exc)) from exc
     except Exception as exc:
