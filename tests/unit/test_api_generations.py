@@ -56,9 +56,10 @@ def test_the_console_timeline_of_a_later_generation_renders(deployment: Deployme
     run_id = body["run"]["run_id"]
     _switch(run_id, '{"topic":"next","sections":1,"pause_seconds":0.0}')
     event = json.loads((EVENTS / "api_start_run.json").read_text())
-    event.update(httpMethod="GET", path=f"/runs/{run_id}/history", resource=f"/runs/{run_id}/history",
-                 pathParameters=None, queryStringParameters=None,
-                 multiValueQueryStringParameters=None, body=None)  # fmt: skip
+    path = f"/runs/{run_id}/history"
+    event.update(httpMethod="GET", path=path, resource=path, pathParameters=None,
+                 queryStringParameters=None, multiValueQueryStringParameters=None,
+                 body=None)  # fmt: skip
     event["headers"] = {"Accept": "text/html"}
     event["multiValueHeaders"] = {"Accept": ["text/html"]}
     event["requestContext"]["httpMethod"] = "GET"
