@@ -466,3 +466,18 @@ def test_a_migration_dry_run_whose_new_code_continues_as_new_concludes_so(
     result = migrate_run(runtime, run.run_id, "2", by="user:ops", dry_run=True)
     assert "continues as new" in result.record["frontier"], result.record["frontier"]
     assert journal.load(run.run_id) == before  # a dry run writes nothing
+
+
+def test_the_time_limit_counts_over_every_generation(journal: JournalStore) -> None:
+    @agent(name="timed-gen", version="1", registry=AgentRegistry())
+    def timed_gen(ctx: DurableContext, state: dict[str, int]) -> int:
+        ctx.wait(60, name="nap")
+        ctx.continue_as_new({"round": state["round"] + 1})
+
+    runner = AgentTestRunner(timed_gen, journal=journal)
+    header, _ = runner.runtime.start_run("timed-gen", {"round": 0}, execution_timeout=300)
+    done = runner.resume(header.run_id)
+    assert done.status == RunStatus.TIMED_OUT.value
+    ended = journal.get_run(header.run_id)
+    assert 3 <= ended.generation <= 5  # a generation a minute, five minutes in all
+    assert ended.created_at_ms == header.created_at_ms
