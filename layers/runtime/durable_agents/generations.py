@@ -18,8 +18,9 @@ The switch is ONE conditional write: a transaction of the old generation's closi
 the ``continue_as_new`` position: what the old generation ended with), the new generation's
 opening entry (position ``G<g:06d>:00000000``: its input, where it came from, and the event
 cursors it inherits) and the header update (new ``input``, ``generation`` + 1), fenced by the
-header revision this invocation read. A duplicate or stale invocation loses on that revision
-or on the closing entry's key: the run can never fork, and the new input is recorded once.
+header revision this invocation read. A duplicate or stale invocation loses on that revision,
+on the closing entry's key or on the opening entry's key (each is enough): the run can never
+fork, and the new input is recorded once.
 """
 
 from __future__ import annotations
