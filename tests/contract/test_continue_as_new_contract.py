@@ -7,6 +7,7 @@ and refuses the call where a generation cannot end.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import boto3
@@ -481,3 +482,45 @@ def test_the_time_limit_counts_over_every_generation(journal: JournalStore) -> N
     ended = journal.get_run(header.run_id)
     assert 3 <= ended.generation <= 5  # a generation a minute, five minutes in all
     assert ended.created_at_ms == header.created_at_ms
+
+
+def test_deterministic_values_differ_from_one_generation_to_the_next(
+    journal: JournalStore,
+) -> None:
+    seen: list[str] = []
+
+    @agent(name="uuid-gen", version="1", registry=AgentRegistry())
+    def uuid_gen(ctx: DurableContext, state: dict[str, int]) -> list[str]:
+        seen.append(str(ctx.uuid()))
+        if state["round"] < 2:
+            ctx.continue_as_new({"round": state["round"] + 1})
+        return seen
+
+    done = AgentTestRunner(uuid_gen, journal=journal).run({"round": 0})
+    assert len(set(done.output)) == 3  # one per generation, never the same one again
+
+
+def test_a_load_that_raced_the_switch_replays_to_it_and_reloads(journal: JournalStore) -> None:
+    """A load that read the header before the switch and the entries after it (DynamoDB pages)."""
+    from durable_agents.errors import SuspendExecution
+    from durable_agents.invocation import Invocation
+    from durable_agents.models import RunSnapshot
+    from durable_agents.observability import ReplayAwareLogger
+
+    definition = looping_agent(per_generation=1, until=2)
+    runner = AgentTestRunner(definition, journal=journal)
+    header, _ = runner.runtime.start_run("looper", {"n": 0})
+    runner.runtime.execute(header.run_id, budget=1)  # the step and the switch
+    raced = RunSnapshot(header, journal.load_generation(header.run_id, 0).entries)
+    inv = Invocation(
+        journal, raced, clock=runner.clock, budget=1, lease_ms=60_000, registry=runner.registry
+    )
+    ctx = DurableContext(
+        inv,
+        id_prefix=f"{header.run_id}:",
+        pos_prefix="",
+        logger=ReplayAwareLogger(inv, logging.getLogger("test"), header.run_id),
+    )
+    with pytest.raises(SuspendExecution, match="continued as new; reload"):
+        definition.fn(ctx, Counter(n=0))
+    assert journal.get_run(header.run_id).generation == 1  # nothing else was written
