@@ -365,10 +365,7 @@ class Runtime:
             ctx.check_scope_end()
             output = encode(value, definition.output_type)
         except generations.ContinueAsNew as ending:  # the next generation (ADR 0016)
-            if inv.fault is not None:
-                return pause(
-                    self.store, self.clock, inv.header, error_info(inv.fault), inv.executed
-                )
+            # Never with a fault: the operation raises a recorded divergence before this.
             return generations.switch_generation(self.store, self.clock, inv, ending)
         except SuspendExecution as signal:
             if inv.fault is not None:
