@@ -129,7 +129,18 @@ def operations() -> dict[tuple[str, str], Operation]:
         ),
         ("GET", "/runs/{run_id}"): Operation(errors=(404,), tags=("runs",)),
         # A browser (Accept prefers text/html) gets the console's timeline page.
-        ("GET", "/runs/{run_id}/history"): Operation(errors=(404,), html=True, tags=("runs",)),
+        ("GET", "/runs/{run_id}/history"): Operation(
+            errors=(400, 404),
+            html=True,
+            query=(
+                Param(
+                    "generation",
+                    {"type": "integer", "minimum": 0},
+                    "Which generation of a run that continued as new (default: the current).",
+                ),
+            ),
+            tags=("runs",),
+        ),
         ("GET", "/runs/{run_id}/stream"): Operation(
             query=(
                 Param("after", {"type": "string", "maxLength": MAX_KEY_CHARS}, "Stream cursor."),

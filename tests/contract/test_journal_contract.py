@@ -193,15 +193,25 @@ def test_load_returns_program_order_with_nested_scopes(journal: JournalStore) ->
 
 def test_a_loaded_snapshot_never_changes_under_its_holder(journal: JournalStore) -> None:
     journal.create_run(header())
-    journal.commit("run-1", [entry("00000002", name="second"), entry("00000004", name="fourth")])
+    # Claims (no result yet) from position 1 on: a warm DynamoDB load reads from the first
+    # top-level position without a result (ADR 0015), and entries land anywhere after it, as
+    # a run's open operations' do.
+    started = EntryType.STARTED
+    journal.commit(
+        "run-1", [entry("00000001", started, name="one"), entry("00000003", started, name="3")]
+    )
     before = journal.load("run-1")
     held = list(before.entries)
-    # One commit after everything, one in front of everything, one in the middle.
-    journal.commit("run-1", [entry("00000005", name="fifth"), entry("00000001", name="first")])
-    journal.commit("run-1", [entry("00000003", name="third")])
+    # One commit after everything and one right after the first, then one in the middle.
+    journal.commit(
+        "run-1",
+        [entry("00000005", started, name="five"), entry("00000001/00000001", started, name="c")],
+    )
+    journal.commit("run-1", [entry("00000002", started, name="two")])
     assert before.entries == held
     after = [e.position for e in journal.load("run-1").entries]
-    assert after == [f"0000000{i}" for i in range(1, 6)]
+    # (A scope's children sort before its own entries: "/" < "|".)
+    assert after == ["00000001/00000001", "00000001", "00000002", "00000003", "00000005"]
 
 
 def test_entry_fields_round_trip(journal: JournalStore) -> None:

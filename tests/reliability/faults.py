@@ -253,6 +253,9 @@ class FaultyJournal(JournalStore):
     def load(self, run_id: str) -> RunSnapshot:
         return self._read("Query", lambda: self.inner.load(run_id))
 
+    def load_generation(self, run_id: str, generation: int | None) -> RunSnapshot:
+        return self._read("Query", lambda: self.inner.load_generation(run_id, generation))
+
     def get_run(self, run_id: str) -> RunHeader:
         return self._read("GetItem", lambda: self.inner.get_run(run_id))
 

@@ -62,6 +62,17 @@ def test_show_history_timeline_in_json_are_the_apis_views(
     assert capsys.readouterr().out.splitlines()[1].split()[:3] == ["fetch:1", "step", "fetch"]
 
 
+def test_history_of_an_earlier_generation_asks_for_it(
+    api: StandIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    answer = {"run_id": RUN, "generation": 0, "events": []}
+    api.answers[("GET", f"/runs/{RUN}/history")] = (200, answer)
+    assert main(["runs", "history", RUN, "--generation", "0", "--json", "--api", api.url]) == 0
+    assert main(["runs", "timeline", RUN, "--json", "--api", api.url]) == 0
+    assert [r.query for r in api.received] == [{"generation": "0"}, {}]
+    capsys.readouterr()
+
+
 def _documents(text: str) -> list[str]:
     decoder, docs, at = json.JSONDecoder(), [], 0
     while at < len(text.rstrip()):

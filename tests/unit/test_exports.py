@@ -40,6 +40,7 @@ EXPECTED = {
     "ConditionNotMetError",
     "ConfigurationError",
     "ContentBlock",
+    "ContinueAsNewNotAllowedError",
     "Crash",
     "CredentialProvider",
     "DurableContext",

@@ -24,8 +24,8 @@ from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from api.routes.common import header, json_body, ok, runtime, wake
 from api.routes.limits import check_key
 from api.routes.tenancy import iam_caller, owned_run
+from durable_agents.generations import published_status
 from durable_agents.ids import check_name, check_run_id
-from durable_agents.operations.event_wait import latest_status
 from durable_agents.run_inbox import SentEvent, send_event
 from durable_agents.views import iso
 
@@ -93,7 +93,7 @@ def get_status_value(run_id: str) -> Response[str]:
     run_id = check_run_id(run_id)
     owned_run(tenant, run_id)
     snapshot = runtime().store.load(run_id)
-    published = latest_status(snapshot)
+    published = published_status(runtime().store, snapshot)  # earlier generations too
     return ok(
         HTTPStatus.OK,
         {

@@ -25,6 +25,7 @@ from api.routes.run_query import MAX_VERSION_CHARS, list_page, listing_query
 from api.routes.tenancy import iam_caller, owned_run
 from durable_agents.ids import check_run_id
 from durable_agents.migration_commit import migrate_run
+from durable_agents.models import RunHeader
 from durable_agents.tenancy import ALL_TENANTS, DEFAULT_TENANT
 from durable_agents.views import history, run_view
 
@@ -143,9 +144,27 @@ def get_history(run_id: str) -> Response[str]:
     if wants_html(_event()):
         return console.timeline_response(_event(), run_id)
     _, tenant = iam_caller(_event())
-    owned_run(tenant, check_run_id(run_id))
-    snapshot = runtime().store.load(run_id)
-    return ok(HTTPStatus.OK, {"run_id": run_id, "events": history(snapshot)})
+    run = owned_run(tenant, check_run_id(run_id))
+    # ``?generation=N``: an earlier generation of a run that continued as new (ADR 0016).
+    wanted = _generation((_event().query_string_parameters or {}).get("generation"), run)
+    snapshot = runtime().store.load_generation(run_id, wanted)
+    return ok(
+        HTTPStatus.OK,
+        {"run_id": run_id, "generation": wanted, "events": history(snapshot)},
+    )
+
+
+def _generation(text: str | None, run: RunHeader) -> int:
+    """The generation asked for (the current one by default).
+
+    Raises:
+        BadRequest: If it is not a whole number from 0 to the run's current generation.
+    """
+    if text is None:
+        return run.generation
+    if not text.isdigit() or int(text) > run.generation:
+        raise BadRequest(f"generation must be a whole number from 0 to {run.generation}")
+    return int(text)
 
 
 @router.post("/runs/<run_id>/redrive")

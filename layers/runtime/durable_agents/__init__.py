@@ -50,6 +50,7 @@ from durable_agents.errors import (
     VersionUnavailableError,
 )
 from durable_agents.events import EventBridgePublisher, EventPublisher, OutgoingEvent
+from durable_agents.generations import ContinueAsNewNotAllowedError
 from durable_agents.invocation_budget import InvocationBudget
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.store import JournalStore
@@ -158,6 +159,7 @@ __all__ = [
     "ConditionNotMetError",
     "ConfigurationError",
     "ContentBlock",
+    "ContinueAsNewNotAllowedError",
     "Crash",
     "CredentialProvider",
     "DurableContext",

@@ -147,7 +147,10 @@ def add_commands(
         ("timeline", "a run's operations: kind, name, attempts, duration, status, deadline"),
         ("redrive", "resume a PAUSED run or nudge a stalled one"),
     ):
-        runs.add_parser(name, parents=[common], help=text).add_argument("run_id")
+        one = runs.add_parser(name, parents=[common], help=text)
+        one.add_argument("run_id")
+        if name in ("history", "timeline"):  # a run that continued as new (ADR 0016)
+            one.add_argument("--generation", type=int, help="an earlier generation's journal")
     for name, text in STOPS.items():
         stop = runs.add_parser(name, parents=[common], help=text)
         stop.add_argument("run_id")
@@ -208,7 +211,9 @@ def _runs(client: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
         run = client.call("GET", path, missing=missing)
         return run, run_details(run, width)
     if args.action in ("history", "timeline"):
-        events = client.call("GET", f"{path}/history", missing=missing).get("events") or []
+        query = {"generation": args.generation}
+        answer = client.call("GET", f"{path}/history", query=query, missing=missing)
+        events = answer.get("events") or []
         if args.action == "history":
             return {"run_id": args.run_id, "events": events}, history_table(events, width)
         ops = operations(events)

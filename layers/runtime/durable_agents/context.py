@@ -12,7 +12,7 @@ import random as _random
 import uuid as _uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 
 from durable_agents.agent import AgentDefinition
 from durable_agents.context_waits import WaitOperations
@@ -385,6 +385,23 @@ class DurableContext(WaitOperations):
 
         op_name = check_name(name) if name is not None else name_of(fn)
         return run_child(self, fn, op_name, result_type, serdes=as_serdes(serdes))  # type: ignore[no-any-return]
+
+    def continue_as_new(self, input_value: Any) -> NoReturn:
+        """Ends this generation of the run and starts the next with ``input_value`` (ADR 0016).
+
+        Same run id, fresh journal: the agent function runs again from its start with the new
+        input, and replay reads only the new generation. Never returns. Call it only from the
+        agent function's own context. Events sent to the run and not yet taken stay for the
+        next generation. See docs/context.md ("Continue as new").
+
+        Raises:
+            ContinueAsNewNotAllowedError: Inside a step, a child context or a parallel branch.
+            InputValidationError: If ``input_value`` does not match the agent's input type.
+            PayloadError: If it cannot be recorded (for example it holds a secret).
+        """
+        from durable_agents.generations import run_continue_as_new  # noqa: PLC0415
+
+        run_continue_as_new(self, input_value, self._pos_prefix)
 
     def now(self) -> datetime:
         """Returns the current time (UTC), recorded on first execution and replayed after.

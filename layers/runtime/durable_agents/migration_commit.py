@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from durable_agents import generations
 from durable_agents.agent import AgentDefinition
 from durable_agents.context import DurableContext
 from durable_agents.errors import (
@@ -222,8 +223,8 @@ def _dry_run(
     )
     ctx = DurableContext(
         inv,
-        id_prefix=f"{header.run_id}:",
-        pos_prefix="",
+        id_prefix=generations.id_prefix(header.run_id, header.generation),
+        pos_prefix=generations.pos_prefix(header.generation),
         logger=ReplayAwareLogger(inv, logging.getLogger("durable_agents.migrations"), ""),
     )
     try:
@@ -233,6 +234,8 @@ def _dry_run(
         where = "the new code finishes the run"
     except SuspendExecution as stop:
         where = f"the new code stops at: {stop.detail or stop.reason}"
+    except generations.ContinueAsNew as ending:  # nothing is written in a dry run
+        where = f"the new code continues as new at: {ending.op_id}"
     except VersionUnavailableError as exc:
         raise MigrationRefusedError(header.run_id, str(exc)) from exc
     except Exception as exc:

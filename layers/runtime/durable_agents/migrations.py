@@ -31,6 +31,7 @@ from typing import Any
 from durable_agents.agent import AgentDefinition, AgentRegistry, default_registry
 from durable_agents.errors import DurableError
 from durable_agents.ids import check_name
+from durable_agents.journal.generation_keys import id_prefix, pos_prefix
 from durable_agents.migration_records import (
     MIGRATION_NAME,
     migrated_view,
@@ -261,10 +262,11 @@ def migration_entry(snapshot: RunSnapshot, record: dict[str, Any], now_ms: int) 
     """The ``run_migrated`` entry of the run's next migration."""
     number = len(migration_entries(snapshot.entries)) + 1
     run_id = snapshot.header.run_id
+    generation = snapshot.header.generation  # in the generation it changes (ADR 0016)
     return Entry(
         run_id=run_id,
-        position=migration_position(number),
-        op_id=f"{run_id}:{MIGRATION_NAME}:{number}",
+        position=pos_prefix(generation) + migration_position(number),
+        op_id=f"{id_prefix(run_id, generation)}{MIGRATION_NAME}:{number}",
         kind=OpKind.MIGRATION,
         name=MIGRATION_NAME,
         type=EntryType.SUCCEEDED,

@@ -75,6 +75,10 @@ class OpKind(StrEnum):
     CANCEL = "cancel"
     """Where the agent saw ``RunCancelledError``: recorded at the position of the operation it
     asked for next, so every replay raises it at the same point (``cancellation``)."""
+    CONTINUE = "continue_as_new"
+    """``ctx.continue_as_new``: the last record of a generation (``durable_agents.generations``)."""
+    GENERATION = "generation"
+    """Not an operation of agent code: the first record of a generation, how it began."""
 
 
 class EntryType(StrEnum):
@@ -216,6 +220,8 @@ class RunHeader:
         event_names: The names of the events sent to the run (``durable_agents.run_inbox``):
             how retention finds its inbox records, whose ids its journal cannot give. Empty
             for runs from before it was recorded.
+        generation: How many times the run continued as new (``durable_agents.generations``):
+            ``load`` reads only this generation's entries; 0 for a run that never did.
     """
 
     run_id: str
@@ -240,6 +246,7 @@ class RunHeader:
     expires_at_ms: int | None = None
     stamp_due_at_ms: int | None = None
     event_names: frozenset[str] = frozenset()
+    generation: int = 0
 
     def replace(self, **changes: Any) -> RunHeader:
         """Returns a copy with ``changes`` applied."""
@@ -276,6 +283,8 @@ class RunChange:
             refused if anyone changed the header since (``RunRevisionConflictError``).
         add_event_name: If set, adds this name to ``event_names`` (an event of it is written
             in the same transaction; adding a name already there changes nothing).
+        input: If set, the run's new input (``ctx.continue_as_new``; with ``generation``).
+        generation: If set, the run's new generation (``durable_agents.generations``).
     """
 
     expected: frozenset[RunStatus]
@@ -289,6 +298,8 @@ class RunChange:
     expected_revision: int | None = None
     cancel_requested: Any = UNSET
     add_event_name: str | None = None
+    input: Any = UNSET
+    generation: Any = UNSET
 
     def apply(self, header: RunHeader) -> RunHeader:
         """Returns ``header`` with this change applied (no condition check)."""
@@ -297,7 +308,8 @@ class RunChange:
             "updated_at_ms": self.updated_at_ms,
             "revision": header.revision + 1,
         }
-        for name in ("result", "error", "wake_at_ms", "waiting_on", "versions", "cancel_requested"):
+        names = ("result", "error", "wake_at_ms", "waiting_on", "versions", "cancel_requested")
+        for name in (*names, "input", "generation"):
             value = getattr(self, name)
             if value is not UNSET:
                 changes[name] = value

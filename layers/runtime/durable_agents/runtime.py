@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from durable_agents import generations
 from durable_agents.agent import AgentDefinition, AgentRegistry, default_registry, timeout_to_ms
 from durable_agents.cancellation import prepare, settle_leftovers, stop_run
 from durable_agents.clock import Clock, SystemClock
@@ -399,8 +400,13 @@ class Runtime:
         return outcome
 
     def _root_context(self, inv: Invocation) -> DurableContext:
-        logger = ReplayAwareLogger(inv, self.logger, inv.run_id)
-        return DurableContext(inv, id_prefix=f"{inv.run_id}:", pos_prefix="", logger=logger)
+        run_id, generation = inv.run_id, inv.header.generation
+        return DurableContext(
+            inv,
+            id_prefix=generations.id_prefix(run_id, generation),
+            pos_prefix=generations.pos_prefix(generation),
+            logger=ReplayAwareLogger(inv, self.logger, run_id),
+        )
 
     def _drive_sticky(
         self,
@@ -456,6 +462,9 @@ class Runtime:
                 value = agent.advance()
             ctx.check_scope_end()
             output = encode(value, definition.output_type)
+        except generations.ContinueAsNew as ending:  # the next generation (ADR 0016)
+            # Never with a fault: the operation raises a recorded divergence before this.
+            return generations.switch_generation(self.store, self.clock, inv, ending)
         except SuspendExecution as signal:
             if inv.fault is not None:
                 return pause(

@@ -45,6 +45,8 @@ def run_view(header: RunHeader) -> dict[str, Any]:
         "cancel_requested": _stop_view(header.cancel_requested),
         "execution_timeout_ms": header.execution_timeout_ms,
         "execution_deadline": iso(deadline_ms(header)),
+        # How many times it continued as new (ADR 0016); its history is per generation.
+        "generation": header.generation,
     }
 
 

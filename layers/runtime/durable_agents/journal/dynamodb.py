@@ -35,6 +35,7 @@ from durable_agents.errors import (
     WaitConflictError,
     WaitNotFoundError,
 )
+from durable_agents.journal.dynamodb_generations import HINTS_KEPT, generation_snapshot
 from durable_agents.journal.dynamodb_items import (
     HEADER_SK,
     IDEM_SK,
@@ -95,6 +96,9 @@ class DynamoDBJournal(DynamoDBRetention):
         self._reader = TailReader(
             self._client, table_name, self._items, self._decoded, self._known, tail_reads
         )
+        # Runs seen past generation 0 (continue-as-new): their load skips the whole-partition
+        # Query. A hint only: the header read decides which generation is read.
+        self._generations: dict[str, int] = {}
 
     # -- JournalStore ------------------------------------------------------------------------
 
@@ -274,7 +278,34 @@ class DynamoDBJournal(DynamoDBRetention):
         Raises:
             RunNotFoundError: If there is no such run.
         """
-        return self._reader.load(run_id)
+        if run_id in self._generations:  # continued as new: read only its generation
+            return self.load_generation(run_id, None)
+        snapshot = self._reader.load(run_id)
+        if snapshot.header.generation:
+            # The first load in this process of a run past generation 0 (ADR 0016): what the
+            # tail reader read spans generations; read the current one alone, and from now
+            # on only it (warm tail reads are for generation 0, ADR 0015).
+            self._known.forget(run_id)
+            return self._generation(snapshot.header, snapshot.header.generation)
+        return snapshot
+
+    def load_generation(self, run_id: str, generation: int | None) -> RunSnapshot:
+        """Reads the header, then one generation's entries and effect records (two Queries).
+
+        Raises:
+            RunNotFoundError: If there is no such run.
+        """
+        header = self.get_run(run_id)
+        return self._generation(header, header.generation if generation is None else generation)
+
+    def _generation(self, header: RunHeader, generation: int) -> RunSnapshot:
+        if header.generation:
+            if len(self._generations) >= HINTS_KEPT:
+                self._generations.clear()
+            self._generations[header.run_id] = header.generation
+        return generation_snapshot(
+            self._client, self._table, self._items, self._decoded, header, generation
+        )
 
     def get_run(self, run_id: str) -> RunHeader:
         """Reads the run header (strongly consistent).

@@ -324,6 +324,8 @@ class ItemCodec:
             item["retention_s"] = {"N": str(header.retention_s)}
         if header.event_names:  # a string set: DynamoDB has no empty one
             item["event_names"] = {"SS": sorted(header.event_names)}
+        if header.generation:
+            item["generation"] = {"N": str(header.generation)}
         self.check_header_update(header.run_id, item)
         return item
 
@@ -357,6 +359,7 @@ class ItemCodec:
             stamp_due_at_ms=opt_int(item, "stamp_due_at_ms"),
             # Headers written before it was recorded: no names (nothing to find by them).
             event_names=frozenset(item.get("event_names", {}).get("SS", ())),
+            generation=opt_int(item, "generation") or 0,  # never continued as new: 0
         )
 
     def effect_item(

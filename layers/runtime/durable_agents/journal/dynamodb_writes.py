@@ -130,6 +130,13 @@ def update_request(table: str, items: ItemCodec, run_id: str, change: RunChange)
             for attr, value in items.value_attrs(run_id, "error", text).items():
                 sets[attr] = value
                 removes.remove(attr)
+    if change.input is not UNSET:  # continue-as-new (durable_agents.generations)
+        removes += ["input", "input_ref"]
+        for attr, value in items.value_attrs(run_id, "input", change.input).items():
+            sets[attr] = value
+            removes.remove(attr)
+    if change.generation is not UNSET:
+        sets["generation"] = {"N": str(change.generation)}
     if change.versions is not UNSET:  # a migration re-pins the run
         sets["versions"] = {"M": {k: {"S": v} for k, v in change.versions.items()}}
     if change.waiting_on is not UNSET:

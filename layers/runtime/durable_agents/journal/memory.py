@@ -18,6 +18,7 @@ from durable_agents.errors import (
     WaitConflictError,
     WaitNotFoundError,
 )
+from durable_agents.journal.generation_keys import generation_keys, generation_of
 from durable_agents.journal.run_listing import RunQuery, started_key
 from durable_agents.journal.store import JournalStore, Page, finished, next_stamp_due
 from durable_agents.models import (
@@ -147,7 +148,15 @@ class InMemoryJournal(JournalStore):
                 self._headers[run_id] = changed
 
     def load(self, run_id: str) -> RunSnapshot:
-        """Returns the header and all entries in program order.
+        """Returns the header and the current generation's entries in program order.
+
+        Raises:
+            RunNotFoundError: If there is no such run.
+        """
+        return self.load_generation(run_id, None)
+
+    def load_generation(self, run_id: str, generation: int | None) -> RunSnapshot:
+        """Returns the header and one generation's entries (None: the current one).
 
         Raises:
             RunNotFoundError: If there is no such run.
@@ -156,8 +165,18 @@ class InMemoryJournal(JournalStore):
             header = self._headers.get(run_id)
             if header is None:
                 raise RunNotFoundError(run_id)
-            effects = sorted(self._effects[run_id].values(), key=lambda r: r.position)
-            return RunSnapshot(header, list(self._ordered[run_id]), effects)
+            wanted = header.generation if generation is None else generation
+            if header.generation or wanted:
+                entries = self._entries[run_id]
+                keys: Sequence[str] = generation_keys(self._keys[run_id], wanted)
+                loaded = [entries[k] for k in keys]
+            else:  # every key is generation 0's: a copy of the ordered list (O(n) in C)
+                loaded = list(self._ordered[run_id])
+            effects = sorted(
+                (r for r in self._effects[run_id].values() if generation_of(r.position) == wanted),
+                key=lambda r: r.position,
+            )
+            return RunSnapshot(header, loaded, effects)
 
     def get_run(self, run_id: str) -> RunHeader:
         """Returns the run header.

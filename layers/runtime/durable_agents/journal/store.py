@@ -272,6 +272,21 @@ class JournalStore(ABC):
     def load(self, run_id: str) -> RunSnapshot:
         """Returns the header and every entry, in program order (strongly consistent read).
 
+        Only the entries and side-effect records of the header's current ``generation`` (a
+        run that continued as new, ``durable_agents.generations``): earlier generations are
+        history, read with ``load_generation``.
+
+        Raises:
+            RunNotFoundError: If there is no such run.
+        """
+
+    @abstractmethod
+    def load_generation(self, run_id: str, generation: int | None) -> RunSnapshot:
+        """Returns the (current) header and one generation's entries and effect records.
+
+        ``generation`` None is the current one (``load``). A generation the run never had
+        has no entries.
+
         Raises:
             RunNotFoundError: If there is no such run.
         """

@@ -16,6 +16,7 @@ instead of taking the next one.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -102,6 +103,10 @@ def _consumed(inv: Invocation, name: str) -> set[int]:
     taken: set[int] = set()
     for record in inv.records.values():
         result = record.result
+        if record.kind is OpKind.GENERATION and result is not None:
+            # Consumed by earlier generations (durable_agents.generations): all below the floor.
+            taken.update(range(1, int(result.meta.get("event_floors", {}).get(name, 1))))
+            continue
         if (
             record.kind is OpKind.EVENT
             and result is not None
@@ -119,6 +124,11 @@ def _cursor(inv: Invocation, name: str) -> int:
     while seq in taken:
         seq += 1
     return seq
+
+
+def event_floors(inv: Invocation, names: Iterable[str]) -> dict[str, int]:
+    """The next sequence number each event name would be taken from (for continue-as-new)."""
+    return {name: _cursor(inv, name) for name in sorted(names)}
 
 
 def run_wait_for_event(ctx: DurableContext, name: str, timeout_ms: int | None) -> EventMessage:

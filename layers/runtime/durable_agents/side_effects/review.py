@@ -35,6 +35,7 @@ from durable_agents.errors import (
     RunStateConflictError,
 )
 from durable_agents.ids import POSITION_WIDTH
+from durable_agents.journal.generation_keys import split_op_id
 from durable_agents.journal.store import JournalStore
 from durable_agents.models import (
     EffectChange,
@@ -118,13 +119,15 @@ def locate(operation_id: str) -> tuple[str, str]:
     run_id, sep, rest = operation_id.partition(":")
     if not sep or not run_id:
         raise EffectNotFoundError(operation_id)
+    # A generation after the first (continue-as-new) names itself first: ``g<n>/``.
+    generation, rest = split_op_id(rest)
     positions = []
     for segment in rest.split("/"):
         match = _SEGMENT.match(segment)
         if match is None:
             raise EffectNotFoundError(operation_id)
         positions.append(f"{int(match.group(1)):0{POSITION_WIDTH}d}")
-    return run_id, "/".join(positions)
+    return run_id, generation + "/".join(positions)
 
 
 FROM_RECORD = "record"

@@ -1,0 +1,83 @@
+"""Reading one generation of a run that continued as new (ADR 0016), on DynamoDB.
+
+A generation's entries are one sort-key range of the run's partition and its side-effect
+records another (``generation_keys``): two strongly consistent Queries that never read
+another generation's items, so a run's load costs what its current generation holds however
+long the run's lineage is. Kept apart from ``DynamoDBJournal.load``, whose generation-0 path
+(one Query of the whole partition) is unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from durable_agents.aws_faults import GuardedClient
+from durable_agents.journal.dynamodb_items import ItemCodec, pk
+from durable_agents.journal.entry_cache import DecodedEntries
+from durable_agents.journal.generation_keys import key_ranges
+from durable_agents.models import Entry, RunHeader, RunSnapshot, SideEffectRecord
+
+HINTS_KEPT = 10_000
+"""How many runs' generations a process remembers (a hint: the header always decides)."""
+
+
+def _query_range(
+    client: GuardedClient, table: str, run_id: str, bounds: tuple[str, str]
+) -> list[dict[str, Any]]:
+    kwargs: dict[str, Any] = {
+        "TableName": table,
+        "KeyConditionExpression": "pk = :pk AND sk BETWEEN :lo AND :hi",
+        "ExpressionAttributeValues": {
+            ":pk": pk(run_id),
+            ":lo": {"S": bounds[0]},
+            ":hi": {"S": bounds[1]},
+        },
+        "ConsistentRead": True,
+    }
+    items: list[dict[str, Any]] = []
+    while True:
+        page = client.query(**kwargs)
+        items.extend(page.get("Items", []))
+        last = page.get("LastEvaluatedKey")
+        if not last:
+            return items
+        kwargs["ExclusiveStartKey"] = last
+
+
+def generation_snapshot(
+    client: GuardedClient,
+    table: str,
+    codec: ItemCodec,
+    decoded: DecodedEntries,
+    header: RunHeader,
+    generation: int,
+) -> RunSnapshot:
+    """The header (as read) with one generation's entries and side-effect records.
+
+    The header is read before the entries, as in ``load``: entries are immutable and only
+    appended, so the ones read are at least what the header's revision saw.
+
+    Raises:
+        InfrastructureError: If DynamoDB fails for a reason other than a condition.
+    """
+    run_id = header.run_id
+    known = decoded.run(run_id, header.created_at_ms)
+    entries: list[Entry] = []
+    items = [
+        item
+        for bounds in key_ranges("J", generation)
+        for item in _query_range(client, table, run_id, bounds)
+    ]
+    for item in items:
+        sk = item["sk"]["S"]
+        entry = known.get(sk)
+        if entry is None:
+            entry = codec.entry_from_item(run_id, item)
+            decoded.keep(known, sk, entry)
+        entries.append(entry)
+    effects: list[SideEffectRecord] = [
+        codec.effect_from_item(item)
+        for bounds in key_ranges("S", generation)
+        for item in _query_range(client, table, run_id, bounds)
+    ]
+    return RunSnapshot(header, entries, effects)

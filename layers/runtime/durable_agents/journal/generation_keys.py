@@ -1,0 +1,83 @@
+"""Which keys of a run's partition belong to which generation (continue-as-new, ADR 0016).
+
+Generation 0 keeps the layout of ADR 0001 (positions are digits and ``/``). Generation
+``g >= 1`` prefixes its positions with ``G<g:06d>:``, so its entries are the keys
+``J#G<g:06d>:…`` and its side-effect records ``S#G<g:06d>:…``: one key prefix each, which a
+DynamoDB Query reads with ``begins_with`` and never touches another generation's items. ``G``
+sorts after every digit, so all of generation 0's entries come first.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+GENERATION_DIGITS = 6
+
+
+def pos_prefix(generation: int) -> str:
+    """The position prefix of a generation's root scope (empty for generation 0)."""
+    if generation < 0:
+        raise ValueError(f"a generation is never negative: {generation}")
+    return "" if generation == 0 else f"G{generation:0{GENERATION_DIGITS}d}:"
+
+
+def id_prefix(run_id: str, generation: int) -> str:
+    """The operation-id prefix of a generation's root scope (``<run_id>:`` for generation 0)."""
+    return f"{run_id}:" if generation == 0 else f"{run_id}:g{generation}/"
+
+
+def generation_of(position: str) -> int:
+    """The generation a position belongs to."""
+    if position.startswith("G"):
+        return int(position[1 : 1 + GENERATION_DIGITS])
+    return 0
+
+
+def entry_prefix(generation: int) -> str:
+    """The sort-key prefix of a generation's entries (generation >= 1)."""
+    return f"J#{pos_prefix(generation)}"
+
+
+def effect_prefix(generation: int) -> str:
+    """The sort-key prefix of a generation's side-effect records (generation >= 1)."""
+    return f"S#{pos_prefix(generation)}"
+
+
+def generation_keys(keys: Sequence[str], generation: int) -> Sequence[str]:
+    """The entry keys of one generation, from a run's sorted entry keys (bisections).
+
+    Generation 0's keys are the ones before every ``J#G…`` key, and its migration records
+    (``J#~m…``, after them).
+    """
+    if generation == 0:
+        return [*keys[: bisect.bisect_left(keys, "J#G")], *keys[bisect.bisect_left(keys, "J#~") :]]
+    prefix = entry_prefix(generation)
+    start = bisect.bisect_left(keys, prefix)
+    # ":" + 1 is ";": the first key past every key that starts with the prefix.
+    return keys[start : bisect.bisect_left(keys, prefix[:-1] + ";", lo=start)]
+
+
+def key_ranges(kind: str, generation: int) -> list[tuple[str, str]]:
+    """The inclusive sort-key ranges of a generation's items of one kind (``J`` or ``S``).
+
+    Generation 0's positions start with a digit (``J#0…`` to before ``J#:``), and its
+    migration records with ``~m`` (``J#~…``; DEL, 0x7f, sorts after ``~``); generation
+    ``g >= 1``'s all start with ``G<g:06d>:`` (to before ``…;``, the next character after ``:``).
+    """
+    if generation == 0:
+        digits = (f"{kind}#0", f"{kind}#:")
+        return [digits, (f"{kind}#~", f"{kind}#\x7f")] if kind == "J" else [digits]
+    prefix = f"{kind}#{pos_prefix(generation)}"
+    return [(prefix, prefix[:-1] + ";")]
+
+
+def split_op_id(rest: str) -> tuple[str, str]:
+    """Splits what follows ``<run_id>:`` in an op id into its position prefix and the rest.
+
+    ``g3/fetch:2`` is ``("G000003:", "fetch:2")``; an op id of generation 0 is unchanged.
+    """
+    head, sep, tail = rest.partition("/")
+    if sep and head.startswith("g") and head[1:].isdigit():
+        return pos_prefix(int(head[1:])), tail
+    return "", rest
