@@ -248,3 +248,57 @@ def test_crash_hooks_raise_through_execute_and_leave_nothing_parked() -> None:
         runtime.execute(header.run_id, remaining_ms=60_000, hooks=Dies())  # type: ignore[arg-type]
     assert runtime.sticky is not None and len(runtime.sticky) == 0
     assert not _agent_threads()
+
+
+# -- a parked agent keeps its own records: what it looks back at ------------------------------
+
+
+@agent(name="sticky-mixed", version="1", registry=registry)
+def mixed(ctx: DurableContext, _: None) -> dict[str, Any]:
+    callback = ctx.create_callback("shipment")
+    ctx.step(lambda: _count("submit", 1), name="submit")  # parks after this
+    ctx.step(lambda: _count("between", 1), name="between")
+    shipped = callback.result()  # created two invocations ago: looked up by its position
+    nested = ctx.run_in_child_context(
+        lambda child: [child.step(lambda i=i: _count(f"c{i}", i), name=f"c{i}") for i in range(3)],
+        name="nested",
+    )
+    first = ctx.wait_for_event("go")  # both sent before: taken without suspending
+    second = ctx.wait_for_event("go")
+    ctx.step(lambda: _count("last", 1), name="last")
+    return {"shipped": shipped, "nested": nested, "events": [first.payload, second.payload]}
+
+
+def _mixed(sticky: bool) -> tuple[Any, AgentTestRunner]:
+    runner = AgentTestRunner(mixed, mode="faithful", sticky=sticky)
+    result = runner.run(None)
+    assert result.status == "SUSPENDED"  # the callback
+    for payload in ("one", "two"):
+        from durable_agents.run_inbox import send_event
+
+        send_event(runner.journal, runner.clock, result.run_id, "go", payload, None)
+    return runner.complete_callback(result.run_id, "shipment", result={"box": 7}), runner
+
+
+def test_a_run_that_looks_back_at_a_callback_and_takes_events_ends_as_without_sticky() -> None:
+    with_sticky, runner = _mixed(True)
+    sticky_calls = Counter(CALLS)
+    CALLS.clear()
+    without, replayed = _mixed(False)
+    assert with_sticky.status == without.status == "SUCCEEDED"
+    assert with_sticky.output == without.output
+    assert with_sticky.output == {
+        "shipped": {"box": 7},
+        "nested": [0, 1, 2],
+        "events": ["one", "two"],
+    }
+    assert (
+        sticky_calls
+        == CALLS
+        == Counter({"submit": 1, "between": 1, "c0": 1, "c1": 1, "c2": 1, "last": 1})
+    )
+    # The same records (a callback's id is drawn at random: positions and types compared).
+    shape = [(p, t) for p, t, _ in _journal_view(runner.journal, with_sticky.run_id)]
+    assert shape == [(p, t) for p, t, _ in _journal_view(replayed.journal, without.run_id)]
+    assert runner.runtime.sticky is not None and runner.runtime.sticky.resumed >= 4
+    assert not _agent_threads()

@@ -27,7 +27,7 @@ from durable_agents.models import (
     WaitChange,
 )
 from durable_agents.plugin_calls import InvocationObserver
-from durable_agents.replay_index import WARM_RECORDS
+from durable_agents.replay_index import WARM_RECORDS, OpRecord
 from durable_agents.serde import decode, rebuild_error
 from durable_agents.time_limits import cap_wake
 
@@ -112,14 +112,21 @@ class Invocation:
         memory: Any = None,
         observer: InvocationObserver | None = None,
         deadline_ms: int | None = None,
+        records: dict[str, OpRecord] | None = None,
     ):
         # With plugins, every write is reported to them once it landed (durable_agents.plugins).
         self.store = store if observer is None else observer.watch(store)
         self.observer = observer
         self.header: RunHeader = snapshot.header
         self.run_id = snapshot.header.run_id
-        # Seen through the run's migrations: their records out, transformed results in.
-        self.records = WARM_RECORDS.records(self.run_id, snapshot.entries, snapshot.effects)
+        # Seen through the run's migrations: their records out, transformed results in. A
+        # parked agent going on keeps its own (``durable_agents.sticky``): it only looks
+        # at positions from its frontier on, where the journal has nothing it did not write.
+        self.records = (
+            WARM_RECORDS.records(self.run_id, snapshot.entries, snapshot.effects)
+            if records is None
+            else records
+        )
         self.credentials = credentials
         self.providers: dict[str, Any] = providers or {}
         self.stream_sink = stream_sink

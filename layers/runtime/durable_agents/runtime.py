@@ -370,6 +370,9 @@ class Runtime:
         sticky = self.sticky is not None and target is None and limited
         sticky = sticky and stop is None and header.status is RunStatus.RUNNING
         tally = WriteTally(self.store, run_id) if sticky else None
+        going_on = parked[0] if sticky and parked and parked[0] is not None else None
+        if going_on is not None and not going_on.matches(snapshot):
+            going_on = None
         inv = Invocation(
             tally or self.store,
             snapshot,
@@ -386,6 +389,8 @@ class Runtime:
             memory=self.memory,
             observer=span.observer(),
             deadline_ms=span.deadline_ms,
+            # A parked agent that goes on keeps its records (no regrouping: ADR 0017).
+            records=None if going_on is None else going_on.invocation.records,
         )
         inv.stop = stop
         inv.budget_ends_at_ms = budget_ends_at_ms
