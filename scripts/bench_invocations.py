@@ -13,7 +13,8 @@ Run ``python scripts/bench_invocations.py`` (part of ``make bench``). Two measur
   ``--budget`` seconds is not run (its prediction is shown).
 * **Requests and cost per run** of 100 plain steps on DynamoDB and EventBridge (moto, every
   request billed by ``bench_billing.Ledger``) with 1, 10 and 100 operations per invocation:
-  exact figures, any machine.
+  exact figures, any machine (a warm container's loads past 8 KB of journal are a GetItem of
+  the header and a Query of the tail, ADR 0015).
 
 Options: ``--sizes 100,1000,10000``, ``--rounds 3``, ``--budget 60``, ``--markdown PATH``
 (replaces the text between ``<!-- bench:invocations:start -->`` and
@@ -154,16 +155,16 @@ def markdown(results: dict[str, Any], bills: list[tuple[int, Any, float]], steps
         f"One run of {steps} plain steps on DynamoDB + EventBridge (moto), by operations per "
         "invocation (exact requests; the wall time is moto's):",
         "",
-        "| operations per invocation | invocations | Query | PutItem | UpdateItem | PutEvents "
-        "| WRU | RRU | $ per 1,000 runs | wall on moto (s) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| operations per invocation | invocations | Query | GetItem | PutItem | UpdateItem "
+        "| PutEvents | WRU | RRU | $ per 1,000 runs | wall on moto (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for per, bill, wall in bills:
         r = bill.requests
         lines.append(
-            f"| {per} | {bill.lambdas - 1} | {r['Query']} | {r['PutItem']} | {r['UpdateItem']} "
-            f"| {r['PutEvents']} | {bill.wru:g} | {bill.rru:g} | {bill.dollars() * 1000:.4f} "
-            f"| {wall:.2f} |"
+            f"| {per} | {bill.lambdas - 1} | {r['Query']} | {r['GetItem']} | {r['PutItem']} "
+            f"| {r['UpdateItem']} | {r['PutEvents']} | {bill.wru:g} | {bill.rru:g} "
+            f"| {bill.dollars() * 1000:.4f} | {wall:.2f} |"
         )
     return "\n".join(lines) + "\n"
 
