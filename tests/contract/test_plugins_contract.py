@@ -268,6 +268,52 @@ def test_several_plugins_hear_the_same_story(journal: JournalStore, mode: str) -
     assert first.calls == second.calls and first.calls
 
 
+@dataclass
+class NoReplays(Recorder):
+    """A recorder that does not want to hear of operations only replayed."""
+
+    replayed_operations = False
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_plugin_can_skip_replayed_operations(journal: JournalStore, mode: str) -> None:
+    everything, executed_only = Recorder(), NoReplays()
+    result = run(journal, mode, [everything, executed_only])
+    assert result.status == "SUCCEEDED", result.error
+    for hook in ("on_operation_start", "on_operation_end"):
+        told = executed_only.of(hook)
+        assert not [i for i in told if i.replayed]
+        assert told == [i for i in everything.of(hook) if not i.replayed]
+    if mode == "faithful":  # replays happened: the other plugin heard of them
+        assert [i for i in everything.of("on_operation_end") if i.replayed]
+    # Everything else is the same story.
+    operations = ("on_operation_start", "on_operation_end")
+    rest = [c for c in everything.calls if c[0] not in operations]
+    assert [c for c in executed_only.calls if c[0] not in operations] == rest
+
+
+def test_replayed_operations_build_no_reports_when_no_plugin_wants_them(
+    journal: JournalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from durable_agents import plugin_calls
+
+    built: list[bool] = []
+
+    def counting(info_type: Any) -> Any:
+        def build(*args: Any, **kwargs: Any) -> Any:
+            info = info_type(*args, **kwargs)
+            built.append(info.replayed)
+            return info
+
+        return build
+
+    for name in ("OperationStartInfo", "OperationEndInfo"):
+        monkeypatch.setattr(plugin_calls, name, counting(getattr(plugin_calls, name)))
+    result = run(journal, "faithful", [NoReplays()])
+    assert result.status == "SUCCEEDED", result.error
+    assert built and not any(built)  # reports of executed operations only
+
+
 def test_an_interrupted_attempt_is_reported_when_the_next_one_is_claimed(
     journal: JournalStore,
 ) -> None:

@@ -166,7 +166,8 @@ class OperationScope:
         ):
             return None
         self._counter = counter
-        if inv.observer is not None:  # plugins hear of a replayed operation as before
+        # Plugins hear of a replayed operation as before, unless none wants to.
+        if inv.observer is not None and inv.observer.hears_replays:
             op_id = f"{self._id_prefix}{name}:{counter}"
             inv.observer.operation(str(kind), name, op_id, position, record)
         return record

@@ -178,6 +178,9 @@ class PowertoolsPlugin(RunsStarted):
         emit: Writes a metric with its own dimensions (``emit_single_metric`` by default).
     """
 
+    # It counts and annotates only what an invocation executed: replays need not report.
+    replayed_operations = False
+
     def __init__(
         self, *, logger: Any, metrics: Any, tracer: Any, emit: MetricEmitter = emit_single_metric
     ):

@@ -34,6 +34,13 @@ if TYPE_CHECKING:
 _LOG = logging.getLogger("durable_agents.plugins")
 
 
+def _has_own(plugin: Plugin, hook: str) -> bool:
+    method = getattr(plugin, hook, None)
+    return method is not None and getattr(method, "__func__", None) is not getattr(
+        Plugin, hook, None
+    )
+
+
 class PluginSet:
     """The runtime's plugins, and the one place their hooks are called (safely)."""
 
@@ -49,17 +56,27 @@ class PluginSet:
         The default does nothing: if no plugin has its own, building the hook's info and
         calling it changes nothing.
         """
-        for plugin in self.plugins:
-            method = getattr(plugin, hook, None)
-            if method is not None and getattr(method, "__func__", None) is not getattr(
-                Plugin, hook, None
-            ):
-                return True
-        return False
+        return any(_has_own(plugin, hook) for plugin in self.plugins)
 
-    def emit(self, hook: str, info: object) -> None:
-        """Calls ``hook`` on every plugin that has it; what a hook raises is logged, not raised."""
+    def listening_to_replays(self, hook: str) -> bool:
+        """Whether some plugin has ``hook`` of its own and wants replayed operations' reports.
+
+        A plugin that sets ``replayed_operations = False`` is not told about operations an
+        invocation only replays: with none that wants them, those reports are not even built
+        (a cold container replays every operation of a run).
+        """
+        return any(
+            getattr(p, "replayed_operations", True) for p in self.plugins if _has_own(p, hook)
+        )
+
+    def emit(self, hook: str, info: object, *, replayed: bool = False) -> None:
+        """Calls ``hook`` on every plugin that has it; what a hook raises is logged, not raised.
+
+        With ``replayed``, only plugins that want replayed operations' reports are called.
+        """
         for plugin in self.plugins:
+            if replayed and not getattr(plugin, "replayed_operations", True):
+                continue
             method = getattr(plugin, hook, None)
             if method is None:
                 continue
@@ -165,6 +182,13 @@ class InvocationObserver:
         # building those reports for nobody was most of what replaying one cost with plugins.
         self._hears_start = plugins.listening("on_operation_start")
         self._hears_end = plugins.listening("on_operation_end")
+        self._hears_replayed_start = plugins.listening_to_replays("on_operation_start")
+        self._hears_replayed_end = plugins.listening_to_replays("on_operation_end")
+
+    @property
+    def hears_replays(self) -> bool:
+        """Whether any plugin wants to hear of operations this invocation only replays."""
+        return self._hears_replayed_start or self._hears_replayed_end
 
     def watch(self, store: Any) -> Any:
         """``store``, reporting every write of this invocation once it has landed."""
@@ -195,15 +219,17 @@ class InvocationObserver:
         self, kind: str, name: str, op_id: str, position: str, record: OpRecord | None
     ) -> None:
         result = record.result if record is not None else None
-        if self._hears_start:
+        replayed = result is not None
+        if self._hears_replayed_start if replayed else self._hears_start:
             self._plugins.emit(
                 "on_operation_start",
-                OperationStartInfo(self._run_id, op_id, kind, name, result is not None),
+                OperationStartInfo(self._run_id, op_id, kind, name, replayed),
+                replayed=replayed,
             )
         if record is None or result is None:
             self._open[position] = _Open(kind, name, op_id, record, self._clock.now_ms())
             return
-        if not self._hears_end:
+        if not self._hears_replayed_end:
             return
         self._plugins.emit(
             "on_operation_end",
@@ -218,6 +244,7 @@ class InvocationObserver:
                 duration_ms=None,
                 error_type=result.error.type if result.error is not None else None,
             ),
+            replayed=True,
         )
 
     def _recorded(self, entries: Sequence[Entry], effect: Any) -> None:

@@ -214,6 +214,12 @@ class Plugin(Protocol):
         [('work', 1, 'succeeded')]
     """
 
+    replayed_operations: bool = True
+    """Whether to be told about operations an invocation only replays (``on_operation_start``
+    and ``on_operation_end`` with ``info.replayed``). A plugin that ignores them sets False:
+    with no plugin wanting them, a replay builds no reports at all (a cold container replays
+    every operation of a run)."""
+
     def on_run_start(self, info: RunStartInfo) -> None:
         """A run was created (once per run: the conditional create is what says so)."""
         return None
