@@ -52,7 +52,9 @@ def _fits(text: str) -> None:
 
 
 def test_a_run_watched_until_it_succeeds_then_read_back(worker: WorkerProcess) -> None:
-    run_id = start_run(worker, {"topic": "cli", "sections": 2, "pause_seconds": 1})
+    # A pause long enough that the watch, started after the run (a CLI process takes seconds
+    # to start on a loaded machine), still sees it wait before it succeeds.
+    run_id = start_run(worker, {"topic": "cli", "sections": 2, "pause_seconds": 4})
     watched = cli(worker, "runs", "watch", run_id, "--timeout", "50")
     assert watched.returncode == 0, watched.stderr
     lines = watched.stdout.splitlines()

@@ -492,13 +492,15 @@ class JournalRead:
 class RunSnapshot:
     """A run's header, its entries in journal (program) order, and its side-effect records.
 
-    ``read`` says how it was read, where the store knows (None: a store without a cache).
+    ``read`` says how it was read, where the store knows (None: a store without a cache);
+    it is not part of what the snapshot holds, so two snapshots of the same journal are equal
+    however they were read.
     """
 
     header: RunHeader
     entries: list[Entry]
     effects: list[SideEffectRecord] = field(default_factory=list)
-    read: JournalRead | None = None
+    read: JournalRead | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
