@@ -395,7 +395,8 @@ class Runtime:
         inv.stop = stop
         inv.budget_ends_at_ms = budget_ends_at_ms
         if tally is not None:
-            outcome = self._drive_sticky(definition, snapshot, inv, tally, parked.pop())
+            resume = going_on is not None
+            outcome = self._drive_sticky(definition, snapshot, inv, tally, parked.pop(), resume)
         else:
             outcome = self._drive(definition, header, inv, self._root_context(inv))
         if outcome.kind is OutcomeKind.CANCELLED:  # what cleanup left open is closed too
@@ -420,14 +421,17 @@ class Runtime:
         fresh: Invocation,
         tally: WriteTally,
         parked: ParkedRun | None,
+        resume: bool,
     ) -> InvocationOutcome:
-        """``_drive`` on an agent thread: goes on with ``parked`` if the journal allows.
+        """``_drive`` on an agent thread: goes on with ``parked`` when ``resume`` says so.
+
+        ``resume`` is the caller's freshness check (``ParkedRun.matches``) of ``snapshot``.
 
         Raises:
             BaseException: Whatever ``_drive`` raises.
         """
         assert self.sticky is not None
-        if parked is not None and parked.matches(snapshot):
+        if resume and parked is not None:
             parked.invocation.take_over(fresh)
             inv, ctx, agent = parked.invocation, parked.context, parked.thread
             self.sticky.resumed += 1
