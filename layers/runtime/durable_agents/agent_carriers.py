@@ -161,7 +161,8 @@ class AgentGreenlet:
         """
         if not self.resumable():
             raise RuntimeError(f"{self.name} belongs to another thread, or has ended")
-        _LIVE.add(self)
+        if not self._glet:  # not started yet
+            _LIVE.add(self)
         self.parked = False
         self._glet.parent = _greenlet.getcurrent()
         self._glet.switch(True)
