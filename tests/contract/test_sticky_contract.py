@@ -2,28 +2,27 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from durable_agents import AgentTestRunner, Crash
+from durable_agents.agent_carriers import live_agents
 from durable_agents.journal.store import JournalStore
 from durable_agents.runtime import OutcomeKind, Runtime
 from durable_agents.sticky import StickyRuns
 from tests.contract.test_side_effects_contract import Provider, declare, pay_agent
 
-BEFORE: set[threading.Thread] = set()
+BEFORE: set[int] = set()
 
 
 @pytest.fixture(autouse=True)
-def _threads_before() -> None:
+def _agents_before() -> None:
     # Other tests' runtimes (sticky by default where deployed) may have agents parked still.
     BEFORE.clear()
-    BEFORE.update(threading.enumerate())
+    BEFORE.update(id(a) for a in live_agents())
 
 
 def _no_parked_agents() -> bool:
-    return not [t for t in threading.enumerate() if t.name.startswith("agent-") and t not in BEFORE]
+    return not [a for a in live_agents() if id(a) not in BEFORE]
 
 
 @pytest.mark.parametrize("kind", ["neither", "idempotent", "lookup"])

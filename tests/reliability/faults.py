@@ -105,7 +105,8 @@ class FaultPlan:
         budget: The step budget per invocation (1 = the StepRunner's; None = continuous).
         reviewer: A person resolves calls in review (checking the provider's ledger).
         sticky: How many warm containers with sticky continuation the StepRunner's
-            deliveries are spread over (ADR 0016); 0: one runtime that replays every time.
+            deliveries are spread over (ADR 0017); 0: one runtime that replays every time.
+        carrier: What those containers park agents on: ``greenlet`` or ``thread``.
     """
 
     seed: int = 0
@@ -116,6 +117,7 @@ class FaultPlan:
     budget: int | None = 1
     reviewer: bool = True
     sticky: int = 0
+    carrier: str = "greenlet"
 
     def describe(self) -> str:
         """A one-line reproduction of this plan (printed with every violation)."""
@@ -123,7 +125,7 @@ class FaultPlan:
         return (
             f"FaultPlan(seed={self.seed}, rates={rates}, window={self.window}, "
             f"max_faults={self.max_faults}, targets={self.targets}, budget={self.budget}, "
-            f"reviewer={self.reviewer}, sticky={self.sticky})"
+            f"reviewer={self.reviewer}, sticky={self.sticky}, carrier={self.carrier!r})"
         )
 
 

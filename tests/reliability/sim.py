@@ -172,7 +172,10 @@ class Simulator:
         self.runtime = self._runtime(None)
         # Warm containers that keep agents parked (sticky continuation): each delivery lands
         # on one of them at random, so a parked agent is often stale when its run comes back.
-        self.containers = [self._runtime(StickyRuns()) for _ in range(plan.sticky)]
+        self.containers = [
+            self._runtime(StickyRuns(carrier=plan.carrier))  # type: ignore[arg-type]
+            for _ in range(plan.sticky)
+        ]
         self._landing = random.Random(plan.seed ^ 0x57C4)  # not the injector's: plans replay
         self._queue: list[tuple[int, int, tuple[Any, ...]]] = []
         self._seq = 0

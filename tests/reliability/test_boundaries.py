@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import pytest
 
+from durable_agents.agent_carriers import CARRIERS
 from tests.reliability import tally
 from tests.reliability.faults import WRITE_MODES, FaultPlan, Target
 from tests.reliability.invariants import reference
@@ -134,16 +135,22 @@ def test_fault_at_boundary(target: Target) -> None:
 
 
 @pytest.mark.parametrize(
-    "target",
+    ("target", "carrier"),
     [
         # Every boundary with sticky continuation too (ADR 0017): the fault then often hits an
-        # agent that went on from where it parked, on its own thread. A quarter of the cases
-        # in the fast subset, all of them in `make reliability`.
-        pytest.param(t, id=i, marks=() if n % 4 == 0 else pytest.mark.reliability_full)
+        # agent that went on from where it parked, on a greenlet or a thread (alternating
+        # within the fast subset). A quarter of the cases in the fast subset, all of them in
+        # `make reliability`.
+        pytest.param(
+            t,
+            CARRIERS[(n // 4) % 2],
+            id=f"{i}-{CARRIERS[(n // 4) % 2]}",
+            marks=() if n % 4 == 0 else pytest.mark.reliability_full,
+        )
         for n, (i, t) in enumerate(CASES)
     ],
 )
-def test_fault_at_boundary_sticky(target: Target) -> None:
-    plan = FaultPlan(targets=(target,), sticky=1)
+def test_fault_at_boundary_sticky(target: Target, carrier: str) -> None:
+    plan = FaultPlan(targets=(target,), sticky=1, carrier=carrier)
     result = tally.run_checked(plan, f"boundary-sticky-{target.mode}")
     assert sum(result.faults.values()) >= 1, f"{target} never fired: the case tests nothing"

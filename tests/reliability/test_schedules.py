@@ -60,8 +60,10 @@ def plans(classes: tuple[str, ...]) -> st.SearchStrategy[FaultPlan]:
         max_faults=st.integers(1, 15),
         budget=st.sampled_from([1, 1, 1, None]),
         reviewer=st.booleans(),
-        # Sticky continuation on 1 or 2 warm containers in half the schedules (ADR 0016).
+        # Sticky continuation on 1 or 2 warm containers in half the schedules (ADR 0017),
+        # their agents parked on greenlets or on threads.
         sticky=st.sampled_from([0, 0, 1, 2]),
+        carrier=st.sampled_from(["greenlet", "thread"]),
     )
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from typing import Any
 
 import pytest
 
 from durable_agents import AgentRegistry, AgentTestRunner, Crash, agent
+from durable_agents.agent_carriers import CARRIERS, CarrierKind, live_agents
 from durable_agents.context import DurableContext
 from durable_agents.events import CollectingPublisher
 from durable_agents.journal.memory import InMemoryJournal
@@ -49,20 +49,24 @@ def fails_later(ctx: DurableContext, _: None) -> None:
     raise ValueError("agent gave up")
 
 
-BEFORE: set[threading.Thread] = set()
+BEFORE: set[int] = set()
 
 
-@pytest.fixture(autouse=True)
-def _fresh_calls() -> None:
+@pytest.fixture(autouse=True, params=CARRIERS)
+def carrier(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> CarrierKind:
+    """Every test runs with agents parked on greenlets, then on threads."""
+    kind: CarrierKind = request.param
+    monkeypatch.setattr("durable_agents.sticky.default_carrier", lambda: kind)
     CALLS.clear()
     # Other tests' runtimes (sticky by default where deployed) may have agents parked still.
     BEFORE.clear()
-    BEFORE.update(threading.enumerate())
+    BEFORE.update(id(a) for a in live_agents())
+    return kind
 
 
-def _agent_threads() -> list[threading.Thread]:
-    """Agent threads this test started that are still alive."""
-    return [t for t in threading.enumerate() if t.name.startswith("agent-") and t not in BEFORE]
+def _agent_threads() -> list[Any]:
+    """Agents (greenlets or threads) this test started that are still alive."""
+    return [a for a in live_agents() if id(a) not in BEFORE]
 
 
 def _journal_view(journal: InMemoryJournal, run_id: str) -> list[tuple[str, str, str | None]]:
@@ -218,17 +222,36 @@ def test_an_abandoned_agent_unwinds_without_writing_anything() -> None:
     assert outcome.kind is OutcomeKind.SUCCEEDED
 
 
-def test_a_dropped_runtime_wakes_its_parked_agents() -> None:
-    import gc
+UNWOUND: list[str] = []
 
+
+@agent(name="sticky-unwinds", version="1", registry=registry)
+def unwinds(ctx: DurableContext, steps: int) -> int:
+    try:
+        for i in range(steps):
+            ctx.step(lambda i=i: i, name=f"s{i}")
+        return steps
+    finally:
+        UNWOUND.append("unwound")
+
+
+def test_a_dropped_runtime_makes_its_parked_agents_unwind() -> None:
+    import gc
+    import time
+
+    UNWOUND.clear()
     runtime = Runtime(InMemoryJournal(), registry=registry, sticky=StickyRuns())
-    header, _ = runtime.start_run("sticky-loop", 3)
+    header, _ = runtime.start_run("sticky-unwinds", 3)
     runtime.execute(header.run_id, remaining_ms=60_000)
-    (parked,) = _agent_threads()
+    assert len(_agent_threads()) == 1
     del runtime
     gc.collect()
-    parked.join(5)
-    assert not parked.is_alive()
+    for _ in range(50):  # a thread unwinds on its own; a greenlet when it is collected
+        if UNWOUND:
+            break
+        time.sleep(0.1)
+    assert UNWOUND == ["unwound"]
+    assert not _agent_threads()
 
 
 def test_crash_hooks_raise_through_execute_and_leave_nothing_parked() -> None:

@@ -6,7 +6,7 @@ import importlib.resources
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from durable_agents.agent import (
@@ -15,6 +15,7 @@ from durable_agents.agent import (
     AgentRegistry,
     default_registry,
 )
+from durable_agents.agent_carriers import CARRIERS, CarrierKind, default_carrier
 from durable_agents.clock import Clock
 from durable_agents.errors import ConfigurationError
 from durable_agents.events import EventBridgePublisher
@@ -47,7 +48,10 @@ class Settings:
         stream_table: ``STREAM_TABLE``: the stream cache table (streamed model text).
         memory_table: ``MEMORY_TABLE``: the long-term memory table behind ``ctx.memory``.
         sticky_runs: ``STICKY_RUNS``: how many runs' agents one container keeps parked at
-            their frontier between invocations (sticky continuation, ADR 0016; 0: off).
+            their frontier between invocations (sticky continuation, ADR 0017; 0: off).
+        sticky_carrier: ``STICKY_CARRIER``: what they park on, ``greenlet`` (the default:
+            Lambda runs every invocation of a container on one thread) or ``thread`` (for a
+            process whose invocations run on several threads, as local mode's consumers).
         schedule_group: ``SCHEDULE_GROUP``: EventBridge Scheduler group for wait deadlines.
         scheduler_role_arn: ``SCHEDULER_ROLE_ARN``: the role Scheduler assumes.
         scheduler_target_arn: ``SCHEDULER_TARGET_ARN``: the Reconciler it invokes. The three
@@ -75,6 +79,7 @@ class Settings:
     bedrock_read_timeout_seconds: int = 120
     memory_table: str | None = None
     sticky_runs: int = DEFAULT_STICKY_RUNS
+    sticky_carrier: CarrierKind = field(default_factory=default_carrier)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -101,6 +106,9 @@ class Settings:
             raise ConfigurationError("STICKY_RUNS must be an integer") from exc
         if sticky_runs < 0:
             raise ConfigurationError("STICKY_RUNS must be 0 (off) or more")
+        sticky_carrier = env.get("STICKY_CARRIER") or default_carrier()
+        if sticky_carrier not in CARRIERS:
+            raise ConfigurationError(f"STICKY_CARRIER must be one of {', '.join(CARRIERS)}")
         return cls(
             journal_table=env["JOURNAL_TABLE"],
             event_bus_name=env["EVENT_BUS_NAME"],
@@ -116,6 +124,7 @@ class Settings:
             bedrock_read_timeout_seconds=read_timeout,
             memory_table=env.get("MEMORY_TABLE") or None,
             sticky_runs=sticky_runs,
+            sticky_carrier=sticky_carrier,
         )
 
 
@@ -274,8 +283,10 @@ def build_runtime(
         if settings.memory_table
         else None,
         plugins=plugins,
-        # Agents parked between invocations of this container (ADR 0016); 0 turns it off.
-        sticky=StickyRuns(settings.sticky_runs) if settings.sticky_runs else None,
+        # Agents parked between invocations of this container (ADR 0017); 0 turns it off.
+        sticky=StickyRuns(settings.sticky_runs, settings.sticky_carrier)
+        if settings.sticky_runs
+        else None,
     )
 
 

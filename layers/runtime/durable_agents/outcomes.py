@@ -76,6 +76,14 @@ class InvocationOutcome:
     external: bool = False
 
 
+_SUSPENDED_AS = {
+    Reason.CONTINUE: OutcomeKind.CONTINUE,
+    Reason.DISPATCH: OutcomeKind.CONTINUE,
+    Reason.TIMER: OutcomeKind.SUSPENDED,
+    Reason.EXTERNAL: OutcomeKind.SUSPENDED,
+}
+
+
 def suspended(
     store: JournalStore, clock: Clock, run_id: str, signal: SuspendExecution, inv: Invocation
 ) -> InvocationOutcome:
@@ -92,12 +100,7 @@ def suspended(
         return InvocationOutcome(
             run_id, OutcomeKind.CONTINUE, list(inv.executed), detail="run changed; reload"
         )
-    kind = {
-        Reason.CONTINUE: OutcomeKind.CONTINUE,
-        Reason.DISPATCH: OutcomeKind.CONTINUE,
-        Reason.TIMER: OutcomeKind.SUSPENDED,
-        Reason.EXTERNAL: OutcomeKind.SUSPENDED,
-    }.get(signal.reason, OutcomeKind.CONTENDED)
+    kind = _SUSPENDED_AS.get(signal.reason, OutcomeKind.CONTENDED)
     return InvocationOutcome(
         run_id,
         kind,

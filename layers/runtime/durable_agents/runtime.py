@@ -60,7 +60,7 @@ from durable_agents.plugins import Plugin, RunStartInfo
 from durable_agents.retention import default_retention_s
 from durable_agents.run_events import finished_events, republish
 from durable_agents.serde import decode, encode, error_info
-from durable_agents.sticky import AgentThread, ParkedRun, StickyRuns, WriteTally
+from durable_agents.sticky import AgentCarrier, ParkedRun, StickyRuns, WriteTally
 from durable_agents.tenancy import DEFAULT_TENANT, check_tenant
 from durable_agents.versions import resolve_pinned, resume_available
 from durable_agents.waits.schedules import WaitScheduler
@@ -371,7 +371,10 @@ class Runtime:
         sticky = sticky and stop is None and header.status is RunStatus.RUNNING
         tally = WriteTally(self.store, run_id) if sticky else None
         going_on = parked[0] if sticky and parked and parked[0] is not None else None
-        if going_on is not None and not going_on.matches(snapshot):
+        # On another thread than the one a greenlet-parked agent belongs to: replayed.
+        if going_on is not None and not (
+            going_on.thread.resumable() and going_on.matches(snapshot)
+        ):
             going_on = None
         inv = Invocation(
             tally or self.store,
@@ -439,7 +442,7 @@ class Runtime:
             self.sticky.discard(parked)  # the journal changed: replay instead
             inv, ctx = fresh, self._root_context(fresh)
             header = snapshot.header
-            agent = AgentThread(
+            agent = self.sticky.new_agent(
                 inv.run_id, lambda: definition.fn(ctx, _decode_input(definition, header.input))
             )
         inv.park = agent.park
@@ -461,13 +464,13 @@ class Runtime:
         header: RunHeader,
         inv: Invocation,
         ctx: DurableContext,
-        agent: AgentThread | None = None,
+        agent: AgentCarrier | None = None,
     ) -> InvocationOutcome:
         run_id = header.run_id
         try:
             if agent is None:
                 value = definition.fn(ctx, _decode_input(definition, header.input))
-            else:  # the same call, on the agent's own thread (or on from where it parked)
+            else:  # the same call, on the agent's own stack (or on from where it parked)
                 value = agent.advance()
             ctx.check_scope_end()
             output = encode(value, definition.output_type)

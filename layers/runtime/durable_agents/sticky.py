@@ -1,14 +1,15 @@
-"""Sticky continuation: a warm process keeps an agent parked at its frontier (ADR 0016).
+"""Sticky continuation: a warm process keeps an agent parked at its frontier (ADR 0017).
 
 Faithful mode replays a run's journal from the top on every invocation, so a run of N steps
 replays N²/2 operations. When the budget of an invocation is spent, the agent is about to
 start its next operation: nothing of it is recorded yet. Instead of unwinding the agent's
 stack (``SuspendExecution``) and rebuilding it by replay in the next invocation, a sticky
-runtime runs the agent function on a thread of its own and *parks* that thread there. The
+runtime runs the agent function on a stack of its own (a greenlet, or a thread: see
+``durable_agents.agent_carriers``) and *parks* it there. The
 invocation ends as it would have (outcome ``CONTINUE``, one ``Step Ready`` published); if
 the next invocation for the run lands in the same process and the journal shows nothing
-this process did not write itself, the parked thread continues where it stopped, with the
-new invocation's budget, lease and header. Otherwise the parked thread is abandoned (it
+this process did not write itself, the parked agent continues where it stopped, with the
+new invocation's budget, lease and header. Otherwise the parked agent is abandoned (it
 unwinds without writing anything) and the run is replayed as before.
 
 Why this is safe: a parked agent holds exactly the state a replay of the journal it last
@@ -22,20 +23,26 @@ back to the replay at once instead of finding out by a refused write.
 
 from __future__ import annotations
 
-import contextvars
-import logging
-import queue
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from durable_agents.errors import SuspendExecution
+from durable_agents.agent_carriers import (
+    CARRIERS,
+    AgentCarrier,
+    AgentThread,
+    CarrierKind,
+    ParkedRunAbandonedError,
+    default_carrier,
+    new_carrier,
+)
 from durable_agents.models import EffectChange, Entry, RunChange, RunSnapshot, WaitChange
 
 __all__ = [
     "DEFAULT_STICKY_RUNS",
+    "AgentCarrier",
     "AgentThread",
     "ParkedRun",
     "ParkedRunAbandonedError",
@@ -44,18 +51,7 @@ __all__ = [
 ]
 
 DEFAULT_STICKY_RUNS = 16
-"""Parked runs one process keeps by default (each is a blocked thread and its agent's state)."""
-_ABANDON_JOIN_S = 5.0  # how long an abandoned agent may take to unwind before it is left alone
-
-_log = logging.getLogger("durable_agents.sticky")
-
-
-class ParkedRunAbandonedError(BaseException):
-    """Raised inside a parked agent that will not continue: its stack unwinds, nothing is written.
-
-    A ``BaseException`` like ``SuspendExecution``, so that ``except Exception`` in agent code
-    cannot swallow it.
-    """
+"""Parked runs one process keeps by default (each is a parked stack and its agent's state)."""
 
 
 class _RefusingStore:
@@ -110,84 +106,6 @@ class WriteTally:
             self.effects += effect is not None and effect.expected_status is None
 
 
-class AgentThread:
-    """Runs an agent function on a thread of its own, which can park between invocations.
-
-    Only one of the two threads runs at any time: the runtime's thread waits while the agent
-    runs, and the agent waits while parked. So the agent's objects need no locks.
-
-    Args:
-        run_id: The run (names the thread).
-        call: Runs the agent function to its end and returns its value.
-    """
-
-    def __init__(self, run_id: str, call: Callable[[], Any]):
-        self._call = call
-        self._to_agent: queue.SimpleQueue[bool] = queue.SimpleQueue()
-        self._to_runtime: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        # In a copy of the starting context: the log context (run, agent) goes along.
-        context = contextvars.copy_context()
-        self._thread = threading.Thread(
-            target=context.run, args=(self._main,), name=f"agent-{run_id}", daemon=True
-        )
-        self.parked = False
-
-    def advance(self) -> Any:
-        """Starts the agent, or continues it from where it parked, until it stops again.
-
-        Returns:
-            The agent function's value, if it returned.
-
-        Raises:
-            SuspendExecution: The agent suspended; ``parked`` says whether it is parked (the
-                signal is then the ``CONTINUE`` its budget check would have raised).
-            BaseException: Whatever else the agent raised, re-raised on the caller's thread.
-        """
-        if self._thread.ident is None:
-            self._thread.start()
-        else:
-            self._to_agent.put(True)
-        self.parked = False
-        kind, payload = self._to_runtime.get()
-        if kind == "returned":
-            return payload
-        if kind == "parked":
-            self.parked = True
-        raise payload
-
-    def park(self, signal: SuspendExecution) -> None:
-        """Called on the agent's thread: hands ``signal`` to the runtime and waits.
-
-        Raises:
-            ParkedRunAbandonedError: If the run is not continued here.
-        """
-        self._to_runtime.put(("parked", signal))
-        del signal  # raised by the runtime: its traceback holds that invocation's frames
-        if not self._to_agent.get():
-            raise ParkedRunAbandonedError("parked run abandoned")
-
-    def abandon(self, *, wait: bool = True) -> None:
-        """Makes a parked agent unwind (nothing is written), and waits for it briefly."""
-        if not self.parked:
-            return
-        self.parked = False
-        self._to_agent.put(False)
-        if not wait:
-            return
-        self._thread.join(_ABANDON_JOIN_S)
-        if self._thread.is_alive():  # its cleanup code blocks; it cannot write anyway
-            _log.warning("an abandoned agent thread did not unwind: %s", self._thread.name)
-
-    def _main(self) -> None:
-        try:
-            message: tuple[str, Any] = ("returned", self._call())
-        except ParkedRunAbandonedError:
-            return  # abandoned: nobody waits for it
-        except BaseException as exc:  # handed to the runtime's thread as it is
-            message = ("raised", exc)
-        self._to_runtime.put(message)
-
-
 @dataclass(slots=True)
 class ParkedRun:
     """A run whose agent is parked at its frontier, and what its journal should then hold.
@@ -201,7 +119,7 @@ class ParkedRun:
         effects: Side-effect records it holds if nobody else wrote.
     """
 
-    thread: AgentThread
+    thread: AgentCarrier
     invocation: Any
     context: Any
     revision: int
@@ -210,7 +128,7 @@ class ParkedRun:
 
     @classmethod
     def after(
-        cls, thread: AgentThread, inv: Any, ctx: Any, snapshot: RunSnapshot, tally: WriteTally
+        cls, thread: AgentCarrier, inv: Any, ctx: Any, snapshot: RunSnapshot, tally: WriteTally
     ) -> ParkedRun:
         """The parked run an invocation leaves: what it read plus what it wrote."""
         return cls(
@@ -242,12 +160,21 @@ class StickyRuns:
 
     Args:
         capacity: How many runs may be parked at once (0 parks none).
+        carrier: What agents park on (``durable_agents.agent_carriers``): ``greenlet`` (the
+            default where installed: continued only by the thread that parked it) or
+            ``thread`` (any thread continues it, at the cost of an OS thread hand-over).
+
+    Raises:
+        ValueError: If ``capacity`` is negative or ``carrier`` is not available.
     """
 
-    def __init__(self, capacity: int = DEFAULT_STICKY_RUNS):
+    def __init__(self, capacity: int = DEFAULT_STICKY_RUNS, carrier: CarrierKind | None = None):
         if capacity < 0:
             raise ValueError("capacity must be >= 0")
         self.capacity = capacity
+        self.carrier: CarrierKind = default_carrier() if carrier is None else carrier
+        if self.carrier not in CARRIERS or (self.carrier != default_carrier() == "thread"):
+            raise ValueError(f"carrier {self.carrier!r} is not available here")
         self._parked: OrderedDict[str, ParkedRun] = OrderedDict()
         self._lock = threading.Lock()
         self.resumed = 0
@@ -267,6 +194,10 @@ class StickyRuns:
                 evicted.append(self._parked.popitem(last=False)[1])
         for one in evicted:
             self._abandon(one)
+
+    def new_agent(self, run_id: str, call: Callable[[], Any]) -> AgentCarrier:
+        """A carrier of this process's kind for the agent ``call`` runs."""
+        return new_carrier(self.carrier, run_id, call)
 
     def take(self, run_id: str) -> ParkedRun | None:
         """Removes and returns the run's parked agent, if this process has one."""

@@ -80,6 +80,10 @@ def function_environment(
         PUBLIC_BASE_URL=f"http://{HOST}:{options.api_port}",
     )
     env.setdefault("POWERTOOLS_METRICS_NAMESPACE", "DurableAgentsLocal")
+    # Each rule's queue has several consumer threads here, and an agent parked on a greenlet
+    # goes on only on the thread that parked it: park on threads, which any consumer resumes.
+    if options.concurrency > 1:
+        env.setdefault("STICKY_CARRIER", "thread")
     # Locally the IAM caller (--caller-arn) delivers links and reviews calls, unless the
     # template's parameters name someone else.
     for key in ("LINK_MINTERS", "REVIEW_OPERATORS"):
