@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -495,11 +496,15 @@ class RunSnapshot:
     ``read`` says how it was read, where the store knows (None: a store without a cache);
     it is not part of what the snapshot holds, so two snapshots of the same journal are equal
     however they were read.
+
+    ``entries`` and ``effects`` are read-only: a store may hand out a view of what it keeps
+    (``journal.prefix_view``, ADR 0018) rather than a copy; it never changes afterwards. Build
+    a list (``list(snapshot.entries)``) to change one.
     """
 
     header: RunHeader
-    entries: list[Entry]
-    effects: list[SideEffectRecord] = field(default_factory=list)
+    entries: Sequence[Entry]
+    effects: Sequence[SideEffectRecord] = field(default_factory=list)
     read: JournalRead | None = field(default=None, compare=False)
 
 

@@ -16,13 +16,16 @@ other order could show a resumed header with the wait still pending.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from itertools import accumulate
+from typing import Any, Generic, TypeVar
 
 from durable_agents.aws_faults import GuardedClient
 from durable_agents.errors import RunNotFoundError
 from durable_agents.journal.dynamodb_items import HEADER_SK, ItemCodec, pk
 from durable_agents.journal.entry_cache import DecodedEntries
 from durable_agents.journal.item_size import item_size
+from durable_agents.journal.prefix_view import PrefixView, extend_view
 from durable_agents.journal.tail_cache import (
     EFFECTS_END,
     ENTRIES_END,
@@ -113,20 +116,22 @@ class TailReader:
         if header is None:
             self._known.forget(run_id)
             raise RunNotFoundError(run_id)
+        # The snapshot and the cache share the lists: views, never copied again (ADR 0018).
+        entries_view, effects_view = PrefixView(entries), PrefixView(effects)
         state = KnownRun(
             header.created_at_ms,
-            tuple(e.sort_key for e in entries),
-            tuple(entries),
-            tuple(r.sort_key for r in effects),
-            tuple(effects),
+            PrefixView([e.sort_key for e in entries]),
+            entries_view,
+            PrefixView([r.sort_key for r in effects]),
+            effects_view,
             tail_bounds(entries, effects),
             header_bytes,
-            tuple(entry_bytes),
-            tuple(effect_bytes),
+            PrefixView(entry_bytes),
+            PrefixView(effect_bytes),
         )
         unseen = self._known.put(run_id, state)
         read = JournalRead(False, header.revision, unseen, pages)
-        return RunSnapshot(header, entries, effects, read)
+        return RunSnapshot(header, entries_view, effects_view, read)
 
     def _tail_load(
         self, header: RunHeader, header_bytes: int, known: KnownRun
@@ -146,45 +151,37 @@ class TailReader:
             items, pages = items + more, pages + more_pages
         requests = 1 + pages  # the header's GetItem, then the Query pages
         decoded = self._decoded.run(run_id, header.created_at_ms)
-        tail: list[Entry] = []
-        effects: list[SideEffectRecord] = list(known.effects[:effects_below])
-        entry_bytes = list(known.entry_bytes[: below + 1])
-        effect_bytes = list(known.effect_bytes[: effects_below + 1])
+        tail: _Read[Entry] = _Read()
+        read_effects: _Read[SideEffectRecord] = _Read()
         for item in items:
             sk = item["sk"]["S"]
             if sk.startswith("S#"):
-                effects.append(self._items.effect_from_item(item))
-                effect_bytes.append(effect_bytes[-1] + item_size(item))
+                read_effects.add(sk, self._items.effect_from_item(item), item_size(item))
             elif sk.startswith("J#"):
-                tail.append(self._entry(run_id, decoded, sk, item))
-                entry_bytes.append(entry_bytes[-1] + item_size(item))
-        # Entries are never deleted while a run is not finished, nor records: one kept at or
-        # above the bounds but not read back means the table is not what this process saw
-        # (restored, rewritten by hand). Read it whole.
-        read_keys = {e.sort_key for e in tail}
-        if any(key not in read_keys for key in known.keys[below:]):
+                tail.add(sk, self._entry(run_id, decoded, sk, item), item_size(item))
+        kept = tail.after(known.keys, known.entries, known.entry_bytes, below)
+        kept_effects = read_effects.after(
+            known.effect_keys, known.effects, known.effect_bytes, effects_below
+        )
+        if kept is None or kept_effects is None:
             return None
-        read_effects = {r.sort_key for r in effects}
-        if any(key not in read_effects for key in known.effect_keys):
-            return None
-        entries = [*known.entries[:below], *tail]
+        (keys, entries, entry_bytes), (effect_keys, effects, effect_bytes) = kept, kept_effects
         # The records read (every one from the bounds on) and the entries' tail.
-        bounds_next = tail_bounds(tail, effects[effects_below:], bounds)
+        bounds_next = tail_bounds(tail.items, read_effects.items, bounds)
         state = KnownRun(
             known.created_at_ms,
-            tuple(e.sort_key for e in entries),
-            tuple(entries),
-            tuple(r.sort_key for r in effects),
-            tuple(effects),
+            keys,
+            entries,
+            effect_keys,
+            effects,
             bounds_next,
             header_bytes,
-            tuple(entry_bytes),
-            tuple(effect_bytes),
+            entry_bytes,
+            effect_bytes,
         )
-        unseen = self._known.put(run_id, state)
-        return RunSnapshot(
-            header, entries, effects, JournalRead(True, header.revision, unseen, requests)
-        )
+        unseen = self._known.put(run_id, state, tail.keys, read_effects.items)
+        read = JournalRead(True, header.revision, unseen, requests)
+        return RunSnapshot(header, entries, effects, read)
 
     def _header(self, run_id: str) -> tuple[RunHeader, int]:
         """The run header (consistent GetItem) and its item's size."""
@@ -235,3 +232,51 @@ class TailReader:
             if not last:
                 return items, pages
             kwargs["ExclusiveStartKey"] = last
+
+
+T = TypeVar("T")
+
+
+class _Read(Generic[T]):
+    """The items of one kind a tail read returned, in key order, with their sizes."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.items: list[T] = []
+        self.sizes: list[int] = []
+
+    def add(self, key: str, item: T, size: int) -> None:
+        self.keys.append(key)
+        self.items.append(item)
+        self.sizes.append(size)
+
+    def after(
+        self, keys: Sequence[str], items: Sequence[T], sizes: Sequence[int], below: int
+    ) -> tuple[Sequence[str], Sequence[T], Sequence[int]] | None:
+        """The known ``keys``, ``items`` and cumulative ``sizes`` up to ``below``, then these.
+
+        None if a known key from ``below`` on was not read back: the table is not what this
+        process saw (restored, rewritten by hand; entries and records are never deleted while
+        a run is not finished), and the run is read whole. In the common case, what was known
+        from ``below`` on read back unchanged and new items after it, the known views are
+        extended in place: O(what was read), not O(what the run holds) (ADR 0018).
+        """
+        kept = keys[below:]
+        count = len(kept)
+        if self.keys[:count] == kept and self.items[:count] == items[below:]:
+            total = sizes[-1]
+            return (
+                extend_view(keys, self.keys[count:]),
+                extend_view(items, self.items[count:]),
+                extend_view(sizes, list(accumulate(self.sizes[count:], initial=total))[1:]),
+            )
+        read = set(self.keys)
+        if any(key not in read for key in kept):
+            return None
+        # Something read differs from what was known (a parallel branch's entry between two
+        # known ones, a record that moved on): rebuilt, O(what the run holds).
+        return (
+            PrefixView([*keys[:below], *self.keys]),
+            PrefixView([*items[:below], *self.items]),
+            PrefixView([*sizes[:below], *accumulate(self.sizes, initial=sizes[below])]),
+        )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -18,7 +17,8 @@ from durable_agents.errors import (
     WaitConflictError,
     WaitNotFoundError,
 )
-from durable_agents.journal.generation_keys import generation_keys, generation_of
+from durable_agents.journal.generation_keys import generation_of
+from durable_agents.journal.prefix_view import KeyedLog
 from durable_agents.journal.run_listing import RunQuery, started_key
 from durable_agents.journal.store import JournalStore, Page, finished, next_stamp_due
 from durable_agents.models import (
@@ -43,10 +43,11 @@ class InMemoryJournal(JournalStore):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._headers: dict[str, RunHeader] = {}
-        self._keys: dict[str, list[str]] = {}  # run_id -> sorted sort keys
-        # run_id -> its entries in that order: a load copies the list (a run of n entries was a
-        # lookup per entry on every load: quadratic over a run that loads once per operation).
-        self._ordered: dict[str, list[Entry]] = {}
+        # run_id -> generation -> its entries (side-effect records) in key order. A load hands
+        # out a view of a log, O(1): a copy per load was O(journal) on every invocation, and a
+        # log copies itself only before a change a view could see (ADR 0018).
+        self._ordered: dict[str, dict[int, KeyedLog[Entry]]] = {}
+        self._ordered_effects: dict[str, dict[int, KeyedLog[SideEffectRecord]]] = {}
         self._entries: dict[str, dict[str, Entry]] = {}
         self._idempotency: dict[tuple[str, str, str], str] = {}  # (tenant, agent, key)
         self._effects: dict[str, dict[str, SideEffectRecord]] = {}
@@ -66,8 +67,8 @@ class InMemoryJournal(JournalStore):
             if header.run_id in self._headers:
                 raise EntryConflictError("#RUN", existing=self._headers[header.run_id])
             self._headers[header.run_id] = header
-            self._keys[header.run_id] = []
-            self._ordered[header.run_id] = []
+            self._ordered[header.run_id] = {}
+            self._ordered_effects[header.run_id] = {}
             self._entries[header.run_id] = {}
             self._effects[header.run_id] = {}
             if header.idempotency_key is not None:
@@ -127,20 +128,25 @@ class InMemoryJournal(JournalStore):
             for wait in waits:
                 self._check_wait(wait)
             if effect is not None:
-                effects[effect.record.position] = effect.record
+                position = effect.record.position
+                effects[position] = effect.record
+                by_generation = self._ordered_effects[run_id]
+                generation = generation_of(position)
+                if generation not in by_generation:
+                    by_generation[generation] = KeyedLog()
+                by_generation[generation].put(position, effect.record)
             for wait in waits:
                 self._waits[wait.record.wait_id] = wait.record
-            keys, ordered = self._keys[run_id], self._ordered[run_id]
+            ordered = self._ordered[run_id]
             for entry in entries:
                 key = entry.sort_key
                 existing[key] = entry
-                if not keys or key > keys[-1]:  # the usual case: after everything recorded
-                    keys.append(key)
-                    ordered.append(entry)
-                else:  # a parallel branch's, or a key sorting before the last one
-                    at = bisect.bisect(keys, key)
-                    keys.insert(at, key)
-                    ordered.insert(at, entry)
+                # Generation 0's migration records (``~m…``) sort after its operations, as in
+                # ``generation_keys``: each generation's log is in its load's order.
+                generation = generation_of(entry.position)
+                if generation not in ordered:
+                    ordered[generation] = KeyedLog()
+                ordered[generation].put(key, entry)
             if change is not None and header is not None:
                 changed = change.apply(header)
                 if change.status.terminal:
@@ -166,17 +172,13 @@ class InMemoryJournal(JournalStore):
             if header is None:
                 raise RunNotFoundError(run_id)
             wanted = header.generation if generation is None else generation
-            if header.generation or wanted:
-                entries = self._entries[run_id]
-                keys: Sequence[str] = generation_keys(self._keys[run_id], wanted)
-                loaded = [entries[k] for k in keys]
-            else:  # every key is generation 0's: a copy of the ordered list (O(n) in C)
-                loaded = list(self._ordered[run_id])
-            effects = sorted(
-                (r for r in self._effects[run_id].values() if generation_of(r.position) == wanted),
-                key=lambda r: r.position,
+            entries = self._ordered[run_id].get(wanted)
+            effects = self._ordered_effects[run_id].get(wanted)
+            return RunSnapshot(
+                header,
+                [] if entries is None else entries.view(),
+                [] if effects is None else effects.view(),
             )
-            return RunSnapshot(header, loaded, effects)
 
     def get_run(self, run_id: str) -> RunHeader:
         """Returns the run header.
@@ -274,7 +276,7 @@ class InMemoryJournal(JournalStore):
             ]
             for run_id in gone:
                 header = self._headers.pop(run_id)
-                for table in (self._keys, self._ordered, self._entries, self._effects):
+                for table in (self._ordered, self._ordered_effects, self._entries, self._effects):
                     table.pop(run_id, None)
                 if header.idempotency_key is not None:
                     self._idempotency.pop(

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from durable_agents.ids import format_position
+from durable_agents.journal.prefix_view import PrefixView
 from durable_agents.migration_records import MIGRATION_POSITION_PREFIX
 from durable_agents.models import Entry, SideEffectRecord
 
@@ -159,6 +160,10 @@ def _narrow(scope: str, scopes: set[str], results: set[str], previous: str) -> s
 class KnownRun:
     """One run's journal as this process last read it (immutable: replaced on every load).
 
+    The sequences are ``PrefixView``s of lists the next load appends to when it only adds
+    items after them (``dynamodb_loads``, ADR 0018): a load in the common case costs what it
+    read, not what the run holds. They never change once a ``KnownRun`` holds them.
+
     Attributes:
         created_at_ms: The run's creation time (a run id reused after expiry is another run).
         keys: The entries' sort keys, ascending (``entries[i].sort_key == keys[i]``).
@@ -172,14 +177,14 @@ class KnownRun:
     """
 
     created_at_ms: int
-    keys: tuple[str, ...]
-    entries: tuple[Entry, ...]
-    effect_keys: tuple[str, ...]
-    effects: tuple[SideEffectRecord, ...]
+    keys: Sequence[str]
+    entries: Sequence[Entry]
+    effect_keys: Sequence[str]
+    effects: Sequence[SideEffectRecord]
     bounds: TailBounds
     header_bytes: int
-    entry_bytes: tuple[int, ...]
-    effect_bytes: tuple[int, ...]
+    entry_bytes: Sequence[int]
+    effect_bytes: Sequence[int]
 
     def tail_pays(self) -> bool:
         """Whether a tail read is estimated to cost fewer read units than a whole read.
@@ -205,11 +210,16 @@ class KnownRun:
 
     def entries_below(self, key: str) -> int:
         """How many of the entries sort below ``key``."""
-        return bisect.bisect_left(self.keys, key)
+        return _below(self.keys, key)
 
     def effects_below(self, key: str) -> int:
         """How many of the side-effect records sort below ``key``."""
-        return bisect.bisect_left(self.effect_keys, key)
+        return _below(self.effect_keys, key)
+
+
+def _below(keys: Sequence[str], key: str) -> int:
+    # A view bisects its list in C; ``bisect`` on the view would index it in Python.
+    return keys.bisect_left(key) if isinstance(keys, PrefixView) else bisect.bisect_left(keys, key)
 
 
 @dataclass(slots=True)
@@ -252,19 +262,31 @@ class KnownRuns:
             self._runs.move_to_end(run_id)
             return known
 
-    def put(self, run_id: str, known: KnownRun) -> int:
+    def put(
+        self,
+        run_id: str,
+        known: KnownRun,
+        read_keys: Sequence[str] | None = None,
+        read_effects: Sequence[SideEffectRecord] | None = None,
+    ) -> int:
         """Keeps ``known`` as the run's journal; returns how many of its items were unseen.
 
         An item is unseen when this process had neither read nor written it (a record: not
         in this state) before; afterwards every item of ``known`` counts as seen.
+        ``read_keys`` and ``read_effects`` are the entry keys and records the load read (None:
+        all of ``known``'s); the rest of ``known`` came from the state it replaces, all seen.
         """
+        entry_keys = known.keys if read_keys is None else read_keys
+        effects = known.effects if read_effects is None else read_effects
         with self._lock:
             seen = self._seen.get(run_id)
             if seen is None or seen.created_at_ms != known.created_at_ms:
                 seen = self._seen[run_id] = _Seen(known.created_at_ms)
-            unseen = sum(1 for key in known.keys if key not in seen.entry_keys)
-            seen.entry_keys.update(known.keys)
-            for key, record in zip(known.effect_keys, known.effects, strict=True):
+            seen_keys = seen.entry_keys
+            unseen = sum(1 for key in entry_keys if key not in seen_keys)
+            seen_keys.update(entry_keys)
+            for record in effects:
+                key = record.sort_key
                 if seen.effects.get(key) != record:
                     unseen += 1
                     seen.effects[key] = record
