@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import re
 import threading
 from typing import Any
 
@@ -255,3 +256,88 @@ def test_a_plugin_listens_to_the_hooks_it_has_of_its_own() -> None:
 
     assert PluginSet([Bare(), Both()]).listening("on_operation_end")
     assert not PluginSet([Bare()]).listening("on_operation_start")
+
+
+@pytest.mark.parametrize(
+    ("renamed_at", "arg_at", "expected"),
+    [(5, None, "'other'"), (None, 5, "fingerprint"), (0, None, "'s0'")],
+)
+def test_a_change_within_the_position_table_still_pauses_the_run(
+    renamed_at: int | None, arg_at: int | None, expected: str
+) -> None:
+    # The steps before the change replay on the fast path; the changed one must not.
+    journal, clock = InMemoryJournal(), SkipClock()
+    rt = _deploy(journal, clock, _steps(12))
+    run, _ = rt.start_run("flow", None)
+    rt.execute(run.run_id, budget=10)
+    rt.execute(run.run_id, budget=0)  # a replay of the ten, so their records are warm
+    outcome = _deploy(journal, clock, _steps(12, renamed_at, arg_at)).execute(run.run_id)
+    assert outcome.kind.value == "paused"
+    assert outcome.executed == []
+    error = journal.get_run(run.run_id).error
+    assert error is not None and error.type == "ReplayDivergedError"
+    assert expected in error.message
+
+
+def test_a_recorded_name_that_is_not_valid_now_is_refused_on_replay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The fast path takes a name equal to the recorded one without a check of its own: the
+    # record's name must have been checked once in this process, or the replay refuses it.
+    journal, clock = InMemoryJournal(), SkipClock()
+
+    def flow(ctx: DurableContext, _: Any) -> int:
+        return int(ctx.step(lambda: 1, name="odd name")) + ctx.step(lambda: 2, name="then")
+
+    rt = _deploy(journal, clock, flow)
+    run, _ = rt.start_run("flow", None)
+    with monkeypatch.context() as loose:  # a journal written when the rules were looser
+        loose.setattr(ids, "_NAME", re.compile(r"^[a-z ]+$"))
+        loose.setattr(ids, "_VALID_NAMES", set())
+        rt.execute(run.run_id, budget=1)
+    monkeypatch.setattr(ids, "_VALID_NAMES", set())
+    rt.execute(run.run_id)
+    failed = journal.get_run(run.run_id)
+    assert failed.status is RunStatus.FAILED
+    assert failed.error is not None and failed.error.type == "InvalidNameError"
+
+
+def _annotated() -> float:
+    return 7
+
+
+class _NoAnnotations:
+    __slots__ = ()
+
+    def __call__(self) -> Any:
+        return 7
+
+
+@pytest.mark.parametrize(
+    ("fn", "expected"),
+    [
+        (_annotated, 7.0),
+        (lambda: 7, 7),
+        (functools.partial(lambda x: x, 7), 7),
+        (_NoAnnotations(), 7),
+    ],
+)
+def test_a_replayed_result_follows_the_functions_return_annotation(fn: Any, expected: Any) -> None:
+    journal, clock = InMemoryJournal(), SkipClock()
+    seen: list[Any] = []
+
+    def flow(step_fn: Any) -> Any:
+        def run(ctx: DurableContext, _: Any) -> None:
+            seen.append(ctx.step(step_fn, name="seven"))
+            ctx.step(lambda: 1, name="then")
+
+        return run
+
+    rt = _deploy(journal, clock, flow(lambda: 7))  # recorded without a hint: 7
+    run, _ = rt.start_run("flow", None)
+    rt.execute(run.run_id, budget=1)
+    replaying = _deploy(journal, clock, flow(fn))
+    replaying.execute(run.run_id, budget=0)
+    replaying.execute(run.run_id, budget=0)  # from the decoded value kept, if it was
+    assert seen[1:] == [expected] * 2
+    assert [type(value) for value in seen] == [int, type(expected), type(expected)]

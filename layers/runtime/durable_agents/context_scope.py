@@ -9,20 +9,17 @@ The operations themselves are on ``DurableContext`` (``durable_agents.context``)
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Self
 
 from durable_agents.cancellation import stop_point
 from durable_agents.errors import NestedOperationError, ReplayDivergedError
-from durable_agents.fingerprints import NO_ARGS, Fingerprint
+from durable_agents.fingerprints import NO_ARGS, NO_ARGS_VALUE, Fingerprint
 from durable_agents.ids import POSITIONS, format_position
 from durable_agents.invocation import Invocation
 from durable_agents.log_context import note_operation
 from durable_agents.models import OpKind
 from durable_agents.observability import ReplayAwareLogger
 from durable_agents.replay_index import OpRecord
-
-_NO_ARGS_VALUE = sys.intern(NO_ARGS.value or "")  # as records hold it (OpRecord.add)
 
 
 class OperationScope:
@@ -159,7 +156,7 @@ class OperationScope:
             or record.name != name
             or (
                 (recorded := record.fingerprint) is not None
-                and not (fingerprint is NO_ARGS and recorded is _NO_ARGS_VALUE)
+                and not (fingerprint is NO_ARGS and recorded is NO_ARGS_VALUE)
                 # A subclass compares otherwise (a tool's, against its side-effect record).
                 and (type(fingerprint) is not Fingerprint or fingerprint.value != recorded)
             )

@@ -51,7 +51,8 @@ class OpRecord:
     """Everything the journal holds about one operation (one position).
 
     Treat a record as read-only once it is in a grouping: ``WarmRecords`` shares it between
-    invocations. Only ``decoded`` is set later, to the same value by whoever sets it.
+    invocations. Only ``decoded`` and ``name_checked`` are set later, each to the same value
+    by whoever sets it.
     """
 
     # What a replayed operation reads comes first: the object's first cache line.
@@ -70,6 +71,9 @@ class OpRecord:
     attempts: int = 0
     entries: list[Entry] = field(default_factory=list)
     effect: SideEffectRecord | None = None
+    name_checked: bool = field(default=False, compare=False, repr=False)
+    """Whether ``check_name`` accepted ``name`` in this process (set once, to True, by replay:
+    an operation asking for an equal name needs no check of its own)."""
 
     def add(self, entry: Entry) -> None:
         """Folds one entry into the record."""
