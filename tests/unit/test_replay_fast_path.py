@@ -16,9 +16,18 @@ from typing import Any
 
 import pytest
 
-from durable_agents import AgentRegistry, DurableContext, Runtime, SkipClock, agent, ids, serde
+from durable_agents import (
+    AgentRegistry,
+    DurableContext,
+    Runtime,
+    SkipClock,
+    agent,
+    context_scope,
+    ids,
+    serde,
+)
 from durable_agents.journal.memory import InMemoryJournal
-from durable_agents.models import RunStatus
+from durable_agents.models import OpKind, RunStatus
 from durable_agents.plugin_calls import PluginSet
 from durable_agents.plugins import Plugin
 
@@ -341,3 +350,49 @@ def test_a_replayed_result_follows_the_functions_return_annotation(fn: Any, expe
     replaying.execute(run.run_id, budget=0)  # from the decoded value kept, if it was
     assert seen[1:] == [expected] * 2
     assert [type(value) for value in seen] == [int, type(expected), type(expected)]
+
+
+@pytest.mark.parametrize("prefix", ["", "00000002/", "00000001/00000003/"])
+@pytest.mark.parametrize(
+    "counters",
+    [[], [1], [1, 2, 3], list(range(1, 40)), [1, 2, 5, 6], [2, 3], [*range(1, 30), 31]],
+)
+@pytest.mark.parametrize("table", [3, 10, 1024])
+def test_a_scopes_plan_holds_what_looking_each_position_up_gives(
+    prefix: str, counters: list[int], table: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from durable_agents.context_scope import records_by_counter
+    from durable_agents.replay_index import OpRecord
+
+    monkeypatch.setattr(ids, "POSITIONS", [_formatted("", n) for n in range(table)])
+    monkeypatch.setattr(context_scope, "POSITIONS", ids.POSITIONS)
+    records = {
+        ids.format_position(prefix, n): OpRecord(OpKind.STEP, f"s{n}", f"r:s{n}:{n}")
+        for n in counters
+    }
+    for n in counters:  # a nested scope's records, which are not this scope's
+        records[ids.format_position(prefix, n) + "/00000001"] = OpRecord(OpKind.STEP, "x", "x")
+    plan = records_by_counter(records, prefix)
+    assert plan[0] is None
+    assert plan == [records.get(ids.format_position(prefix, n)) for n in range(len(plan))]
+    # It covers the scope's positions up to the first gap at least.
+    contiguous = next(n for n in range(1, 100) if n not in counters) - 1
+    assert len(plan) > contiguous
+
+
+def test_a_run_of_many_steps_with_a_batch_replays_through_the_plan_and_past_it() -> None:
+    journal, clock = InMemoryJournal(), SkipClock()
+
+    def flow(ctx: DurableContext, _: Any) -> int:
+        total = sum(ctx.step(lambda i=i: i, name=f"a{i}") for i in range(20))
+        ctx.parallel(
+            [lambda c, j=j: [c.step(lambda: j, name=f"b{k}") for k in range(12)] for j in range(2)]
+        )
+        total += sum(ctx.step(lambda i=i: i, name=f"c{i}") for i in range(20))
+        return total
+
+    rt = _deploy(journal, clock, flow)
+    run, _ = rt.start_run("flow", None)
+    while journal.get_run(run.run_id).status is RunStatus.RUNNING:
+        rt.execute(run.run_id, budget=7)
+    assert journal.get_run(run.run_id).status is RunStatus.SUCCEEDED

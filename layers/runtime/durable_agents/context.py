@@ -15,10 +15,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 
 from durable_agents.agent import AgentDefinition
+from durable_agents.context_scope import replays_step
 from durable_agents.context_waits import WaitOperations
 from durable_agents.errors import DurableError
-from durable_agents.fingerprints import NO_ARGS, NO_ARGS_VALUE, Fingerprint
-from durable_agents.ids import POSITIONS, check_name, format_position, name_of
+from durable_agents.fingerprints import NO_ARGS, Fingerprint
+from durable_agents.ids import check_name, format_position, name_of
 from durable_agents.llm.types import LlmRequest, LlmResponse, ModelConfig
 from durable_agents.models import OpKind
 from durable_agents.operations.parallel import BatchResult, CompletionPolicy
@@ -112,30 +113,22 @@ class DurableContext(WaitOperations):
             inv.live or inv.in_step or inv.fault is not None or inv.stop is not None
         ):
             counter = self._counter + 1
-            prefix = self._pos_prefix
-            try:  # format_position, inlined (its table is only appended to)
-                position = prefix + POSITIONS[counter] if prefix else POSITIONS[counter]
-            except IndexError:
-                position = format_position(prefix, counter)
-            record = inv.records.get(position)
-            if (
-                record is not None
-                and record.result is not None
-                and record.kind is _STEP
-                and record.name == op_name
-                and (
-                    (recorded := record.fingerprint) is None
-                    or (recorded is NO_ARGS_VALUE and not args)
-                    or Fingerprint.of_args(args).value == recorded
-                )
+            plan = self._plan
+            if plan is None:
+                record = self._record_at(counter)
+            else:
+                try:
+                    record = plan[counter]
+                except IndexError:  # past the plan: the frontier, or a gap in the positions
+                    record = self._record_at(counter)
+            if record is not None and (
+                (record.replays_as == op_name and not args) or replays_step(record, op_name, args)
             ):
-                if not record.name_checked:  # once per record and process (as it is equal)
-                    check_name(op_name)
-                    record.name_checked = True
                 self._counter = counter
                 observer = inv.observer
                 if observer is not None and observer.hears_replays:
                     op_id = f"{self._id_prefix}{op_name}:{counter}"
+                    position = format_position(self._pos_prefix, counter)
                     observer.operation(_STEP_TEXT, op_name, op_id, position, record)
                 if result_type is not None:
                     hint = result_type
