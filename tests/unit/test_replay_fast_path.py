@@ -10,14 +10,24 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import re
 import threading
 from typing import Any
 
 import pytest
 
-from durable_agents import AgentRegistry, DurableContext, Runtime, SkipClock, agent, ids, serde
+from durable_agents import (
+    AgentRegistry,
+    DurableContext,
+    Runtime,
+    SkipClock,
+    agent,
+    context_scope,
+    ids,
+    serde,
+)
 from durable_agents.journal.memory import InMemoryJournal
-from durable_agents.models import RunStatus
+from durable_agents.models import OpKind, RunStatus
 from durable_agents.plugin_calls import PluginSet
 from durable_agents.plugins import Plugin
 
@@ -255,3 +265,134 @@ def test_a_plugin_listens_to_the_hooks_it_has_of_its_own() -> None:
 
     assert PluginSet([Bare(), Both()]).listening("on_operation_end")
     assert not PluginSet([Bare()]).listening("on_operation_start")
+
+
+@pytest.mark.parametrize(
+    ("renamed_at", "arg_at", "expected"),
+    [(5, None, "'other'"), (None, 5, "fingerprint"), (0, None, "'s0'")],
+)
+def test_a_change_within_the_position_table_still_pauses_the_run(
+    renamed_at: int | None, arg_at: int | None, expected: str
+) -> None:
+    # The steps before the change replay on the fast path; the changed one must not.
+    journal, clock = InMemoryJournal(), SkipClock()
+    rt = _deploy(journal, clock, _steps(12))
+    run, _ = rt.start_run("flow", None)
+    rt.execute(run.run_id, budget=10)
+    rt.execute(run.run_id, budget=0)  # a replay of the ten, so their records are warm
+    outcome = _deploy(journal, clock, _steps(12, renamed_at, arg_at)).execute(run.run_id)
+    assert outcome.kind.value == "paused"
+    assert outcome.executed == []
+    error = journal.get_run(run.run_id).error
+    assert error is not None and error.type == "ReplayDivergedError"
+    assert expected in error.message
+
+
+def test_a_recorded_name_that_is_not_valid_now_is_refused_on_replay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The fast path takes a name equal to the recorded one without a check of its own: the
+    # record's name must have been checked once in this process, or the replay refuses it.
+    journal, clock = InMemoryJournal(), SkipClock()
+
+    def flow(ctx: DurableContext, _: Any) -> int:
+        return int(ctx.step(lambda: 1, name="odd name")) + ctx.step(lambda: 2, name="then")
+
+    rt = _deploy(journal, clock, flow)
+    run, _ = rt.start_run("flow", None)
+    with monkeypatch.context() as loose:  # a journal written when the rules were looser
+        loose.setattr(ids, "_NAME", re.compile(r"^[a-z ]+$"))
+        loose.setattr(ids, "_VALID_NAMES", set())
+        rt.execute(run.run_id, budget=1)
+    monkeypatch.setattr(ids, "_VALID_NAMES", set())
+    rt.execute(run.run_id)
+    failed = journal.get_run(run.run_id)
+    assert failed.status is RunStatus.FAILED
+    assert failed.error is not None and failed.error.type == "InvalidNameError"
+
+
+def _annotated() -> float:
+    return 7
+
+
+class _NoAnnotations:
+    __slots__ = ()
+
+    def __call__(self) -> Any:
+        return 7
+
+
+@pytest.mark.parametrize(
+    ("fn", "expected"),
+    [
+        (_annotated, 7.0),
+        (lambda: 7, 7),
+        (functools.partial(lambda x: x, 7), 7),
+        (_NoAnnotations(), 7),
+    ],
+)
+def test_a_replayed_result_follows_the_functions_return_annotation(fn: Any, expected: Any) -> None:
+    journal, clock = InMemoryJournal(), SkipClock()
+    seen: list[Any] = []
+
+    def flow(step_fn: Any) -> Any:
+        def run(ctx: DurableContext, _: Any) -> None:
+            seen.append(ctx.step(step_fn, name="seven"))
+            ctx.step(lambda: 1, name="then")
+
+        return run
+
+    rt = _deploy(journal, clock, flow(lambda: 7))  # recorded without a hint: 7
+    run, _ = rt.start_run("flow", None)
+    rt.execute(run.run_id, budget=1)
+    replaying = _deploy(journal, clock, flow(fn))
+    replaying.execute(run.run_id, budget=0)
+    replaying.execute(run.run_id, budget=0)  # from the decoded value kept, if it was
+    assert seen[1:] == [expected] * 2
+    assert [type(value) for value in seen] == [int, type(expected), type(expected)]
+
+
+@pytest.mark.parametrize("prefix", ["", "00000002/", "00000001/00000003/"])
+@pytest.mark.parametrize(
+    "counters",
+    [[], [1], [1, 2, 3], list(range(1, 40)), [1, 2, 5, 6], [2, 3], [*range(1, 30), 31]],
+)
+@pytest.mark.parametrize("table", [3, 10, 1024])
+def test_a_scopes_plan_holds_what_looking_each_position_up_gives(
+    prefix: str, counters: list[int], table: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from durable_agents.context_scope import records_by_counter
+    from durable_agents.replay_index import OpRecord
+
+    monkeypatch.setattr(ids, "POSITIONS", [_formatted("", n) for n in range(table)])
+    monkeypatch.setattr(context_scope, "POSITIONS", ids.POSITIONS)
+    records = {
+        ids.format_position(prefix, n): OpRecord(OpKind.STEP, f"s{n}", f"r:s{n}:{n}")
+        for n in counters
+    }
+    for n in counters:  # a nested scope's records, which are not this scope's
+        records[ids.format_position(prefix, n) + "/00000001"] = OpRecord(OpKind.STEP, "x", "x")
+    plan = records_by_counter(records, prefix)
+    assert plan[0] is None
+    assert plan == [records.get(ids.format_position(prefix, n)) for n in range(len(plan))]
+    # It covers the scope's positions up to the first gap at least.
+    contiguous = next(n for n in range(1, 100) if n not in counters) - 1
+    assert len(plan) > contiguous
+
+
+def test_a_run_of_many_steps_with_a_batch_replays_through_the_plan_and_past_it() -> None:
+    journal, clock = InMemoryJournal(), SkipClock()
+
+    def flow(ctx: DurableContext, _: Any) -> int:
+        total = sum(ctx.step(lambda i=i: i, name=f"a{i}") for i in range(20))
+        ctx.parallel(
+            [lambda c, j=j: [c.step(lambda: j, name=f"b{k}") for k in range(12)] for j in range(2)]
+        )
+        total += sum(ctx.step(lambda i=i: i, name=f"c{i}") for i in range(20))
+        return total
+
+    rt = _deploy(journal, clock, flow)
+    run, _ = rt.start_run("flow", None)
+    while journal.get_run(run.run_id).status is RunStatus.RUNNING:
+        rt.execute(run.run_id, budget=7)
+    assert journal.get_run(run.run_id).status is RunStatus.SUCCEEDED

@@ -15,10 +15,11 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 
 from durable_agents.agent import AgentDefinition
+from durable_agents.context_scope import replays_step
 from durable_agents.context_waits import WaitOperations
 from durable_agents.errors import DurableError
 from durable_agents.fingerprints import NO_ARGS, Fingerprint
-from durable_agents.ids import KNOWN_NAMES, check_name, name_of
+from durable_agents.ids import check_name, format_position, name_of
 from durable_agents.llm.types import LlmRequest, LlmResponse, ModelConfig
 from durable_agents.models import OpKind
 from durable_agents.operations.parallel import BatchResult, CompletionPolicy
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 _STEP = OpKind.STEP
+_STEP_TEXT = str(_STEP)
 _UUID_NAMESPACE = _uuid.UUID("6f1d7a52-8d1c-4d8e-9a57-1f0f4f6b2c11")
 
 
@@ -101,24 +103,47 @@ class DurableContext(WaitOperations):
             >>> def research(ctx, topic: str) -> str:
             ...     return ctx.step(lambda: topic.upper(), name="shout")
         """
-        if name is None:
-            op_name = name_of(fn)
-        elif type(name) is str and name in KNOWN_NAMES:  # check_name's first test, inlined
-            op_name = name
-        else:
-            op_name = check_name(name)
-        fingerprint = Fingerprint.of_args(args) if args else NO_ARGS
-        if serdes is None:  # replay's common case, kept short: a finished step, its result
-            record = self.replayed_record(_STEP, op_name, fingerprint)
-            if record is not None:
+        # A string name is checked only if replay does not find it recorded here already.
+        op_name = name_of(fn) if name is None else name if type(name) is str else check_name(name)
+        inv = self._inv
+        # Replay's common case, inlined (``replayed_record`` decides the same, a call away):
+        # a finished step at the next position, nothing else going on, its result returned.
+        # Every other case (a fault, a cancel, live, in a step, another record) goes on below.
+        if serdes is None and not (
+            inv.live or inv.in_step or inv.fault is not None or inv.stop is not None
+        ):
+            counter = self._counter + 1
+            plan = self._plan
+            if plan is None:
+                record = self._record_at(counter)
+            else:
+                try:
+                    record = plan[counter]
+                except IndexError:  # past the plan: the frontier, or a gap in the positions
+                    record = self._record_at(counter)
+            if record is not None and (
+                (record.replays_as == op_name and not args) or replays_step(record, op_name, args)
+            ):
+                self._counter = counter
+                observer = inv.observer
+                if observer is not None and observer.hears_replays:
+                    op_id = f"{self._id_prefix}{op_name}:{counter}"
+                    position = format_position(self._pos_prefix, counter)
+                    observer.operation(_STEP_TEXT, op_name, op_id, position, record)
                 if result_type is not None:
                     hint = result_type
-                else:  # a lambda has no annotations: no call to find none
-                    hint = return_hint(fn) if getattr(fn, "__annotations__", None) else None
+                else:  # as getattr(fn, "__annotations__", None), without a call
+                    try:
+                        hint = return_hint(fn) if fn.__annotations__ else None
+                    except AttributeError:
+                        hint = None
                 cached = record.decoded  # OpRecord.replayed's first test, inlined
                 if cached is not NOT_DECODED and cached[0] is hint and cached[1] is None:
                     return cached[2]  # type: ignore[no-any-return]
                 return record.replayed(hint, None, replay_value)  # type: ignore[no-any-return]
+        if name is not None:
+            op_name = check_name(op_name)
+        fingerprint = Fingerprint.of_args(args) if args else NO_ARGS
         return run_step(  # type: ignore[no-any-return]
             self,
             fn,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections.abc import Callable
 from datetime import date, datetime, time
 from decimal import Decimal
@@ -145,6 +146,9 @@ class Fingerprint:
 
 NO_ARGS = Fingerprint(lambda: "[]")
 """The fingerprint of no arguments (``Fingerprint.of_args(())``), one for the process."""
+
+NO_ARGS_VALUE = sys.intern(NO_ARGS.value or "")
+"""``NO_ARGS.value`` as records hold it (interned by ``OpRecord.add``): compared by identity."""
 
 
 class ToolFingerprint(Fingerprint):

@@ -51,7 +51,8 @@ class OpRecord:
     """Everything the journal holds about one operation (one position).
 
     Treat a record as read-only once it is in a grouping: ``WarmRecords`` shares it between
-    invocations. Only ``decoded`` is set later, to the same value by whoever sets it.
+    invocations. Only ``decoded`` and ``replays_as`` are set later, each to the same value
+    by whoever sets it.
     """
 
     # What a replayed operation reads comes first: the object's first cache line.
@@ -70,6 +71,10 @@ class OpRecord:
     attempts: int = 0
     entries: list[Entry] = field(default_factory=list)
     effect: SideEffectRecord | None = None
+    replays_as: str | None = field(default=None, compare=False, repr=False)
+    """``name`` once a step without arguments replayed this record having checked everything
+    (kind, name, fingerprint, a result, ``check_name``): a step asking for it again with an
+    equal name needs no check but that one (``DurableContext.step``). None until then."""
 
     def add(self, entry: Entry) -> None:
         """Folds one entry into the record."""
@@ -130,7 +135,7 @@ def _fold(records: dict[str, OpRecord], entries: Sequence[Entry], fresh: set[str
                 fresh.add(position)
         elif fresh is not None and position not in fresh:
             record = records[position] = dataclasses.replace(
-                record, entries=list(record.entries), decoded=NOT_DECODED
+                record, entries=list(record.entries), decoded=NOT_DECODED, replays_as=None
             )
             fresh.add(position)
         record.add(entry)
