@@ -344,8 +344,15 @@ class Runtime:
                 republish(self.store, self.publisher, header)
                 settle_leftovers(self.store, self.clock, self.publisher, snapshot)
             return InvocationOutcome(run_id, OutcomeKind.NOOP, detail=f"run is {header.status}")
+        # A parked agent whose journal is as it left it runs the code it was resolved to: the
+        # same revision pins the same versions, and this process's registry resolved them.
+        fitting = parked[0] if parked else None
+        if fitting is None or fitting.definition is None or not fitting.matches(snapshot):
+            fitting = None  # replayed, if sticky at all
         try:
-            definition = resolve_pinned(self.registry, header)
+            definition = (
+                resolve_pinned(self.registry, header) if fitting is None else fitting.definition
+            )
         except VersionUnavailableError as exc:
             outcome = version_unavailable(self.store, self.clock, header, exc)
             if publish and outcome.kind is OutcomeKind.CONTINUE:
@@ -370,12 +377,10 @@ class Runtime:
         sticky = self.sticky is not None and target is None and limited
         sticky = sticky and stop is None and header.status is RunStatus.RUNNING
         tally = WriteTally(self.store, run_id) if sticky else None
-        going_on = parked[0] if sticky and parked and parked[0] is not None else None
         # On another thread than the one a greenlet-parked agent belongs to: replayed.
-        if going_on is not None and not (
-            going_on.thread.resumable() and going_on.matches(snapshot)
-        ):
-            going_on = None
+        going_on = (
+            fitting if sticky and fitting is not None and fitting.thread.resumable() else None
+        )
         inv = Invocation(
             tally or self.store,
             snapshot,
@@ -451,11 +456,12 @@ class Runtime:
             outcome = self._drive(definition, snapshot.header, inv, ctx, agent)
             # Parked where its budget ran out, and nothing else to tell anyone: it stays.
             if agent.parked and outcome.kind is OutcomeKind.CONTINUE and not inv.notifications:
-                self.sticky.keep(inv.run_id, ParkedRun.after(agent, inv, ctx, snapshot, tally))
+                parked_run = ParkedRun.after(agent, inv, ctx, snapshot, tally, definition)
+                self.sticky.keep(inv.run_id, parked_run)
                 kept = True
         finally:
             if agent.parked and not kept:
-                self.sticky.discard(ParkedRun.after(agent, inv, ctx, snapshot, tally))
+                self.sticky.discard(ParkedRun.after(agent, inv, ctx, snapshot, tally, definition))
         return outcome
 
     def _drive(

@@ -117,6 +117,7 @@ class ParkedRun:
         revision: The header revision its last write left.
         entries: Journal entries the run holds if nobody else wrote.
         effects: Side-effect records it holds if nobody else wrote.
+        definition: The agent's code, as its run's pins resolved it when it started.
     """
 
     thread: AgentCarrier
@@ -125,10 +126,17 @@ class ParkedRun:
     revision: int
     entries: int
     effects: int
+    definition: Any = None
 
     @classmethod
     def after(
-        cls, thread: AgentCarrier, inv: Any, ctx: Any, snapshot: RunSnapshot, tally: WriteTally
+        cls,
+        thread: AgentCarrier,
+        inv: Any,
+        ctx: Any,
+        snapshot: RunSnapshot,
+        tally: WriteTally,
+        definition: Any = None,
     ) -> ParkedRun:
         """The parked run an invocation leaves: what it read plus what it wrote."""
         return cls(
@@ -138,6 +146,7 @@ class ParkedRun:
             revision=snapshot.header.revision + tally.header_changes,
             entries=len(snapshot.entries) + tally.entries,
             effects=len(snapshot.effects) + tally.effects,
+            definition=definition,
         )
 
     def matches(self, snapshot: RunSnapshot) -> bool:
