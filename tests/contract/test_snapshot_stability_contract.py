@@ -19,27 +19,13 @@ from durable_agents.models import (
     SideEffectRecord,
 )
 from tests.contract.test_journal_contract import entry, header
+from tests.unit.test_tail_reads import effect
 
 _RUNNING = frozenset({RunStatus.RUNNING})
 
 
 def record(position: str, status: EffectStatus, result: str | None = None) -> SideEffectRecord:
-    return SideEffectRecord(
-        run_id="run-1",
-        position=position,
-        operation_id=f"run-1:ship:{int(position[-8:])}",
-        tool="ship",
-        tool_schema_version="1",
-        canonical_request='{"n":1}',
-        idempotency_key=f"k-{position}",
-        status=status,
-        attempt=1,
-        prepared_at_ms=1,
-        updated_at_ms=2 if result else 1,
-        lease_expires_at_ms=10,
-        stale_at_ms=20,
-        result=result,
-    )
+    return effect(position, status, result, run_id="run-1")
 
 
 class Kept:

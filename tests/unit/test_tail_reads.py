@@ -86,11 +86,13 @@ def entry(position: str, type_: EntryType, attempt: int = 0, **fields: Any) -> E
     )
 
 
-def effect(position: str, status: EffectStatus, result: str | None = None) -> SideEffectRecord:
+def effect(
+    position: str, status: EffectStatus, result: str | None = None, run_id: str = RUN
+) -> SideEffectRecord:
     return SideEffectRecord(
-        run_id=RUN,
+        run_id=run_id,
         position=position,
-        operation_id=f"{RUN}:ship:{position}",
+        operation_id=f"{run_id}:ship:{position}",
         tool="ship",
         tool_schema_version="1",
         canonical_request='{"n":1}',
