@@ -123,7 +123,7 @@ def run_continue_as_new(ctx: DurableContext, value: Any, scope_prefix: str) -> N
         SuspendExecution: If the journal as read already holds this switch (a load that
             raced it): the next invocation reads the new generation.
     """
-    from durable_agents.runtime import Runtime  # noqa: PLC0415 - the runtime imports us
+    from durable_agents.run_starts import validate_input  # noqa: PLC0415 - kept lazy as before
     from durable_agents.versions import resolve_pinned  # noqa: PLC0415
 
     inv = ctx.invocation
@@ -134,7 +134,7 @@ def run_continue_as_new(ctx: DurableContext, value: Any, scope_prefix: str) -> N
     if scope_prefix != pos_prefix(inv.header.generation):
         raise ContinueAsNewNotAllowedError("a child context")
     definition = resolve_pinned(inv.registry, inv.header)
-    input_json = encode(Runtime._validate_input(definition, value), definition.input_type)
+    input_json = encode(validate_input(definition, value), definition.input_type)
     position, op_id, record = ctx.next_operation(OpKind.CONTINUE, OPERATION_NAME)
     if record is not None:
         raise SuspendExecution(Reason.CONTINUE, detail=f"{op_id}: continued as new; reload")

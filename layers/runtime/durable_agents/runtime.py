@@ -6,24 +6,17 @@ How an invocation ends (the outcome and the run-header change recording it) is i
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
-
 from durable_agents import generations
-from durable_agents.agent import AgentDefinition, AgentRegistry, default_registry, timeout_to_ms
+from durable_agents.agent import AgentDefinition, AgentRegistry, default_registry
 from durable_agents.cancellation import prepare, settle_leftovers, stop_run
 from durable_agents.clock import Clock, SystemClock
 from durable_agents.context import DurableContext
 from durable_agents.credentials import CredentialProvider
 from durable_agents.errors import (
-    DurableError,
-    EntryConflictError,
-    RunStateConflictError,
     SuspendExecution,
     VersionUnavailableError,
 )
@@ -33,15 +26,15 @@ from durable_agents.events import (
     OutgoingEvent,
     step_ready,
 )
+from durable_agents.follow_ups import publish_follow_up, redrive
 from durable_agents.ids import check_run_id
 from durable_agents.invocation import NO_HOOKS, Invocation, InvocationHooks
-from durable_agents.journal.store import JournalStore, input_hash
+from durable_agents.journal.store import JournalStore
 from durable_agents.llm.types import LlmProvider, StreamSink
 from durable_agents.log_context import invocation_log_context, note_run
 from durable_agents.memory.store import MemoryStore
 from durable_agents.models import (
     Entry,
-    RunChange,
     RunHeader,
     RunSnapshot,
     RunStatus,
@@ -57,11 +50,11 @@ from durable_agents.outcomes import (
 )
 from durable_agents.plugin_calls import InvocationSpan, PluginSet
 from durable_agents.plugins import Plugin, RunStartInfo
-from durable_agents.retention import default_retention_s
-from durable_agents.run_events import finished_events, republish
+from durable_agents.run_events import republish
+from durable_agents.run_starts import InputValidationError, new_header, new_run_id
 from durable_agents.serde import decode, encode, error_info
 from durable_agents.sticky import AgentCarrier, ParkedRun, StickyRuns, WriteTally
-from durable_agents.tenancy import DEFAULT_TENANT, check_tenant
+from durable_agents.tenancy import DEFAULT_TENANT
 from durable_agents.versions import resolve_pinned, resume_available
 from durable_agents.waits.schedules import WaitScheduler
 
@@ -81,31 +74,8 @@ __all__ = [
 # _AGENT_BUDGET: the agent's ``invocation_budget`` decides both).
 _Limits = tuple[int | None, int | None]
 _AGENT_BUDGET: _Limits = (-1, -1)
-_ENDED = frozenset(
-    {
-        OutcomeKind.SUCCEEDED,
-        OutcomeKind.FAILED,
-        OutcomeKind.CANCELLED,
-        OutcomeKind.TERMINATED,
-        OutcomeKind.TIMED_OUT,
-    }
-)
 LEASE_MARGIN_MS = 5_000
 DEFAULT_LEASE_MS = 15 * 60 * 1000 + LEASE_MARGIN_MS  # the Lambda maximum, plus clock skew
-
-
-class InputValidationError(DurableError):
-    """The run input does not match the agent's declared input type."""
-
-    def __init__(self, agent: str, errors: list[dict[str, Any]]):
-        self.agent = agent
-        self.errors = errors
-        super().__init__(f"input does not match agent {agent!r}: {errors}")
-
-
-def new_run_id() -> str:
-    """Returns a fresh run id (``run-`` and 16 hex digits)."""
-    return f"run-{secrets.token_hex(8)}"
 
 
 class Runtime:
@@ -196,29 +166,16 @@ class Runtime:
             PayloadError: If the input cannot be recorded (for example it holds a secret).
             ValueError: If ``tenant`` is not a valid tenant name, or the timeout not positive.
         """
-        check_tenant(tenant)
-        limit_ms = timeout_to_ms(execution_timeout)
-        definition = self.registry.latest(agent_name)
-        value = self._validate_input(definition, input_value)
-        input_json = encode(value, definition.input_type)
-        now = self.clock.now_ms()
-        header = RunHeader(
+        header = new_header(
+            self.registry,
+            self.clock,
+            agent_name,
+            input_value,
             run_id=check_run_id(run_id) if run_id else self._new_run_id(),
-            agent=definition.name,
-            # The bundle, plus the exact prompt and model-config versions (and content
-            # hashes) this run will use for its whole life.
-            versions=definition.versions.as_dict()
-            | self.registry.prompts.pin(definition.prompts, definition.model_configs),
-            status=RunStatus.RUNNING,
-            input=input_json,
-            created_at_ms=now,
-            updated_at_ms=now,
             parent_run_id=parent_run_id,
             idempotency_key=idempotency_key,
-            input_hash=input_hash(definition.name, input_json),
             tenant=tenant,
-            execution_timeout_ms=definition.execution_timeout_ms if limit_ms is None else limit_ms,
-            retention_s=definition.retention_s or default_retention_s(),
+            execution_timeout=execution_timeout,
         )
         stored, created = self.store.create_run(header)
         if created and self.plugins:  # the conditional create decided it: once per run
@@ -229,18 +186,6 @@ class Runtime:
             # and publishing, this publish is what gets the run going. Duplicates are harmless.
             self.publisher.publish([step_ready(stored.run_id, "started")])
         return stored, created
-
-    @staticmethod
-    def _validate_input(definition: AgentDefinition[Any, Any], value: Any) -> Any:
-        if definition.input_type is None:
-            return value
-        try:
-            return TypeAdapter(definition.input_type).validate_python(value)
-        except ValidationError as exc:
-            errors = [
-                {"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()
-            ]
-            raise InputValidationError(definition.name, errors) from exc
 
     # -- executing ---------------------------------------------------------------------------
 
@@ -506,24 +451,9 @@ class Runtime:
         pending: list[OutgoingEvent],
         notifications: list[tuple[OutgoingEvent, Entry]],
     ) -> None:
-        events: list[OutgoingEvent] = list(pending)
-        if outcome.kind is OutcomeKind.CONTINUE:
-            if outcome.targets:  # parallel branches: one invocation each
-                events += [step_ready(outcome.run_id, "branch", t) for t in outcome.targets]
-            else:
-                events.append(step_ready(outcome.run_id, "continue"))
-        elif outcome.kind is OutcomeKind.SUSPENDED and outcome.wake_at_ms is not None:
-            if outcome.wake_at_ms <= self.clock.now_ms():  # a zero delay: no need to wait
-                events.append(step_ready(outcome.run_id, "timer"))
-        elif outcome.kind in _ENDED:
-            status = RunStatus(outcome.kind.value.upper())
-            events += finished_events(header.replace(status=status))
-        events += [event for event, _ in notifications]
-        if events:
-            self.publisher.publish(events)
-        if notifications:  # delivered: later replays need not tell anyone again
-            with contextlib.suppress(EntryConflictError, RunStateConflictError):
-                self.store.commit(header.run_id, [entry for _, entry in notifications])
+        publish_follow_up(
+            self.store, self.clock, self.publisher, outcome, header, pending, notifications
+        )
 
     # -- operator actions --------------------------------------------------------------------
 
@@ -537,21 +467,7 @@ class Runtime:
             RunNotFoundError: If there is no such run.
             RunStateConflictError: If the run has already finished.
         """
-        header = self.store.get_run(run_id)
-        if header.status.terminal:
-            raise RunStateConflictError(run_id, ["RUNNING", "SUSPENDED", "PAUSED"], header.status)
-        if header.status is RunStatus.PAUSED:
-            change = RunChange(
-                expected=frozenset({RunStatus.PAUSED}),
-                status=RunStatus.RUNNING,
-                updated_at_ms=self.clock.now_ms(),
-                error=None,
-                waiting_on=None,
-            )
-            self.store.commit(run_id, [], change)
-            header = change.apply(header)
-        self.publisher.publish([step_ready(run_id, "redrive")])
-        return header
+        return redrive(self.store, self.clock, self.publisher, run_id)
 
 
 def _decode_input(definition: AgentDefinition[Any, Any], input_json: str) -> Any:
