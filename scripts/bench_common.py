@@ -25,6 +25,7 @@ os.environ.pop("AWS_ENDPOINT_URL", None)
 from durable_agents import AgentRegistry, Runtime, SkipClock, agent  # noqa: E402
 from durable_agents.agent import AgentDefinition  # noqa: E402
 from durable_agents.journal.store import JournalStore  # noqa: E402
+from durable_agents.models import Entry, EntryType, OpKind  # noqa: E402
 
 TEMPLATE = ROOT / "template.yaml"
 TABLE = "journal"
@@ -139,6 +140,23 @@ def _us(ns: float) -> str:
 
 
 # -- agents ------------------------------------------------------------------------------------
+
+
+def step_entry(run_id: str, position: int, type_: EntryType, value: str = '"v"') -> Entry:
+    """One entry of a plain step ``s`` at ``position``: its claim (STARTED) or its result."""
+    started = type_ is EntryType.STARTED
+    return Entry(
+        run_id=run_id,
+        position=f"{position:08d}",
+        op_id=f"{run_id}:s:{position}",
+        kind=OpKind.STEP,
+        name="s",
+        type=type_,
+        attempt=1 if started else 0,
+        value=value if type_ is EntryType.SUCCEEDED else None,
+        recorded_at_ms=1_767_225_600_000,
+        lease_expires_at_ms=1_767_225_660_000 if started else None,
+    )
 
 
 def plain_steps_agent(

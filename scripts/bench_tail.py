@@ -27,6 +27,7 @@ from bench_common import (  # sets sys.path and a safe AWS environment, before a
     Table,
     _runtime,
     plain_steps_agent,
+    step_entry,
 )
 from moto import mock_aws
 
@@ -34,7 +35,7 @@ from durable_agents import OutcomeKind
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.item_size import item_size
 from durable_agents.local.template import create_journal_table
-from durable_agents.models import Entry, EntryType, OpKind, RunHeader, RunStatus
+from durable_agents.models import EntryType, RunHeader, RunStatus
 
 START, END = "<!-- bench:tail:start -->", "<!-- bench:tail:end -->"
 RUN = "bench-tail"
@@ -42,18 +43,7 @@ RUN = "bench-tail"
 
 def _step(writer: DynamoDBJournal, position: int, value: str) -> None:
     for type_ in (EntryType.STARTED, EntryType.SUCCEEDED):
-        entry = Entry(
-            run_id=RUN,
-            position=f"{position:08d}",
-            op_id=f"{RUN}:s:{position}",
-            kind=OpKind.STEP,
-            name="s",
-            type=type_,
-            attempt=1 if type_ is EntryType.STARTED else 0,
-            value=value if type_ is EntryType.SUCCEEDED else None,
-            recorded_at_ms=1_767_225_600_000,
-            lease_expires_at_ms=1_767_225_660_000 if type_ is EntryType.STARTED else None,
-        )
+        entry = step_entry(RUN, position, type_, value)
         writer.commit(RUN, [entry])
 
 

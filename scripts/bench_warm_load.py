@@ -19,13 +19,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import bench_common  # noqa: F401  (sets sys.path and a safe AWS environment)
+import bench_common
 
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.dynamodb_items import ItemCodec
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import Entry, EntryType, OpKind, RunHeader, RunStatus
+from durable_agents.models import EntryType, RunHeader, RunStatus
 
 RUN = "bench-warm"
 
@@ -58,20 +58,6 @@ class StubTable:
         return {"Items": list(self.items)}
 
 
-def _entry(position: int, type_: EntryType) -> Entry:
-    return Entry(
-        run_id=RUN,
-        position=f"{position:08d}",
-        op_id=f"{RUN}:s:{position}",
-        kind=OpKind.STEP,
-        name="s",
-        type=type_,
-        attempt=1 if type_ is EntryType.STARTED else 0,
-        value='"v"' if type_ is EntryType.SUCCEEDED else None,
-        recorded_at_ms=1_767_225_600_000,
-    )
-
-
 class _Writer:
     """Adds steps to either journal: the in-memory one by commits, the stub by its items."""
 
@@ -85,7 +71,7 @@ class _Writer:
 
     def step(self, position: int) -> None:
         for type_ in (EntryType.STARTED, EntryType.SUCCEEDED):
-            entry = _entry(position, type_)
+            entry = bench_common.step_entry(RUN, position, type_)
             if self.table is None:
                 self.store.commit(RUN, [entry])
             else:
