@@ -44,6 +44,7 @@ __all__ = [
     "AgentThread",
     "CarrierKind",
     "ParkedRunAbandonedError",
+    "check_carrier",
     "default_carrier",
     "live_agents",
     "new_carrier",
@@ -99,13 +100,24 @@ def new_carrier(kind: CarrierKind, run_id: str, call: Callable[[], Any]) -> Agen
     Raises:
         ValueError: If ``kind`` is not a carrier, or is ``greenlet`` and the package is missing.
     """
-    if kind == "greenlet":
-        if _greenlet is None:
-            raise ValueError("the greenlet carrier needs the greenlet package")
-        return AgentGreenlet(run_id, call)
-    if kind == "thread":
-        return AgentThread(run_id, call)
-    raise ValueError(f"unknown carrier {kind!r}; one of {', '.join(CARRIERS)}")
+    return (
+        AgentGreenlet(run_id, call)
+        if check_carrier(kind) == "greenlet"
+        else AgentThread(run_id, call)
+    )
+
+
+def check_carrier(kind: str) -> CarrierKind:
+    """``kind``, if it is a carrier this process can use.
+
+    Raises:
+        ValueError: If it is not a carrier, or is ``greenlet`` and the package is missing.
+    """
+    if kind == "greenlet" and _greenlet is None:
+        raise ValueError("the greenlet carrier needs the greenlet package")
+    if kind not in CARRIERS:
+        raise ValueError(f"unknown carrier {kind!r}; one of {', '.join(CARRIERS)}")
+    return kind
 
 
 def live_agents() -> list[AgentGreenlet | AgentThread]:

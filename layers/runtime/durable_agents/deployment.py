@@ -15,7 +15,7 @@ from durable_agents.agent import (
     AgentRegistry,
     default_registry,
 )
-from durable_agents.agent_carriers import CARRIERS, CarrierKind, default_carrier
+from durable_agents.agent_carriers import CARRIERS, CarrierKind, check_carrier, default_carrier
 from durable_agents.clock import Clock
 from durable_agents.errors import ConfigurationError
 from durable_agents.events import EventBridgePublisher
@@ -106,9 +106,12 @@ class Settings:
             raise ConfigurationError("STICKY_RUNS must be an integer") from exc
         if sticky_runs < 0:
             raise ConfigurationError("STICKY_RUNS must be 0 (off) or more")
-        sticky_carrier = env.get("STICKY_CARRIER") or default_carrier()
-        if sticky_carrier not in CARRIERS:
-            raise ConfigurationError(f"STICKY_CARRIER must be one of {', '.join(CARRIERS)}")
+        try:
+            sticky_carrier = check_carrier(env.get("STICKY_CARRIER") or default_carrier())
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"STICKY_CARRIER must be one of {', '.join(CARRIERS)}"
+            ) from exc
         return cls(
             journal_table=env["JOURNAL_TABLE"],
             event_bus_name=env["EVENT_BUS_NAME"],

@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from durable_agents.agent_carriers import (
-    CARRIERS,
     AgentCarrier,
     AgentThread,
     CarrierKind,
     ParkedRunAbandonedError,
+    check_carrier,
     default_carrier,
     new_carrier,
 )
@@ -181,9 +181,10 @@ class StickyRuns:
         if capacity < 0:
             raise ValueError("capacity must be >= 0")
         self.capacity = capacity
-        self.carrier: CarrierKind = default_carrier() if carrier is None else carrier
-        if self.carrier not in CARRIERS or (self.carrier != default_carrier() == "thread"):
-            raise ValueError(f"carrier {self.carrier!r} is not available here")
+        try:
+            self.carrier = check_carrier(default_carrier() if carrier is None else carrier)
+        except ValueError as exc:
+            raise ValueError(f"carrier {carrier!r} is not available here: {exc}") from exc
         self._parked: OrderedDict[str, ParkedRun] = OrderedDict()
         self._lock = threading.Lock()
         self.resumed = 0
