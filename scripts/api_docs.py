@@ -29,6 +29,7 @@ MODULES = (
     "durable_agents",
     "durable_agents.context_scope",
     "durable_agents.context_waits",
+    "durable_agents.context_values",
     "durable_agents.testing",
     "durable_agents.llm",
     "durable_agents.llm.loop",

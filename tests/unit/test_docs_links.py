@@ -38,6 +38,10 @@ def test_reference_documents_every_export(reference: Path) -> None:
     for operation in ("wait", "create_callback", "wait_for_callback", "wait_for_condition"):
         assert f"WaitOperations.{operation}" in waits.ids
         assert f"durable_agents/context_waits.html#WaitOperations.{operation}" in root_page.links
+    values = api_docs._html(reference / "durable_agents" / "context_values.html")
+    for operation in ("now", "uuid", "random", "memory", "prompt", "model_config"):
+        assert f"ValueOperations.{operation}" in values.ids
+        assert f"durable_agents/context_values.html#ValueOperations.{operation}" in root_page.links
     assert (reference / "index.html").exists()
     for module in api_docs.MODULES:
         assert (reference / f"{module.replace('.', '/')}.html").exists(), module

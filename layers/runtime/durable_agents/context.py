@@ -1,30 +1,28 @@
 """``DurableContext``: what an agent function uses to do anything non-deterministic.
 
-The class is assembled from three modules: the replay plumbing (positions, operation ids,
+The class is assembled from four modules: the replay plumbing (positions, operation ids,
 divergence checks) in ``durable_agents.context_scope``, the waits (timers, polling, approvals,
-callbacks) in ``durable_agents.context_waits``, and the operations that do work (steps, tools,
-events, model calls, sub-agents, batches, child contexts, time and randomness) here.
+callbacks) in ``durable_agents.context_waits``, the run's values (time, randomness, memory,
+pinned prompts and model configurations) in ``durable_agents.context_values``, and the
+operations that do work (steps, tools, events, model calls, sub-agents, batches, child
+contexts, continue-as-new) here.
 """
 
 from __future__ import annotations
 
-import random as _random
-import uuid as _uuid
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
 
 from durable_agents.agent import AgentDefinition
 from durable_agents.context_scope import replays_step
+from durable_agents.context_values import ValueOperations
 from durable_agents.context_waits import WaitOperations
-from durable_agents.errors import DurableError
 from durable_agents.fingerprints import NO_ARGS, Fingerprint
 from durable_agents.ids import check_name, format_position, name_of
 from durable_agents.llm.types import LlmRequest, LlmResponse, ModelConfig
 from durable_agents.models import OpKind
 from durable_agents.operations.parallel import BatchResult, CompletionPolicy
 from durable_agents.operations.step import return_hint, run_step
-from durable_agents.prompts import Prompt, pinned_for_run
 from durable_agents.replay_index import NOT_DECODED
 from durable_agents.retry import RetryPolicy
 from durable_agents.semantics import StepSemantics
@@ -32,16 +30,15 @@ from durable_agents.serde import SerdesSpec, as_serdes, replay_value
 from durable_agents.side_effects.tools import Tool, ToolNotApprovedError
 
 if TYPE_CHECKING:
-    from durable_agents.memory.ops import Memory
+    pass
 
 T = TypeVar("T")
 
 _STEP = OpKind.STEP
 _STEP_TEXT = str(_STEP)
-_UUID_NAMESPACE = _uuid.UUID("6f1d7a52-8d1c-4d8e-9a57-1f0f4f6b2c11")
 
 
-class DurableContext(WaitOperations):
+class DurableContext(WaitOperations, ValueOperations):
     """The handle an agent function receives. Each operation is recorded once and replayed.
 
     Operation ids are derived from the run and the position in the code path:
@@ -427,75 +424,6 @@ class DurableContext(WaitOperations):
         from durable_agents.generations import run_continue_as_new  # noqa: PLC0415
 
         run_continue_as_new(self, input_value, self._pos_prefix)
-
-    def now(self) -> datetime:
-        """Returns the current time (UTC), recorded on first execution and replayed after.
-
-        Raises:
-            ReplayDivergedError: If the journal recorded another operation at this position.
-        """
-        from durable_agents.operations.now import run_now  # noqa: PLC0415
-
-        return run_now(self)
-
-    @property
-    def memory(self) -> Memory:
-        """The run's tenant's long-term memory, default scope (``docs/memory.md``).
-
-        ``ctx.memory.scope("user:alice")`` is another scope of the same tenant. Reads are
-        recorded (a replay sees what the first execution saw); writes happen once per position.
-
-        Raises:
-            ValueError: If the run's tenant is not a valid tenant name.
-        """
-        from durable_agents.memory.ops import Memory  # noqa: PLC0415 - avoid a cycle
-
-        return Memory(self)
-
-    def prompt(self, name: str) -> Prompt:
-        """Returns exactly the version of prompt ``name`` this run pinned when it started.
-
-        Newer versions registered since (a redeploy during a three-day approval) do not
-        change what a running run sees; ``docs/versions.md``.
-
-        Raises:
-            NotPinnedError: If the run did not pin it (the run pauses for a person).
-        """
-        found = self._pinned("prompt", name)
-        assert isinstance(found, Prompt)
-        return found
-
-    def model_config(self, name: str) -> ModelConfig:
-        """Returns exactly the model configuration ``name`` this run pinned when it started.
-
-        Raises:
-            NotPinnedError: If the run did not pin it (the run pauses for a person).
-        """
-        found = self._pinned("model_config", name)
-        assert isinstance(found, ModelConfig)
-        return found
-
-    def _pinned(self, what: str, name: str) -> Prompt | ModelConfig:
-        inv = self._inv
-        try:
-            return pinned_for_run(
-                inv.registry.prompts, inv.header.agent, inv.header.versions, what, name
-            )
-        except DurableError as exc:
-            # Not the agent's error to handle: a version question for a person, like a
-            # divergence (agent code cannot catch its way past it).
-            inv.fault = exc
-            raise
-
-    def uuid(self) -> _uuid.UUID:
-        """Returns a UUID that is the same on every replay (derived from the position)."""
-        self._n_uuid += 1
-        return _uuid.uuid5(_UUID_NAMESPACE, f"{self._id_prefix}uuid:{self._n_uuid}")
-
-    def random(self) -> float:
-        """Returns a float in [0, 1) that is the same on every replay (seeded by position)."""
-        self._n_random += 1
-        return _random.Random(f"{self._id_prefix}random:{self._n_random}").random()
 
 
 def _flat(nesting: str) -> bool:
