@@ -225,9 +225,10 @@ def test_on_dynamodb_every_item_and_payload_carries_the_ttl(
     finish(journal, "run-1")
     client = boto3.client("dynamodb", region_name="us-east-1")
     owned = [i for i in _items(client) if "run-1" in str(i)]
-    # Header, 3 entries, a side effect, the wait record, the idempotency key.
-    assert len(owned) == 7
-    assert [i["sk"]["S"] for i in owned if "ttl" in i] == ["#RUN"]  # the finishing write
+    # Header, its echo, 3 entries, a side effect, the wait record, the idempotency key.
+    assert len(owned) == 8
+    # The finishing write's; the header echo's own (it outlives its last write by 30 days).
+    assert [i["sk"]["S"] for i in owned if "ttl" in i] == ["#RUN", "J$RUN"]
     stamped = journal.stamp_expiry("run-1", FINISH)
     ttl = str(FINISH // 1000 + 7 * DAY_S)
     assert {i["sk"]["S"]: i.get("ttl", {}).get("N") for i in _items(client)} == {
@@ -238,10 +239,11 @@ def test_on_dynamodb_every_item_and_payload_carries_the_ttl(
         "S#00000003": ttl,
         "#WAIT": ttl,
         "#IDEM": ttl,
+        "J$RUN": ttl,
     }
     s3 = boto3.client("s3", region_name="us-east-1")
     objects = s3.list_objects_v2(Bucket="payloads", Prefix="runs/run-1/")["Contents"]
     assert len(objects) == 1
     tags = s3.get_object_tagging(Bucket="payloads", Key=objects[0]["Key"])["TagSet"]
     assert tags == [{"Key": "retention-days", "Value": "14"}]  # 7 days kept + its life
-    assert stamped == 7  # 6 items and 1 spilled payload
+    assert stamped == 8  # 7 items (the echo included) and 1 spilled payload

@@ -24,16 +24,19 @@ from botocore.exceptions import ReadTimeoutError
 from moto import mock_aws
 
 from durable_agents import AgentRegistry, DurableContext, OutcomeKind, Runtime, SkipClock, agent
+from durable_agents.cancellation import request_stop
 from durable_agents.errors import InfrastructureError
+from durable_agents.events import CollectingPublisher
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.local.template import create_journal_table
-from durable_agents.models import EntryType, ErrorInfo, RunStatus
+from durable_agents.models import EntryType, ErrorInfo, RunChange, RunStatus
 from durable_agents.replay_index import group_entries
 from tests.conftest import TEMPLATE
 from tests.reliability.boto_faults import Injector
 
 pytestmark = pytest.mark.reliability
 
+_RUNNING = frozenset({RunStatus.RUNNING})
 ONE_TRY = Config(retries={"total_max_attempts": 1, "mode": "standard"})
 registry = AgentRegistry()
 calls: Counter[str] = Counter()
@@ -143,6 +146,12 @@ def test_a_fault_in_a_warm_load_aborts_the_invocation_and_nothing_runs_twice(
     header, _ = a.start_run("tail-steps", 6)
     for _ in range(3):
         a.execute(header.run_id, budget=1, remaining_ms=5_000)  # warms a's cache
+    if operation == "GetItem":
+        # A warm load reads the header only when its echo moved (ADR 0019): another
+        # container changes it (a change that alters nothing the run does).
+        b: Runtime = stack["b"]
+        now = stack["clock"].now_ms()
+        b.store.commit(header.run_id, [], RunChange(_RUNNING, RunStatus.RUNNING, now))
     stack["injector"].fail(operation, kind)
     with pytest.raises(InfrastructureError):
         a.execute(header.run_id, budget=1, remaining_ms=5_000)
@@ -281,3 +290,46 @@ def test_parallel_branches_written_by_two_containers(stack: dict[str, Any]) -> N
     assert all(n == 1 for n in calls.values()) and len(calls) == 6, calls
     for runtime in (a, b):
         _check_warm_equals_whole(runtime, header.run_id)
+
+
+# -- the header echo (ADR 0019): the tail alone is read while the header kept is current ----
+
+
+def test_a_stop_another_container_records_is_seen_by_a_warm_cache(stack: dict[str, Any]) -> None:
+    a: Runtime = stack["a"]
+    b: Runtime = stack["b"]
+    header, _ = a.start_run("tail-steps", 6)
+    for _ in range(3):
+        a.execute(header.run_id, budget=1, remaining_ms=5_000)  # a trusts its header's echo
+    # The Api (another process) records a stop: only the header and its echo change.
+    request_stop(
+        b.store, stack["clock"], CollectingPublisher(), header.run_id,
+        mode="cancel", reason="enough", by="user:ops",
+    )  # fmt: skip
+
+    final = _drive([a], header.run_id, stack["clock"])
+
+    assert final.status is RunStatus.CANCELLED, final
+    assert len(calls) < 6, "a step ran after the stop was recorded"
+    assert all(n == 1 for n in calls.values()), calls
+    _check_warm_equals_whole(a, header.run_id)
+
+
+@pytest.mark.parametrize("kind", ["throttling", "timeout"])
+def test_a_finish_that_fails_after_its_echo_landed_is_finished_again(
+    stack: dict[str, Any], kind: str
+) -> None:
+    a: Runtime = stack["a"]
+    header, _ = a.start_run("tail-steps", 4)
+    for _ in range(3):
+        a.execute(header.run_id, budget=1, remaining_ms=5_000)  # 3 steps; the 4th finishes
+    # The finish writes the echo (PutItem), then the header (UpdateItem), which fails: the
+    # echo holds a token no header has; the next invocation must not trust its old header.
+    stack["injector"].fail("UpdateItem", kind)
+
+    final = _drive([a, stack["b"]], header.run_id, stack["clock"])
+
+    assert stack["injector"].fired[kind] == 1, "the fault never fired: the case tests nothing"
+    assert final.status is RunStatus.SUCCEEDED and final.result == "6"
+    assert all(n == 1 for n in calls.values()) and len(calls) == 4, calls
+    _check_warm_equals_whole(a, header.run_id)

@@ -123,23 +123,24 @@ def test_each_plain_step_costs_one_query_two_writes_one_event(stack: Stack) -> N
     for counts in per_invocation[:-1]:
         assert counts == STEP
         assert writes(counts) <= 2
-    # The last step's invocation also finishes the run: one UpdateItem of the header, and the
-    # Run Finished event instead of Step Ready.
-    assert per_invocation[-1] == {**STEP, "UpdateItem": 1}
+    # The last step's invocation also finishes the run: one UpdateItem of the header after the
+    # PutItem of its echo (ADR 0019), and the Run Finished event instead of Step Ready.
+    assert per_invocation[-1] == {**STEP, "PutItem": 3, "UpdateItem": 1}
 
 
 def test_run_fixed_costs(stack: Stack) -> None:
     runtime = stack.runtime(steps_agent(0))
 
     header, _ = runtime.start_run("counted", 0)
-    assert stack.counter.take() == {"PutItem": 1, "PutEvents": 1}
+    # The header, then its echo (ADR 0019).
+    assert stack.counter.take() == {"PutItem": 2, "PutEvents": 1}
 
     runtime.start_run("counted", 0, idempotency_key="k1")
-    assert stack.counter.take() == {"TransactWriteItems": 1, "PutEvents": 1}
+    assert stack.counter.take() == {"TransactWriteItems": 1, "PutItem": 1, "PutEvents": 1}
 
     # A run without steps: the invocation reads the journal and records the result.
     assert drive_faithful(runtime, header.run_id, stack.counter) == [
-        {"Query": 1, "UpdateItem": 1, "PutEvents": 1}
+        {"Query": 1, "PutItem": 1, "UpdateItem": 1, "PutEvents": 1}
     ]
 
 
@@ -152,9 +153,10 @@ def test_whole_run_totals(stack: Stack) -> None:
     for counts in drive_faithful(runtime, header.run_id, stack.counter):
         total.update(counts)
 
-    # start + 2 writes, 1 Query and 1 event per step + finish; no GetItem, nothing else.
+    # start (header and echo) + 2 writes, 1 Query and 1 event per step + finish (echo and
+    # header); no GetItem, nothing else.
     assert dict(total) == {
-        "PutItem": 1 + 2 * steps,
+        "PutItem": 2 + 2 * steps + 1,
         "Query": steps,
         "UpdateItem": 1,
         "PutEvents": 1 + steps,
@@ -172,7 +174,7 @@ def test_continuous_invocation_reads_once_and_publishes_once(stack: Stack) -> No
     assert outcome.kind is OutcomeKind.SUCCEEDED
     assert stack.counter.take() == {
         "Query": 1,
-        "PutItem": 2 * steps,
+        "PutItem": 2 * steps + 1,  # and the echo of the finish
         "UpdateItem": 1,
         "PutEvents": 1,
     }
@@ -200,9 +202,10 @@ def test_cold_loads_take_a_second_query_page_once_the_journal_passes_1_mb(stack:
     assert all(counts["PutEvents"] == 1 for counts in per_invocation)
 
 
-def test_warm_invocations_read_header_and_tail_once_the_journal_passes_8_kb(stack: Stack) -> None:
-    # ADR 0015: past about 8 KB of journal, a warm container reads the header (GetItem) and
-    # the journal's tail (one Query) instead of the whole partition, whatever its length.
+def test_warm_invocations_read_only_the_tail_once_the_journal_passes_8_kb(stack: Stack) -> None:
+    # ADR 0015: past about 8 KB of journal, a warm container reads the journal's tail (one
+    # Query) instead of the whole partition, whatever its length; the header echo in that
+    # tail says the header it keeps is current (ADR 0019), so no GetItem of the header.
     value = "x" * 300_000
     runtime = stack.runtime(steps_agent(6, value))
     header, _ = runtime.start_run("counted", 0)
@@ -212,9 +215,9 @@ def test_warm_invocations_read_header_and_tail_once_the_journal_passes_8_kb(stac
 
     # The first invocation of the run in this process reads it whole (1 Query, the header in
     # it), and so does the second (what it read then was under 8 KB: a whole read was as
-    # cheap); every later one: 1 GetItem + 1 Query, even past 1 MB.
+    # cheap); every later one: 1 Query, even past 1 MB.
     reads = [(counts.get("GetItem", 0), counts["Query"]) for counts in per_invocation]
-    assert reads == [(0, 1), (0, 1)] + [(1, 1)] * 4
+    assert reads == [(0, 1)] * 6
     assert all(writes(counts) == 2 for counts in per_invocation[:-1])
     assert all(counts["PutEvents"] == 1 for counts in per_invocation)
 
@@ -233,13 +236,13 @@ PER_KIND: dict[str, tuple[dict[str, int], float, float, int]] = {
     "tool": ({"PutEvents": 1, "PutItem": 1, "Query": 1, "TransactWriteItems": 1}, 7, 1, 1),
     "wait": (
         {"CreateSchedule": 1, "GetItem": 1, "PutEvents": 1, "Query": 1, "TransactWriteItems": 2},
-        18,
+        22,  # the header echo rides in both transactions (ADR 0019)
         2,
         2,
     ),
     "approval": (
         {"GetItem": 1, "PutEvents": 2, "PutItem": 1, "Query": 1, "TransactWriteItems": 2},
-        24,
+        28,
         2,
         2,
     ),
@@ -247,12 +250,12 @@ PER_KIND: dict[str, tuple[dict[str, int], float, float, int]] = {
         {
             "GetItem": 2,
             "PutEvents": 1,
-            "PutItem": 3,
+            "PutItem": 4,  # the echo before the header's UpdateItem
             "Query": 1,
             "TransactWriteItems": 2,
             "UpdateItem": 1,
         },
-        25,
+        28,
         3,
         2,
     ),
@@ -260,12 +263,12 @@ PER_KIND: dict[str, tuple[dict[str, int], float, float, int]] = {
         {
             "GetItem": 1,
             "PutEvents": 2,
-            "PutItem": 1,
+            "PutItem": 3,  # the child's echo at its start and before its finish
             "Query": 2,
             "TransactWriteItems": 2,
             "UpdateItem": 1,
         },
-        25,  # the child run's header enters the start-time index (gsi4, ADR 0012) too
+        31,  # the child run's header enters the start-time index (gsi4, ADR 0012) too
         3,
         2,
     ),

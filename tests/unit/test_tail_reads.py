@@ -224,15 +224,16 @@ def warm_reads(client: Any, recorded: int) -> tuple[dict[str, int], float, int]:
 def test_a_warm_load_reads_the_same_whatever_the_journal_length(client: Any, recorded: int) -> None:
     requests, rru, bytes_in = warm_reads(client, recorded)
 
-    # The header's GetItem and one Query of the tail: 2 read units, a few hundred bytes, at 10
-    # steps (~40 KB of journal) as at 100 (~400 KB; a whole read: about 100 read units).
-    assert requests == {"GetItem": 1, "Query": 1}
-    assert rru == 2
+    # One Query of the tail, whose header echo says the header is unchanged (ADR 0019): 1 read
+    # unit, a few hundred bytes, at 10 steps (~40 KB of journal) as at 100 (~400 KB; a whole
+    # read: about 100 read units).
+    assert requests == {"Query": 1}
+    assert rru == 1
     assert bytes_in < 2_000
 
 
-def test_a_small_journal_is_read_whole(client: Any) -> None:
-    store = DynamoDBJournal(client, "journal")
+def test_a_small_journal_is_read_whole_unless_the_header_echo_is_trusted(client: Any) -> None:
+    store = DynamoDBJournal(client, "journal", header_echo_reads=False)
     start(store)
     steps(store, 1, 3)
     store.load(RUN)
@@ -240,9 +241,19 @@ def test_a_small_journal_is_read_whole(client: Any) -> None:
 
     snapshot = store.load(RUN)
 
-    # Under ~8 KB a whole read is one request and at most as many read units.
+    # Under ~8 KB a whole read is one request and at most as many read units as the header's
+    # GetItem and the tail's Query.
     assert snapshot.read is not None and not snapshot.read.warm
     assert snapshot.read.requests == 1
+
+    trusting = DynamoDBJournal(client, "journal")
+    trusting.load(RUN)
+    steps(store, 5, 1)
+    # With the echo, the tail alone: one request either way, and only the tail to decode.
+    snapshot = trusting.load(RUN)
+    assert snapshot.read is not None and snapshot.read.warm
+    assert snapshot.read.requests == 1
+    same(snapshot, cold(client))
 
 
 def test_read_tells_whether_the_journal_is_what_this_process_saw_or_wrote(client: Any) -> None:
@@ -384,8 +395,9 @@ def test_side_effect_records_below_the_tail_are_not_read_again(client: Any) -> N
 
     warm = a.load(RUN)
 
-    # Two ranges (entries from the tail, records from the tail): the settled record stays.
-    assert warm.read is not None and warm.read.warm and warm.read.requests == 3
+    # Two ranges (entries and the header echo from the tail, records from the tail): the
+    # settled record is not read again.
+    assert warm.read is not None and warm.read.warm and warm.read.requests == 2
     same(warm, cold(client))
 
 
@@ -595,5 +607,5 @@ def test_a_warm_load_inside_a_long_batch_skips_its_finished_branches(client: Any
     after = ledger.take()
 
     assert warm.read is not None and warm.read.warm
-    assert after.rru - before.rru == 2  # not the batch's 40 branches
+    assert after.rru - before.rru == 1  # the tail and the echo, not the batch's 40 branches
     same(warm, cold(client))

@@ -52,6 +52,10 @@ class Settings:
         sticky_carrier: ``STICKY_CARRIER``: what they park on, ``greenlet`` (the default:
             Lambda runs every invocation of a container on one thread) or ``thread`` (for a
             process whose invocations run on several threads, as local mode's consumers).
+        header_echo_reads: ``HEADER_ECHO_READS``: ``on`` (the default) or ``off``: whether a
+            warm load trusts the header echo and reads the journal's tail alone (ADR 0019).
+            ``off`` while functions from before header echoes may still change runs (an
+            upgrade: docs/operations.md).
         schedule_group: ``SCHEDULE_GROUP``: EventBridge Scheduler group for wait deadlines.
         scheduler_role_arn: ``SCHEDULER_ROLE_ARN``: the role Scheduler assumes.
         scheduler_target_arn: ``SCHEDULER_TARGET_ARN``: the Reconciler it invokes. The three
@@ -80,6 +84,7 @@ class Settings:
     memory_table: str | None = None
     sticky_runs: int = DEFAULT_STICKY_RUNS
     sticky_carrier: CarrierKind = field(default_factory=default_carrier)
+    header_echo_reads: bool = True
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -112,6 +117,9 @@ class Settings:
             raise ConfigurationError(
                 f"STICKY_CARRIER must be one of {', '.join(CARRIERS)}"
             ) from exc
+        echo_reads = (env.get("HEADER_ECHO_READS") or "on").strip().lower()
+        if echo_reads not in ("on", "off"):
+            raise ConfigurationError("HEADER_ECHO_READS must be on or off")
         return cls(
             journal_table=env["JOURNAL_TABLE"],
             event_bus_name=env["EVENT_BUS_NAME"],
@@ -128,6 +136,7 @@ class Settings:
             memory_table=env.get("MEMORY_TABLE") or None,
             sticky_runs=sticky_runs,
             sticky_carrier=sticky_carrier,
+            header_echo_reads=echo_reads == "on",
         )
 
 
@@ -264,7 +273,12 @@ def build_runtime(
         else None
     )
     dynamodb = session.client("dynamodb")
-    store = DynamoDBJournal(dynamodb, settings.journal_table, payloads=payloads)
+    store = DynamoDBJournal(
+        dynamodb,
+        settings.journal_table,
+        payloads=payloads,
+        header_echo_reads=settings.header_echo_reads,
+    )
     streams = (
         DynamoDBStreamCache(dynamodb, settings.stream_table, clock=clock)
         if (settings.stream_table)

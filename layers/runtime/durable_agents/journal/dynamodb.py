@@ -5,6 +5,8 @@ Layout (single table, see docs/adr/0001-journal-layout.md):
 * run header      pk=``RUN#<run_id>``  sk=``#RUN``      (the only item updated in place)
 * journal entry   pk=``RUN#<run_id>``  sk=``J#<position>|<suffix>``  (written once, never changed)
 * idempotency key pk=``IDEM#<agent>#<key>``  sk=``#IDEM``  (maps a client key to its run)
+* header echo     pk=``RUN#<run_id>``  sk=``J$RUN``  (the header's echo token, rewritten with
+  every header change: a warm load finds the header unchanged in its tail read, ADR 0019)
 
 ``#`` sorts before ``J``, so one Query returns the header first and then the entries in program
 order. GSI ``gsi1`` lists runs by status (``STATUS#<status>`` / ``<updated_at_ms>#<run_id>``);
@@ -18,6 +20,7 @@ are the ``dynamodb_listings`` mixin, and items are encoded by ``dynamodb_items``
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +32,7 @@ from durable_agents.errors import (
     EffectNotFoundError,
     EntryConflictError,
     IdempotencyConflictError,
+    InfrastructureError,
     RunNotFoundError,
     RunRevisionConflictError,
     RunStateConflictError,
@@ -48,6 +52,7 @@ from durable_agents.journal.dynamodb_loads import TailReader
 from durable_agents.journal.dynamodb_retention import DynamoDBRetention
 from durable_agents.journal.dynamodb_writes import NOT_EXISTS, effect_put, update_request, wait_put
 from durable_agents.journal.entry_cache import DecodedEntries
+from durable_agents.journal.header_echo import ECHO_ATTR, echo_put, new_token
 from durable_agents.journal.item_size import transaction_put_budget
 from durable_agents.journal.payloads import INLINE_LIMIT_BYTES, S3PayloadStore
 from durable_agents.journal.tail_cache import KnownRuns
@@ -62,6 +67,8 @@ from durable_agents.models import (
     WaitRecord,
 )
 
+logger = logging.getLogger(__name__)
+
 
 class DynamoDBJournal(DynamoDBRetention):
     """Journal backend on a DynamoDB table (the one ``template.yaml`` declares).
@@ -75,6 +82,9 @@ class DynamoDBJournal(DynamoDBRetention):
         tail_reads: How a run this process read before is loaded again (ADR 0015): None
             (default) reads the header and the journal's tail when that costs fewer read units
             than the whole partition; True always does (tests); False always reads it whole.
+        header_echo_reads: Whether those tail reads trust the header echo (``header_echo``,
+            ADR 0019) and skip reading the header while it is unchanged. Echoes are always
+            written; turn this off while writers from before echoes still change runs.
     """
 
     def __init__(
@@ -85,6 +95,7 @@ class DynamoDBJournal(DynamoDBRetention):
         payloads: S3PayloadStore | None = None,
         inline_limit_bytes: int = INLINE_LIMIT_BYTES,
         tail_reads: bool | None = None,
+        header_echo_reads: bool = True,
     ):
         # Throttling, 500s, timeouts and TransactionConflict abort the invocation
         # (InfrastructureError); only the protocol's own condition failures reach the code below.
@@ -94,7 +105,13 @@ class DynamoDBJournal(DynamoDBRetention):
         self._decoded = DecodedEntries()
         self._known = KnownRuns()
         self._reader = TailReader(
-            self._client, table_name, self._items, self._decoded, self._known, tail_reads
+            self._client,
+            table_name,
+            self._items,
+            self._decoded,
+            self._known,
+            tail_reads,
+            header_echo_reads,
         )
         # Runs seen past generation 0 (continue-as-new): their load skips the whole-partition
         # Query. A hint only: the header read decides which generation is read.
@@ -103,11 +120,35 @@ class DynamoDBJournal(DynamoDBRetention):
     # -- JournalStore ------------------------------------------------------------------------
 
     def _create_run(self, header: RunHeader) -> tuple[RunHeader, bool]:
+        token = new_token()
         header_put = {
             "TableName": self._table,
-            "Item": self._items.header_item(header),
+            "Item": {**self._items.header_item(header), ECHO_ATTR: {"S": token}},
             "ConditionExpression": NOT_EXISTS,
         }
+        created = self._put_header(header, header_put)
+        if created[1]:
+            # The echo after the header, and only where none is yet (header_echo): a run
+            # whose echo never lands is read the old way, header first.
+            self._start_echo(header.run_id, token, header.updated_at_ms)
+        return created
+
+    def _start_echo(self, run_id: str, token: str, at_ms: int) -> None:
+        try:
+            self._client.put_item(
+                **echo_put(self._table, run_id, token, at_ms, only_if_absent=True)
+            )
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            # A later change wrote the echo first (this Put came late): that one is current.
+        except InfrastructureError:
+            # The run exists (its header landed): failing its start now would make the caller
+            # start it again. Without an echo, every load reads its header (correct, one
+            # request more) until its first header change writes one.
+            logger.warning("run %s: its header echo was not written", run_id, exc_info=True)
+
+    def _put_header(self, header: RunHeader, header_put: dict[str, Any]) -> tuple[RunHeader, bool]:
         if header.idempotency_key is None:
             try:
                 self._client.put_item(**header_put)
@@ -168,6 +209,8 @@ class DynamoDBJournal(DynamoDBRetention):
             self._known.forget(run_id)
             raise
         self._known.wrote(run_id, entries, None if effect is None else effect.record)
+        if change is not None:
+            self._known.header_changed(run_id)
 
     def _write(
         self,
@@ -193,9 +236,14 @@ class DynamoDBJournal(DynamoDBRetention):
                     raise EntryConflictError(entries[0].sort_key, existing) from exc
                 raise
             return
+        token = new_token()
         if not entries and change is not None and effect is None and not waits:
+            update = update_request(self._table, self._items, run_id, change, token)
+            # The echo first (header_echo): until the header holds the same token, readers
+            # read the header; the other order would let them trust a changed one.
+            self._client.put_item(**echo_put(self._table, run_id, token, change.updated_at_ms))
             try:
-                self._client.update_item(**update_request(self._table, self._items, run_id, change))
+                self._client.update_item(**update)
             except ClientError as exc:
                 if error_code(exc) == "ConditionalCheckFailedException":
                     raise self._state_conflict(run_id, change) from exc
@@ -212,7 +260,8 @@ class DynamoDBJournal(DynamoDBRetention):
                 raise
             return
         budget = transaction_put_budget(
-            len(entries) + (effect is not None) + len(waits), with_update=change is not None
+            len(entries) + (effect is not None) + len(waits) + (change is not None),
+            with_update=change is not None,
         )
         items: list[dict[str, Any]] = [
             {
@@ -229,9 +278,12 @@ class DynamoDBJournal(DynamoDBRetention):
             items.append({"Put": effect_put(self._table, self._items, effect, budget)})
         items.extend({"Put": wait_put(self._table, self._items, w, budget)} for w in waits)
         if change is not None:
-            update = update_request(self._table, self._items, run_id, change)
+            update = update_request(self._table, self._items, run_id, change, token)
             update["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
             items.append({"Update": update})
+            # The header echo moves with the header, atomically (header_echo); it has no
+            # condition, so it is never a cancellation reason below.
+            items.append({"Put": echo_put(self._table, run_id, token, change.updated_at_ms)})
         try:
             self._client.transact_write_items(TransactItems=items)
         except ClientError as exc:

@@ -1,11 +1,13 @@
-"""Loading a run from the DynamoDB journal: the whole partition, or its header and tail.
+"""Loading a run from the DynamoDB journal: the whole partition, or its tail (and header).
 
-A process that read a run before (``KnownRuns``) reads, on the next load, the header (one
-consistent GetItem) and then only the part of the partition that can still change (one
-consistent Query from the bounds ``tail_cache.tail_bounds`` found, two when the run has
-side-effect records below them); the rest comes from what it read. See ADR 0015
-(docs/adr/0015-tail-journal-reads.md) for why that equals the partition in everything a
-reader decides on, and ``tail_cache`` for the bounds.
+A process that read a run before (``KnownRuns``) reads, on the next load, only the part of
+the partition that can still change (one consistent Query from the bounds
+``tail_cache.tail_bounds`` found, two when the run has side-effect records below them); the
+rest comes from what it read. See ADR 0015 (docs/adr/0015-tail-journal-reads.md) for why that
+equals the partition in everything a reader decides on, and ``tail_cache`` for the bounds.
+The tail's range holds the header echo (``header_echo``, ADR 0019): while it holds the token
+of the header this process keeps, that header is current and the Query is the only read.
+Otherwise the header is read (one consistent GetItem) and then the tail again.
 
 The header is read *before* the tail, as the single Query of a full load reads it before the
 entries: a change that lands in between (an approval's result and the header's resume, in one
@@ -24,11 +26,11 @@ from durable_agents.aws_faults import GuardedClient
 from durable_agents.errors import RunNotFoundError
 from durable_agents.journal.dynamodb_items import HEADER_SK, ItemCodec, pk
 from durable_agents.journal.entry_cache import DecodedEntries
+from durable_agents.journal.header_echo import HEADER_ECHO_SK, token_of
 from durable_agents.journal.item_size import item_size
 from durable_agents.journal.prefix_view import PrefixView, extend_view
 from durable_agents.journal.tail_cache import (
     EFFECTS_END,
-    ENTRIES_END,
     KnownRun,
     KnownRuns,
     tail_bounds,
@@ -47,6 +49,8 @@ class TailReader:
         known: What this process read of each run.
         tail_reads: None: read the tail when it is estimated cheaper; True: always (a run
             read before); False: never.
+        echo_reads: Whether a tail read trusts the header echo (False: every warm load reads
+            the header first, for a table that writers without echoes still change).
     """
 
     def __init__(
@@ -57,6 +61,7 @@ class TailReader:
         decoded: DecodedEntries,
         known: KnownRuns,
         tail_reads: bool | None = None,
+        echo_reads: bool = True,
     ):
         self._client = client
         self._table = table
@@ -64,6 +69,7 @@ class TailReader:
         self._decoded = decoded
         self._known = known
         self._tail_reads = tail_reads
+        self._echo_reads = echo_reads
 
     def load(self, run_id: str) -> RunSnapshot:
         """The run's header, entries and side-effect records (see the module docstring).
@@ -75,15 +81,30 @@ class TailReader:
         kept = self._known.peek(run_id)
         if kept is None or self._tail_reads is False:
             return self.full_load(run_id)
-        if self._tail_reads is None and not kept.tail_pays():
+        if self._tail_reads is None and not kept.tail_pays(self._echo_reads):
             return self.full_load(run_id)
-        header, header_bytes = self._header(run_id)
+        spent = 0
+        header_kept = kept.header if self._echo_reads and kept.echo is not None else None
+        if header_kept is not None and not header_kept.status.terminal:
+            # The header echo (``header_echo``): the tail Query alone, trusted while the echo
+            # still holds the token of the header this process keeps.
+            trusted = self._known.get(run_id, header_kept.created_at_ms)
+            if trusted is not None:
+                tail = self._tail_load(header_kept, kept.header_bytes, kept.echo, trusted, 0)
+                if tail is None:
+                    return self.full_load(run_id)
+                if isinstance(tail, RunSnapshot):
+                    return tail
+                # The header changed since (or the echo is not its): what was read may be
+                # older than the header now is, so read the header, then the tail again.
+                spent = tail
+        header, header_bytes, token = self._header(run_id)
         known = self._known.get(run_id, header.created_at_ms)
         # A finished run may be losing items to its expiry: read it whole (it is rarely read).
         if known is None or header.status.terminal:
             return self.full_load(run_id)
-        snapshot = self._tail_load(header, header_bytes, known)
-        return snapshot if snapshot is not None else self.full_load(run_id)
+        snapshot = self._tail_load(header, header_bytes, token, known, spent + 1)
+        return snapshot if isinstance(snapshot, RunSnapshot) else self.full_load(run_id)
 
     def full_load(self, run_id: str) -> RunSnapshot:
         """Reads the header and every entry with strongly consistent Query pages.
@@ -100,13 +121,17 @@ class TailReader:
         # The header sorts first (``#RUN``), so it is read before any entry. Without one (no
         # such run, or its header expired before its entries) nothing is kept.
         known: dict[str, Entry] | None = None
+        token = echo = None
         items, pages = self._query(run_id, None, None)
         for item in items:
             sk = item["sk"]["S"]
             if sk == HEADER_SK:
                 header = self._items.header_from_item(item)
                 header_bytes = item_size(item)
+                token = token_of(item)
                 known = self._decoded.run(run_id, header.created_at_ms)
+            elif sk == HEADER_ECHO_SK:
+                echo = token_of(item)
             elif sk.startswith("S#"):
                 effects.append(self._items.effect_from_item(item))
                 effect_bytes.append(effect_bytes[-1] + item_size(item))
@@ -128,28 +153,41 @@ class TailReader:
             header_bytes,
             PrefixView(entry_bytes),
             PrefixView(effect_bytes),
+            header,
+            token if echo == token else None,
         )
         unseen = self._known.put(run_id, state)
         read = JournalRead(False, header.revision, unseen, pages)
         return RunSnapshot(header, entries_view, effects_view, read)
 
     def _tail_load(
-        self, header: RunHeader, header_bytes: int, known: KnownRun
-    ) -> RunSnapshot | None:
-        """The run from ``known`` and a read of its tail; None if ``known`` proves out of date."""
+        self, header: RunHeader, header_bytes: int, token: str | None, known: KnownRun, spent: int
+    ) -> RunSnapshot | int | None:
+        """The run from ``known`` and a read of its tail.
+
+        ``header`` was read ``spent`` requests ago (0: it is the one ``known`` keeps, trusted
+        only if the tail's echo still holds ``token``).
+
+        Returns:
+            The snapshot; None if ``known`` proves out of date; with ``spent=0``, the number of
+            requests made if the echo does not hold ``token`` (nothing is kept of that read).
+        """
         run_id, bounds = header.run_id, known.bounds
         below = known.entries_below(bounds.entries_from)
         effects_below = known.effects_below(bounds.effects_from)
-        # One range when no side-effect record is kept below the bounds: the entries' tail and
-        # then every record (all of them from the bounds on). Otherwise two ranges, so that the
-        # records of settled calls are not read again.
+        # One range when no side-effect record is kept below the bounds: the entries' tail, the
+        # header echo and then every record (all of them from the bounds on). Otherwise two
+        # ranges, so that the records of settled calls are not read again.
         if effects_below == 0:
             items, pages = self._query(run_id, bounds.entries_from, EFFECTS_END)
         else:
-            items, pages = self._query(run_id, bounds.entries_from, ENTRIES_END)
+            items, pages = self._query(run_id, bounds.entries_from, HEADER_ECHO_SK)
             more, more_pages = self._query(run_id, bounds.effects_from, EFFECTS_END)
             items, pages = items + more, pages + more_pages
-        requests = 1 + pages  # the header's GetItem, then the Query pages
+        echo = next((token_of(i) for i in items if i["sk"]["S"] == HEADER_ECHO_SK), None)
+        if spent == 0 and echo != token:
+            return pages
+        requests = spent + pages
         decoded = self._decoded.run(run_id, header.created_at_ms)
         tail: _Read[Entry] = _Read()
         read_effects: _Read[SideEffectRecord] = _Read()
@@ -178,13 +216,15 @@ class TailReader:
             header_bytes,
             entry_bytes,
             effect_bytes,
+            header,
+            token if echo == token else None,
         )
         unseen = self._known.put(run_id, state, tail.keys, read_effects.items)
         read = JournalRead(True, header.revision, unseen, requests)
         return RunSnapshot(header, entries, effects, read)
 
-    def _header(self, run_id: str) -> tuple[RunHeader, int]:
-        """The run header (consistent GetItem) and its item's size."""
+    def _header(self, run_id: str) -> tuple[RunHeader, int, str | None]:
+        """The run header (consistent GetItem), its item's size and its echo token."""
         item = self._client.get_item(
             TableName=self._table,
             Key={"pk": pk(run_id), "sk": {"S": HEADER_SK}},
@@ -193,7 +233,7 @@ class TailReader:
         if item is None:
             self._known.forget(run_id)
             raise RunNotFoundError(run_id)
-        return self._items.header_from_item(item), item_size(item)
+        return self._items.header_from_item(item), item_size(item), token_of(item)
 
     def _entry(
         self, run_id: str, known: dict[str, Entry] | None, sk: str, item: dict[str, Any]

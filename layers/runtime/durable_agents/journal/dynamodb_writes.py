@@ -21,6 +21,7 @@ from durable_agents.journal.dynamodb_items import (
     tenant_sk,
     ts,
 )
+from durable_agents.journal.header_echo import ECHO_ATTR
 from durable_agents.journal.item_size import ITEM_BUDGET_BYTES
 from durable_agents.models import UNSET, EffectChange, RunChange, RunStatus, WaitChange
 from durable_agents.retention import DEFAULT_RETENTION_S
@@ -102,8 +103,13 @@ def conditional_put(
     return put
 
 
-def update_request(table: str, items: ItemCodec, run_id: str, change: RunChange) -> dict[str, Any]:
+def update_request(
+    table: str, items: ItemCodec, run_id: str, change: RunChange, echo_token: str | None = None
+) -> dict[str, Any]:
     """The conditional Update of a run header that applies ``change``.
+
+    ``echo_token`` is the header's new echo token (``header_echo``): the echo item written
+    with this change holds the same one.
 
     Raises:
         ItemTooLargeError: If a value must be spilled and no payload bucket is configured, or
@@ -116,6 +122,8 @@ def update_request(table: str, items: ItemCodec, run_id: str, change: RunChange)
         "gsi1sk": {"S": f"{ts(change.updated_at_ms)}#{run_id}"},
         "gsi3sk": {"S": tenant_sk(change.status, change.updated_at_ms, run_id)},
     }
+    if echo_token is not None:
+        sets[ECHO_ATTR] = {"S": echo_token}
     removes: list[str] = []
     if change.result is not UNSET:
         removes += ["result", "result_ref"]

@@ -23,7 +23,8 @@ every record under ``L``). Migration entries (``~m…``) sort after every
 operation, so they are always in the tail.
 
 Entries and side-effect records below those bounds are taken from the cache. The cache is a
-cache, never the truth: the header is read first on every load, and every write stays
+cache, never the truth: every load reads the header first, or finds it unchanged through the
+header echo the tail read returns (``header_echo``, ADR 0019), and every write stays
 conditional, so a missed item can only show up as a conflict (after which the run is read
 whole again).
 """
@@ -34,12 +35,12 @@ import bisect
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from durable_agents.ids import format_position
 from durable_agents.journal.prefix_view import PrefixView
 from durable_agents.migration_records import MIGRATION_POSITION_PREFIX
-from durable_agents.models import Entry, SideEffectRecord
+from durable_agents.models import Entry, RunHeader, SideEffectRecord
 
 DEFAULT_MAX_RUNS = 256
 """How many runs a process keeps the journal of (least recently loaded dropped first)."""
@@ -174,6 +175,10 @@ class KnownRun:
         header_bytes: The header item's size (DynamoDB's item-size rules).
         entry_bytes: ``entry_bytes[i]``: the size of the entry items ``entries[:i]``.
         effect_bytes: ``effect_bytes[i]``: the size of the record items ``effects[:i]``.
+        header: The run header as this process last read it (None: not kept).
+        echo: ``header``'s echo token when the read that returned it also found the echo item
+            holding it (``header_echo``): the next load may then trust ``header`` while the
+            echo still holds that token. None: the next load reads the header.
     """
 
     created_at_ms: int
@@ -185,14 +190,19 @@ class KnownRun:
     header_bytes: int
     entry_bytes: Sequence[int]
     effect_bytes: Sequence[int]
+    header: RunHeader | None = None
+    echo: str | None = None
 
-    def tail_pays(self) -> bool:
+    def tail_pays(self, echo_reads: bool = True) -> bool:
         """Whether a tail read is estimated to cost fewer read units than a whole read.
 
         A whole read is one Query of everything (one read unit per 4 KB, rounded up once);
-        a tail read is the header's GetItem and one or two Queries, each rounded up on its
-        own. The tail is estimated as large as the part of it this process holds now. A
-        journal under about 8 KB is read whole: one request, as cheap or cheaper.
+        a tail read is one or two Queries, each rounded up on its own, and the header's
+        GetItem unless the header echo is trusted (``echo``). The tail is estimated as large
+        as the part of it this process holds now. Without a trusted echo, a journal under
+        about 8 KB is read whole: one request, as cheap or cheaper; with one, the tail is
+        read whenever it costs no more (one request either way, and less to decode).
+        ``echo_reads``: whether the reader trusts echoes at all.
         """
         below = self.entries_below(self.bounds.entries_from)
         effects_below = self.effects_below(self.bounds.effects_from)
@@ -200,13 +210,13 @@ class KnownRun:
         whole = read_units(self.header_bytes + entries_total + effects_total)
         tail_entries = entries_total - self.entry_bytes[below]
         tail_effects = effects_total - self.effect_bytes[effects_below]
+        trusted = echo_reads and self.echo is not None
+        header = 0 if trusted else read_units(self.header_bytes)
         if effects_below == 0:
-            tail = read_units(self.header_bytes) + read_units(tail_entries + tail_effects)
+            tail = header + read_units(tail_entries + tail_effects)
         else:
-            tail = (
-                read_units(self.header_bytes) + read_units(tail_entries) + read_units(tail_effects)
-            )
-        return tail < whole
+            tail = header + read_units(tail_entries) + read_units(tail_effects)
+        return tail <= whole if trusted else tail < whole
 
     def entries_below(self, key: str) -> int:
         """How many of the entries sort below ``key``."""
@@ -322,6 +332,17 @@ class KnownRuns:
             seen.entry_keys.update(entry.sort_key for entry in entries)
             if effect is not None:
                 seen.effects[effect.sort_key] = effect
+
+    def header_changed(self, run_id: str) -> None:
+        """Notes that this process changed the run's header: the next load reads it first.
+
+        The header kept is the one before the change, and the echo now holds a token it does
+        not have: trying the tail alone would only find that out (a wasted Query).
+        """
+        with self._lock:
+            known = self._runs.get(run_id)
+            if known is not None and known.echo is not None:
+                self._runs[run_id] = replace(known, echo=None)
 
     def forget(self, run_id: str) -> None:
         """Drops a run: its next load reads the whole partition."""
