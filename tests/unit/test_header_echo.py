@@ -37,6 +37,22 @@ def requests(snapshot: RunSnapshot) -> int:
     return snapshot.read.requests
 
 
+def item_key(sk: str) -> dict[str, Any]:
+    return {"pk": {"S": f"RUN#{RUN}"}, "sk": {"S": sk}}
+
+
+def echo_item(client: Any) -> dict[str, Any]:
+    return dict(client.get_item(TableName="journal", Key=item_key(HEADER_ECHO_SK))["Item"])
+
+
+def edit_header(client: Any, expression: str, **values: Any) -> None:
+    """Changes the header as a writer from before echoes would (the echo untouched)."""
+    args: dict[str, Any] = {"ExpressionAttributeValues": values} if values else {}
+    client.update_item(
+        TableName="journal", Key=item_key(HEADER_SK), UpdateExpression=expression, **args
+    )
+
+
 def cancel_request(at_ms: int) -> RunChange:
     return RunChange(_RUNNING, RunStatus.RUNNING, at_ms, cancel_requested={"reason": "stop"})
 
@@ -105,13 +121,8 @@ def test_an_echo_whose_header_change_failed_is_never_trusted(client: Any) -> Non
 
 def test_a_run_from_before_echoes_is_read_header_first(client: Any) -> None:
     start(DynamoDBJournal(client, "journal"))
-    key = {"pk": {"S": f"RUN#{RUN}"}}
-    client.delete_item(TableName="journal", Key={**key, "sk": {"S": HEADER_ECHO_SK}})
-    client.update_item(
-        TableName="journal",
-        Key={**key, "sk": {"S": HEADER_SK}},
-        UpdateExpression="REMOVE echo",
-    )
+    client.delete_item(TableName="journal", Key=item_key(HEADER_ECHO_SK))
+    edit_header(client, "REMOVE echo")
     store = warm(client)
     steps(store, 1, 1)
 
@@ -124,32 +135,50 @@ def test_a_run_from_before_echoes_is_read_header_first(client: Any) -> None:
 def test_a_late_start_echo_never_overwrites_a_later_one(client: Any) -> None:
     start(DynamoDBJournal(client, "journal"))
     DynamoDBJournal(client, "journal").commit(RUN, [], cancel_request(7))
-    current = client.get_item(
-        TableName="journal", Key={"pk": {"S": f"RUN#{RUN}"}, "sk": {"S": HEADER_ECHO_SK}}
-    )["Item"]
+    current = echo_item(client)
     with pytest.raises(ClientError):  # what a delayed start's echo Put meets
         client.put_item(**echo_put("journal", RUN, new_token(), 1, only_if_absent=True))
-    after = client.get_item(
-        TableName="journal", Key={"pk": {"S": f"RUN#{RUN}"}, "sk": {"S": HEADER_ECHO_SK}}
-    )["Item"]
-    assert after == current
+    assert echo_item(client) == current
 
 
 def test_with_echo_reads_off_every_warm_load_reads_the_header(client: Any) -> None:
     start(DynamoDBJournal(client, "journal"))
     store = warm(client, header_echo_reads=False)
     # A writer from before echoes: changes the header, not the echo.
-    client.update_item(
-        TableName="journal",
-        Key={"pk": {"S": f"RUN#{RUN}"}, "sk": {"S": HEADER_SK}},
-        UpdateExpression="SET cancel_requested = :c, revision = revision + :one",
-        ExpressionAttributeValues={":c": {"S": '{"reason": "old"}'}, ":one": {"N": "1"}},
+    edit_header(
+        client,
+        "SET cancel_requested = :c, revision = revision + :one",
+        **{":c": {"S": '{"reason": "old"}'}, ":one": {"N": "1"}},
     )
 
     snapshot = store.load(RUN)
 
     assert requests(snapshot) == 2
     assert snapshot.header.cancel_requested == {"reason": "old"}
+    same(snapshot, cold(client))
+
+
+def test_a_small_journal_is_read_whole_unless_the_header_echo_is_trusted(client: Any) -> None:
+    store = DynamoDBJournal(client, "journal", header_echo_reads=False)
+    start(store)
+    steps(store, 1, 3)
+    store.load(RUN)
+    steps(store, 4, 1)
+
+    snapshot = store.load(RUN)
+
+    # Under ~8 KB a whole read is one request and at most as many read units as the header's
+    # GetItem and the tail's Query.
+    assert snapshot.read is not None and not snapshot.read.warm
+    assert snapshot.read.requests == 1
+
+    trusting = DynamoDBJournal(client, "journal")
+    trusting.load(RUN)
+    steps(store, 5, 1)
+    # With the echo, the tail alone: one request either way, and only the tail to decode.
+    snapshot = trusting.load(RUN)
+    assert snapshot.read is not None and snapshot.read.warm
+    assert snapshot.read.requests == 1
     same(snapshot, cold(client))
 
 

@@ -232,30 +232,6 @@ def test_a_warm_load_reads_the_same_whatever_the_journal_length(client: Any, rec
     assert bytes_in < 2_000
 
 
-def test_a_small_journal_is_read_whole_unless_the_header_echo_is_trusted(client: Any) -> None:
-    store = DynamoDBJournal(client, "journal", header_echo_reads=False)
-    start(store)
-    steps(store, 1, 3)
-    store.load(RUN)
-    steps(store, 4, 1)
-
-    snapshot = store.load(RUN)
-
-    # Under ~8 KB a whole read is one request and at most as many read units as the header's
-    # GetItem and the tail's Query.
-    assert snapshot.read is not None and not snapshot.read.warm
-    assert snapshot.read.requests == 1
-
-    trusting = DynamoDBJournal(client, "journal")
-    trusting.load(RUN)
-    steps(store, 5, 1)
-    # With the echo, the tail alone: one request either way, and only the tail to decode.
-    snapshot = trusting.load(RUN)
-    assert snapshot.read is not None and snapshot.read.warm
-    assert snapshot.read.requests == 1
-    same(snapshot, cold(client))
-
-
 def test_read_tells_whether_the_journal_is_what_this_process_saw_or_wrote(client: Any) -> None:
     a, b = journal(client), journal(client)
     start(a)
