@@ -35,6 +35,7 @@ from durable_agents.waits.links import (
 )
 from durable_agents.waits.principals import may_decide
 from tests.conftest import TEMPLATE
+from tests.unit.tampering import changed_in_the_middle
 
 ISSUER = "https://cognito-idp.us-east-1.amazonaws.com/us-east-1_TestPool"
 AUDIENCE = "app-client-1"
@@ -194,7 +195,7 @@ def test_a_tampered_or_foreign_signature_is_refused(keys: Keys, other_keys: Keys
     evil = b64(json.dumps(claims(clock, sub="sub-mallory")).encode())
     for bad in (
         f"{head}.{evil}.{signature}",  # payload changed
-        f"{head}.{payload}.{signature[:-4]}AAAA",  # signature changed
+        f"{head}.{payload}.{changed_in_the_middle(signature)}",  # signature changed
         f"{head}.{payload}.",  # no signature
         # signed by another key that claims this key's kid
         other_keys.sign(claims(clock), kid="key-1"),
@@ -391,7 +392,7 @@ def test_link_rejections() -> None:
     )
     cases = {
         f"{forged_payload}.{signature}": "does not match",
-        f"{payload}.{signature[:-2]}AA": "does not match",
+        f"{payload}.{changed_in_the_middle(signature)}": "does not match",
         f"{payload}.": "malformed",
         f"{payload}.{signature}.x": "malformed",
         payload: "malformed",
