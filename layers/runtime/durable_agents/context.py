@@ -18,7 +18,7 @@ from durable_agents.context_scope import replays_step
 from durable_agents.context_values import ValueOperations
 from durable_agents.context_waits import WaitOperations
 from durable_agents.fingerprints import NO_ARGS, Fingerprint
-from durable_agents.ids import check_name, format_position, name_of
+from durable_agents.ids import check_name, name_of
 from durable_agents.llm.types import LlmRequest, LlmResponse, ModelConfig
 from durable_agents.models import OpKind
 from durable_agents.operations.parallel import BatchResult, CompletionPolicy
@@ -33,9 +33,6 @@ if TYPE_CHECKING:
     pass
 
 T = TypeVar("T")
-
-_STEP = OpKind.STEP
-_STEP_TEXT = str(_STEP)
 
 
 class DurableContext(WaitOperations, ValueOperations):
@@ -104,11 +101,10 @@ class DurableContext(WaitOperations, ValueOperations):
         op_name = name_of(fn) if name is None else name if type(name) is str else check_name(name)
         inv = self._inv
         # Replay's common case, inlined (``replayed_record`` decides the same, a call away):
-        # a finished step at the next position, nothing else going on, its result returned.
-        # Every other case (a fault, a cancel, live, in a step, another record) goes on below.
-        if serdes is None and not (
-            inv.live or inv.in_step or inv.fault is not None or inv.stop is not None
-        ):
+        # a finished step at the next position, nothing else going on, no plugin to tell,
+        # its result returned. Every other case (a fault, a cancel, live, in a step, another
+        # record, a plugin that hears replays) goes on below.
+        if serdes is None and inv.replaying_quietly:
             counter = self._counter + 1
             plan = self._plan
             if plan is None:
@@ -122,11 +118,6 @@ class DurableContext(WaitOperations, ValueOperations):
                 (record.replays_as == op_name and not args) or replays_step(record, op_name, args)
             ):
                 self._counter = counter
-                observer = inv.observer
-                if observer is not None and observer.hears_replays:
-                    op_id = f"{self._id_prefix}{op_name}:{counter}"
-                    position = format_position(self._pos_prefix, counter)
-                    observer.operation(_STEP_TEXT, op_name, op_id, position, record)
                 if result_type is not None:
                     hint = result_type
                 else:  # as getattr(fn, "__annotations__", None), without a call

@@ -144,7 +144,7 @@ class OperationScope:
         ``next_operation``, which raises, records or goes live as it always did.
         """
         inv = self._inv
-        if inv.live or inv.fault is not None or inv.in_step or inv.stop is not None:
+        if not inv.replaying:
             return None
         counter = self._counter + 1
         prefix = self._pos_prefix

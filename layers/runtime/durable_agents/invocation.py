@@ -27,6 +27,7 @@ from durable_agents.models import (
     WaitChange,
 )
 from durable_agents.plugin_calls import InvocationObserver
+from durable_agents.replay_flags import ReplayFlags
 from durable_agents.replay_index import WARM_RECORDS, OpRecord
 from durable_agents.serde import decode, rebuild_error
 from durable_agents.time_limits import cap_wake
@@ -82,8 +83,11 @@ class Suspension:
     waiting_on: dict[str, Any]
 
 
-class Invocation:
+class Invocation(ReplayFlags):
     """One pass of an agent function over its journal.
+
+    ``live``, ``in_step``, ``fault`` and ``stop`` are ``ReplayFlags``'s properties: each
+    change recomputes ``replaying``, the one attribute replay's fast path reads.
 
     Attributes:
         live: False while the code is still replaying recorded operations; True from the first
@@ -114,6 +118,7 @@ class Invocation:
         deadline_ms: int | None = None,
         records: dict[str, OpRecord] | None = None,
     ):
+        super().__init__(quiet=observer is None or not observer.hears_replays)
         # With plugins, every write is reported to them once it landed (durable_agents.plugins).
         self.store = store if observer is None else observer.watch(store)
         self.observer = observer
@@ -151,10 +156,6 @@ class Invocation:
         self.hooks = hooks
         self.live = not self.records
         self.executed: list[str] = []
-        self.fault: BaseException | None = None
-        self.in_step = False
-        # A cooperative cancel's state (``durable_agents.cancellation.StopState``), if any.
-        self.stop: Any = None
         self._scopes: frozenset[str] | None = None
         # The time budget: no new operation starts after this (one always may). None: only
         # the operation count limits the invocation.
