@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
 from typing import Any
 
@@ -88,6 +89,25 @@ def test_a_sticky_run_resumes_every_invocation_and_records_the_same_journal() ->
     assert (stats.resumed, stats.abandoned, len(stats)) == (29, 0, 0)
     assert len(parked.outcomes) == len(plain.outcomes) == 30
     assert not _agent_threads()
+
+
+def test_a_sticky_invocation_leaves_no_reference_cycle_behind() -> None:
+    """Each invocation's parking signal is raised through the carrier's frames; were they to
+    keep it, its traceback would make a cycle holding everything those frames refer to (the
+    invocation's snapshot, outcome, span): garbage only the cycle collector frees. A run may
+    leave some (a thread carrier's own), but no more for more invocations."""
+    runner = AgentTestRunner(loop, mode="faithful", sticky=True)
+    runner.run(3)  # the first run of a process makes what every later one shares
+    cyclic: list[int] = []
+    for steps in (5, 30):
+        gc.collect()
+        gc.disable()
+        try:
+            assert runner.run(steps).status == "SUCCEEDED"
+            cyclic.append(gc.collect())
+        finally:
+            gc.enable()
+    assert cyclic[1] == cyclic[0]
 
 
 def _two_containers(journal: InMemoryJournal) -> tuple[Runtime, Runtime, CollectingPublisher]:

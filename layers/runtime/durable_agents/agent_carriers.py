@@ -185,7 +185,13 @@ class AgentGreenlet:
             return payload
         if kind == "parked":
             self.parked = True
-        raise payload
+        try:
+            raise payload
+        finally:
+            # Its traceback holds this frame: a local still holding it would make a cycle,
+            # and with it everything the invocation's frames refer to (snapshot, outcome,
+            # span) would wait for the cycle collector, once per invocation.
+            del payload, message
 
     def abandon(self, *, wait: bool = True) -> None:
         """Makes a parked agent unwind (nothing is written).
@@ -288,7 +294,10 @@ class AgentThread:
             return payload
         if kind == "parked":
             self.parked = True
-        raise payload
+        try:
+            raise payload
+        finally:
+            del payload  # no cycle through this frame (``AgentGreenlet.advance``)
 
     def park(self, signal: SuspendExecution) -> None:
         """Called on the agent's thread: hands ``signal`` to the runtime and waits.
