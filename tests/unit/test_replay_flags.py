@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from durable_agents import InMemoryJournal, SkipClock
-from durable_agents.invocation import Invocation
+from durable_agents.invocation import Invocation, InvocationHooks
 from durable_agents.models import RunHeader, RunSnapshot, RunStatus
 from durable_agents.replay_flags import ReplayFlags
 
@@ -37,8 +37,8 @@ def test_replaying_is_true_exactly_when_no_fact_stops_it(
     assert flags.replaying and flags.replaying_quietly is quiet
 
 
-def _invocation() -> Invocation:
-    header = RunHeader(
+def _header(revision: int = 0) -> RunHeader:
+    return RunHeader(
         run_id="r-1",
         agent="a",
         versions={},
@@ -47,9 +47,13 @@ def _invocation() -> Invocation:
         created_at_ms=0,
         updated_at_ms=0,
         input_hash="",
+        revision=revision,
     )
+
+
+def _invocation() -> Invocation:
     return Invocation(
-        InMemoryJournal(), RunSnapshot(header, [], []), clock=SkipClock(), budget=1, lease_ms=1
+        InMemoryJournal(), RunSnapshot(_header(), [], []), clock=SkipClock(), budget=1, lease_ms=1
     )
 
 
@@ -58,10 +62,50 @@ def test_a_new_invocation_without_records_is_live_so_it_does_not_replay() -> Non
     assert inv.live and not inv.replaying and not inv.replaying_quietly
 
 
-def test_a_parked_invocation_taken_over_is_live_and_out_of_any_step() -> None:
-    parked, fresh = _invocation(), _invocation()
-    parked.in_step = True
-    fresh.live = False  # as a fresh invocation of a run with records would be
-    assert fresh.replaying
-    parked.take_over(fresh)
+def test_a_renewed_invocation_holds_what_a_new_one_would_but_its_records() -> None:
+    """``renew`` (a parked agent going on) against ``Invocation(...)``: every attribute.
+
+    A new attribute of ``Invocation`` that ``renew`` does not set fails this test.
+    """
+    clock, store, hooks = SkipClock(), InMemoryJournal(), InvocationHooks()
+    services: dict[str, Any] = {
+        "clock": clock,
+        "credentials": object(),
+        "providers": {"p": object()},
+        "stream_sink": object(),
+        "registry": object(),
+        "wait_scheduler": object(),
+        "memory": object(),
+    }
+    new = Invocation(
+        store,
+        RunSnapshot(_header(revision=3), [], []),
+        budget=2,
+        lease_ms=500,
+        hooks=hooks,
+        deadline_ms=9_000,
+        **services,
+    )
+    parked = _invocation()
+    parked.in_step, parked.branches, parked.executed = True, ["00000001"], ["op"]
+    parked.budget, parked.park, parked.budget_ends_at_ms = 0, print, 5
+    parked.pending_events, parked.notifications = [object()], [(object(), object())]  # type: ignore[list-item]
+    parked.target, parked.lease_ms = "00000002", 1
+    parked.records = {"00000001": object()}  # type: ignore[dict-item]
+    kept = parked.records
+    parked.renew(
+        store,
+        _header(revision=3),
+        budget=2,
+        lease_ms=500,
+        hooks=hooks,
+        observer=None,
+        deadline_ms=9_000,
+        services=services,
+    )
+    assert parked.records is kept  # the agent's own, as it left them
+    renewed, fresh = vars(parked), vars(new)
+    assert set(renewed) == set(fresh)
+    differing = {key for key in fresh if key != "records" and renewed[key] != fresh[key]}
+    assert differing == set()
     assert parked.live and not parked.in_step and not parked.replaying

@@ -164,16 +164,47 @@ class Invocation(ReplayFlags):
         # budget ran out instead of unwinding it. None: unwind (``SuspendExecution``).
         self.park: Callable[[SuspendExecution], None] | None = None
 
-    def take_over(self, fresh: Invocation) -> None:
-        """Makes this (parked) invocation the new one: ``fresh``'s budget, lease, header, hooks.
+    def renew(
+        self,
+        store: Any,
+        header: RunHeader,
+        *,
+        budget: int | None,
+        lease_ms: int,
+        hooks: InvocationHooks,
+        observer: InvocationObserver | None,
+        deadline_ms: int,
+        services: dict[str, Any],
+    ) -> None:
+        """Makes this (parked) invocation the new one: its store, header, budget, lease, hooks.
 
-        A parked agent's operations hold this object, so it is renewed in place. What only
-        the agent's position says stays: it is at its frontier (live), outside any branch.
+        ``services`` are the runtime's parts an invocation holds, by attribute name
+        (``credentials``, ``providers``, …): as the runtime has them now.
+
+        A parked agent's operations hold this object, so it is renewed in place, to what
+        ``Invocation(store, snapshot, ...)`` would hold for the same arguments (a parked run
+        goes on only for a whole-run invocation without a cancel: no target, no stop). What
+        only the agent's position says stays: its records, and that it is at its frontier
+        (live), outside any branch and any step.
         """
-        self.__dict__.update(fresh.__dict__)
-        self.live = True
+        ReplayFlags.__init__(self, quiet=observer is None or not observer.hears_replays)
+        self.store = store if observer is None else observer.watch(store)
+        self.observer = observer
+        self.header = header
+        self.__dict__.update(services)
+        self.target = None
         self.branches = []
-        self.in_step = False
+        self.pending_events = []
+        self.notifications = []
+        self.budget = budget
+        self.lease_ms = lease_ms
+        self.deadline_ms = deadline_ms
+        self.hooks = hooks
+        self.executed = []
+        self._scopes = None
+        self.budget_ends_at_ms = None
+        self.park = None
+        self.live = True
 
     def scopes_with_records(self) -> frozenset[str]:
         """Every position that has at least one recorded operation nested below it.

@@ -8,6 +8,8 @@ per replayed operation. So they are properties here, and every change recomputes
 answer, ``replaying``, which the fast path reads as one attribute (reading four was a
 measurable part of replaying a long run). ``replaying_quietly`` adds that no plugin wants to
 hear of replayed operations: the inlined path in ``DurableContext.step`` tells nobody.
+A live invocation replays nothing whatever the other facts say, so only a change of
+``live`` recomputes the answer then (a step sets ``in_step`` twice at the frontier).
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ class ReplayFlags:
     @in_step.setter
     def in_step(self, value: bool) -> None:
         self._in_step = value
-        self._refresh()
+        if not self._live:  # live (where steps run), nothing replays whatever it says
+            self._refresh()
 
     @property
     def fault(self) -> BaseException | None:
@@ -66,7 +69,8 @@ class ReplayFlags:
     @fault.setter
     def fault(self, value: BaseException | None) -> None:
         self._fault = value
-        self._refresh()
+        if not self._live:
+            self._refresh()
 
     @property
     def stop(self) -> Any:
@@ -76,7 +80,8 @@ class ReplayFlags:
     @stop.setter
     def stop(self, value: Any) -> None:
         self._stop = value
-        self._refresh()
+        if not self._live:
+            self._refresh()
 
     def _refresh(self) -> None:
         replaying = not self._live and not self._in_step

@@ -326,26 +326,46 @@ class Runtime:
         going_on = (
             fitting if sticky and fitting is not None and fitting.thread.resumable() else None
         )
-        inv = Invocation(
-            tally or self.store,
-            snapshot,
-            clock=self.clock,
-            budget=budget,
-            lease_ms=lease_ms + LEASE_MARGIN_MS,
-            hooks=self.hooks if hooks is None else hooks,
-            credentials=self.credentials,
-            providers=self.providers,
-            stream_sink=self.stream_sink,
-            target=target,
-            registry=self.registry,
-            wait_scheduler=self.wait_scheduler,
-            memory=self.memory,
-            observer=span.observer(),
-            deadline_ms=span.deadline_ms,
-            # A parked agent that goes on keeps its records (no regrouping: ADR 0017).
-            records=None if going_on is None else going_on.invocation.records,
-        )
-        inv.stop = stop
+        observer, invocation_hooks = span.observer(), self.hooks if hooks is None else hooks
+        if going_on is not None:  # a parked agent goes on: its invocation is renewed
+            inv = going_on.invocation
+            inv.renew(
+                tally,
+                header,
+                budget=budget,
+                lease_ms=lease_ms + LEASE_MARGIN_MS,
+                hooks=invocation_hooks,
+                observer=observer,
+                deadline_ms=span.deadline_ms,
+                services={
+                    "clock": self.clock,
+                    "credentials": self.credentials,
+                    "providers": self.providers or {},
+                    "stream_sink": self.stream_sink,
+                    "registry": self.registry,
+                    "wait_scheduler": self.wait_scheduler,
+                    "memory": self.memory,
+                },
+            )
+        else:
+            inv = Invocation(
+                tally or self.store,
+                snapshot,
+                clock=self.clock,
+                budget=budget,
+                lease_ms=lease_ms + LEASE_MARGIN_MS,
+                hooks=invocation_hooks,
+                credentials=self.credentials,
+                providers=self.providers,
+                stream_sink=self.stream_sink,
+                target=target,
+                registry=self.registry,
+                wait_scheduler=self.wait_scheduler,
+                memory=self.memory,
+                observer=observer,
+                deadline_ms=span.deadline_ms,
+            )
+            inv.stop = stop
         inv.budget_ends_at_ms = budget_ends_at_ms
         if tally is not None:
             resume = going_on is not None
@@ -384,8 +404,7 @@ class Runtime:
             BaseException: Whatever ``_drive`` raises.
         """
         assert self.sticky is not None
-        if resume and parked is not None:
-            parked.invocation.take_over(fresh)
+        if resume and parked is not None:  # ``fresh`` is its invocation, renewed
             inv, ctx, agent = parked.invocation, parked.context, parked.thread
             self.sticky.resumed += 1
         else:
