@@ -105,7 +105,13 @@ class CollectingPublisher:
 
     def publish(self, events: Sequence[OutgoingEvent]) -> None:
         """Appends ``events`` (scrubbed of revealed secrets, as the bus publisher does)."""
-        scrubbed = [OutgoingEvent(e.detail_type, scrub_value(e.detail)) for e in events]
+        # An event nothing was masked in is kept as it is (most are: no secret was revealed).
+        scrubbed = [
+            e
+            if (detail := scrub_value(e.detail)) is e.detail
+            else OutgoingEvent(e.detail_type, detail)
+            for e in events
+        ]
         with self._lock:
             self.events.extend(scrubbed)
 
