@@ -47,6 +47,8 @@ class _CrashHooks(InvocationHooks):
         self.fired = 0
 
     def _maybe(self, point: CrashPoint, op_id: str) -> None:
+        if not self._crashes:  # the common case: four calls per operation, each for nothing
+            return
         name = op_id.rsplit("/", 1)[-1].split(":")[-2] if ":" in op_id else op_id
         for crash in self._crashes:
             if crash.point == point and crash.times > 0 and crash.operation in (op_id, name):
