@@ -13,8 +13,8 @@ Run ``python scripts/bench_invocations.py`` (part of ``make bench``). Two measur
   ``--budget`` seconds is not run (its prediction is shown).
 * **Requests and cost per run** of 100 plain steps on DynamoDB and EventBridge (moto, every
   request billed by ``bench_billing.Ledger``) with 1, 10 and 100 operations per invocation:
-  exact figures, any machine (a warm container's loads past 8 KB of journal are a GetItem of
-  the header and a Query of the tail, ADR 0015).
+  exact figures, any machine (a warm container's load is one Query of the journal's tail,
+  whose header echo says the header it keeps is current: ADR 0015, ADR 0019).
 
 Options: ``--sizes 100,1000,10000``, ``--rounds 3``, ``--budget 60``, ``--markdown PATH``
 (replaces the text between ``<!-- bench:invocations:start -->`` and
