@@ -337,33 +337,19 @@ class Runtime:
                 hooks=invocation_hooks,
                 observer=observer,
                 deadline_ms=span.deadline_ms,
-                services={
-                    "clock": self.clock,
-                    "credentials": self.credentials,
-                    "providers": self.providers or {},
-                    "stream_sink": self.stream_sink,
-                    "registry": self.registry,
-                    "wait_scheduler": self.wait_scheduler,
-                    "memory": self.memory,
-                },
+                services=self._invocation_services(),
             )
         else:
             inv = Invocation(
                 tally or self.store,
                 snapshot,
-                clock=self.clock,
                 budget=budget,
                 lease_ms=lease_ms + LEASE_MARGIN_MS,
                 hooks=invocation_hooks,
-                credentials=self.credentials,
-                providers=self.providers,
-                stream_sink=self.stream_sink,
                 target=target,
-                registry=self.registry,
-                wait_scheduler=self.wait_scheduler,
-                memory=self.memory,
                 observer=observer,
                 deadline_ms=span.deadline_ms,
+                **self._invocation_services(),
             )
             inv.stop = stop
         inv.budget_ends_at_ms = budget_ends_at_ms
@@ -377,6 +363,21 @@ class Runtime:
         if publish:
             self._publish_follow_up(outcome, header, inv.pending_events, inv.notifications)
         return outcome
+
+    def _invocation_services(self) -> dict[str, Any]:
+        """The runtime's parts every invocation holds, by attribute name, as they are now.
+
+        One list for a new invocation and a renewed one, so a part added here reaches both.
+        """
+        return {
+            "clock": self.clock,
+            "credentials": self.credentials,
+            "providers": self.providers or {},
+            "stream_sink": self.stream_sink,
+            "registry": self.registry,
+            "wait_scheduler": self.wait_scheduler,
+            "memory": self.memory,
+        }
 
     def _root_context(self, inv: Invocation) -> DurableContext:
         run_id, generation = inv.run_id, inv.header.generation
