@@ -19,7 +19,7 @@ from durable_agents.models import (
     SideEffectRecord,
 )
 from tests.contract.test_journal_contract import entry, header
-from tests.unit.test_tail_reads import effect
+from tests.unit.tail_journal import effect
 
 _RUNNING = frozenset({RunStatus.RUNNING})
 

@@ -18,7 +18,7 @@ from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.dynamodb_items import HEADER_SK
 from durable_agents.journal.header_echo import HEADER_ECHO_SK, echo_put, new_token
 from durable_agents.models import RunChange, RunSnapshot, RunStatus
-from tests.unit.test_tail_reads import RUN, client, cold, same, start, steps
+from tests.unit.tail_journal import RUN, client, cold, same, start, steps
 
 __all__ = ["client"]  # the moto table fixture
 

@@ -7,122 +7,42 @@ the run reads it whole, which is what every warm load is compared with.
 
 from __future__ import annotations
 
-import random
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
 from durable_agents.errors import EntryConflictError
 from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.journal.tail_cache import START, KnownRun, KnownRuns, TailBounds, tail_bounds
-from durable_agents.local.template import create_journal_table
+from durable_agents.journal.tail_cache import TailBounds, tail_bounds
 from durable_agents.models import (
     EffectChange,
     EffectStatus,
-    Entry,
     EntryType,
     OpKind,
     RunChange,
-    RunHeader,
-    RunSnapshot,
     RunStatus,
-    SideEffectRecord,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from bench_billing import Ledger, peek_client
 
-TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
-RUN = "r1"
-_RUNNING = frozenset({RunStatus.RUNNING})
+from tests.unit.tail_journal import (
+    RUN,
+    RUNNING_ONLY,
+    client,
+    cold,
+    effect,
+    entry,
+    journal,
+    pos,
+    same,
+    start,
+    steps,
+)
 
-
-@pytest.fixture
-def client(aws: None) -> Iterator[Any]:
-    dynamodb = boto3.client("dynamodb", region_name="us-east-1")
-    create_journal_table(dynamodb, "journal", TEMPLATE)
-    yield dynamodb
-
-
-def journal(client: Any, tail_reads: bool | None = True) -> DynamoDBJournal:
-    return DynamoDBJournal(client, "journal", tail_reads=tail_reads)
-
-
-def start(store: DynamoDBJournal, created_at_ms: int = 1) -> None:
-    header = RunHeader(
-        run_id=RUN,
-        agent="a",
-        versions={"agent": "1"},
-        status=RunStatus.RUNNING,
-        input="null",
-        created_at_ms=created_at_ms,
-        updated_at_ms=created_at_ms,
-    )
-    store.create_run(header)
-
-
-def pos(*parts: int) -> str:
-    return "/".join(f"{p:08d}" for p in parts)
-
-
-def entry(position: str, type_: EntryType, attempt: int = 0, **fields: Any) -> Entry:
-    if type_ in (EntryType.STARTED, EntryType.ATTEMPT_FAILED) and attempt == 0:
-        attempt = 1
-    return Entry(
-        run_id=RUN,
-        position=position,
-        op_id=f"{RUN}:op:{position}",
-        kind=fields.pop("kind", OpKind.STEP),
-        name="op",
-        type=type_,
-        attempt=attempt,
-        value=fields.pop("value", '"v"' if type_ is EntryType.SUCCEEDED else None),
-        recorded_at_ms=5,
-        **fields,
-    )
-
-
-def effect(
-    position: str, status: EffectStatus, result: str | None = None, run_id: str = RUN
-) -> SideEffectRecord:
-    return SideEffectRecord(
-        run_id=run_id,
-        position=position,
-        operation_id=f"{run_id}:ship:{position}",
-        tool="ship",
-        tool_schema_version="1",
-        canonical_request='{"n":1}',
-        idempotency_key=f"k-{position}",
-        status=status,
-        attempt=1,
-        prepared_at_ms=1,
-        updated_at_ms=2 if result else 1,
-        lease_expires_at_ms=10,
-        stale_at_ms=20,
-        result=result,
-    )
-
-
-def steps(store: DynamoDBJournal, first: int, count: int, value: str = '"v"') -> None:
-    """Plain steps ``first``…: a claim, then the result (two writes each, as the runtime)."""
-    for p in range(first, first + count):
-        store.commit(RUN, [entry(pos(p), EntryType.STARTED)])
-        store.commit(RUN, [entry(pos(p), EntryType.SUCCEEDED, value=value)])
-
-
-def cold(client: Any) -> RunSnapshot:
-    """The run as a container that never saw it reads it: the whole partition."""
-    return journal(client, tail_reads=False).load(RUN)
-
-
-def same(warm: RunSnapshot, whole: RunSnapshot) -> None:
-    assert warm.header == whole.header
-    assert warm.entries == whole.entries
-    assert warm.effects == whole.effects
+__all__ = ["client"]  # the moto table fixture
 
 
 # -- bounds --------------------------------------------------------------------------------
@@ -297,10 +217,10 @@ def test_a_callback_handle_finished_below_later_steps(client: Any) -> None:
 @pytest.mark.parametrize(
     "change",
     [
-        RunChange(_RUNNING, RunStatus.RUNNING, 9, cancel_requested={"by": "op"}),
-        RunChange(_RUNNING, RunStatus.RUNNING, 9, add_event_name="go"),
-        RunChange(_RUNNING, RunStatus.SUSPENDED, 9, waiting_on={"approval": "x"}),
-        RunChange(_RUNNING, RunStatus.RUNNING, 9, versions={"agent": "2"}),
+        RunChange(RUNNING_ONLY, RunStatus.RUNNING, 9, cancel_requested={"by": "op"}),
+        RunChange(RUNNING_ONLY, RunStatus.RUNNING, 9, add_event_name="go"),
+        RunChange(RUNNING_ONLY, RunStatus.SUSPENDED, 9, waiting_on={"approval": "x"}),
+        RunChange(RUNNING_ONLY, RunStatus.RUNNING, 9, versions={"agent": "2"}),
     ],
     ids=["cancel request", "event", "suspend", "re-pin"],
 )
@@ -324,7 +244,7 @@ def test_an_approval_resumes_the_run_with_its_result(client: Any) -> None:
     a.commit(
         RUN,
         [entry(pos(1), EntryType.SCHEDULED, kind=OpKind.APPROVAL)],
-        RunChange(_RUNNING, RunStatus.SUSPENDED, 3, waiting_on={"approval": "x"}),
+        RunChange(RUNNING_ONLY, RunStatus.SUSPENDED, 3, waiting_on={"approval": "x"}),
     )
     a.load(RUN)
 
@@ -387,7 +307,7 @@ def test_a_migration_is_read_with_the_tail(client: Any) -> None:
     b.commit(
         RUN,
         [migrated],
-        RunChange(_RUNNING, RunStatus.RUNNING, 9, versions={"agent": "2"}),
+        RunChange(RUNNING_ONLY, RunStatus.RUNNING, 9, versions={"agent": "2"}),
     )
     steps(b, 4, 1)  # the migrated code goes on, below the migration entry's key
 
@@ -431,137 +351,6 @@ def test_a_conflict_makes_the_next_load_read_the_whole_partition(client: Any) ->
     after = a.load(RUN)
     assert after.read is not None and not after.read.warm
     same(after, cold(client))
-
-
-# -- random interleavings of two containers ------------------------------------------------
-
-
-ACTIONS = ["step", "step", "finish", "handle", "batch", "branch", "effect", "commit", "header"]
-ACTIONS += ["late", "migration"]
-
-
-class World:
-    """Protocol-valid writes of a run by two containers; what a whole read must show."""
-
-    def __init__(self, client: Any, rng: random.Random):
-        self.rng = rng
-        self.stores = [journal(client), journal(client)]
-        self.next_top = 1
-        self.open: list[str] = []  # positions started, without a result (steps, handles)
-        self.batches: dict[int, list[int]] = {}  # open batch → branches without a result
-        self.prepared: list[str] = []  # side effects PREPARED, without an entry
-        self.settled_batches: list[int] = []
-        self.migrations = 0
-        self.late: set[str] = set()  # sort keys written under settled positions (ignored)
-
-    def store(self) -> DynamoDBJournal:
-        return self.rng.choice(self.stores)
-
-    def act(self) -> None:
-        rng, store = self.rng, self.store()
-        choice = rng.choice(ACTIONS)
-        if choice in ("step", "handle"):
-            p = pos(self.next_top)
-            self.next_top += 1
-            kind = OpKind.STEP if choice == "step" else OpKind.CALLBACK
-            first = EntryType.STARTED if choice == "step" else EntryType.SCHEDULED
-            store.commit(RUN, [entry(p, first, kind=kind)])
-            self.open.append(p)
-        elif choice == "finish" and self.open:
-            p = self.open.pop(rng.randrange(len(self.open)))
-            store.commit(RUN, [entry(p, EntryType.SUCCEEDED)])
-        elif choice == "batch":
-            top = self.next_top
-            self.next_top += 1
-            self.batches[top] = [1, 2, 3]
-            for i in rng.sample([1, 2, 3], 2):
-                store.commit(RUN, [entry(pos(top, i, 1), EntryType.STARTED)])
-        elif choice == "branch" and self.batches:
-            top = rng.choice(list(self.batches))
-            left = self.batches[top]
-            if left:
-                i = left.pop(rng.randrange(len(left)))
-                store.commit(RUN, [entry(pos(top, i, 1), EntryType.SUCCEEDED)])
-                store.commit(RUN, [entry(pos(top, i), EntryType.SUCCEEDED, kind=OpKind.CHILD)])
-            if not left or rng.random() < 0.3:  # all done, or a min_successful policy
-                del self.batches[top]
-                store.commit(RUN, [entry(pos(top), EntryType.SUCCEEDED, kind=OpKind.MAP)])
-                self.settled_batches.append(top)
-        elif choice == "effect":
-            p = pos(self.next_top)
-            self.next_top += 1
-            store.commit(RUN, [], None, EffectChange(effect(p, EffectStatus.PREPARED)))
-            self.prepared.append(p)
-        elif choice == "commit" and self.prepared:
-            p = self.prepared.pop(rng.randrange(len(self.prepared)))
-            done = effect(p, EffectStatus.COMMITTED, result='"r"')
-            store.commit(
-                RUN,
-                [entry(p, EntryType.SUCCEEDED, kind=OpKind.TOOL)],
-                None,
-                EffectChange(done, frozenset({EffectStatus.PREPARED}), 1),
-            )
-        elif choice == "header":
-            store.commit(
-                RUN, [], RunChange(_RUNNING, RunStatus.RUNNING, rng.randrange(100), wake_at_ms=3)
-            )
-        elif choice == "late" and self.settled_batches:
-            # An abandoned branch's operation lands after its batch's result (ADR 0005).
-            top = rng.choice(self.settled_batches)
-            late = entry(pos(top, rng.randrange(1, 4), 2), EntryType.STARTED)
-            try:
-                store.commit(RUN, [late])
-            except EntryConflictError:
-                return
-            self.late.add(late.sort_key)
-        elif choice == "migration":
-            self.migrations += 1
-            number = f"~m{self.migrations:08d}"
-            store.commit(
-                RUN, [entry(number, EntryType.SUCCEEDED, kind=OpKind.MIGRATION, value="{}")]
-            )
-
-
-# Seed 124 found a tail that skipped an open batch whose finished branches were below it.
-@pytest.mark.parametrize("seed", [0, 1, 2, 3, 124])
-def test_warm_loads_equal_whole_reads_after_random_interleavings(client: Any, seed: int) -> None:
-    rng = random.Random(seed)
-    world = World(client, rng)
-    start(world.stores[0])
-    warm_loads = 0
-    for _ in range(45):
-        world.act()
-        if rng.random() < 0.4:
-            loader = world.store()
-            warm = loader.load(RUN)
-            whole = cold(client)
-            assert warm.header == whole.header
-            assert warm.effects == whole.effects
-            # Exactly the whole read, but for entries written under a settled batch after
-            # this process read its result (never read by replay: ADR 0005, ADR 0015).
-            expected = [
-                e for e in whole.entries if e.sort_key not in world.late or e in warm.entries
-            ]
-            assert warm.entries == expected
-            assert warm.read is not None
-            warm_loads += warm.read.warm
-    assert warm_loads > 4
-
-
-def test_the_cache_is_bounded_in_runs_and_items() -> None:
-    def state(n: int) -> KnownRun:
-        entries = tuple(entry(pos(i + 1), EntryType.SUCCEEDED) for i in range(n))
-        keys = tuple(e.sort_key for e in entries)
-        return KnownRun(1, keys, entries, (), (), START, 0, (0,) * (n + 1), (0,))
-
-    runs = KnownRuns(max_runs=3, max_items=10)
-    for name in "abcd":
-        runs.put(name, state(2))
-    assert [n for n in "abcd" if runs.peek(n)] == ["b", "c", "d"]  # the oldest went first
-    runs.put("e", state(9))  # 9 items: only the newest run fits
-    assert [n for n in "abcde" if runs.peek(n)] == ["e"]
-    runs.put("f", state(20))  # the run loaded last is kept whatever its size
-    assert runs.peek("f") is not None and runs.peek("e") is None
 
 
 def test_a_warm_load_inside_a_long_batch_skips_its_finished_branches(client: Any) -> None:
