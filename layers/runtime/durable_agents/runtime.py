@@ -10,14 +10,12 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from durable_agents import generations
-from durable_agents.agent import AgentDefinition, AgentRegistry, default_registry
+from durable_agents.agent import AgentRegistry, default_registry
+from durable_agents.agent_drive import drive, drive_sticky, root_context
 from durable_agents.cancellation import prepare, settle_leftovers, stop_run
 from durable_agents.clock import Clock, SystemClock
-from durable_agents.context import DurableContext
 from durable_agents.credentials import CredentialProvider
 from durable_agents.errors import (
-    SuspendExecution,
     VersionUnavailableError,
 )
 from durable_agents.events import (
@@ -39,21 +37,16 @@ from durable_agents.models import (
     RunSnapshot,
     RunStatus,
 )
-from durable_agents.observability import ReplayAwareLogger
 from durable_agents.outcomes import (
     InvocationOutcome,
     OutcomeKind,
-    finish,
-    pause,
-    suspended,
     version_unavailable,
 )
 from durable_agents.plugin_calls import InvocationSpan, PluginSet
 from durable_agents.plugins import Plugin, RunStartInfo
 from durable_agents.run_events import republish
 from durable_agents.run_starts import InputValidationError, new_header, new_run_id
-from durable_agents.serde import decode, encode, error_info
-from durable_agents.sticky import AgentCarrier, ParkedRun, StickyRuns, WriteTally
+from durable_agents.sticky import ParkedRun, StickyRuns, WriteTally
 from durable_agents.tenancy import DEFAULT_TENANT
 from durable_agents.versions import resolve_pinned, resume_available
 from durable_agents.waits.schedules import WaitScheduler
@@ -249,7 +242,7 @@ class Runtime:
         """``execute``, within its plugins' span."""
         snapshot = self.store.load(run_id)
         # Taken at once, so that every way out of this invocation leaves no parked agent of
-        # the run behind but the one it parks itself (``_drive_sticky`` consumes it).
+        # the run behind but the one it parks itself (``agent_drive.drive_sticky`` consumes it).
         parked = [] if self.sticky is None else [self.sticky.take(run_id)]
         try:
             return self._execute_loaded(
@@ -354,10 +347,15 @@ class Runtime:
             inv.stop = stop
         inv.budget_ends_at_ms = budget_ends_at_ms
         if tally is not None:
+            assert self.sticky is not None  # a tally is only kept for sticky continuation
             resume = going_on is not None
-            outcome = self._drive_sticky(definition, snapshot, inv, tally, parked.pop(), resume)
+            outcome = drive_sticky(
+                self.store, self.clock, self.sticky, self.logger,
+                definition, snapshot, inv, tally, parked.pop(), resume,
+            )  # fmt: skip
         else:
-            outcome = self._drive(definition, header, inv, self._root_context(inv))
+            ctx = root_context(inv, self.logger)
+            outcome = drive(self.store, self.clock, definition, header, inv, ctx)
         if outcome.kind is OutcomeKind.CANCELLED:  # what cleanup left open is closed too
             settle_leftovers(self.store, self.clock, self.publisher, self.store.load(run_id))
         if publish:
@@ -378,91 +376,6 @@ class Runtime:
             "wait_scheduler": self.wait_scheduler,
             "memory": self.memory,
         }
-
-    def _root_context(self, inv: Invocation) -> DurableContext:
-        run_id, generation = inv.run_id, inv.header.generation
-        return DurableContext(
-            inv,
-            id_prefix=generations.id_prefix(run_id, generation),
-            pos_prefix=generations.pos_prefix(generation),
-            logger=ReplayAwareLogger(inv, self.logger, run_id),
-        )
-
-    def _drive_sticky(
-        self,
-        definition: AgentDefinition[Any, Any],
-        snapshot: RunSnapshot,
-        fresh: Invocation,
-        tally: WriteTally,
-        parked: ParkedRun | None,
-        resume: bool,
-    ) -> InvocationOutcome:
-        """``_drive`` on an agent thread: goes on with ``parked`` when ``resume`` says so.
-
-        ``resume`` is the caller's freshness check (``ParkedRun.matches``) of ``snapshot``.
-
-        Raises:
-            BaseException: Whatever ``_drive`` raises.
-        """
-        assert self.sticky is not None
-        if resume and parked is not None:  # ``fresh`` is its invocation, renewed
-            inv, ctx, agent = parked.invocation, parked.context, parked.thread
-            self.sticky.resumed += 1
-        else:
-            self.sticky.discard(parked)  # the journal changed: replay instead
-            inv, ctx = fresh, self._root_context(fresh)
-            header = snapshot.header
-            agent = self.sticky.new_agent(
-                inv.run_id, lambda: definition.fn(ctx, _decode_input(definition, header.input))
-            )
-        inv.park = agent.park
-        kept = False
-        try:
-            outcome = self._drive(definition, snapshot.header, inv, ctx, agent)
-            # Parked where its budget ran out, and nothing else to tell anyone: it stays.
-            if agent.parked and outcome.kind is OutcomeKind.CONTINUE and not inv.notifications:
-                parked_run = ParkedRun.after(agent, inv, ctx, snapshot, tally, definition)
-                self.sticky.keep(inv.run_id, parked_run)
-                kept = True
-        finally:
-            if agent.parked and not kept:
-                self.sticky.discard(ParkedRun.after(agent, inv, ctx, snapshot, tally, definition))
-        return outcome
-
-    def _drive(
-        self,
-        definition: AgentDefinition[Any, Any],
-        header: RunHeader,
-        inv: Invocation,
-        ctx: DurableContext,
-        agent: AgentCarrier | None = None,
-    ) -> InvocationOutcome:
-        run_id = header.run_id
-        try:
-            if agent is None:
-                value = definition.fn(ctx, _decode_input(definition, header.input))
-            else:  # the same call, on the agent's own stack (or on from where it parked)
-                value = agent.advance()
-            ctx.check_scope_end()
-            output = encode(value, definition.output_type)
-        except generations.ContinueAsNew as ending:  # the next generation (ADR 0016)
-            # Never with a fault: the operation raises a recorded divergence before this.
-            return generations.switch_generation(self.store, self.clock, inv, ending)
-        except SuspendExecution as signal:
-            if inv.fault is not None:
-                return pause(
-                    self.store, self.clock, inv.header, error_info(inv.fault), inv.executed
-                )
-            return suspended(self.store, self.clock, run_id, signal, inv)
-        except Exception as exc:
-            if inv.fault is not None:
-                return pause(
-                    self.store, self.clock, inv.header, error_info(inv.fault), inv.executed
-                )
-            return finish(self.store, self.clock, inv, RunStatus.FAILED, error=error_info(exc))
-        if inv.fault is not None:  # the agent caught the divergence error and carried on
-            return pause(self.store, self.clock, inv.header, error_info(inv.fault), inv.executed)
-        return finish(self.store, self.clock, inv, RunStatus.SUCCEEDED, result=output)
 
     def _publish_follow_up(
         self,
@@ -488,7 +401,3 @@ class Runtime:
             RunStateConflictError: If the run has already finished.
         """
         return redrive(self.store, self.clock, self.publisher, run_id)
-
-
-def _decode_input(definition: AgentDefinition[Any, Any], input_json: str) -> Any:
-    return decode(input_json, definition.input_type)

@@ -1,0 +1,125 @@
+"""Driving the agent's code through one invocation, and turning how it stopped into an outcome.
+
+``Runtime._execute_loaded`` decides what runs (which definition, which invocation, sticky or
+not); this module runs it: ``drive`` calls the agent (or advances a parked one) and records how
+it ended, ``drive_sticky`` does so on an agent carrier and parks the agent again when it may
+stay (``durable_agents.sticky``, ADR 0017).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from durable_agents import generations
+from durable_agents.agent import AgentDefinition
+from durable_agents.clock import Clock
+from durable_agents.context import DurableContext
+from durable_agents.errors import SuspendExecution
+from durable_agents.invocation import Invocation
+from durable_agents.journal.store import JournalStore
+from durable_agents.models import RunHeader, RunSnapshot, RunStatus
+from durable_agents.observability import ReplayAwareLogger
+from durable_agents.outcomes import InvocationOutcome, OutcomeKind, finish, pause, suspended
+from durable_agents.serde import decode, encode, error_info
+from durable_agents.sticky import AgentCarrier, ParkedRun, StickyRuns, WriteTally
+
+
+def decode_input(definition: AgentDefinition[Any, Any], input_json: str) -> Any:
+    """The run's input as the agent's input type."""
+    return decode(input_json, definition.input_type)
+
+
+def root_context(inv: Invocation, logger: Any) -> DurableContext:
+    """The top-level context of ``inv``'s run, in its current generation."""
+    run_id, generation = inv.run_id, inv.header.generation
+    return DurableContext(
+        inv,
+        id_prefix=generations.id_prefix(run_id, generation),
+        pos_prefix=generations.pos_prefix(generation),
+        logger=ReplayAwareLogger(inv, logger, run_id),
+    )
+
+
+def drive_sticky(
+    store: JournalStore,
+    clock: Clock,
+    sticky: StickyRuns,
+    logger: Any,
+    definition: AgentDefinition[Any, Any],
+    snapshot: RunSnapshot,
+    fresh: Invocation,
+    tally: WriteTally,
+    parked: ParkedRun | None,
+    resume: bool,
+) -> InvocationOutcome:
+    """``drive`` on an agent carrier: goes on with ``parked`` when ``resume`` says so.
+
+    ``resume`` is the caller's freshness check (``ParkedRun.matches``) of ``snapshot``;
+    ``fresh`` is then ``parked``'s own invocation, renewed.
+
+    Raises:
+        BaseException: Whatever ``drive`` raises.
+    """
+    if resume and parked is not None:
+        inv, ctx, agent = parked.invocation, parked.context, parked.thread
+        sticky.resumed += 1
+    else:
+        sticky.discard(parked)  # the journal changed: replay instead
+        inv, ctx = fresh, root_context(fresh, logger)
+        header = snapshot.header
+        agent = sticky.new_agent(
+            inv.run_id, lambda: definition.fn(ctx, decode_input(definition, header.input))
+        )
+    inv.park = agent.park
+    kept = False
+    try:
+        outcome = drive(store, clock, definition, snapshot.header, inv, ctx, agent)
+        # Parked where its budget ran out, and nothing else to tell anyone: it stays.
+        if agent.parked and outcome.kind is OutcomeKind.CONTINUE and not inv.notifications:
+            parked_run = ParkedRun.after(agent, inv, ctx, snapshot, tally, definition)
+            sticky.keep(inv.run_id, parked_run)
+            kept = True
+    finally:
+        if agent.parked and not kept:
+            sticky.discard(ParkedRun.after(agent, inv, ctx, snapshot, tally, definition))
+    return outcome
+
+
+def drive(
+    store: JournalStore,
+    clock: Clock,
+    definition: AgentDefinition[Any, Any],
+    header: RunHeader,
+    inv: Invocation,
+    ctx: DurableContext,
+    agent: AgentCarrier | None = None,
+) -> InvocationOutcome:
+    """Runs the agent until it returns, raises or suspends, and records how it ended.
+
+    A divergence the replay found (``inv.fault``) pauses the run whatever the code did next.
+
+    Returns:
+        The invocation's outcome, already recorded in the journal.
+    """
+    run_id = header.run_id
+    try:
+        if agent is None:
+            value = definition.fn(ctx, decode_input(definition, header.input))
+        else:  # the same call, on the agent's own stack (or on from where it parked)
+            value = agent.advance()
+        ctx.check_scope_end()
+        output = encode(value, definition.output_type)
+    except generations.ContinueAsNew as ending:  # the next generation (ADR 0016)
+        # Never with a fault: the operation raises a recorded divergence before this.
+        return generations.switch_generation(store, clock, inv, ending)
+    except SuspendExecution as signal:
+        if inv.fault is not None:
+            return pause(store, clock, inv.header, error_info(inv.fault), inv.executed)
+        return suspended(store, clock, run_id, signal, inv)
+    except Exception as exc:
+        if inv.fault is not None:
+            return pause(store, clock, inv.header, error_info(inv.fault), inv.executed)
+        return finish(store, clock, inv, RunStatus.FAILED, error=error_info(exc))
+    if inv.fault is not None:  # the agent caught the divergence error and carried on
+        return pause(store, clock, inv.header, error_info(inv.fault), inv.executed)
+    return finish(store, clock, inv, RunStatus.SUCCEEDED, result=output)
