@@ -18,11 +18,9 @@ from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.dynamodb_items import HEADER_SK
 from durable_agents.journal.header_echo import HEADER_ECHO_SK, echo_put, new_token
 from durable_agents.models import RunChange, RunSnapshot, RunStatus
-from tests.unit.tail_journal import RUN, client, cold, same, start, steps
+from tests.unit.tail_journal import RUN, RUNNING_ONLY, client, cold, same, start, steps
 
 __all__ = ["client"]  # the moto table fixture
-
-_RUNNING = frozenset({RunStatus.RUNNING})
 
 
 def warm(client: Any, **options: Any) -> DynamoDBJournal:
@@ -54,7 +52,7 @@ def edit_header(client: Any, expression: str, **values: Any) -> None:
 
 
 def cancel_request(at_ms: int) -> RunChange:
-    return RunChange(_RUNNING, RunStatus.RUNNING, at_ms, cancel_requested={"reason": "stop"})
+    return RunChange(RUNNING_ONLY, RunStatus.RUNNING, at_ms, cancel_requested={"reason": "stop"})
 
 
 def test_an_unchanged_header_costs_no_read_of_its_own(client: Any) -> None:
@@ -102,7 +100,7 @@ def test_after_its_own_header_change_a_process_reads_the_header_first(client: An
 def test_an_echo_whose_header_change_failed_is_never_trusted(client: Any) -> None:
     start(DynamoDBJournal(client, "journal"))
     store = warm(client)
-    stale = RunChange(_RUNNING, RunStatus.RUNNING, 7, expected_revision=5, waiting_on={"x": 1})
+    stale = RunChange(RUNNING_ONLY, RunStatus.RUNNING, 7, expected_revision=5, waiting_on={"x": 1})
     with pytest.raises(RunRevisionConflictError):
         DynamoDBJournal(client, "journal").commit(RUN, [], stale)  # its echo landed first
 
