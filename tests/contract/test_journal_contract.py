@@ -119,6 +119,26 @@ def test_a_commit_is_all_or_nothing(journal: JournalStore) -> None:
     assert [e.position for e in journal.load("run-1").entries] == ["00000001"]
 
 
+def test_one_entry_twice_in_a_commit_writes_nothing(journal: JournalStore) -> None:
+    journal.create_run(header())
+    with pytest.raises(ValueError, match="cannot write an entry twice"):
+        journal.commit("run-1", [entry("00000001"), entry("00000002"), entry("00000001")])
+    assert journal.load("run-1").entries == []
+
+
+def test_an_entry_of_another_run_is_refused_before_anything_is_written(
+    journal: JournalStore,
+) -> None:
+    journal.create_run(header())
+    journal.create_run(header("run-2"))
+    with pytest.raises(ValueError, match="belongs to another run"):
+        journal.commit("run-1", [entry("00000001"), entry("00000002", run_id="run-2")])
+    assert journal.load("run-1").entries == []
+    assert journal.load("run-2").entries == []
+    journal.commit("run-1", [])  # nothing to write: nothing happens
+    assert journal.get_run("run-1").revision == journal.load("run-1").header.revision
+
+
 def test_run_change_needs_the_expected_status(journal: JournalStore) -> None:
     journal.create_run(header())
     change = RunChange(

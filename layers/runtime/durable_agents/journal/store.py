@@ -142,6 +142,7 @@ class JournalStore(ABC):
             RunNotFoundError: If the run does not exist (only checked when ``change`` is given).
             InvalidTransitionError: If ``change`` asks for a transition the runtime never makes.
             PayloadError: If a value is too large for every configured store.
+            ValueError: If an entry belongs to another run, or is in ``entries`` twice.
         """
         if change is not None:
             for status in change.expected:
@@ -153,6 +154,10 @@ class JournalStore(ABC):
         for entry in entries:
             if entry.run_id != run_id:
                 raise ValueError(f"entry {entry.op_id!r} belongs to another run")
+        if len(entries) > 1 and len({entry.sort_key for entry in entries}) != len(entries):
+            # A transaction cannot hold one item twice (DynamoDB refuses it with a bare
+            # ValidationException): the caller's mistake, said the same way on every backend.
+            raise ValueError("one commit cannot write an entry twice")
         if effect is not None and effect.record.run_id != run_id:
             raise ValueError(f"side effect {effect.record.operation_id!r} belongs to another run")
         for one in waits:
