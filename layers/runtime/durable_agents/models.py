@@ -204,13 +204,15 @@ class Entry:
     @property
     def sort_key(self) -> str:
         """The journal sort key: program order, then attempts, then the result."""
-        if self.type.is_result:
-            suffix = RESULT_SUFFIX
-        else:
-            phase = {EntryType.ATTEMPT_FAILED: 1, EntryType.NOTIFIED: 2}.get(self.type, 0)
-            suffix = f"{self.attempt:04d}.{phase}"
-        # "|" sorts after "/", so a scope's own entries (a child's result) follow its children.
-        return f"J#{self.position}|{suffix}"
+        # Compared by identity: an enum member's hash is a Python-level call, and this runs
+        # for every entry written and loaded.
+        kind = self.type
+        if kind is EntryType.SUCCEEDED or kind is EntryType.FAILED:
+            # "|" sorts after "/", so a scope's own entries (a child's result) follow its
+            # children.
+            return f"J#{self.position}|{RESULT_SUFFIX}"
+        phase = 1 if kind is EntryType.ATTEMPT_FAILED else 2 if kind is EntryType.NOTIFIED else 0
+        return f"J#{self.position}|{self.attempt:04d}.{phase}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,12 +102,10 @@ class InMemoryJournal(JournalStore):
                     )
             if existing is None:
                 raise RunNotFoundError(run_id)
-            seen: set[str] = set()
-            for entry in entries:
-                key = entry.sort_key
-                if key in existing or key in seen:
-                    raise EntryConflictError(key, existing=existing.get(key))
-                seen.add(key)
+            keys = [entry.sort_key for entry in entries]  # each computed once
+            for key in keys:
+                if key in existing:
+                    raise EntryConflictError(key, existing=existing[key])
             effects = self._effects[run_id]
             if effect is not None:
                 current = effects.get(effect.record.position)
@@ -123,10 +121,11 @@ class InMemoryJournal(JournalStore):
                     )
                 ):
                     raise EffectConflictError(effect.record.operation_id, current)
-            if len({w.record.wait_id for w in waits}) != len(waits):
-                raise ValueError("one transaction cannot write a wait record twice")
-            for wait in waits:
-                self._check_wait(wait)
+            if waits:
+                if len({w.record.wait_id for w in waits}) != len(waits):
+                    raise ValueError("one transaction cannot write a wait record twice")
+                for wait in waits:
+                    self._check_wait(wait)
             if effect is not None:
                 position = effect.record.position
                 effects[position] = effect.record
@@ -138,8 +137,7 @@ class InMemoryJournal(JournalStore):
             for wait in waits:
                 self._waits[wait.record.wait_id] = wait.record
             ordered = self._ordered[run_id]
-            for entry in entries:
-                key = entry.sort_key
+            for key, entry in zip(keys, entries, strict=True):
                 existing[key] = entry
                 # Generation 0's migration records (``~m…``) sort after its operations, as in
                 # ``generation_keys``: each generation's log is in its load's order.

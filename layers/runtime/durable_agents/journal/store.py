@@ -144,13 +144,6 @@ class JournalStore(ABC):
             PayloadError: If a value is too large for every configured store.
             ValueError: If an entry belongs to another run, or is in ``entries`` twice.
         """
-        if change is not None:
-            for status in change.expected:
-                if change.status not in ALLOWED_TRANSITIONS[status]:
-                    raise InvalidTransitionError(f"{status} -> {change.status} is not allowed")
-        waits = (wait,) if isinstance(wait, WaitChange) else tuple(wait or ())
-        if not entries and change is None and effect is None and not waits:
-            return
         for entry in entries:
             if entry.run_id != run_id:
                 raise ValueError(f"entry {entry.op_id!r} belongs to another run")
@@ -158,6 +151,34 @@ class JournalStore(ABC):
             # A transaction cannot hold one item twice (DynamoDB refuses it with a bare
             # ValidationException): the caller's mistake, said the same way on every backend.
             raise ValueError("one commit cannot write an entry twice")
+        if wait is None:
+            waits: tuple[WaitChange, ...] = ()
+        else:
+            waits = (wait,) if isinstance(wait, WaitChange) else tuple(wait)
+        # Most commits are entries alone (a step's claim, its result): nothing more to check.
+        if change is not None or effect is not None or waits:
+            change, effect, waits = self._checked(run_id, change, effect, waits)
+        elif not entries:
+            return
+        self._commit(run_id, entries, change, effect, waits)
+
+    @staticmethod
+    def _checked(
+        run_id: str,
+        change: RunChange | None,
+        effect: EffectChange | None,
+        waits: tuple[WaitChange, ...],
+    ) -> tuple[RunChange | None, EffectChange | None, tuple[WaitChange, ...]]:
+        """``commit``'s checks of a header change, an effect and waits, and their scrubbing.
+
+        Raises:
+            InvalidTransitionError: If ``change`` asks for a transition the runtime never makes.
+            ValueError: If the effect or a wait belongs to another run.
+        """
+        if change is not None:
+            for status in change.expected:
+                if change.status not in ALLOWED_TRANSITIONS[status]:
+                    raise InvalidTransitionError(f"{status} -> {change.status} is not allowed")
         if effect is not None and effect.record.run_id != run_id:
             raise ValueError(f"side effect {effect.record.operation_id!r} belongs to another run")
         for one in waits:
@@ -183,7 +204,7 @@ class JournalStore(ABC):
                 error, message=scrub(error.message), data=scrub_value(error.data)
             )
             change = dataclasses.replace(change, error=scrubbed)
-        self._commit(run_id, entries, change, effect, waits)
+        return change, effect, waits
 
     @abstractmethod
     def _create_run(self, header: RunHeader) -> tuple[RunHeader, bool]: ...
