@@ -108,6 +108,7 @@ class InvocationSpan:
         self, plugins: PluginSet, run_id: str, target: str | None, clock: Clock, deadline_ms: int
     ):
         self._plugins = plugins
+        self._heard = bool(plugins)  # asked once: three checks an invocation, most with none
         self._run_id = run_id
         self._target = target
         self._clock = clock
@@ -119,13 +120,13 @@ class InvocationSpan:
 
     def observer(self) -> InvocationObserver | None:
         """What watches this invocation's operations (None without plugins: zero overhead)."""
-        if self._plugins and self._observer is None:
+        if self._heard and self._observer is None:
             self._observer = InvocationObserver(self._plugins, self._run_id, self._clock)
         return self._observer
 
     def __enter__(self) -> InvocationSpan:
         self._started = self._clock.now_ms()
-        if self._plugins:
+        if self._heard:
             info = InvocationStartInfo(self._run_id, self._target, self._started, self.deadline_ms)
             self._plugins.emit("on_invocation_start", info)
         return self
@@ -136,7 +137,7 @@ class InvocationSpan:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if not self._plugins:
+        if not self._heard:
             return  # what escaped the invocation goes on (the span never swallows it)
         if self._observer is not None:
             self._observer.close()

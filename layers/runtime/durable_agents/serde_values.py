@@ -297,6 +297,11 @@ def _rebuild_instance(tag: str, tree: dict[str, Any]) -> Any:
         raise PayloadError(f"cannot rebuild a recorded {tag} of class {path!r}: {exc}") from exc
 
 
+# One encoder for every value: ``json.dumps`` with any option builds a new one per call, and
+# a step's result is encoded on every live step. It keeps no state between calls.
+_COMPACT = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
 def dumps(tree: Any) -> str:
     """Compact JSON text of a tagged tree (what ``json.dumps`` writes for plain JSON).
 
@@ -304,7 +309,7 @@ def dumps(tree: Any) -> str:
         PayloadError: If the tree holds NaN or infinity.
     """
     try:
-        return json.dumps(tree, separators=(",", ":"), allow_nan=False)
+        return _COMPACT.encode(tree)
     except (TypeError, ValueError) as exc:
         raise PayloadError(f"cannot record value: {exc}") from exc
 

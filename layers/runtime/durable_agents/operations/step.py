@@ -56,6 +56,10 @@ def return_hint(fn: Callable[..., Any]) -> Any:
         return None
 
 
+# ``StepSemantics.value`` is a Python-level descriptor call; this is read on every claim.
+_SEMANTICS_VALUES = {member: member.value for member in StepSemantics}
+
+
 @dataclass(frozen=True, slots=True)
 class StepInfo:
     """What an operation's code may know about its own execution."""
@@ -131,7 +135,7 @@ def run_step(
         EntryType.STARTED,
         attempt=attempt,
         lease_expires_at_ms=now + inv.lease_ms,
-        meta={"semantics": semantics.value, **fingerprint.meta()},
+        meta={"semantics": _SEMANTICS_VALUES[semantics], **fingerprint.meta()},
     )
     try:
         inv.commit([claim])
