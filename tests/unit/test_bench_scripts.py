@@ -5,8 +5,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from bench_billing import Bill, Ledger
+from bench_instructions import collected, replay_costs, replayed
+from bench_instructions import markdown as instructions_table
 from bench_local import percentile
 from bench_peers import _predict, markdown
 
@@ -80,3 +84,26 @@ def test_the_invocations_bench_predicts_replaying_quadratic_sticky_linear() -> N
     assert predict_invocations(done, 1000, "faithful") == 100.0
     assert predict_invocations(done, 1000, "sticky") == 10.0
     assert predict_invocations({}, 1000, "sticky") is None
+
+
+def test_callgrind_totals_are_read_and_a_failed_run_is_said() -> None:
+    assert collected("==1== Events    : Ir\n==1== Collected : 1895724442\n") == 1895724442
+    with pytest.raises(ValueError, match="no instruction count"):
+        collected("valgrind: command not found")
+
+
+def test_faithful_excess_is_split_into_replayed_operations_and_invocations() -> None:
+    per_op, per_invocation = 5_900, 100_000
+    excess = {n: per_op * replayed(n) + per_invocation * n for n in (200, 400)}
+    x, y = replay_costs(excess[200], excess[400], 200)
+    assert (round(x, 6), round(y, 6)) == (per_op, per_invocation)
+    assert replayed(1) == 0 and replayed(3) == 3
+
+
+def test_the_instructions_table_shows_the_sticky_ratio() -> None:
+    figures = {"steps": 200, "continuous": 200_000, "sticky": 360_000}
+    figures |= {"replayed_operation": 6_000, "replay_setup": 100_000}
+    table = instructions_table(figures)
+    assert "| sticky against continuous | 1.80x |" in table
+    # 360,000 + 100,000 + 6,000 * 999 / 2
+    assert "| a step of a 1,000-step faithful run, on average (predicted) | 3,457,000 |" in table
