@@ -23,6 +23,7 @@ from pathlib import Path
 from bench_billing import PRICE_DATE, PRICE_REGION, PRICES, S3_GETS, S3_PUTS, Bill
 from bench_common import Table
 from bench_kinds import marginal, platform
+from bench_markers import write_section
 
 KINDS = (
     "step",
@@ -139,10 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for t in ts:
         print(t.text(), end="\n\n", flush=True)
     if args.markdown:
-        doc = args.markdown.read_text()
-        head, _, rest = doc.partition(START)
-        _, _, tail = rest.partition(END)
-        args.markdown.write_text(f"{head}{START}\n{render(ts)}{END}{tail}")
+        write_section(args.markdown, START, END, render(ts))
         print(f"wrote {args.markdown}")
     return 0
 

@@ -31,6 +31,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench_markers import write_section
+
 ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- bench:instructions:start -->", "<!-- bench:instructions:end -->"
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
@@ -155,10 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(measure(args.steps))
     print(text)
     if args.markdown:
-        doc = args.markdown.read_text() if args.markdown.exists() else ""
-        head, _, rest = doc.partition(START)
-        _, _, tail = rest.partition(END)
-        args.markdown.write_text(f"{head}{START}\n{text}\n{END}{tail}")
+        write_section(args.markdown, START, END, text)
     return 0
 
 

@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_markers import write_section
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "layers" / "runtime"))
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -195,10 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(results, requests_per_run(steps), steps)
     print(text)
     if args.markdown:
-        doc = args.markdown.read_text()
-        head, _, rest = doc.partition(START)
-        _, _, tail = rest.partition(END)
-        args.markdown.write_text(f"{head}{START}\n{text}{END}{tail}")
+        write_section(args.markdown, START, END, text)
     return 0
 
 

@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "layers" / "runtime"))
 
 import boto3  # noqa: E402
+from bench_markers import write_section  # noqa: E402
 
 from durable_agents.local.moto_server import MotoProcess, free_port  # noqa: E402
 from durable_agents.local.processes import WorkerProcess, http_json  # noqa: E402
@@ -272,13 +273,6 @@ def concurrency_markdown(rounds: list[dict[int, dict[str, Any]]], levels: list[i
     )
 
 
-def _replace(path: Path, start: str, end: str, text: str) -> None:
-    doc = path.read_text()
-    head, _, rest = doc.partition(start)
-    _, _, tail = rest.partition(end)
-    path.write_text(f"{head}{start}\n{text}\n{end}{tail}")
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
@@ -297,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         text = concurrency_markdown(rounds, levels)
         print(text)
         if args.markdown:
-            _replace(args.markdown, C_START, C_END, text)
+            write_section(args.markdown, C_START, C_END, text)
         return 0
     results: dict[str, list[float]] = {"ephemeral": [], "durable": []}
     writes: dict[str, list[float]] = {"ephemeral": [], "durable": []}
@@ -313,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     text = _markdown(results, args.runs, writes, args.writes)
     print(text)
     if args.markdown:
-        _replace(args.markdown, START, END, text)
+        write_section(args.markdown, START, END, text)
     return 0
 
 

@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_markers import write_section
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_PYTHON = ROOT / ".venv-bench" / "bin" / "python"
 RUNTIMES = ("aws-local", "dbos-sqlite", "da-continuous", "da-faithful", "da-sticky")
@@ -309,11 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(results)
     print(text)
     if args.markdown:
-        # A file without the markers gets them at its end (a new file: just the section).
-        doc = args.markdown.read_text() if args.markdown.exists() else ""
-        head, _, rest = doc.partition(START)
-        _, _, tail = rest.partition(END)
-        args.markdown.write_text(f"{head}{START}\n{text}\n{END}{tail}")
+        write_section(args.markdown, START, END, text)
     if args.plot:
         if BENCH_PYTHON.exists():
             with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as tmp:

@@ -29,6 +29,7 @@ from bench_common import (  # sets sys.path and a safe AWS environment, before a
     plain_steps_agent,
     step_entry,
 )
+from bench_markers import write_section
 from moto import mock_aws
 
 from durable_agents import OutcomeKind
@@ -180,11 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for t in ts:
         print(t.text(), end="\n\n", flush=True)
     if args.markdown:
-        doc = args.markdown.read_text()
-        head, _, rest = doc.partition(START)
-        _, _, tail = rest.partition(END)
-        body = "\n\n".join(t.markdown() for t in ts) + "\n"
-        args.markdown.write_text(f"{head}{START}\n{body}{END}{tail}")
+        write_section(args.markdown, START, END, "\n\n".join(t.markdown() for t in ts))
         print(f"wrote {args.markdown}")
     return 0
 

@@ -12,6 +12,7 @@ from bench_billing import Bill, Ledger
 from bench_instructions import collected, replay_costs, replayed
 from bench_instructions import markdown as instructions_table
 from bench_local import percentile
+from bench_markers import write_section
 from bench_peers import _predict, markdown
 
 HEADER = {"gsi1pk": {"S": "STATUS#RUNNING"}, "gsi1sk": {"S": "1#r"}, "gsi3pk": {"S": "TENANT#t"}}
@@ -107,3 +108,17 @@ def test_the_instructions_table_shows_the_sticky_ratio() -> None:
     assert "| sticky against continuous | 1.80x |" in table
     # 360,000 + 100,000 + 6,000 * 999 / 2
     assert "| a step of a 1,000-step faithful run, on average (predicted) | 3,457,000 |" in table
+
+
+def test_results_are_written_between_their_markers_and_appended_without_them(
+    tmp_path: Path,
+) -> None:
+    doc = tmp_path / "benchmarks.md"
+    doc.write_text("# Title\n\n<!-- s -->\nold\n<!-- e -->\n\nProse after.\n")
+    write_section(doc, "<!-- s -->", "<!-- e -->", "| new |\n")
+    assert doc.read_text() == "# Title\n\n<!-- s -->\n| new |\n<!-- e -->\n\nProse after.\n"
+    write_section(doc, "<!-- s2 -->", "<!-- e2 -->", "more")
+    assert doc.read_text().endswith("Prose after.\n<!-- s2 -->\nmore\n<!-- e2 -->")
+    fresh = tmp_path / "new.md"
+    write_section(fresh, "<!-- s -->", "<!-- e -->", "only")
+    assert fresh.read_text() == "<!-- s -->\nonly\n<!-- e -->"
