@@ -204,8 +204,8 @@ class Entry:
     @property
     def sort_key(self) -> str:
         """The journal sort key: program order, then attempts, then the result."""
-        # Compared by identity: an enum member's hash is a Python-level call, and this runs
-        # for every entry written and loaded.
+        # Compared by identity, without building a lookup dict per call: this runs for every
+        # entry written.
         kind = self.type
         if kind is EntryType.SUCCEEDED or kind is EntryType.FAILED:
             # "|" sorts after "/", so a scope's own entries (a child's result) follow its
