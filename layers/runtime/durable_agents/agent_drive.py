@@ -23,6 +23,10 @@ from durable_agents.outcomes import InvocationOutcome, OutcomeKind, finish, paus
 from durable_agents.serde import decode, encode, error_info
 from durable_agents.sticky import AgentCarrier, ParkedRun, StickyRuns, WriteTally
 
+# Read on every sticky invocation: a module name, not ``OutcomeKind.CONTINUE`` (on Python 3.11
+# each read of an enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook).
+_CONTINUE = OutcomeKind.CONTINUE
+
 
 def decode_input(definition: AgentDefinition[Any, Any], input_json: str) -> Any:
     """The run's input as the agent's input type."""
@@ -75,7 +79,7 @@ def drive_sticky(
     try:
         outcome = drive(store, clock, definition, snapshot.header, inv, ctx, agent)
         # Parked where its budget ran out, and nothing else to tell anyone: it stays.
-        if agent.parked and outcome.kind is OutcomeKind.CONTINUE and not inv.notifications:
+        if agent.parked and outcome.kind is _CONTINUE and not inv.notifications:
             parked_run = ParkedRun.after(agent, inv, ctx, snapshot, tally, definition)
             sticky.keep(inv.run_id, parked_run)
             kept = True

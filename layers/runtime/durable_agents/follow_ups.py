@@ -27,6 +27,9 @@ _ENDED = frozenset(
         OutcomeKind.TIMED_OUT,
     }
 )
+# Read on every invocation: a module name, not ``OutcomeKind.CONTINUE`` (on Python 3.11 each
+# read of an enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook).
+_CONTINUE = OutcomeKind.CONTINUE
 
 
 def publish_follow_up(
@@ -47,7 +50,7 @@ def publish_follow_up(
         EventPublishError: If the bus refused an event (the invocation fails and is retried).
     """
     events: list[OutgoingEvent] = list(pending)
-    if outcome.kind is OutcomeKind.CONTINUE:
+    if outcome.kind is _CONTINUE:
         if outcome.targets:  # parallel branches: one invocation each
             events += [step_ready(outcome.run_id, "branch", t) for t in outcome.targets]
         else:

@@ -33,6 +33,9 @@ from durable_agents.serde import decode, rebuild_error
 from durable_agents.time_limits import cap_wake
 
 _ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
+# Read on every commit: a module name, not ``RunStatus.SUSPENDED`` (on Python 3.11 each read of
+# an enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook, ~900 instructions).
+_SUSPENDED = RunStatus.SUSPENDED
 
 
 class Reason:
@@ -354,7 +357,7 @@ class Invocation(ReplayFlags):
                 waiting_on=suspension.waiting_on,
                 expected_revision=self.header.revision,
             )
-        elif self.header.status is RunStatus.SUSPENDED:
+        elif self.header.status is _SUSPENDED:
             # Fenced by the read too: a migration may have re-pinned the run to other code
             # since, and nothing this (older) code decided may land after it.
             change = RunChange(

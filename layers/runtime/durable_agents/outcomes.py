@@ -82,6 +82,9 @@ _SUSPENDED_AS = {
     Reason.TIMER: OutcomeKind.SUSPENDED,
     Reason.EXTERNAL: OutcomeKind.SUSPENDED,
 }
+# Read on every suspension: a module name, not ``OutcomeKind.CONTENDED`` (on Python 3.11 each
+# read of an enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook).
+_CONTENDED = OutcomeKind.CONTENDED
 
 
 def suspended(
@@ -100,7 +103,7 @@ def suspended(
         return InvocationOutcome(
             run_id, OutcomeKind.CONTINUE, list(inv.executed), detail="run changed; reload"
         )
-    kind = _SUSPENDED_AS.get(signal.reason, OutcomeKind.CONTENDED)
+    kind = _SUSPENDED_AS.get(signal.reason, _CONTENDED)
     return InvocationOutcome(
         run_id,
         kind,

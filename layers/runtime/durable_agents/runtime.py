@@ -67,6 +67,10 @@ __all__ = [
 # _AGENT_BUDGET: the agent's ``invocation_budget`` decides both).
 _Limits = tuple[int | None, int | None]
 _AGENT_BUDGET: _Limits = (-1, -1)
+# Read on every invocation: module names, not ``RunStatus.X`` (on Python 3.11 each read of an
+# enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook).
+_RUNNING, _PAUSED = RunStatus.RUNNING, RunStatus.PAUSED
+_VERSION_UNAVAILABLE, _CANCELLED = RunStatus.VERSION_UNAVAILABLE, OutcomeKind.CANCELLED
 LEASE_MARGIN_MS = 5_000
 DEFAULT_LEASE_MS = 15 * 60 * 1000 + LEASE_MARGIN_MS  # the Lambda maximum, plus clock skew
 
@@ -274,7 +278,7 @@ class Runtime:
                 self._publish_follow_up(outcome, snapshot.header, [], [])
             return outcome
         header = snapshot.header
-        if header.status.terminal or header.status is RunStatus.PAUSED:
+        if header.status.terminal or header.status is _PAUSED:
             if publish:
                 # Delivered again to a settled run: the publish after its last commit may have
                 # failed, or its process died before it. What that commit must tell others is
@@ -296,7 +300,7 @@ class Runtime:
             if publish and outcome.kind is OutcomeKind.CONTINUE:
                 self.publisher.publish([step_ready(run_id, "continue")])
             return outcome
-        if header.status is RunStatus.VERSION_UNAVAILABLE:
+        if header.status is _VERSION_UNAVAILABLE:
             # Its version is deployed (again): back to RUNNING, fenced by what was read, then
             # on with this same invocation.
             resumed = resume_available(self.store, self.clock, header)
@@ -313,7 +317,7 @@ class Runtime:
         # a budget never parks) and no cancel under way.
         limited = budget is not None or budget_ends_at_ms is not None
         sticky = self.sticky is not None and target is None and limited
-        sticky = sticky and stop is None and header.status is RunStatus.RUNNING
+        sticky = sticky and stop is None and header.status is _RUNNING
         tally = WriteTally(self.store, run_id) if sticky else None
         # On another thread than the one a greenlet-parked agent belongs to: replayed.
         going_on = (
@@ -356,7 +360,7 @@ class Runtime:
         else:
             ctx = root_context(inv, self.logger)
             outcome = drive(self.store, self.clock, definition, header, inv, ctx)
-        if outcome.kind is OutcomeKind.CANCELLED:  # what cleanup left open is closed too
+        if outcome.kind is _CANCELLED:  # what cleanup left open is closed too
             settle_leftovers(self.store, self.clock, self.publisher, self.store.load(run_id))
         if publish:
             self._publish_follow_up(outcome, header, inv.pending_events, inv.notifications)

@@ -81,6 +81,20 @@ _SETTLED = (
     RunStatus.PAUSED,
     RunStatus.VERSION_UNAVAILABLE,
 )
+# Read once per invocation the harness drives: module sets, not ``OutcomeKind.X`` reads (on
+# Python 3.11 each goes through ``EnumType``'s ``__getattr__`` hook).
+_WAITING = frozenset({OutcomeKind.SUSPENDED, OutcomeKind.CONTENDED})
+_SETTLED_OUTCOMES = frozenset(
+    {
+        OutcomeKind.SUCCEEDED,
+        OutcomeKind.FAILED,
+        OutcomeKind.CANCELLED,
+        OutcomeKind.TERMINATED,
+        OutcomeKind.TIMED_OUT,
+        OutcomeKind.PAUSED,
+        OutcomeKind.VERSION_UNAVAILABLE,
+    }
+)
 
 ModelScript = ScriptedProvider | Sequence[Any] | Mapping[str, Any] | str | Path
 """What ``AgentTestRunner(model_script=...)`` accepts."""
@@ -260,19 +274,11 @@ class AgentTestRunner:
                 if event.detail_type == STEP_READY:
                     queue.append((event.detail["run_id"], event.detail.get("target")))
             seen = len(self.publisher.events)
-            if outcome.kind in (OutcomeKind.SUSPENDED, OutcomeKind.CONTENDED):
+            if outcome.kind in _WAITING:
                 # An event's timeout passes only by ``advance`` (as approvals' deadlines do).
                 if outcome.wake_at_ms is not None and not self._event_deadline(current):
                     timers.append((outcome.wake_at_ms, current))
-            elif current == run_id and outcome.kind in (
-                OutcomeKind.SUCCEEDED,
-                OutcomeKind.FAILED,
-                OutcomeKind.CANCELLED,
-                OutcomeKind.TERMINATED,
-                OutcomeKind.TIMED_OUT,
-                OutcomeKind.PAUSED,
-                OutcomeKind.VERSION_UNAVAILABLE,
-            ):
+            elif current == run_id and outcome.kind in _SETTLED_OUTCOMES:
                 break
         else:
             raise RuntimeError(f"run {run_id} did not settle in {self.max_invocations} invocations")
