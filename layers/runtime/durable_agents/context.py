@@ -29,6 +29,10 @@ from durable_agents.semantics import StepSemantics
 from durable_agents.serde import SerdesSpec, as_serdes, replay_value
 from durable_agents.side_effects.tools import Tool, ToolNotApprovedError
 
+# Enum members read per operation, as module names: on Python 3.11 ``OpKind.X`` goes through
+# ``EnumType.__getattr__`` (about 900 instructions a read).
+_PARALLEL = OpKind.PARALLEL
+
 if TYPE_CHECKING:
     pass
 
@@ -337,7 +341,7 @@ class DurableContext(WaitOperations, ValueOperations):
         spec = as_serdes(serdes)
         flat = _flat(nesting)
         return run_batch(
-            self, OpKind.PARALLEL, check_name(name), fns, policy, max_concurrency, spec, names, flat
+            self, _PARALLEL, check_name(name), fns, policy, max_concurrency, spec, names, flat
         )
 
     def map(

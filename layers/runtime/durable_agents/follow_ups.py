@@ -27,9 +27,9 @@ _ENDED = frozenset(
         OutcomeKind.TIMED_OUT,
     }
 )
-# Read on every invocation: a module name, not ``OutcomeKind.CONTINUE`` (on Python 3.11 each
+# Read on every invocation: module names, not ``OutcomeKind.CONTINUE`` (on Python 3.11 each
 # read of an enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook).
-_CONTINUE = OutcomeKind.CONTINUE
+_CONTINUE, _SUSPENDED = OutcomeKind.CONTINUE, OutcomeKind.SUSPENDED
 
 
 def publish_follow_up(
@@ -55,7 +55,7 @@ def publish_follow_up(
             events += [step_ready(outcome.run_id, "branch", t) for t in outcome.targets]
         else:
             events.append(step_ready(outcome.run_id, "continue"))
-    elif outcome.kind is OutcomeKind.SUSPENDED and outcome.wake_at_ms is not None:
+    elif outcome.kind is _SUSPENDED and outcome.wake_at_ms is not None:
         if outcome.wake_at_ms <= clock.now_ms():  # a zero delay: no need to wait
             events.append(step_ready(outcome.run_id, "timer"))
     elif outcome.kind in _ENDED:

@@ -33,9 +33,11 @@ from durable_agents.serde import decode, rebuild_error
 from durable_agents.time_limits import cap_wake
 
 _ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
-# Read on every commit: a module name, not ``RunStatus.SUSPENDED`` (on Python 3.11 each read of
-# an enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook, ~900 instructions).
-_SUSPENDED = RunStatus.SUSPENDED
+# Read on every commit and replay: module names, not ``RunStatus.SUSPENDED`` (on Python 3.11 each
+# read of an enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook, ~900
+# instructions).
+_SUSPENDED, _RUNNING = RunStatus.SUSPENDED, RunStatus.RUNNING
+_FAILED = EntryType.FAILED
 
 
 class Reason:
@@ -350,7 +352,7 @@ class Invocation(ReplayFlags):
             # (another invocation's timer, a settled wait) and undo it.
             change = RunChange(
                 expected=_ACTIVE,
-                status=RunStatus.SUSPENDED,
+                status=_SUSPENDED,
                 updated_at_ms=now,
                 # No later than its time limit: a run waiting for a person still times out.
                 wake_at_ms=cap_wake(self.header, suspension.wake_at_ms),
@@ -362,7 +364,7 @@ class Invocation(ReplayFlags):
             # since, and nothing this (older) code decided may land after it.
             change = RunChange(
                 expected=_ACTIVE,
-                status=RunStatus.RUNNING,
+                status=_RUNNING,
                 updated_at_ms=now,
                 wake_at_ms=None,
                 waiting_on=None,
@@ -425,6 +427,6 @@ class Invocation(ReplayFlags):
         Raises:
             Exception: The recorded error, rebuilt with the same type and message.
         """
-        if entry.type is EntryType.FAILED:
+        if entry.type is _FAILED:
             raise rebuild_error(entry.error or ErrorInfo("StepError", "unknown error"))
         return decode(entry.value, hint)

@@ -82,9 +82,10 @@ _SUSPENDED_AS = {
     Reason.TIMER: OutcomeKind.SUSPENDED,
     Reason.EXTERNAL: OutcomeKind.SUSPENDED,
 }
-# Read on every suspension: a module name, not ``OutcomeKind.CONTENDED`` (on Python 3.11 each
+# Read on every suspension: module names, not ``OutcomeKind.CONTENDED`` (on Python 3.11 each
 # read of an enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook).
 _CONTENDED = OutcomeKind.CONTENDED
+_SUSPENDED = RunStatus.SUSPENDED
 
 
 def suspended(
@@ -133,7 +134,7 @@ def mark_suspended(
     """
     header = inv.header
     wake_at_ms = cap_wake(header, signal.wake_at_ms)  # no later than the run's time limit
-    if header.status is RunStatus.SUSPENDED and header.wake_at_ms == wake_at_ms:
+    if header.status is _SUSPENDED and header.wake_at_ms == wake_at_ms:
         return True
     waiting = header.waiting_on if header.status is RunStatus.SUSPENDED else None
     change = RunChange(

@@ -142,6 +142,7 @@ _CLAIMED = frozenset({OpKind.STEP, OpKind.LLM})
 # Read for every operation of a result: module names, not ``EntryType.X`` (on Python 3.11 each
 # read of an enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook).
 _STARTED, _SUCCEEDED, _MIGRATION = EntryType.STARTED, EntryType.SUCCEEDED, OpKind.MIGRATION
+_TOOL = OpKind.TOOL
 
 
 def _attempts(record: Any) -> int:
@@ -155,7 +156,7 @@ def _attempts(record: Any) -> int:
         return sum(1 for e in record.entries if e.type is _STARTED)
     if record.effect is not None:
         return int(record.effect.attempt)
-    if record.kind is OpKind.TOOL:
+    if record.kind is _TOOL:
         return sum(1 for e in record.entries if e.type is _STARTED)
     return 1 if record.entries else 0
 

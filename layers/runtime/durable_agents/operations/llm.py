@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from durable_agents.context import DurableContext
 
 _log = logging.getLogger("durable_agents.streams")
+# Enum members read per operation, as module names: on Python 3.11 ``OpKind.X`` goes through
+# ``EnumType.__getattr__`` (about 900 instructions a read).
+_AT_LEAST_ONCE, _LLM = StepSemantics.AT_LEAST_ONCE, OpKind.LLM
 
 # Model calls fail transiently (throttling, timeouts); they are safe to repeat (at least once).
 # A bad request or a missing provider fails the same way every time: never retried.
@@ -130,9 +133,9 @@ def run_llm(
         (),
         name,
         retry or LLM_RETRY,
-        StepSemantics.AT_LEAST_ONCE,
+        _AT_LEAST_ONCE,
         LlmResponse,
-        kind=OpKind.LLM,
+        kind=_LLM,
         pass_info=True,
         fingerprint=request_fingerprint(request, config),
         ready=ready,

@@ -35,6 +35,10 @@ from durable_agents.operations.batch_result import (
 from durable_agents.serde import Serdes, decode, decode_value, encode, encode_value, error_info
 from durable_agents.serde_values import from_tagged
 
+# Enum members read per operation, as module names: on Python 3.11 ``OpKind.X`` goes through
+# ``EnumType.__getattr__`` (about 900 instructions a read).
+_SUCCEEDED = EntryType.SUCCEEDED
+
 __all__ = [
     "ALL_SUCCESSFUL",
     "BatchFailedError",
@@ -105,7 +109,7 @@ def run_batch(
     for state in states:
         child = inv.records.get(state.position)
         if child is not None and child.result is not None:
-            state.status = "succeeded" if child.result.type is EntryType.SUCCEEDED else "failed"
+            state.status = "succeeded" if child.result.type is _SUCCEEDED else "failed"
             value = child.result.value
             state.result = child.replayed(None, serdes, _decode_branch_result) if value else None
             state.error = child.result.error
@@ -293,7 +297,7 @@ def _complete(
     ]
     outcome: BatchResult[Any] = BatchResult(items=items, completion_reason=reason)
     payload = encode(outcome.model_dump(mode="json"))
-    entry = inv.entry(position, op_id, kind, name, EntryType.SUCCEEDED, value=payload)
+    entry = inv.entry(position, op_id, kind, name, _SUCCEEDED, value=payload)
     inv.record(op_id, [entry])
     return _decoded(BatchResult[Any].model_validate(decode(payload)), serdes)
 

@@ -13,6 +13,11 @@ from durable_agents.models import EffectStatus, OpKind, RunStatus
 from durable_agents.side_effects.protocol import Settled, SideEffectProtocol
 from durable_agents.side_effects.tools import Tool
 
+# Enum members read per operation, as module names: on Python 3.11 ``OpKind.X`` goes through
+# ``EnumType.__getattr__`` (about 900 instructions a read).
+_TOOL = OpKind.TOOL
+_SUSPENDED = RunStatus.SUSPENDED
+
 if TYPE_CHECKING:
     from durable_agents.context import DurableContext
 
@@ -23,7 +28,7 @@ def run_tool(ctx: DurableContext, tool: Tool[Any, Any], request: Any, name: str)
     """Executes, recovers or replays one tool call (see ``DurableContext.tool``)."""
     inv = ctx.invocation
     fingerprint = ToolFingerprint(tool, request)
-    position, op_id, record = ctx.next_operation(OpKind.TOOL, name, fingerprint)
+    position, op_id, record = ctx.next_operation(_TOOL, name, fingerprint)
     if record is not None and record.result is not None:
         return inv.replay(record.result, tool.result_type)
     effect = record.effect if record is not None else None
@@ -69,7 +74,7 @@ def _protocol(inv: Invocation) -> SideEffectProtocol:
     protocol = SideEffectProtocol(
         inv.store, inv.clock, lease_ms=inv.lease_ms, hooks=inv.hooks, credentials=inv.credentials
     )
-    protocol.resume_run = inv.header.status is RunStatus.SUSPENDED
+    protocol.resume_run = inv.header.status is _SUSPENDED
     return protocol
 
 

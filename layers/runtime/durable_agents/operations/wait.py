@@ -8,6 +8,12 @@ from durable_agents.errors import SuspendExecution
 from durable_agents.invocation import Reason, Suspension
 from durable_agents.models import EntryType, OpKind
 
+# Enum members read per operation, as module names: on Python 3.11 ``OpKind.X`` goes through
+# ``EnumType.__getattr__`` (about 900 instructions a read).
+_WAIT = OpKind.WAIT
+_SCHEDULED = EntryType.SCHEDULED
+_SUCCEEDED = EntryType.SUCCEEDED
+
 if TYPE_CHECKING:
     from durable_agents.context import DurableContext
 
@@ -21,7 +27,7 @@ def run_wait(ctx: DurableContext, seconds: float, name: str) -> None:
     if seconds < 0:
         raise ValueError("a wait cannot be negative")
     inv = ctx.invocation
-    position, op_id, record = ctx.next_operation(OpKind.WAIT, name)
+    position, op_id, record = ctx.next_operation(_WAIT, name)
     if record is not None and record.result is not None:
         inv.replay(record.result, None)  # a timer closed by a cancel raises its error
         return
@@ -30,10 +36,10 @@ def run_wait(ctx: DurableContext, seconds: float, name: str) -> None:
         due = record.scheduled.due_at_ms or 0
         if due > now:
             raise SuspendExecution(Reason.TIMER, wake_at_ms=due, detail=op_id)
-        done = inv.entry(position, op_id, OpKind.WAIT, name, EntryType.SUCCEEDED)
+        done = inv.entry(position, op_id, _WAIT, name, _SUCCEEDED)
         inv.record(op_id, [done])
         return
     due = now + int(seconds * 1000)
-    armed = inv.entry(position, op_id, OpKind.WAIT, name, EntryType.SCHEDULED, due_at_ms=due)
+    armed = inv.entry(position, op_id, _WAIT, name, _SCHEDULED, due_at_ms=due)
     inv.record(op_id, [armed], Suspension(due, {"kind": "wait", "op_id": op_id, "until_ms": due}))
     raise SuspendExecution(Reason.TIMER, wake_at_ms=due, detail=op_id)

@@ -50,6 +50,10 @@ from durable_agents.side_effects.tools import (
 )
 from durable_agents.side_effects.writes import UNCLEAR_BACKOFF, EffectWrites
 
+# Enum members read per operation, as module names: on Python 3.11 ``OpKind.X`` goes through
+# ``EnumType.__getattr__`` (about 900 instructions a read).
+_PREPARED_STATUS = EffectStatus.PREPARED
+
 __all__ = ["UNCLEAR_BACKOFF", "Settled", "SideEffectProtocol", "idempotency_key", "operation_name"]
 
 _PREPARED = frozenset({EffectStatus.PREPARED})
@@ -88,7 +92,7 @@ class SideEffectProtocol(EffectWrites):
             tool_schema_version=tool.schema_version,
             canonical_request=canonical_json(model),
             idempotency_key=idempotency_key(operation_id),
-            status=EffectStatus.PREPARED,
+            status=_PREPARED_STATUS,
             attempt=1,
             prepared_at_ms=now,
             updated_at_ms=now,

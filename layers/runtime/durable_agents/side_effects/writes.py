@@ -46,6 +46,12 @@ from durable_agents.side_effects.records import (
 )
 from durable_agents.side_effects.tools import Tool, ToolCall
 
+# Enum members read per operation, as module names: on Python 3.11 ``OpKind.X`` goes through
+# ``EnumType.__getattr__`` (about 900 instructions a read).
+_SUCCEEDED = EntryType.SUCCEEDED
+_COMMITTED = EffectStatus.COMMITTED
+_TOOL = OpKind.TOOL
+
 ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
 # Unclear outcomes are looked at again after a short, growing pause (the provider may still be
 # processing the call); the delay is recorded on the record and the run header.
@@ -196,12 +202,12 @@ class EffectWrites:
         now = self.clock.now_ms()
         entry = self.entry(
             record,
-            EntryType.SUCCEEDED,
+            _SUCCEEDED,
             value=payload,
             meta={"via": how, "external_id": external_id},
         )
         done = record.replace(
-            status=EffectStatus.COMMITTED,
+            status=_COMMITTED,
             updated_at_ms=now,
             result=payload,
             external_id=external_id,
@@ -310,7 +316,7 @@ class EffectWrites:
             run_id=record.run_id,
             position=record.position,
             op_id=record.operation_id,
-            kind=OpKind.TOOL,
+            kind=_TOOL,
             name=operation_name(record.operation_id),
             type=type_,
             attempt=record.attempt,
