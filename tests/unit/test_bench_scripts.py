@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -122,3 +123,22 @@ def test_results_are_written_between_their_markers_and_appended_without_them(
     fresh = tmp_path / "new.md"
     write_section(fresh, "<!-- s -->", "<!-- e -->", "only")
     assert fresh.read_text() == "<!-- s -->\nonly\n<!-- e -->"
+
+
+def test_the_sticky_floor_drives_a_run_to_its_end_through_the_floor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bench_sticky_floor import Runtime, measure
+
+    through_runtime: list[str] = []
+    original = Runtime.execute
+
+    def counted(runtime: Any, run_id: str, **options: Any) -> Any:
+        through_runtime.append(run_id)
+        return original(runtime, run_id, **options)
+
+    monkeypatch.setattr(Runtime, "execute", counted)
+    assert measure("floor", 30) > 0  # raises unless the run SUCCEEDED
+    # The first invocation (nothing parked yet) and the last (the run ends) go through the
+    # runtime; the 28 between take the floor.
+    assert len(through_runtime) == 2
