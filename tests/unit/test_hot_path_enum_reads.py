@@ -50,6 +50,10 @@ def _operation(kind: str, ctx: Any, i: int) -> None:
         ctx.wait(60, name=f"w{i}")
     elif kind == "emit":
         ctx.emit("bench.event", {"n": i}, name=f"e{i}")
+    elif kind == "values":
+        ctx.now(), ctx.uuid(), ctx.random()
+    elif kind == "child":
+        ctx.run_in_child_context(lambda c: c.step(lambda: i, name="s"), name=f"c{i}")
     elif kind == "parallel branch":
         ctx.parallel([lambda c, i=i: c.step(lambda: i, name="s")], name=f"p{i}").throw_if_error()
     else:
@@ -88,7 +92,10 @@ def _enum_reads(kind: str, mode: Mode, count: int) -> Counter[str]:
     return reads
 
 
-@pytest.mark.parametrize("kind", ["step", "llm", "tool", "wait", "emit", "parallel branch"])
+KINDS = ["step", "llm", "tool", "wait", "emit", "values", "child", "parallel branch"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("mode", ["continuous", "faithful", "sticky"])
 def test_an_operation_reads_no_enum_member_through_its_class(kind: str, mode: Mode) -> None:
     shorter, longer = _enum_reads(kind, mode, 4), _enum_reads(kind, mode, 12)

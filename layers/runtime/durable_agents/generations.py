@@ -50,6 +50,10 @@ from durable_agents.operations.event_wait import PublishedStatus, event_floors, 
 from durable_agents.outcomes import InvocationOutcome, OutcomeKind, suspended
 from durable_agents.serde import encode
 
+# Enum members read per operation, as module names: on Python 3.11 ``OpKind.X`` goes through
+# ``EnumType.__getattr__`` (about 900 instructions a read).
+_CONTINUE_AS_NEW = OpKind.CONTINUE
+
 __all__ = [
     "ContinueAsNew",
     "ContinueAsNewNotAllowedError",
@@ -135,7 +139,7 @@ def run_continue_as_new(ctx: DurableContext, value: Any, scope_prefix: str) -> N
         raise ContinueAsNewNotAllowedError("a child context")
     definition = resolve_pinned(inv.registry, inv.header)
     input_json = encode(validate_input(definition, value), definition.input_type)
-    position, op_id, record = ctx.next_operation(OpKind.CONTINUE, OPERATION_NAME)
+    position, op_id, record = ctx.next_operation(_CONTINUE_AS_NEW, OPERATION_NAME)
     if record is not None:
         raise SuspendExecution(Reason.CONTINUE, detail=f"{op_id}: continued as new; reload")
     inv.live = True

@@ -25,6 +25,10 @@ from durable_agents.memory.store import MemoryStore, check_key, namespace_for
 from durable_agents.models import Entry, EntryType, OpKind
 from durable_agents.serde import canonical_json
 
+# Enum members read per operation, as module names: on Python 3.11 ``OpKind.X`` goes through
+# ``EnumType.__getattr__`` (about 900 instructions a read).
+_MEMORY = OpKind.MEMORY
+
 if TYPE_CHECKING:
     from durable_agents.context import DurableContext
 
@@ -157,7 +161,7 @@ class Memory:
     ) -> Any:
         inv = self._ctx.invocation
         fingerprint = Fingerprint.of_value({"namespace": self.namespace, **args})
-        position, op_id, record = self._ctx.next_operation(OpKind.MEMORY, name, fingerprint)
+        position, op_id, record = self._ctx.next_operation(_MEMORY, name, fingerprint)
         if record is not None and record.result is not None:
             return inv.replay(record.result, None)
         store = self._store()
@@ -184,7 +188,7 @@ class Memory:
     ) -> None:
         inv = self._ctx.invocation
         fingerprint = Fingerprint.of_value({"namespace": self.namespace, **args})
-        position, op_id, record = self._ctx.next_operation(OpKind.MEMORY, name, fingerprint)
+        position, op_id, record = self._ctx.next_operation(_MEMORY, name, fingerprint)
         if record is not None and record.result is not None:
             return
         store = self._store()

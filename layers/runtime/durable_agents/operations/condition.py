@@ -19,6 +19,10 @@ from durable_agents.operations.child import run_child
 from durable_agents.retry import NO_RETRY, RetryPolicy, jitter_delay
 from durable_agents.serde import Serdes, error_info
 
+# Enum members read per operation, as module names: on Python 3.11 ``OpKind.X`` goes through
+# ``EnumType.__getattr__`` (about 900 instructions a read).
+_CONDITION = OpKind.CONDITION
+
 if TYPE_CHECKING:
     from durable_agents.context import DurableContext
 
@@ -197,7 +201,7 @@ def run_condition(ctx: DurableContext, name: str, polling: Polling) -> Any:
         poll,
         name,
         None,
-        kind=OpKind.CONDITION,
+        kind=_CONDITION,
         fingerprint=fingerprint,
         serdes=polling.serdes,
     )

@@ -42,6 +42,11 @@ from durable_agents.run_inbox import EVENT_KIND, find_wait, slot_id
 from durable_agents.serde import canonical_json, error_info
 from durable_agents.views import iso
 
+# Enum members read per operation, as module names: on Python 3.11 ``OpKind.X`` goes through
+# ``EnumType.__getattr__`` (about 900 instructions a read).
+_EVENT = OpKind.EVENT
+_STATUS = OpKind.STATUS
+
 if TYPE_CHECKING:
     from durable_agents.context import DurableContext
     from durable_agents.invocation import Invocation
@@ -143,7 +148,7 @@ def run_wait_for_event(ctx: DurableContext, name: str, timeout_ms: int | None) -
         ReplayDivergedError: If the journal recorded another operation at this position.
     """
     inv = ctx.invocation
-    position, op_id, record = ctx.next_operation(OpKind.EVENT, name)
+    position, op_id, record = ctx.next_operation(_EVENT, name)
     if record is not None and record.result is not None:
         if record.result.type is EntryType.FAILED:
             inv.replay(record.result, None)  # the recorded timeout (or cancel) again
@@ -259,7 +264,7 @@ def run_set_status(ctx: DurableContext, value: Any, name: str) -> None:
         ReplayDivergedError: If the journal recorded another operation at this position.
     """
     inv = ctx.invocation
-    position, op_id, record = ctx.next_operation(OpKind.STATUS, name)
+    position, op_id, record = ctx.next_operation(_STATUS, name)
     if record is not None and record.result is not None:
         return
     entry = inv.entry(

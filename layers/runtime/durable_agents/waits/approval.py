@@ -32,6 +32,12 @@ from durable_agents.waits.records import (
     wait_id,
 )
 
+# Enum members read per operation, as module names: on Python 3.11 ``OpKind.X`` goes through
+# ``EnumType.__getattr__`` (about 900 instructions a read).
+_APPROVAL = OpKind.APPROVAL
+_SCHEDULED = EntryType.SCHEDULED
+_NOTIFIED = EntryType.NOTIFIED
+
 if TYPE_CHECKING:
     from durable_agents.clock import Clock
     from durable_agents.context import DurableContext
@@ -132,7 +138,7 @@ def run_wait_for_approval(
     """
     inv = ctx.invocation
     fingerprint = Fingerprint.of_text(spec.request) if fingerprint is None else fingerprint
-    position, op_id, record = ctx.next_operation(OpKind.APPROVAL, name, fingerprint)
+    position, op_id, record = ctx.next_operation(_APPROVAL, name, fingerprint)
     approval_id = wait_id("apr", op_id)
     if record is not None and record.result is not None:
         return _replay_decision(inv.replay(record.result, None), spec, inv.store, approval_id)
@@ -153,9 +159,9 @@ def run_wait_for_approval(
     waiting = inv.entry(
         position,
         op_id,
-        OpKind.APPROVAL,
+        _APPROVAL,
         name,
-        EntryType.SCHEDULED,
+        _SCHEDULED,
         due_at_ms=deadline_ms,
         value=canonical_json({"approval_id": approval_id}),
         meta=fingerprint.meta(),
@@ -204,7 +210,7 @@ def _pending_record(
 def _notify(inv: Any, pending: WaitRecord) -> None:
     """Queues ``Approval Requested``; the runtime records NOTIFIED once it was delivered."""
     delivered = inv.entry(
-        pending.position, pending.operation_id, OpKind.APPROVAL, pending.name, EntryType.NOTIFIED
+        pending.position, pending.operation_id, _APPROVAL, pending.name, _NOTIFIED
     )
     inv.notifications.append((approval_requested(pending), delivered))
 
