@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,19 @@ def _dbos_sqlite(steps: int) -> float:
     return elapsed
 
 
-def _durable_agents(steps: int, mode: str) -> float:
+def harness_seconds(steps: int, mode: str, prepare: Callable[[Any], None] | None = None) -> float:
+    """Seconds one run of ``steps`` trivial steps takes in the durable_agents harness.
+
+    Args:
+        steps: The run's length.
+        mode: ``continuous``, ``faithful`` or ``sticky`` (faithful, with the agent parked
+            between invocations: the StepRunner's default, ADR 0017).
+        prepare: Given the ``AgentTestRunner`` before the run starts (``bench_sticky_floor``
+            replaces its runtime's ``execute``).
+
+    Raises:
+        RuntimeError: If the run did not succeed.
+    """
     sys.path.insert(0, str(ROOT / "layers" / "runtime"))
     from durable_agents import AgentRegistry, agent
     from durable_agents.testing import AgentTestRunner
@@ -116,10 +129,10 @@ def _durable_agents(steps: int, mode: str) -> float:
             ctx.step(lambda i=i: i, name=f"s{i}")
         return steps
 
-    # "sticky": faithful (one operation per invocation, as on Lambda) with the agent parked
-    # between invocations, the StepRunner's default (ADR 0017).
     sticky = mode == "sticky"
     runner = AgentTestRunner(bench, mode="faithful" if sticky else mode, sticky=sticky)  # type: ignore[arg-type]
+    if prepare is not None:
+        prepare(runner)
     began = time.perf_counter()
     result = runner.run(0)
     elapsed = time.perf_counter() - began
@@ -134,7 +147,7 @@ def child(runtime: str, steps: int) -> float:
         return _aws_local(steps)
     if runtime == "dbos-sqlite":
         return _dbos_sqlite(steps)
-    return _durable_agents(steps, runtime.removeprefix("da-"))
+    return harness_seconds(steps, runtime.removeprefix("da-"))
 
 
 # -- the orchestra -------------------------------------------------------------------------------

@@ -25,21 +25,16 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 import types
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "layers" / "runtime"))
+from bench_peers import harness_seconds
 
-from durable_agents import AgentRegistry, agent  # noqa: E402
-from durable_agents.errors import SuspendExecution  # noqa: E402
-from durable_agents.events import step_ready  # noqa: E402
-from durable_agents.outcomes import InvocationOutcome, OutcomeKind  # noqa: E402
-from durable_agents.runtime import Runtime  # noqa: E402
-from durable_agents.sticky import WriteTally  # noqa: E402
-from durable_agents.testing import AgentTestRunner  # noqa: E402
+from durable_agents.errors import SuspendExecution
+from durable_agents.events import step_ready
+from durable_agents.outcomes import InvocationOutcome, OutcomeKind
+from durable_agents.runtime import Runtime
+from durable_agents.sticky import WriteTally
 
 WAYS = ("continuous", "sticky", "floor")
 _CONTINUE = OutcomeKind.CONTINUE
@@ -76,24 +71,17 @@ def floor_execute(runtime: Any, run_id: str, **options: Any) -> Any:
 
 
 def measure(way: str, steps: int) -> float:
-    """Seconds one run of ``steps`` trivial steps takes ``way`` (in this process)."""
+    """Seconds one run of ``steps`` trivial steps takes ``way`` (in this process).
 
-    @agent(name="bench", version="1", registry=AgentRegistry())
-    def bench(ctx: Any, _: int) -> int:
-        for i in range(steps):
-            ctx.step(lambda i=i: i, name=f"s{i}")
-        return steps
+    Raises:
+        RuntimeError: If the run did not succeed.
+    """
 
-    sticky = way != "continuous"
-    runner = AgentTestRunner(bench, mode="faithful" if sticky else "continuous", sticky=sticky)
-    if way == "floor":
+    def floor(runner: Any) -> None:
         runner.runtime.execute = types.MethodType(_floor_until_last(steps), runner.runtime)
-    began = time.perf_counter()
-    result = runner.run(0)
-    elapsed = time.perf_counter() - began
-    if result.status != "SUCCEEDED":
-        raise RuntimeError(f"{way} ended {result.status}")
-    return elapsed
+
+    mode = "continuous" if way == "continuous" else "sticky"
+    return harness_seconds(steps, mode, floor if way == "floor" else None)
 
 
 def _floor_until_last(steps: int) -> Any:

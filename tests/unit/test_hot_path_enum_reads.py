@@ -11,53 +11,31 @@ is caught.
 from __future__ import annotations
 
 import enum
+import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
-from pydantic import BaseModel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from bench_kinds import _body as kind_operation  # the cost bench's operation of each kind
 
 from durable_agents import AgentRegistry, agent
-from durable_agents.llm import LlmRequest, Message, ModelConfig
-from durable_agents.side_effects.tools import ToolCall, ToolRegistry, ToolResult, tool
 from durable_agents.testing import AgentTestRunner
 
 Mode = Literal["continuous", "faithful", "sticky"]
-MODEL = ModelConfig(name="m", version="1", provider="scripted", model_id="scripted")
-
-
-class Order(BaseModel):
-    n: int
-
-
-class Receipt(BaseModel):
-    id: str
-
-
-@tool(name="ship", registry=ToolRegistry(), idempotent=True)
-def ship(request: Order, call: ToolCall) -> ToolResult[Receipt]:
-    return ToolResult(Receipt(id=f"r-{request.n}"), external_id=f"r-{request.n}")
 
 
 def _operation(kind: str, ctx: Any, i: int) -> None:
-    if kind == "step":
-        ctx.step(lambda: i, name=f"s{i}")
-    elif kind == "llm":
-        ctx.llm(f"turn-{i}", LlmRequest(messages=[Message.user(f"q{i}")]), config=MODEL)
-    elif kind == "tool":
-        ctx.tool(ship, Order(n=i), name=f"ship{i}")
-    elif kind == "wait":
-        ctx.wait(60, name=f"w{i}")
-    elif kind == "emit":
-        ctx.emit("bench.event", {"n": i}, name=f"e{i}")
-    elif kind == "values":
+    if kind == "values":
         ctx.now(), ctx.uuid(), ctx.random()
     elif kind == "child":
         ctx.run_in_child_context(lambda c: c.step(lambda: i, name="s"), name=f"c{i}")
     elif kind == "parallel branch":
         ctx.parallel([lambda c, i=i: c.step(lambda: i, name="s")], name=f"p{i}").throw_if_error()
-    else:
-        raise ValueError(kind)
+    else:  # step, llm, tool, wait, emit
+        kind_operation(kind, ctx, i, child=None)  # type: ignore[arg-type]
 
 
 def _enum_reads(kind: str, mode: Mode, count: int) -> Counter[str]:
