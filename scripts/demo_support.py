@@ -135,7 +135,9 @@ def _support(moto: MotoProcess, handle: ServicesHandle, api: str) -> bool:
     run_id = body["run"]["run_id"]
     say(f"run {run_id} started …")
     waiting = wait_for_approval_wait(api, run_id, SUPPORT_TIMEOUT)
-    _, listed = http_json("GET", f"{api}/runs?limit=20")
+    # Sub-agent runs are hidden from a plain listing (each names its parent): ask for this
+    # run's own.
+    _, listed = http_json("GET", f"{api}/runs?parent={run_id}&limit=20")
     children = [r for r in listed["runs"] if r.get("parent_run_id") == run_id]
     for child in children:
         say(f"sub-agent {child['agent']}: its own run {child['run_id']}")
