@@ -71,8 +71,11 @@ def ship(request: Order, call: ToolCall) -> ToolResult[Receipt]:
     return ToolResult(Receipt(id=f"r-{request.n}"), external_id=f"r-{request.n}")
 
 
-def _body(kind: str, ctx: Any, i: int, child: AgentDefinition[Any, Any]) -> None:
-    """Operation ``i`` of ``kind`` (every body trivial: the bench measures the runtime)."""
+def kind_operation(kind: str, ctx: Any, i: int, child: AgentDefinition[Any, Any] | None) -> None:
+    """Operation ``i`` of ``kind`` (every body trivial: the bench measures the runtime).
+
+    ``child`` is the sub-agent an ``invoke`` runs (no other kind uses it).
+    """
     if kind == "step":
         ctx.step(lambda: i, name=f"s{i}")
     elif kind == "step 400 KB":  # over the inline limit: the value goes to S3
@@ -113,7 +116,7 @@ def kind_agents(kind: str, count: int) -> list[AgentDefinition[Any, Any]]:
             ctx.parallel(branches, name="p").throw_if_error()
         else:
             for i in range(count):
-                _body(kind, ctx, i, child)
+                kind_operation(kind, ctx, i, child)
         return count
 
     return [bench, child]

@@ -128,7 +128,9 @@ def test_results_are_written_between_their_markers_and_appended_without_them(
 def test_the_sticky_floor_drives_a_run_to_its_end_through_the_floor(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from bench_sticky_floor import Runtime, measure
+    from bench_sticky_floor import measure
+
+    from durable_agents.runtime import Runtime
 
     through_runtime: list[str] = []
     original = Runtime.execute

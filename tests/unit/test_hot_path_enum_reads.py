@@ -19,7 +19,7 @@ from typing import Any, Literal
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from bench_kinds import _body as kind_operation  # the cost bench's operation of each kind
+from bench_kinds import kind_operation  # the cost bench's operation of each kind
 
 from durable_agents import AgentRegistry, agent
 from durable_agents.testing import AgentTestRunner
@@ -35,7 +35,7 @@ def _operation(kind: str, ctx: Any, i: int) -> None:
     elif kind == "parallel branch":
         ctx.parallel([lambda c, i=i: c.step(lambda: i, name="s")], name=f"p{i}").throw_if_error()
     else:  # step, llm, tool, wait, emit
-        kind_operation(kind, ctx, i, child=None)  # type: ignore[arg-type]
+        kind_operation(kind, ctx, i, child=None)
 
 
 def _enum_reads(kind: str, mode: Mode, count: int) -> Counter[str]:
