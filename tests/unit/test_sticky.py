@@ -92,10 +92,11 @@ def test_a_sticky_run_resumes_every_invocation_and_records_the_same_journal() ->
 
 
 def test_a_sticky_invocation_leaves_no_reference_cycle_behind() -> None:
-    """Each invocation's parking signal is raised through the carrier's frames; were they to
-    keep it, its traceback would make a cycle holding everything those frames refer to (the
-    invocation's snapshot, outcome, span): garbage only the cycle collector frees. A run may
-    leave some (a thread carrier's own), but no more for more invocations."""
+    """Each invocation hands control through the carrier's frames (and an agent that ends
+    raises through them); were they to keep what passed, a traceback or a box, it would make
+    a cycle holding everything those frames refer to (the invocation's snapshot, outcome,
+    span): garbage only the cycle collector frees. A run may leave some (a thread carrier's
+    own), but no more for more invocations."""
     runner = AgentTestRunner(loop, mode="faithful", sticky=True)
     runner.run(3)  # the first run of a process makes what every later one shares
     cyclic: list[int] = []
@@ -173,6 +174,41 @@ def test_a_parked_agent_does_not_survive_an_event_sent_while_it_was_parked() -> 
     assert runtime.sticky.abandoned == 1 and runtime.sticky.resumed == 0
     assert outcome.kind is OutcomeKind.CANCELLED
     assert Counter({"s0": 1}) == CALLS
+    assert not _agent_threads()
+
+
+def test_a_run_whose_time_limit_passed_while_parked_times_out_without_going_on() -> None:
+    """Its header did not change (a time limit passes without a write): the journal is as
+    the parked agent left it, yet the invocation must end the run, not let it go on."""
+    from durable_agents.clock import SkipClock
+
+    clock = SkipClock()
+    runtime = Runtime(InMemoryJournal(), registry=registry, clock=clock, sticky=StickyRuns())
+    header, _ = runtime.start_run("sticky-loop", 5, execution_timeout=60)
+    runtime.execute(header.run_id, remaining_ms=60_000, agent_budget=True)  # s0, parks
+    runtime.execute(header.run_id, remaining_ms=60_000, agent_budget=True)  # s1, goes on
+    assert runtime.sticky is not None and runtime.sticky.resumed == 1
+    clock.advance(61_000)
+    outcome = runtime.execute(header.run_id, remaining_ms=60_000, agent_budget=True)
+    assert outcome.kind is OutcomeKind.TIMED_OUT
+    assert runtime.store.get_run(header.run_id).status is RunStatus.TIMED_OUT
+    assert Counter({"s0": 1, "s1": 1}) == CALLS  # no step after the limit
+    assert (runtime.sticky.resumed, runtime.sticky.abandoned, len(runtime.sticky)) == (1, 1, 0)
+    assert not _agent_threads()
+
+
+def test_an_invocation_without_a_budget_replays_and_leaves_nothing_parked() -> None:
+    """Nothing parks without a budget (the agent runs to its end): the parked agent of the
+    run is let go and the run replays, every step once."""
+    runtime = Runtime(InMemoryJournal(), registry=registry, sticky=StickyRuns())
+    header, _ = runtime.start_run("sticky-loop", 4)
+    runtime.execute(header.run_id, remaining_ms=60_000)  # s0, parks before s1
+    outcome = runtime.execute(header.run_id, budget=None, remaining_ms=60_000)
+    assert outcome.kind is OutcomeKind.SUCCEEDED
+    assert len(outcome.executed) == 3  # s1, s2, s3
+    assert runtime.sticky is not None
+    assert (runtime.sticky.resumed, runtime.sticky.abandoned, len(runtime.sticky)) == (0, 1, 0)
+    assert Counter({f"s{i}": 1 for i in range(4)}) == CALLS
     assert not _agent_threads()
 
 

@@ -121,6 +121,17 @@ def _observed(snapshot: RunSnapshot) -> bool:
     return False
 
 
+def nothing_to_stop(header: RunHeader, clock: Clock) -> bool:
+    """Whether ``prepare`` has nothing to act on: no stop request, and the time limit not passed.
+
+    The check of every invocation of a running run, first: most have neither.
+    """
+    if header.cancel_requested:
+        return False
+    limit = deadline_ms(header)
+    return limit is None or clock.now_ms() < limit
+
+
 def prepare(
     store: JournalStore, clock: Clock, publisher: EventPublisher, snapshot: RunSnapshot
 ) -> tuple[RunSnapshot, StopState | None, RunStatus | None]:
@@ -135,7 +146,7 @@ def prepare(
         RunNotFoundError: If the run is gone.
     """
     header = snapshot.header
-    if header.status.terminal:
+    if header.status.terminal or nothing_to_stop(header, clock):
         return snapshot, None, None
     limit = deadline_ms(header)
     if limit is not None and clock.now_ms() >= limit:

@@ -42,6 +42,7 @@ from durable_agents.outcomes import (
     OutcomeKind,
     version_unavailable,
 )
+from durable_agents.parked_turn import AGENT_BUDGET, Limits, go_on
 from durable_agents.plugin_calls import InvocationSpan, PluginSet
 from durable_agents.plugins import Plugin, RunStartInfo
 from durable_agents.run_events import republish
@@ -63,10 +64,6 @@ __all__ = [
     "new_run_id",
 ]
 
-# An invocation's operation count and the time after which no operation starts (or
-# _AGENT_BUDGET: the agent's ``invocation_budget`` decides both).
-_Limits = tuple[int | None, int | None]
-_AGENT_BUDGET: _Limits = (-1, -1)
 # Read on every invocation: module names, not ``RunStatus.X`` (on Python 3.11 each read of an
 # enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook).
 _RUNNING, _PAUSED = RunStatus.RUNNING, RunStatus.PAUSED
@@ -228,7 +225,7 @@ class Runtime:
             invocation_log_context(run_id),
             self.plugins.invocation(run_id, target, self.clock, deadline_ms) as span,
         ):
-            limits = _AGENT_BUDGET if agent_budget else (budget, None)
+            limits = AGENT_BUDGET if agent_budget else (budget, None)
             outcome = self._execute(span, run_id, limits, remaining_ms, hooks, publish, target)
             span.outcome = outcome
         return outcome
@@ -237,7 +234,7 @@ class Runtime:
         self,
         span: InvocationSpan,
         run_id: str,
-        budget: _Limits,
+        budget: Limits,
         remaining_ms: int | None,
         hooks: InvocationHooks | None,
         publish: bool,
@@ -249,6 +246,15 @@ class Runtime:
         # the run behind but the one it parks itself (``agent_drive.drive_sticky`` consumes it).
         parked = [] if self.sticky is None else [self.sticky.take(run_id)]
         try:
+            if parked and target is None:  # a parked agent goes on if nothing is to decide
+                lease_ms = DEFAULT_LEASE_MS if remaining_ms is None else max(remaining_ms, 0)
+                invocation_hooks = self.hooks if hooks is None else hooks
+                outcome = go_on(
+                    self, span, snapshot, parked, budget, lease_ms + LEASE_MARGIN_MS,
+                    invocation_hooks, publish,
+                )  # fmt: skip
+                if outcome is not None:
+                    return outcome
             return self._execute_loaded(
                 span, snapshot, parked, budget, remaining_ms, hooks, publish, target
             )
@@ -262,7 +268,7 @@ class Runtime:
         span: InvocationSpan,
         snapshot: RunSnapshot,
         parked: list[ParkedRun | None],
-        limits: _Limits,
+        limits: Limits,
         remaining_ms: int | None,
         hooks: InvocationHooks | None,
         publish: bool,
@@ -286,15 +292,9 @@ class Runtime:
                 republish(self.store, self.publisher, header)
                 settle_leftovers(self.store, self.clock, self.publisher, snapshot)
             return InvocationOutcome(run_id, OutcomeKind.NOOP, detail=f"run is {header.status}")
-        # A parked agent whose journal is as it left it runs the code it was resolved to: the
-        # same revision pins the same versions, and this process's registry resolved them.
-        fitting = parked[0] if parked else None
-        if fitting is None or fitting.definition is None or not fitting.matches(snapshot):
-            fitting = None  # replayed, if sticky at all
+        # A parked agent that could go on did (``parked_turn.go_on``): here the run replays.
         try:
-            definition = (
-                resolve_pinned(self.registry, header) if fitting is None else fitting.definition
-            )
+            definition = resolve_pinned(self.registry, header)
         except VersionUnavailableError as exc:
             outcome = version_unavailable(self.store, self.clock, header, exc)
             if publish and outcome.kind is OutcomeKind.CONTINUE:
@@ -309,7 +309,7 @@ class Runtime:
             snapshot = RunSnapshot(resumed, snapshot.entries, snapshot.effects)
 
         lease_ms = DEFAULT_LEASE_MS if remaining_ms is None else max(remaining_ms, 0)
-        if limits is _AGENT_BUDGET:
+        if limits is AGENT_BUDGET:
             budget, budget_ends_at_ms = definition.invocation_budget.limits(self.clock.now_ms())
         else:
             budget, budget_ends_at_ms = limits
@@ -319,43 +319,24 @@ class Runtime:
         sticky = self.sticky is not None and target is None and limited
         sticky = sticky and stop is None and header.status is _RUNNING
         tally = WriteTally(self.store, run_id) if sticky else None
-        # On another thread than the one a greenlet-parked agent belongs to: replayed.
-        going_on = (
-            fitting if sticky and fitting is not None and fitting.thread.resumable() else None
+        inv = Invocation(
+            tally or self.store,
+            snapshot,
+            budget=budget,
+            lease_ms=lease_ms + LEASE_MARGIN_MS,
+            hooks=self.hooks if hooks is None else hooks,
+            target=target,
+            observer=span.observer(),
+            deadline_ms=span.deadline_ms,
+            **self._invocation_services(),
         )
-        observer, invocation_hooks = span.observer(), self.hooks if hooks is None else hooks
-        if going_on is not None:  # a parked agent goes on: its invocation is renewed
-            inv = going_on.invocation
-            inv.renew(
-                tally,
-                header,
-                budget=budget,
-                lease_ms=lease_ms + LEASE_MARGIN_MS,
-                hooks=invocation_hooks,
-                observer=observer,
-                deadline_ms=span.deadline_ms,
-                services=self._invocation_services(),
-            )
-        else:
-            inv = Invocation(
-                tally or self.store,
-                snapshot,
-                budget=budget,
-                lease_ms=lease_ms + LEASE_MARGIN_MS,
-                hooks=invocation_hooks,
-                target=target,
-                observer=observer,
-                deadline_ms=span.deadline_ms,
-                **self._invocation_services(),
-            )
-            inv.stop = stop
+        inv.stop = stop
         inv.budget_ends_at_ms = budget_ends_at_ms
         if tally is not None:
             assert self.sticky is not None  # a tally is only kept for sticky continuation
-            resume = going_on is not None
             outcome = drive_sticky(
                 self.store, self.clock, self.sticky, self.logger,
-                definition, snapshot, inv, tally, parked.pop(), resume,
+                definition, snapshot, inv, tally, parked.pop(), False,
             )  # fmt: skip
         else:
             ctx = root_context(inv, self.logger)

@@ -1,0 +1,112 @@
+"""A parked agent's turn: the invocation that goes on with the agent this process parked.
+
+``Runtime._execute`` asks this module first for every whole-run invocation of a sticky
+runtime (ADR 0017). It applies when the journal shows exactly what this process left
+(``ParkedRun.matches``). The header is then the one this process's last write of the run left:
+every header change adds one to its revision. So what the general path
+(``Runtime._execute_loaded``) would decide from it is decided already: the pins resolve to the
+code the agent runs, and the parked run was kept only for a RUNNING run nobody had asked to
+stop. This path checks again only what the header shows cheaply (RUNNING, no stop request)
+and what time changes (the run's time limit, the agent's time budget). When anything else
+holds, ``go_on`` returns None, and the general path replays the run as before. That happens
+for a changed journal, a stop request, a passed time limit, a budget without limits, or an
+agent parked by another thread.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from durable_agents.agent_drive import drive_sticky
+from durable_agents.cancellation import nothing_to_stop, settle_leftovers
+from durable_agents.invocation import InvocationHooks
+from durable_agents.log_context import note_run
+from durable_agents.models import RunSnapshot, RunStatus
+from durable_agents.outcomes import InvocationOutcome, OutcomeKind
+from durable_agents.plugin_calls import InvocationSpan
+from durable_agents.sticky import ParkedRun, WriteTally
+
+if TYPE_CHECKING:  # the runtime calls this module; only its type is needed here
+    from durable_agents.runtime import Runtime
+
+__all__ = ["AGENT_BUDGET", "Limits", "go_on"]
+
+Limits = tuple[int | None, int | None]
+"""An invocation's operation count and the time after which no operation starts."""
+AGENT_BUDGET: Limits = (-1, -1)
+"""The limits that say: the agent's own ``invocation_budget`` decides both."""
+
+# Read on every sticky invocation: module names, not ``RunStatus.RUNNING`` (on Python 3.11
+# each read of an enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook).
+_RUNNING, _CANCELLED = RunStatus.RUNNING, OutcomeKind.CANCELLED
+
+
+def go_on(
+    runtime: Runtime,
+    span: InvocationSpan,
+    snapshot: RunSnapshot,
+    parked: list[ParkedRun | None],
+    limits: Limits,
+    lease_ms: int,
+    hooks: InvocationHooks,
+    publish: bool,
+) -> InvocationOutcome | None:
+    """Continues the run's parked agent for this invocation, if nothing else must be decided.
+
+    Args:
+        runtime: The runtime that parked the agent.
+        span: The invocation's plugin span.
+        snapshot: The run as this invocation read it.
+        parked: The run's parked agent (taken by the caller), which this consumes if it goes on.
+        limits: The invocation's limits, or ``AGENT_BUDGET``.
+        lease_ms: The claim lease of the invocation's operations (its margin included).
+        hooks: The invocation's crash hooks.
+        publish: Whether to publish the follow-up events.
+
+    Returns:
+        What the invocation did, or None if the general path must decide (nothing was done).
+
+    Raises:
+        BaseException: Whatever the agent's operation or the follow-up publish raises.
+    """
+    header = snapshot.header
+    going_on = parked[0]
+    if going_on is None or going_on.definition is None or header.status is not _RUNNING:
+        return None
+    if not going_on.matches(snapshot) or not going_on.thread.resumable():
+        return None
+    clock = runtime.clock
+    if not nothing_to_stop(header, clock):  # the general path stops it or tells the agent
+        return None
+    definition = going_on.definition
+    if limits is AGENT_BUDGET:
+        limits = definition.invocation_budget.limits(clock.now_ms())
+    budget, budget_ends_at_ms = limits
+    if budget is None and budget_ends_at_ms is None:  # without a budget nothing parks
+        return None
+    note_run(agent=header.agent, tenant=header.tenant)
+    span.agent = header.agent
+    store, run_id = runtime.store, header.run_id
+    tally = WriteTally(store, run_id)
+    inv = going_on.invocation
+    inv.renew(
+        tally,
+        header,
+        budget=budget,
+        lease_ms=lease_ms,
+        hooks=hooks,
+        observer=span.observer(),
+        deadline_ms=span.deadline_ms,
+        services=runtime._invocation_services(),
+    )
+    inv.budget_ends_at_ms = budget_ends_at_ms
+    sticky = runtime.sticky
+    assert sticky is not None  # only a sticky runtime parks agents
+    outcome = drive_sticky(
+        store, clock, sticky, runtime.logger, definition, snapshot, inv, tally, parked.pop(), True
+    )
+    if outcome.kind is _CANCELLED:  # what cleanup left open is closed too
+        settle_leftovers(store, clock, runtime.publisher, store.load(run_id))
+    if publish:
+        runtime._publish_follow_up(outcome, header, inv.pending_events, inv.notifications)
+    return outcome
