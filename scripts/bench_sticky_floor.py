@@ -30,7 +30,7 @@ from typing import Any
 
 from bench_peers import harness_seconds
 
-from durable_agents.errors import SuspendExecution
+from durable_agents.agent_carriers import PARKED
 from durable_agents.events import step_ready
 from durable_agents.outcomes import InvocationOutcome, OutcomeKind
 from durable_agents.runtime import Runtime
@@ -56,11 +56,8 @@ def floor_execute(runtime: Any, run_id: str, **options: Any) -> Any:
     tally = WriteTally(runtime.store, run_id)
     inv.store, inv.header, inv.budget, inv.executed = tally, snapshot.header, 1, []
     inv.park = parked.thread.park
-    try:
-        value = parked.thread.advance()
-    except SuspendExecution:
-        pass
-    else:  # the agent returned: the floor does not record a run's end
+    value = parked.thread.advance()
+    if value is not PARKED:  # the agent returned: the floor does not record a run's end
         raise RuntimeError(f"the floor cannot finish a run (it returned {value!r})")
     parked.revision = snapshot.header.revision + tally.header_changes
     parked.entries = len(snapshot.entries) + tally.entries

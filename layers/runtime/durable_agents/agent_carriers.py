@@ -30,8 +30,6 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
-from durable_agents.errors import SuspendExecution
-
 try:  # optional: without it, agents park on threads
     import greenlet as _greenlet
 except ImportError:  # pragma: no cover - greenlet is a dependency; this is for trimmed installs
@@ -39,6 +37,7 @@ except ImportError:  # pragma: no cover - greenlet is a dependency; this is for 
 
 __all__ = [
     "CARRIERS",
+    "PARKED",
     "AgentCarrier",
     "AgentGreenlet",
     "AgentThread",
@@ -59,6 +58,19 @@ _log = logging.getLogger("durable_agents.sticky")
 _LIVE: weakref.WeakSet[AgentGreenlet | AgentThread] = weakref.WeakSet()
 
 
+class _Parked:
+    """What ``advance`` returns when the agent parked (never an agent function's value)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "PARKED"
+
+
+PARKED: Any = _Parked()
+"""``AgentCarrier.advance``'s answer for an agent that parked (``parked_at`` says where)."""
+
+
 class ParkedRunAbandonedError(BaseException):
     """Raised inside a parked agent that will not continue: its stack unwinds, nothing is written.
 
@@ -71,13 +83,17 @@ class AgentCarrier(Protocol):
     """What the runtime needs of the stack an agent runs and parks on."""
 
     parked: bool
+    parked_at: str
 
     def advance(self) -> Any:
-        """Starts the agent, or continues it from where it parked, until it stops again."""
+        """Starts the agent, or continues it from where it parked, until it stops again.
+
+        Returns ``PARKED`` if it parked, else the agent function's value.
+        """
         ...
 
-    def park(self, signal: SuspendExecution) -> None:
-        """Called by the agent: hands ``signal`` to the invocation and waits to go on."""
+    def park(self, op_id: str) -> None:
+        """Called by the agent before operation ``op_id``: hands over, and waits to go on."""
         ...
 
     def abandon(self, *, wait: bool = True) -> None:
@@ -147,8 +163,9 @@ class AgentGreenlet:
         self._box: list[tuple[str, Any] | None] = [None]
         self._glet = _greenlet.greenlet(functools.partial(_run_agent, call, self._box))
         self._glet.gr_context = contextvars.copy_context()
-        self.park: Callable[[SuspendExecution], None] = _parker(self._box, weakref.ref(self._glet))
+        self.park: Callable[[str], None] = _parker(self._box, weakref.ref(self._glet))
         self.parked = False
+        self.parked_at = ""
 
     @property
     def alive(self) -> bool:
@@ -163,13 +180,12 @@ class AgentGreenlet:
         """Starts the agent, or continues it from where it parked, until it stops again.
 
         Returns:
-            The agent function's value, if it returned.
+            ``PARKED`` if the agent parked (``parked_at`` is the operation it parked before),
+            else the agent function's value.
 
         Raises:
-            SuspendExecution: The agent suspended; ``parked`` says whether it is parked (the
-                signal is then the ``CONTINUE`` its budget check would have raised).
             RuntimeError: If called on another thread than the one that created the agent.
-            BaseException: Whatever else the agent raised.
+            BaseException: Whatever the agent raised (``SuspendExecution`` if it suspended).
         """
         if not self.resumable():
             raise RuntimeError(f"{self.name} belongs to another thread, or has ended")
@@ -181,10 +197,11 @@ class AgentGreenlet:
         message, self._box[0] = self._box[0], None
         assert message is not None
         kind, payload = message
+        if kind == "parked":
+            self.parked, self.parked_at = True, payload
+            return PARKED
         if kind == "returned":
             return payload
-        if kind == "parked":
-            self.parked = True
         try:
             raise payload
         finally:
@@ -222,17 +239,14 @@ def _run_agent(call: Callable[[], Any], box: list[tuple[str, Any] | None], _go: 
         box[0] = ("raised", exc)
 
 
-def _parker(
-    box: list[tuple[str, Any] | None], glet: weakref.ref[Any]
-) -> Callable[[SuspendExecution], None]:
-    def park(signal: SuspendExecution) -> None:
-        """Called on the agent's greenlet: hands ``signal`` to the invocation and waits.
+def _parker(box: list[tuple[str, Any] | None], glet: weakref.ref[Any]) -> Callable[[str], None]:
+    def park(op_id: str) -> None:
+        """Called on the agent's greenlet before ``op_id``: hands over to the invocation, waits.
 
         Raises:
             ParkedRunAbandonedError: If the run is not continued here.
         """
-        box[0] = ("parked", signal)
-        del signal
+        box[0] = ("parked", op_id)
         me = glet()
         assert me is not None and me.parent is not None
         parent = me.parent
@@ -262,6 +276,7 @@ class AgentThread:
             target=context.run, args=(self._main,), name=self.name, daemon=True
         )
         self.parked = False
+        self.parked_at = ""
 
     @property
     def alive(self) -> bool:
@@ -276,12 +291,12 @@ class AgentThread:
         """Starts the agent, or continues it from where it parked, until it stops again.
 
         Returns:
-            The agent function's value, if it returned.
+            ``PARKED`` if the agent parked (``parked_at`` is the operation it parked before),
+            else the agent function's value.
 
         Raises:
-            SuspendExecution: The agent suspended; ``parked`` says whether it is parked (the
-                signal is then the ``CONTINUE`` its budget check would have raised).
-            BaseException: Whatever else the agent raised, re-raised on the caller's thread.
+            BaseException: Whatever the agent raised (``SuspendExecution`` if it suspended),
+                re-raised on the caller's thread.
         """
         if self._thread.ident is None:
             _LIVE.add(self)
@@ -290,23 +305,23 @@ class AgentThread:
             self._to_agent.put(True)
         self.parked = False
         kind, payload = self._to_runtime.get()
+        if kind == "parked":
+            self.parked, self.parked_at = True, payload
+            return PARKED
         if kind == "returned":
             return payload
-        if kind == "parked":
-            self.parked = True
         try:
             raise payload
         finally:
             del payload  # no cycle through this frame (``AgentGreenlet.advance``)
 
-    def park(self, signal: SuspendExecution) -> None:
-        """Called on the agent's thread: hands ``signal`` to the runtime and waits.
+    def park(self, op_id: str) -> None:
+        """Called on the agent's thread before ``op_id``: hands over to the runtime, waits.
 
         Raises:
             ParkedRunAbandonedError: If the run is not continued here.
         """
-        self._to_runtime.put(("parked", signal))
-        del signal  # raised by the runtime: its traceback holds that invocation's frames
+        self._to_runtime.put(("parked", op_id))
         if not self._to_agent.get():
             raise ParkedRunAbandonedError("parked run abandoned")
 

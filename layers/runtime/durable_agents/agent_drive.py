@@ -12,6 +12,7 @@ from typing import Any
 
 from durable_agents import generations
 from durable_agents.agent import AgentDefinition
+from durable_agents.agent_carriers import PARKED
 from durable_agents.clock import Clock
 from durable_agents.context import DurableContext
 from durable_agents.errors import SuspendExecution
@@ -19,7 +20,14 @@ from durable_agents.invocation import Invocation
 from durable_agents.journal.store import JournalStore
 from durable_agents.models import RunHeader, RunSnapshot, RunStatus
 from durable_agents.observability import ReplayAwareLogger
-from durable_agents.outcomes import InvocationOutcome, OutcomeKind, finish, pause, suspended
+from durable_agents.outcomes import (
+    InvocationOutcome,
+    OutcomeKind,
+    finish,
+    parked_outcome,
+    pause,
+    suspended,
+)
 from durable_agents.serde import decode, encode, error_info
 from durable_agents.sticky import AgentCarrier, ParkedRun, StickyRuns, WriteTally
 
@@ -69,6 +77,7 @@ def drive_sticky(
         sticky.resumed += 1
     else:
         sticky.discard(parked)  # the journal changed: replay instead
+        parked = None
         inv, ctx = fresh, root_context(fresh, logger)
         header = snapshot.header
         agent = sticky.new_agent(
@@ -80,12 +89,15 @@ def drive_sticky(
         outcome = drive(store, clock, definition, snapshot.header, inv, ctx, agent)
         # Parked where its budget ran out, and nothing else to tell anyone: it stays.
         if agent.parked and outcome.kind is _CONTINUE and not inv.notifications:
-            parked_run = ParkedRun.after(agent, inv, ctx, snapshot, tally, definition)
-            sticky.keep(inv.run_id, parked_run)
+            if parked is None:
+                parked = ParkedRun.after(agent, inv, ctx, snapshot, tally, definition)
+            else:  # the same agent, invocation and context: only what the journal holds
+                parked.left(snapshot, tally)
+            sticky.keep(inv.run_id, parked)
             kept = True
     finally:
         if agent.parked and not kept:
-            sticky.discard(ParkedRun.after(agent, inv, ctx, snapshot, tally, definition))
+            sticky.discard(parked or ParkedRun.after(agent, inv, ctx, snapshot, tally, definition))
     return outcome
 
 
@@ -111,6 +123,10 @@ def drive(
             value = definition.fn(ctx, decode_input(definition, header.input))
         else:  # the same call, on the agent's own stack (or on from where it parked)
             value = agent.advance()
+            if value is PARKED:  # at its budget's end, before its next operation
+                if inv.fault is not None:
+                    return pause(store, clock, inv.header, error_info(inv.fault), inv.executed)
+                return parked_outcome(run_id, inv, agent.parked_at)
         ctx.check_scope_end()
         output = encode(value, definition.output_type)
     except generations.ContinueAsNew as ending:  # the next generation (ADR 0016)

@@ -55,6 +55,11 @@ class Reason:
     """Waiting for something outside (a decision, a callback, a child run)."""
 
 
+def next_operation(op_id: str) -> str:
+    """The detail of a ``CONTINUE``: the operation the next invocation starts with."""
+    return f"next operation {op_id}"
+
+
 class InvocationHooks:
     """Points where tests inject crashes. The default does nothing."""
 
@@ -167,7 +172,7 @@ class Invocation(ReplayFlags):
         self.budget_ends_at_ms: int | None = None
         # Sticky continuation (``durable_agents.sticky``): parks the agent's thread where the
         # budget ran out instead of unwinding it. None: unwind (``SuspendExecution``).
-        self.park: Callable[[SuspendExecution], None] | None = None
+        self.park: Callable[[str], None] | None = None
 
     def renew(
         self,
@@ -280,9 +285,9 @@ class Invocation(ReplayFlags):
         if self._budget_spent():
             if self.park is None or self.branches:
                 raise self._budget_spent_signal(op_id)
-            # Returns once a new invocation took this one over. The signal is not kept here:
-            # the runtime raises it, and its traceback must not keep that invocation alive.
-            self.park(self._budget_spent_signal(op_id))
+            # Returns once a new invocation took this one over (``parked_outcome`` is the
+            # outcome the CONTINUE signal would have given the one that parked it).
+            self.park(op_id)
             if self._budget_spent():  # a dry run (budget 0) took it over
                 raise self._budget_spent_signal(op_id)
         if self.budget is not None:
@@ -291,7 +296,7 @@ class Invocation(ReplayFlags):
     def _budget_spent_signal(self, op_id: str) -> SuspendExecution:
         # Inside a parallel branch, the next invocation should continue that branch.
         targets = (self.branches[-1],) if self.branches else ()
-        return SuspendExecution(Reason.CONTINUE, detail=f"next operation {op_id}", targets=targets)
+        return SuspendExecution(Reason.CONTINUE, detail=next_operation(op_id), targets=targets)
 
     def _budget_spent(self) -> bool:
         if self.budget is not None and self.budget <= 0:

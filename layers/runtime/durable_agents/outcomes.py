@@ -18,7 +18,7 @@ from durable_agents.errors import (
     SuspendExecution,
     VersionUnavailableError,
 )
-from durable_agents.invocation import Invocation, Reason
+from durable_agents.invocation import Invocation, Reason, next_operation
 from durable_agents.journal.store import JournalStore
 from durable_agents.models import ErrorInfo, RunChange, RunHeader, RunStatus
 from durable_agents.serde import error_info
@@ -84,7 +84,7 @@ _SUSPENDED_AS = {
 }
 # Read on every suspension: module names, not ``OutcomeKind.CONTENDED`` (on Python 3.11 each
 # read of an enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook).
-_CONTENDED = OutcomeKind.CONTENDED
+_CONTENDED, _CONTINUE = OutcomeKind.CONTENDED, OutcomeKind.CONTINUE
 _SUSPENDED = RunStatus.SUSPENDED
 
 
@@ -113,6 +113,18 @@ def suspended(
         detail=str(signal),
         targets=signal.targets,
         external=signal.reason == Reason.EXTERNAL,
+    )
+
+
+def parked_outcome(run_id: str, inv: Invocation, op_id: str) -> InvocationOutcome:
+    """The outcome of an invocation whose agent parked before ``op_id`` (ADR 0017).
+
+    The same as ``suspended`` makes of the ``CONTINUE`` its budget check raises when the agent
+    does not park: nothing is written, the next ``Step Ready`` is published.
+    """
+    detail = f"{Reason.CONTINUE}: {next_operation(op_id)}"
+    return InvocationOutcome(
+        run_id, _CONTINUE, list(inv.executed), cap_wake(inv.header, None), detail
     )
 
 

@@ -139,15 +139,19 @@ class ParkedRun:
         definition: Any = None,
     ) -> ParkedRun:
         """The parked run an invocation leaves: what it read plus what it wrote."""
-        return cls(
-            thread,
-            inv,
-            ctx,
-            revision=snapshot.header.revision + tally.header_changes,
-            entries=len(snapshot.entries) + tally.entries,
-            effects=len(snapshot.effects) + tally.effects,
-            definition=definition,
-        )
+        parked = cls(thread, inv, ctx, revision=0, entries=0, effects=0, definition=definition)
+        parked.left(snapshot, tally)
+        return parked
+
+    def left(self, snapshot: RunSnapshot, tally: WriteTally) -> None:
+        """Sets what the journal holds after an invocation that read ``snapshot``.
+
+        That is what it read, plus what ``tally`` counted it writing: the next invocation's
+        freshness check (``matches``).
+        """
+        self.revision = snapshot.header.revision + tally.header_changes
+        self.entries = len(snapshot.entries) + tally.entries
+        self.effects = len(snapshot.effects) + tally.effects
 
     def matches(self, snapshot: RunSnapshot) -> bool:
         """Whether ``snapshot`` shows exactly what this process left (nothing else wrote).
