@@ -34,7 +34,6 @@ from durable_agents.agent_carriers import PARKED
 from durable_agents.events import step_ready
 from durable_agents.outcomes import InvocationOutcome, OutcomeKind
 from durable_agents.runtime import Runtime
-from durable_agents.sticky import WriteTally
 
 WAYS = ("continuous", "sticky", "floor")
 _CONTINUE = OutcomeKind.CONTINUE
@@ -53,15 +52,11 @@ def floor_execute(runtime: Any, run_id: str, **options: Any) -> Any:
             runtime.sticky.keep(run_id, parked)
         return Runtime.execute(runtime, run_id, **options)
     inv = parked.invocation
-    tally = WriteTally(runtime.store, run_id)
-    inv.store, inv.header, inv.budget, inv.executed = tally, snapshot.header, 1, []
+    inv.store, inv.header, inv.budget, inv.executed = parked.tally, snapshot.header, 1, []
     inv.park = parked.thread.park
     value = parked.thread.advance()
     if value is not PARKED:  # the agent returned: the floor does not record a run's end
         raise RuntimeError(f"the floor cannot finish a run (it returned {value!r})")
-    parked.revision = snapshot.header.revision + tally.header_changes
-    parked.entries = len(snapshot.entries) + tally.entries
-    parked.effects = len(snapshot.effects) + tally.effects
     runtime.sticky.keep(run_id, parked)
     runtime.publisher.publish([step_ready(run_id, "continue")])
     return InvocationOutcome(run_id, _CONTINUE, list(inv.executed))

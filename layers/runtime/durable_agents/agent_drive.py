@@ -1,9 +1,10 @@
 """Driving the agent's code through one invocation, and turning how it stopped into an outcome.
 
-``Runtime._execute_loaded`` decides what runs (which definition, which invocation, sticky or
-not); this module runs it: ``drive`` calls the agent (or advances a parked one) and records how
-it ended, ``drive_sticky`` does so on an agent carrier and parks the agent again when it may
-stay (``durable_agents.sticky``, ADR 0017).
+``Runtime._execute_loaded`` (and ``parked_turn.go_on``, for a parked agent) decide what runs
+(which definition, which invocation, sticky or not); this module runs it: ``drive`` calls the
+agent (or advances a parked one) and records how it ended, ``drive_sticky`` starts it on a new
+agent carrier and ``drive_parked`` runs it on its carrier, parking it again when it may stay
+(``durable_agents.sticky``, ADR 0017).
 """
 
 from __future__ import annotations
@@ -61,43 +62,51 @@ def drive_sticky(
     snapshot: RunSnapshot,
     fresh: Invocation,
     tally: WriteTally,
-    parked: ParkedRun | None,
-    resume: bool,
+    stale: ParkedRun | None,
 ) -> InvocationOutcome:
-    """``drive`` on an agent carrier: goes on with ``parked`` when ``resume`` says so.
+    """``drive`` on a new agent carrier: the run replays on it, and its agent may park.
 
-    ``resume`` is the caller's freshness check (``ParkedRun.matches``) of ``snapshot``;
-    ``fresh`` is then ``parked``'s own invocation, renewed.
+    ``stale`` is the run's parked agent that did not go on (``parked_turn.go_on`` said no):
+    it is let go first.
 
     Raises:
         BaseException: Whatever ``drive`` raises.
     """
-    if resume and parked is not None:
-        inv, ctx, agent = parked.invocation, parked.context, parked.thread
-        sticky.resumed += 1
-    else:
-        sticky.discard(parked)  # the journal changed: replay instead
-        parked = None
-        inv, ctx = fresh, root_context(fresh, logger)
-        header = snapshot.header
-        agent = sticky.new_agent(
-            inv.run_id, lambda: definition.fn(ctx, decode_input(definition, header.input))
-        )
+    sticky.discard(stale)
+    ctx = root_context(fresh, logger)
+    header = snapshot.header
+    agent = sticky.new_agent(
+        fresh.run_id, lambda: definition.fn(ctx, decode_input(definition, header.input))
+    )
+    parked = ParkedRun(agent, fresh, ctx, tally, definition)
+    return drive_parked(store, clock, sticky, parked, header)
+
+
+def drive_parked(
+    store: JournalStore,
+    clock: Clock,
+    sticky: StickyRuns,
+    parked: ParkedRun,
+    header: RunHeader,
+) -> InvocationOutcome:
+    """``drive`` on ``parked``'s carrier: its agent starts, or goes on from where it parked.
+
+    The agent stays parked if its budget ran out and nothing else is to be told.
+
+    Raises:
+        BaseException: Whatever ``drive`` raises.
+    """
+    inv, agent = parked.invocation, parked.thread
     inv.park = agent.park
     kept = False
     try:
-        outcome = drive(store, clock, definition, snapshot.header, inv, ctx, agent)
-        # Parked where its budget ran out, and nothing else to tell anyone: it stays.
+        outcome = drive(store, clock, parked.definition, header, inv, parked.context, agent)
         if agent.parked and outcome.kind is _CONTINUE and not inv.notifications:
-            if parked is None:
-                parked = ParkedRun.after(agent, inv, ctx, snapshot, tally, definition)
-            else:  # the same agent, invocation and context: only what the journal holds
-                parked.left(snapshot, tally)
-            sticky.keep(inv.run_id, parked)
+            sticky.keep(inv.run_id, parked)  # its tally: the next invocation's freshness check
             kept = True
     finally:
         if agent.parked and not kept:
-            sticky.discard(parked or ParkedRun.after(agent, inv, ctx, snapshot, tally, definition))
+            sticky.discard(parked)
     return outcome
 
 

@@ -106,12 +106,10 @@ class CollectingPublisher:
     def publish(self, events: Sequence[OutgoingEvent]) -> None:
         """Appends ``events`` (scrubbed of revealed secrets, as the bus publisher does)."""
         # An event nothing was masked in is kept as it is (most are: no secret was revealed).
-        scrubbed = [
-            e
-            if (detail := scrub_value(e.detail)) is e.detail
-            else OutgoingEvent(e.detail_type, detail)
-            for e in events
-        ]
+        scrubbed = []
+        for e in events:  # a loop, not a comprehension: no function call for one event
+            detail = scrub_value(e.detail)
+            scrubbed.append(e if detail is e.detail else OutgoingEvent(e.detail_type, detail))
         with self._lock:
             self.events.extend(scrubbed)
 

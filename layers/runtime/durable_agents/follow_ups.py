@@ -49,6 +49,9 @@ def publish_follow_up(
     Raises:
         EventPublishError: If the bus refused an event (the invocation fails and is retried).
     """
+    if outcome.kind is _CONTINUE and not (pending or notifications or outcome.targets):
+        publisher.publish([step_ready(outcome.run_id, "continue")])  # most invocations' one
+        return
     events: list[OutgoingEvent] = list(pending)
     if outcome.kind is _CONTINUE:
         if outcome.targets:  # parallel branches: one invocation each

@@ -178,7 +178,6 @@ class Invocation(ReplayFlags):
         self,
         store: Any,
         header: RunHeader,
-        *,
         budget: int | None,
         lease_ms: int,
         hooks: InvocationHooks,
@@ -197,7 +196,7 @@ class Invocation(ReplayFlags):
         only the agent's position says stays: its records, and that it is at its frontier
         (live), outside any branch and any step.
         """
-        ReplayFlags.__init__(self, quiet=observer is None or not observer.hears_replays)
+        self.go_live(quiet=observer is None or not observer.hears_replays)
         self.store = store if observer is None else observer.watch(store)
         self.observer = observer
         self.header = header
@@ -214,7 +213,6 @@ class Invocation(ReplayFlags):
         self._scopes = None
         self.budget_ends_at_ms = None
         self.park = None
-        self.live = True
 
     def scopes_with_records(self) -> frozenset[str]:
         """Every position that has at least one recorded operation nested below it.

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from durable_agents.agent_drive import drive_sticky
+from durable_agents.agent_drive import drive_parked
 from durable_agents.cancellation import nothing_to_stop, settle_leftovers
 from durable_agents.invocation import InvocationHooks
 from durable_agents.log_context import note_run
 from durable_agents.models import RunSnapshot, RunStatus
 from durable_agents.outcomes import InvocationOutcome, OutcomeKind
 from durable_agents.plugin_calls import InvocationSpan
-from durable_agents.sticky import ParkedRun, WriteTally
+from durable_agents.sticky import ParkedRun
 
 if TYPE_CHECKING:  # the runtime calls this module; only its type is needed here
     from durable_agents.runtime import Runtime
@@ -86,27 +86,21 @@ def go_on(
         return None
     note_run(agent=header.agent, tenant=header.tenant)
     span.agent = header.agent
-    store, run_id = runtime.store, header.run_id
-    tally = WriteTally(store, run_id)
-    inv = going_on.invocation
-    inv.renew(
-        tally,
-        header,
-        budget=budget,
-        lease_ms=lease_ms,
-        hooks=hooks,
-        observer=span.observer(),
-        deadline_ms=span.deadline_ms,
-        services=runtime._invocation_services(),
-    )
-    inv.budget_ends_at_ms = budget_ends_at_ms
     sticky = runtime.sticky
     assert sticky is not None  # only a sticky runtime parks agents
-    outcome = drive_sticky(
-        store, clock, sticky, runtime.logger, definition, snapshot, inv, tally, parked.pop(), True
+    parked.pop()  # consumed: it goes on, and parks again or is let go in drive_parked
+    sticky.resumed += 1
+    inv = going_on.invocation
+    services = runtime._invocation_services()
+    # Its store is its tally still: matched, it counts on from this read.
+    inv.renew(
+        going_on.tally, header, budget, lease_ms, hooks, span.observer(), span.deadline_ms, services
     )
+    inv.budget_ends_at_ms = budget_ends_at_ms
+    store = runtime.store
+    outcome = drive_parked(store, clock, sticky, going_on, header)
     if outcome.kind is _CANCELLED:  # what cleanup left open is closed too
-        settle_leftovers(store, clock, runtime.publisher, store.load(run_id))
+        settle_leftovers(store, clock, runtime.publisher, store.load(header.run_id))
     if publish:
         runtime._publish_follow_up(outcome, header, inv.pending_events, inv.notifications)
     return outcome

@@ -40,6 +40,18 @@ class ReplayFlags:
         self.replaying = True
         self.replaying_quietly = quiet
 
+    def go_live(self, *, quiet: bool) -> None:
+        """Sets the flags of a new invocation that starts at the frontier (a parked agent's).
+
+        The same as ``__init__(quiet=quiet)`` followed by ``live = True``.
+        """
+        self._quiet = quiet
+        self._live = True
+        self._in_step = False
+        self._fault = None
+        self._stop = None
+        self.replaying = self.replaying_quietly = False
+
     @property
     def live(self) -> bool:
         """False while the code replays recorded operations; True from the frontier on."""

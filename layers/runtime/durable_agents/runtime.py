@@ -318,7 +318,7 @@ class Runtime:
         limited = budget is not None or budget_ends_at_ms is not None
         sticky = self.sticky is not None and target is None and limited
         sticky = sticky and stop is None and header.status is _RUNNING
-        tally = WriteTally(self.store, run_id) if sticky else None
+        tally = WriteTally(self.store, snapshot) if sticky else None
         inv = Invocation(
             tally or self.store,
             snapshot,
@@ -336,7 +336,7 @@ class Runtime:
             assert self.sticky is not None  # a tally is only kept for sticky continuation
             outcome = drive_sticky(
                 self.store, self.clock, self.sticky, self.logger,
-                definition, snapshot, inv, tally, parked.pop(), False,
+                definition, snapshot, inv, tally, parked.pop(),
             )  # fmt: skip
         else:
             ctx = root_context(inv, self.logger)

@@ -65,23 +65,25 @@ REFUSING_STORE: Any = _RefusingStore()
 
 
 class WriteTally:
-    """A journal store that counts what one invocation wrote to its run's partition.
+    """A journal store that keeps count of what its run's journal holds, as this process knows.
 
-    Every write of an invocation to the run goes through ``commit`` (entries, the header
-    change, the side-effect record, the waits). After the invocation, the counts say what
-    the run's journal holds if nobody else wrote: the parked run's freshness check.
+    It starts from a read of the run (``snapshot``). Every write of an invocation to the run
+    goes through ``commit`` (entries, the header change, the side-effect record, the waits)
+    and is counted once it landed. So after the invocation the counts say what the journal
+    holds if nobody else wrote: the parked run's freshness check (``matches``). A parked run
+    keeps its tally, and the invocation that goes on with it writes through the same one.
 
     Args:
         store: The journal store every call is passed on to.
-        run_id: The run whose writes are counted.
+        snapshot: The read of the run the counts start from.
     """
 
-    def __init__(self, store: Any, run_id: str):
+    def __init__(self, store: Any, snapshot: RunSnapshot):
         self._store = store
-        self._run_id = run_id
-        self.entries = 0
-        self.effects = 0
-        self.header_changes = 0
+        self._run_id = snapshot.header.run_id
+        self.revision = snapshot.header.revision
+        self.entries = len(snapshot.entries)
+        self.effects = len(snapshot.effects)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
@@ -102,59 +104,13 @@ class WriteTally:
         self._store.commit(run_id, entries, change, effect, wait)
         if run_id == self._run_id:
             self.entries += len(entries)
-            self.header_changes += change is not None
-            self.effects += effect is not None and effect.expected_status is None
-
-
-@dataclass(slots=True)
-class ParkedRun:
-    """A run whose agent is parked at its frontier, and what its journal should then hold.
-
-    Attributes:
-        thread: The parked agent.
-        invocation: The agent's ``Invocation`` (its operations hold it; renewed in place).
-        context: The agent's root ``DurableContext``.
-        revision: The header revision its last write left.
-        entries: Journal entries the run holds if nobody else wrote.
-        effects: Side-effect records it holds if nobody else wrote.
-        definition: The agent's code, as its run's pins resolved it when it started.
-    """
-
-    thread: AgentCarrier
-    invocation: Any
-    context: Any
-    revision: int
-    entries: int
-    effects: int
-    definition: Any = None
-
-    @classmethod
-    def after(
-        cls,
-        thread: AgentCarrier,
-        inv: Any,
-        ctx: Any,
-        snapshot: RunSnapshot,
-        tally: WriteTally,
-        definition: Any = None,
-    ) -> ParkedRun:
-        """The parked run an invocation leaves: what it read plus what it wrote."""
-        parked = cls(thread, inv, ctx, revision=0, entries=0, effects=0, definition=definition)
-        parked.left(snapshot, tally)
-        return parked
-
-    def left(self, snapshot: RunSnapshot, tally: WriteTally) -> None:
-        """Sets what the journal holds after an invocation that read ``snapshot``.
-
-        That is what it read, plus what ``tally`` counted it writing: the next invocation's
-        freshness check (``matches``).
-        """
-        self.revision = snapshot.header.revision + tally.header_changes
-        self.entries = len(snapshot.entries) + tally.entries
-        self.effects = len(snapshot.effects) + tally.effects
+            if change is not None:  # every header change adds one to its revision
+                self.revision += 1
+            if effect is not None and effect.expected_status is None:  # a new record
+                self.effects += 1
 
     def matches(self, snapshot: RunSnapshot) -> bool:
-        """Whether ``snapshot`` shows exactly what this process left (nothing else wrote).
+        """Whether ``snapshot`` shows exactly what was counted (nobody else wrote).
 
         Entries and side-effect records are only ever added to a live run (entries are
         written once; an effect record changes status only through its run's invocations,
@@ -166,6 +122,29 @@ class ParkedRun:
             and len(snapshot.entries) == self.entries
             and len(snapshot.effects) == self.effects
         )
+
+
+@dataclass(slots=True)
+class ParkedRun:
+    """A run whose agent is parked at its frontier, and what its journal should then hold.
+
+    Attributes:
+        thread: The parked agent.
+        invocation: The agent's ``Invocation`` (its operations hold it; renewed in place).
+        context: The agent's root ``DurableContext``.
+        tally: What the run's journal holds if nobody else wrote (the invocation's store).
+        definition: The agent's code, as its run's pins resolved it when it started.
+    """
+
+    thread: AgentCarrier
+    invocation: Any
+    context: Any
+    tally: WriteTally
+    definition: Any = None
+
+    def matches(self, snapshot: RunSnapshot) -> bool:
+        """Whether ``snapshot`` shows exactly what this process left (``WriteTally.matches``)."""
+        return self.tally.matches(snapshot)
 
 
 class StickyRuns:

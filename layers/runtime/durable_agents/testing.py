@@ -233,14 +233,17 @@ class AgentTestRunner:
         """
         crashes = [crash] if isinstance(crash, Crash) else list(crash or [])
         hooks = _CrashHooks(crashes)
-        budget = 1 if self.mode == "faithful" else None
+        faithful = self.mode == "faithful"
+        budget = 1 if faithful else None
         outcomes: list[InvocationOutcome] = []
         crashed = 0
         # Invocations to make, as EventBridge would deliver the published Step Ready events:
         # (run id, parent branch target or None). Sub-agent runs are driven too.
         queue: deque[tuple[str, str | None]] = deque([(run_id, None)])
-        seen = len(self.publisher.events)
+        publisher = self.publisher
+        seen = len(publisher.events)
         timers: list[tuple[int, str]] = []
+        execute, lease_ms = self.runtime.execute, self.lease_ms  # once, not per invocation
         for _ in range(self.max_invocations):
             if not queue:
                 if self.journal.get_run(run_id).status in _SETTLED or not timers:
@@ -252,14 +255,14 @@ class AgentTestRunner:
                 continue
             current, target = queue.popleft()
             try:
-                outcome = self.runtime.execute(
+                outcome = execute(
                     current,
                     budget=budget,
-                    remaining_ms=self.lease_ms,
+                    remaining_ms=lease_ms,
                     hooks=hooks,
                     target=target,
                     # Faithful: as the StepRunner does (one operation unless the agent says).
-                    agent_budget=self.mode == "faithful",
+                    agent_budget=faithful,
                 )
             except SimulatedCrash:
                 # The platform's view of a dead process: its lease runs out, the event is
@@ -270,10 +273,10 @@ class AgentTestRunner:
                 continue
             if current == run_id:
                 outcomes.append(outcome)
-            for event in self.publisher.events[seen:]:
+            for event in publisher.events[seen:]:
                 if event.detail_type == STEP_READY:
                     queue.append((event.detail["run_id"], event.detail.get("target")))
-            seen = len(self.publisher.events)
+            seen = len(publisher.events)
             if outcome.kind in _WAITING:
                 # An event's timeout passes only by ``advance`` (as approvals' deadlines do).
                 if outcome.wake_at_ms is not None and not self._event_deadline(current):
