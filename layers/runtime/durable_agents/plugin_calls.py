@@ -91,7 +91,12 @@ class PluginSet:
     def invocation(
         self, run_id: str, target: str | None, clock: Clock, deadline_ms: int
     ) -> InvocationSpan:
-        """The span of one invocation (a context manager that reports its start and end)."""
+        """The span of one invocation (a context manager that reports its start and end).
+
+        With no plugin, one that reports nothing (``QuietSpan``).
+        """
+        if not self.plugins:
+            return QuietSpan(deadline_ms)
         return InvocationSpan(self, run_id, target, clock, deadline_ms)
 
 
@@ -156,6 +161,34 @@ class InvocationSpan:
                     agent=self.agent,
                 ),
             )
+
+
+class QuietSpan(InvocationSpan):
+    """The span of an invocation no plugin listens to: it holds what the runtime sets, only.
+
+    Most runtimes have no plugins; their invocations build no report and read no clock.
+    """
+
+    def __init__(self, deadline_ms: int):
+        # Nothing of InvocationSpan's own state: every method that would read it is replaced.
+        self.deadline_ms = deadline_ms
+        self.outcome = None
+        self.agent = ""
+
+    def observer(self) -> InvocationObserver | None:
+        """None: nothing watches the invocation's operations."""
+        return None
+
+    def __enter__(self) -> QuietSpan:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        return  # what escaped the invocation goes on (the span never swallows it)
 
 
 @dataclass(slots=True)
