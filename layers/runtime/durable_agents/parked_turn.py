@@ -86,10 +86,6 @@ def go_on(
         return None
     note_run(agent=header.agent, tenant=header.tenant)
     span.agent = header.agent
-    sticky = runtime.sticky
-    assert sticky is not None  # only a sticky runtime parks agents
-    parked.pop()  # consumed: it goes on, and parks again or is let go in drive_parked
-    sticky.resumed += 1
     inv = going_on.invocation
     services = runtime._invocation_services()
     # Its store is its tally still: matched, it counts on from this read.
@@ -97,8 +93,12 @@ def go_on(
         going_on.tally, header, budget, lease_ms, hooks, span.observer(), span.deadline_ms, services
     )
     inv.budget_ends_at_ms = budget_ends_at_ms
-    store = runtime.store
-    outcome = drive_parked(store, clock, sticky, going_on, header)
+    sticky, store = runtime.sticky, runtime.store
+    assert sticky is not None  # only a sticky runtime parks agents
+    # Consumed only now: until here, the caller lets it go on any way out (its store refused).
+    parked.pop()
+    sticky.resumed += 1
+    outcome = drive_parked(store, clock, sticky, going_on, header)  # parks it again, or lets go
     if outcome.kind is _CANCELLED:  # what cleanup left open is closed too
         settle_leftovers(store, clock, runtime.publisher, store.load(header.run_id))
     if publish:
