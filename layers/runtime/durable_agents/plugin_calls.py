@@ -182,12 +182,7 @@ class QuietSpan(InvocationSpan):
     def __enter__(self) -> QuietSpan:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *_: object) -> None:
         return  # what escaped the invocation goes on (the span never swallows it)
 
 
