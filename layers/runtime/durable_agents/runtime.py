@@ -72,6 +72,11 @@ LEASE_MARGIN_MS = 5_000
 DEFAULT_LEASE_MS = 15 * 60 * 1000 + LEASE_MARGIN_MS  # the Lambda maximum, plus clock skew
 
 
+def _claim_lease_ms(remaining_ms: int | None) -> int:
+    """The lease of an invocation's claims: the Lambda's remaining time, plus the margin."""
+    return (DEFAULT_LEASE_MS if remaining_ms is None else max(remaining_ms, 0)) + LEASE_MARGIN_MS
+
+
 class Runtime:
     """Starts runs and executes invocations against a journal.
 
@@ -243,14 +248,14 @@ class Runtime:
         """``execute``, within its plugins' span."""
         snapshot = self.store.load(run_id)
         # Taken at once, so that every way out of this invocation leaves no parked agent of
-        # the run behind but the one it parks itself (``agent_drive.drive_sticky`` consumes it).
+        # the run behind but the one it parks itself (``parked_turn.go_on`` or
+        # ``agent_drive.drive_sticky`` consumes it).
         parked = [] if self.sticky is None else [self.sticky.take(run_id)]
         try:
             if parked and target is None:  # a parked agent goes on if nothing is to decide
-                lease_ms = DEFAULT_LEASE_MS if remaining_ms is None else max(remaining_ms, 0)
                 invocation_hooks = self.hooks if hooks is None else hooks
                 outcome = go_on(
-                    self, span, snapshot, parked, budget, lease_ms + LEASE_MARGIN_MS,
+                    self, span, snapshot, parked, budget, _claim_lease_ms(remaining_ms),
                     invocation_hooks, publish,
                 )  # fmt: skip
                 if outcome is not None:
@@ -308,7 +313,6 @@ class Runtime:
                 return InvocationOutcome(run_id, OutcomeKind.NOOP, detail="run changed meanwhile")
             snapshot = RunSnapshot(resumed, snapshot.entries, snapshot.effects)
 
-        lease_ms = DEFAULT_LEASE_MS if remaining_ms is None else max(remaining_ms, 0)
         if limits is AGENT_BUDGET:
             budget, budget_ends_at_ms = definition.invocation_budget.limits(self.clock.now_ms())
         else:
@@ -323,7 +327,7 @@ class Runtime:
             tally or self.store,
             snapshot,
             budget=budget,
-            lease_ms=lease_ms + LEASE_MARGIN_MS,
+            lease_ms=_claim_lease_ms(remaining_ms),
             hooks=self.hooks if hooks is None else hooks,
             target=target,
             observer=span.observer(),
