@@ -14,6 +14,7 @@ from durable_agents.context import DurableContext
 from durable_agents.events import CollectingPublisher
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.models import RunStatus
+from durable_agents.plugins import OperationEndInfo, OperationStartInfo, Plugin
 from durable_agents.runtime import OutcomeKind, Runtime
 from durable_agents.sticky import StickyRuns
 from durable_agents.testing import SimulatedCrash
@@ -209,6 +210,34 @@ def test_an_invocation_without_a_budget_replays_and_leaves_nothing_parked() -> N
     assert runtime.sticky is not None
     assert (runtime.sticky.resumed, runtime.sticky.abandoned, len(runtime.sticky)) == (0, 1, 0)
     assert Counter({f"s{i}": 1 for i in range(4)}) == CALLS
+    assert not _agent_threads()
+
+
+class _Heard(Plugin):
+    """What a plugin hears of the operations invocations executed (replays aside)."""
+
+    def __init__(self) -> None:
+        self.heard: list[tuple[str, str, str]] = []
+
+    def on_operation_start(self, info: OperationStartInfo) -> None:
+        if not info.replayed:
+            self.heard.append(("start", info.name, ""))
+
+    def on_operation_end(self, info: OperationEndInfo) -> None:
+        if not info.replayed:
+            self.heard.append(("end", info.name, info.outcome))
+
+
+def test_plugins_hear_every_operation_a_parked_agent_goes_on_with_end() -> None:
+    """The agent parks inside its next operation (taken up, reported ``pending`` as the
+    invocation ends); the invocation that goes on with it must report that operation again
+    and hear its end, as one that replays the run does."""
+    replaying, parking = _Heard(), _Heard()
+    AgentTestRunner(loop, mode="faithful", plugins=[replaying]).run(3)
+    CALLS.clear()
+    AgentTestRunner(loop, mode="faithful", sticky=True, plugins=[parking]).run(3)
+    assert parking.heard == replaying.heard
+    assert ("end", "s1", "succeeded") in parking.heard
     assert not _agent_threads()
 
 

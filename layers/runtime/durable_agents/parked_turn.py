@@ -87,11 +87,11 @@ def go_on(
     note_run(agent=header.agent, tenant=header.tenant)
     span.agent = header.agent
     inv = going_on.invocation
-    services = runtime._invocation_services()
+    observer, services = span.observer(), runtime._invocation_services()
+    if observer is not None and inv.observer is not None:  # plugins hear it as after a replay
+        observer.take_up_parked(inv.observer)
     # Its store is its tally still: matched, it counts on from this read.
-    inv.renew(
-        going_on.tally, header, budget, lease_ms, hooks, span.observer(), span.deadline_ms, services
-    )
+    inv.renew(going_on.tally, header, budget, lease_ms, hooks, observer, span.deadline_ms, services)
     inv.budget_ends_at_ms = budget_ends_at_ms
     sticky, store = runtime.sticky, runtime.store
     assert sticky is not None  # only a sticky runtime parks agents

@@ -207,6 +207,9 @@ class InvocationObserver:
         self._run_id = run_id
         self._clock = clock
         self._open: dict[str, _Open] = {}  # by position, in the order they were taken up
+        # What ``close`` reported ``pending``: a parked agent is still inside them (sticky
+        # continuation), and the invocation that goes on with it takes them up again.
+        self._left_open: list[tuple[str, _Open]] = []
         # Asked once per invocation: every replayed operation reports its start and end, and
         # building those reports for nobody was most of what replaying one cost with plugins.
         self._hears_start = plugins.listening("on_operation_start")
@@ -241,8 +244,26 @@ class InvocationObserver:
     def close(self) -> None:
         """The invocation ended: what it did not finish is reported ``pending``."""
         with _bookkeeping("close"):
+            self._left_open = list(self._open.items())
             for position in list(self._open):
                 self._report_end(position, "pending", None)
+
+    def take_up_parked(self, previous: InvocationObserver) -> None:
+        """This invocation goes on with a parked agent: it takes up what ``previous`` left open.
+
+        The agent parked inside its next operation, which ``previous`` reported ``pending``
+        when its invocation ended. An invocation that replays the run takes that operation
+        up again and reports its end; so does this one, without the replay.
+        """
+        with _bookkeeping("take up parked"):
+            for position, state in previous._left_open:
+                if self._hears_start:
+                    info = OperationStartInfo(
+                        self._run_id, state.op_id, state.kind, state.name, False
+                    )
+                    self._plugins.emit("on_operation_start", info)
+                now = self._clock.now_ms()
+                self._open[position] = _Open(state.kind, state.name, state.op_id, state.record, now)
 
     def _operation(
         self, kind: str, name: str, op_id: str, position: str, record: OpRecord | None
