@@ -163,6 +163,34 @@ def counting(ctx: DurableContext, question: str) -> str:
     return first.text + ctx.llm("second", LlmRequest(messages=asked), config=MODEL).text
 
 
+def test_a_warm_container_counts_and_logs_what_its_parked_agents_go_on_with() -> None:
+    """The StepRunner's default: sticky continuation, one operation per invocation. Every
+    operation after the first runs in an invocation that goes on with the parked agent; each
+    is counted and a failure logged when it ends, as in a container that replays."""
+    from durable_agents.lambda_telemetry import PowertoolsPlugin
+
+    def broken() -> str:
+        raise KeyError("gone")
+
+    @agent(name="telemetry-sticky", version="1", registry=AgentRegistry())
+    def telemetry(ctx: DurableContext, _: None) -> str:
+        ctx.step(lambda: 1, name="one")
+        ctx.step(lambda: 2, name="two")
+        return ctx.step(broken, name="broken", retry=RetryPolicy(max_attempts=1))
+
+    metrics, logger, tracer = FakeMetrics(), FakeLogger(), FakeTracer()
+    plugin = PowertoolsPlugin(logger=logger, metrics=metrics, tracer=tracer, emit=metrics.emit)
+    runner = AgentTestRunner(telemetry, mode="faithful", plugins=[plugin], sticky=True)
+    assert runner.run(None).status == "FAILED"
+    assert runner.runtime.sticky is not None and runner.runtime.sticky.resumed == 2
+    counted: dict[str, float] = {}
+    for name, value in metrics.added:
+        counted[name] = counted.get(name, 0) + value
+    assert (counted["OperationsSucceeded"], counted["OperationsFailed"]) == (2, 1)
+    failed = [e["op_id"] for level, msg, e in logger.lines if msg == "operation failed"]
+    assert [op_id.rsplit(":", 2)[-2] for op_id in failed] == ["broken"]
+
+
 def test_model_tokens_by_model_id_once_per_recorded_answer_and_runs_succeeded_once() -> None:
     from durable_agents.lambda_telemetry import PowertoolsPlugin
 
