@@ -187,7 +187,7 @@ class AgentGreenlet:
             RuntimeError: If called on another thread than the one that created the agent.
             BaseException: Whatever the agent raised (``SuspendExecution`` if it suspended).
         """
-        if threading.get_ident() != self._owner or self._glet.dead:  # ``resumable``, inline
+        if not self.resumable():
             raise RuntimeError(f"{self.name} belongs to another thread, or has ended")
         if not self._glet:  # not started yet
             _LIVE.add(self)
