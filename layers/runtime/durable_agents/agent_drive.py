@@ -2,9 +2,10 @@
 
 ``Runtime._execute_loaded`` (and ``parked_turn.go_on``, for a parked agent) decide what runs
 (which definition, which invocation, sticky or not); this module runs it: ``drive`` calls the
-agent (or advances a parked one) and records how it ended, ``drive_sticky`` starts it on a new
-agent carrier and ``drive_parked`` runs it on its carrier, parking it again when it may stay
-(``durable_agents.sticky``, ADR 0017).
+agent function, ``drive_sticky`` starts it on a new agent carrier and ``drive_parked`` runs it
+on its carrier (starting it, or going on from where it parked), parking it again when it may
+stay (``durable_agents.sticky``, ADR 0017). Both record how the agent ended the same way:
+``returned`` for a value, ``ended`` for what it raised.
 """
 
 from __future__ import annotations
@@ -23,18 +24,17 @@ from durable_agents.models import RunHeader, RunSnapshot, RunStatus
 from durable_agents.observability import ReplayAwareLogger
 from durable_agents.outcomes import (
     InvocationOutcome,
-    OutcomeKind,
     finish,
     parked_outcome,
     pause,
     suspended,
 )
 from durable_agents.serde import decode, encode, error_info
-from durable_agents.sticky import AgentCarrier, ParkedRun, StickyRuns, WriteTally
+from durable_agents.sticky import ParkedRun, StickyRuns, WriteTally
 
-# Read on every sticky invocation: a module name, not ``OutcomeKind.CONTINUE`` (on Python 3.11
-# each read of an enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook).
-_CONTINUE = OutcomeKind.CONTINUE
+# How the agent's code can stop other than by returning (anything else, KeyboardInterrupt say,
+# goes on up): the next generation, a suspension, an exception.
+_ENDINGS = (generations.ContinueAsNew, SuspendExecution, Exception)
 
 
 def decode_input(definition: AgentDefinition[Any, Any], input_json: str) -> Any:
@@ -91,22 +91,31 @@ def drive_parked(
 ) -> InvocationOutcome:
     """``drive`` on ``parked``'s carrier: its agent starts, or goes on from where it parked.
 
-    The agent stays parked if its budget ran out and nothing else is to be told.
+    The agent stays parked if its budget ran out and nothing else is to be told. A parked
+    agent's turn, one per step, runs here without ``drive``'s frame: the carrier's three ways
+    to stop (parked, returned, raised) are told apart here, and the last two go to the same
+    ``returned`` and ``ended`` as ``drive``'s.
 
     Raises:
         BaseException: Whatever ``drive`` raises.
     """
     inv, agent = parked.invocation, parked.thread
     inv.park = agent.park
-    kept = False
-    try:
-        outcome = drive(store, clock, parked.definition, header, inv, parked.context, agent)
-        if agent.parked and outcome.kind is _CONTINUE and not inv.notifications:
-            sticky.keep(inv.run_id, parked)  # its tally: the next invocation's freshness check
-            kept = True
-    finally:
-        if agent.parked and not kept:
-            sticky.discard(parked)
+    try:  # the same call as ``drive``'s, on the agent's own stack (or on from where it parked)
+        value = agent.advance()
+    except _ENDINGS as ending:  # it raised or suspended: it is not parked any more
+        return ended(store, clock, inv, ending)
+    if value is not PARKED:
+        return returned(store, clock, parked.definition, inv, parked.context, value)
+    # At its budget's end, before its next operation.
+    if inv.fault is not None:  # a divergence the replay found: the run pauses
+        sticky.discard(parked)
+        return pause(store, clock, inv.header, error_info(inv.fault), inv.executed)
+    outcome = parked_outcome(inv.run_id, inv, agent.parked_at)
+    if inv.notifications:  # the next invocation derives them again: it replays
+        sticky.discard(parked)
+    else:  # its tally: the next invocation's freshness check
+        sticky.keep(inv.run_id, parked)
     return outcome
 
 
@@ -117,7 +126,6 @@ def drive(
     header: RunHeader,
     inv: Invocation,
     ctx: DurableContext,
-    agent: AgentCarrier | None = None,
 ) -> InvocationOutcome:
     """Runs the agent until it returns, raises or suspends, and records how it ended.
 
@@ -126,29 +134,51 @@ def drive(
     Returns:
         The invocation's outcome, already recorded in the journal.
     """
-    run_id = header.run_id
     try:
-        if agent is None:
-            value = definition.fn(ctx, decode_input(definition, header.input))
-        else:  # the same call, on the agent's own stack (or on from where it parked)
-            value = agent.advance()
-            if value is PARKED:  # at its budget's end, before its next operation
-                if inv.fault is not None:
-                    return pause(store, clock, inv.header, error_info(inv.fault), inv.executed)
-                return parked_outcome(run_id, inv, agent.parked_at)
+        value = definition.fn(ctx, decode_input(definition, header.input))
+    except _ENDINGS as ending:
+        return ended(store, clock, inv, ending)
+    return returned(store, clock, definition, inv, ctx, value)
+
+
+def returned(
+    store: JournalStore,
+    clock: Clock,
+    definition: AgentDefinition[Any, Any],
+    inv: Invocation,
+    ctx: DurableContext,
+    value: Any,
+) -> InvocationOutcome:
+    """Records the run's end after the agent function returned ``value``.
+
+    Returns:
+        SUCCEEDED with the encoded value, or what ``ended`` makes of a scope left open or a
+        value that does not encode; PAUSED if the replay found a divergence the agent caught.
+    """
+    try:
         ctx.check_scope_end()
         output = encode(value, definition.output_type)
-    except generations.ContinueAsNew as ending:  # the next generation (ADR 0016)
-        # Never with a fault: the operation raises a recorded divergence before this.
-        return generations.switch_generation(store, clock, inv, ending)
-    except SuspendExecution as signal:
-        if inv.fault is not None:
-            return pause(store, clock, inv.header, error_info(inv.fault), inv.executed)
-        return suspended(store, clock, run_id, signal, inv)
-    except Exception as exc:
-        if inv.fault is not None:
-            return pause(store, clock, inv.header, error_info(inv.fault), inv.executed)
-        return finish(store, clock, inv, RunStatus.FAILED, error=error_info(exc))
+    except _ENDINGS as ending:
+        return ended(store, clock, inv, ending)
     if inv.fault is not None:  # the agent caught the divergence error and carried on
         return pause(store, clock, inv.header, error_info(inv.fault), inv.executed)
     return finish(store, clock, inv, RunStatus.SUCCEEDED, result=output)
+
+
+def ended(
+    store: JournalStore, clock: Clock, inv: Invocation, ending: BaseException
+) -> InvocationOutcome:
+    """Records what follows the agent's code stopping by ``ending`` (one of ``_ENDINGS``).
+
+    Returns:
+        The next generation's start (``continue_as_new``), PAUSED if the replay found a
+        divergence, how the run waits (``SuspendExecution``), or FAILED (any other exception).
+    """
+    if isinstance(ending, generations.ContinueAsNew):  # the next generation (ADR 0016)
+        # Never with a fault: the operation raises a recorded divergence before this.
+        return generations.switch_generation(store, clock, inv, ending)
+    if inv.fault is not None:
+        return pause(store, clock, inv.header, error_info(inv.fault), inv.executed)
+    if isinstance(ending, SuspendExecution):
+        return suspended(store, clock, inv.run_id, ending, inv)
+    return finish(store, clock, inv, RunStatus.FAILED, error=error_info(ending))
