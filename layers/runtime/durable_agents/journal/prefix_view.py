@@ -47,17 +47,6 @@ class PrefixView(Sequence[T]):
         self._items = items
         self._length = n
 
-    @classmethod
-    def whole(cls, items: list[T]) -> PrefixView[T]:
-        """A view of all ``items`` now: ``PrefixView(items)``, without its checks.
-
-        A warm sticky invocation reads two per step (``KeyedLog.view``).
-        """
-        view = object.__new__(cls)
-        view._items = items
-        view._length = len(items)
-        return view
-
     def __len__(self) -> int:
         return self._length
 
@@ -167,4 +156,9 @@ class KeyedLog(Generic[T]):
     def view(self) -> PrefixView[T]:
         """The items as they are now (unchanged by anything ``put`` does later)."""
         self._shared = True
-        return PrefixView.whole(self._items)
+        # ``PrefixView(items)`` without its checks or call: a warm sticky invocation reads two
+        # views per step.
+        view: PrefixView[T] = object.__new__(PrefixView)
+        view._items = items = self._items
+        view._length = len(items)
+        return view
