@@ -286,7 +286,9 @@ class Invocation(ReplayFlags):
             # Returns once a new invocation took this one over (``parked_outcome`` is the
             # outcome the CONTINUE signal would have given the one that parked it).
             self.park(op_id)
-            if self._budget_spent():  # a dry run (budget 0) took it over
+            # Taken over: ``_budget_spent`` with nothing executed yet (``renew``), so only a
+            # dry run's count (budget 0) can be spent.
+            if self.budget is not None and self.budget <= 0:
                 raise self._budget_spent_signal(op_id)
         if self.budget is not None:
             self.budget -= 1
