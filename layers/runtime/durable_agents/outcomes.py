@@ -22,7 +22,7 @@ from durable_agents.invocation import Invocation, Reason, next_operation
 from durable_agents.journal.store import JournalStore
 from durable_agents.models import ErrorInfo, RunChange, RunHeader, RunStatus
 from durable_agents.serde import error_info
-from durable_agents.time_limits import cap_wake
+from durable_agents.time_limits import cap_wake, deadline_ms
 from durable_agents.versions import unavailable_waiting_on
 
 ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
@@ -86,6 +86,8 @@ _SUSPENDED_AS = {
 # read of an enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook).
 _CONTENDED, _CONTINUE = OutcomeKind.CONTENDED, OutcomeKind.CONTINUE
 _SUSPENDED = RunStatus.SUSPENDED
+# A parked invocation's detail, but its next operation's id: the CONTINUE signal's wording.
+_PARKED_DETAIL = f"{Reason.CONTINUE}: {next_operation('')}"
 
 
 def suspended(
@@ -122,9 +124,11 @@ def parked_outcome(run_id: str, inv: Invocation, op_id: str) -> InvocationOutcom
     The same as ``suspended`` makes of the ``CONTINUE`` its budget check raises when the agent
     does not park: nothing is written, the next ``Step Ready`` is published.
     """
-    detail = f"{Reason.CONTINUE}: {next_operation(op_id)}"
+    header = inv.header
+    # ``cap_wake(header, None)``: nothing to wake for but the run's time limit, if it has one.
+    wake_at_ms = None if header.execution_timeout_ms is None else deadline_ms(header)
     return InvocationOutcome(
-        run_id, _CONTINUE, list(inv.executed), cap_wake(inv.header, None), detail
+        run_id, _CONTINUE, list(inv.executed), wake_at_ms, _PARKED_DETAIL + op_id
     )
 
 
