@@ -121,15 +121,17 @@ def _observed(snapshot: RunSnapshot) -> bool:
     return False
 
 
-def nothing_to_stop(header: RunHeader, clock: Clock) -> bool:
-    """Whether ``prepare`` has nothing to act on: no stop request, and the time limit not passed.
+def nothing_to_stop(header: RunHeader, now_ms: int) -> bool:
+    """Whether ``prepare`` has nothing to act on at ``now_ms``: no stop, no passed time limit.
 
     The check of every invocation of a running run, first: most have neither.
     """
     if header.cancel_requested:
         return False
+    if header.execution_timeout_ms is None:  # most runs: no limit to look up
+        return True
     limit = deadline_ms(header)
-    return limit is None or clock.now_ms() < limit
+    return limit is None or now_ms < limit
 
 
 def prepare(
@@ -146,7 +148,7 @@ def prepare(
         RunNotFoundError: If the run is gone.
     """
     header = snapshot.header
-    if header.status.terminal or nothing_to_stop(header, clock):
+    if header.status.terminal or nothing_to_stop(header, clock.now_ms()):
         return snapshot, None, None
     limit = deadline_ms(header)
     if limit is not None and clock.now_ms() >= limit:

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from contextvars import ContextVar
+from collections.abc import Callable
+from contextvars import ContextVar, Token
 from typing import Any
 
 # The Powertools ``location`` of the handlers' loggers: ``file:function:line``.
@@ -54,10 +55,23 @@ class invocation_log_context:
         self._run_id = run_id
 
     def __enter__(self) -> None:
-        self._token = _CURRENT.set({"run_id": self._run_id})
+        self._token = open_log_context(self._run_id)
 
     def __exit__(self, *_: object) -> None:
-        _CURRENT.reset(self._token)
+        close_log_context(self._token)
+
+
+def open_log_context(run_id: str) -> Token[dict[str, Any] | None]:
+    """Opens the log context of one invocation of ``run_id``; ``close_log_context`` ends it.
+
+    ``invocation_log_context`` without the context manager: ``Runtime.execute`` opens it in a
+    ``try`` (a sticky invocation, one per step, then makes one Python call here, not three).
+    """
+    return _CURRENT.set({"run_id": run_id})
+
+
+close_log_context: Callable[[Token[dict[str, Any] | None]], None] = _CURRENT.reset
+"""Ends the log context ``open_log_context`` opened, given its token (the variable's own reset)."""
 
 
 def note_run(*, agent: str, tenant: str) -> None:

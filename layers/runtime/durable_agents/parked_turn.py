@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from durable_agents.agent_drive import drive_parked
 from durable_agents.cancellation import nothing_to_stop, settle_leftovers
+from durable_agents.follow_ups import publish_follow_up
 from durable_agents.invocation import InvocationHooks
 from durable_agents.log_context import note_run
 from durable_agents.models import RunSnapshot, RunStatus
@@ -47,6 +48,7 @@ def go_on(
     snapshot: RunSnapshot,
     parked: list[ParkedRun | None],
     limits: Limits,
+    started_ms: int,
     lease_ms: int,
     hooks: InvocationHooks,
     publish: bool,
@@ -59,6 +61,7 @@ def go_on(
         snapshot: The run as this invocation read it.
         parked: The run's parked agent (taken by the caller), which this consumes if it goes on.
         limits: The invocation's limits, or ``AGENT_BUDGET``.
+        started_ms: When the invocation began (its stop checks and time budget count from it).
         lease_ms: The claim lease of the invocation's operations (its margin included).
         hooks: The invocation's crash hooks.
         publish: Whether to publish the follow-up events.
@@ -73,14 +76,14 @@ def go_on(
     going_on = parked[0]
     if going_on is None or going_on.definition is None or header.status is not _RUNNING:
         return None
-    if not going_on.matches(snapshot) or not going_on.thread.resumable():
+    # The tally's own check (``ParkedRun.matches``), called directly: this runs per step.
+    if not going_on.tally.matches(snapshot) or not going_on.thread.resumable():
         return None
-    clock = runtime.clock
-    if not nothing_to_stop(header, clock):  # the general path stops it or tells the agent
+    if not nothing_to_stop(header, started_ms):  # the general path stops it or tells the agent
         return None
     definition = going_on.definition
     if limits is AGENT_BUDGET:
-        limits = definition.invocation_budget.limits(clock.now_ms())
+        limits = definition.invocation_budget.limits(started_ms)
     budget, budget_ends_at_ms = limits
     if budget is None and budget_ends_at_ms is None:  # without a budget nothing parks
         return None
@@ -93,7 +96,7 @@ def go_on(
     # Its store is its tally still: matched, it counts on from this read.
     inv.renew(going_on.tally, header, budget, lease_ms, hooks, observer, span.deadline_ms, services)
     inv.budget_ends_at_ms = budget_ends_at_ms
-    sticky, store = runtime.sticky, runtime.store
+    sticky, store, clock = runtime.sticky, runtime.store, runtime.clock
     assert sticky is not None  # only a sticky runtime parks agents
     # Consumed only now: until here, the caller lets it go on any way out (its store refused).
     parked.pop()
@@ -102,5 +105,7 @@ def go_on(
     if outcome.kind is _CANCELLED:  # what cleanup left open is closed too
         settle_leftovers(store, clock, runtime.publisher, store.load(header.run_id))
     if publish:
-        runtime._publish_follow_up(outcome, header, inv.pending_events, inv.notifications)
+        publish_follow_up(
+            store, clock, runtime.publisher, outcome, header, inv.pending_events, inv.notifications
+        )
     return outcome

@@ -29,7 +29,7 @@ from durable_agents.ids import check_run_id
 from durable_agents.invocation import NO_HOOKS, Invocation, InvocationHooks
 from durable_agents.journal.store import JournalStore
 from durable_agents.llm.types import LlmProvider, StreamSink
-from durable_agents.log_context import invocation_log_context, note_run
+from durable_agents.log_context import close_log_context, note_run, open_log_context
 from durable_agents.memory.store import MemoryStore
 from durable_agents.models import (
     Entry,
@@ -43,7 +43,7 @@ from durable_agents.outcomes import (
     version_unavailable,
 )
 from durable_agents.parked_turn import AGENT_BUDGET, Limits, go_on
-from durable_agents.plugin_calls import InvocationSpan, PluginSet
+from durable_agents.plugin_calls import InvocationSpan, PluginSet, QuietSpan
 from durable_agents.plugins import Plugin, RunStartInfo
 from durable_agents.run_events import republish
 from durable_agents.run_starts import InputValidationError, new_header, new_run_id
@@ -222,30 +222,41 @@ class Runtime:
             EventPublishError: If the follow-up event could not be published (the invocation
                 should fail so that it is retried; nothing recorded is lost).
         """
-        # The Lambda's own deadline (without the lease's clock-skew margin): a step's to use.
+        # The invocation's start: its time budget, a parked run's stop checks and the Lambda's
+        # own deadline (without the lease's clock-skew margin, a step's to use) count from it.
+        started_ms = self.clock.now_ms()
         known = DEFAULT_LEASE_MS - LEASE_MARGIN_MS if remaining_ms is None else remaining_ms
-        deadline_ms = self.clock.now_ms() + max(known, 0)
+        deadline_ms = started_ms + max(known, 0)
+        limits = AGENT_BUDGET if agent_budget else (budget, None)
         # Every line written meanwhile names the run, its agent and its operation (reset after).
-        with (
-            invocation_log_context(run_id),
-            self.plugins.invocation(run_id, target, self.clock, deadline_ms) as span,
-        ):
-            limits = AGENT_BUDGET if agent_budget else (budget, None)
-            outcome = self._execute(span, run_id, limits, remaining_ms, hooks, publish, target)
-            span.outcome = outcome
-        return outcome
+        log_context = open_log_context(run_id)
+        try:
+            if not self.plugins.plugins:  # nobody listens: no span to open, report or close
+                span: InvocationSpan = QuietSpan(deadline_ms)
+                return self._execute(
+                    span, run_id, limits, started_ms, remaining_ms, hooks, publish, target
+                )
+            with self.plugins.invocation(run_id, target, self.clock, deadline_ms) as span:
+                outcome = self._execute(
+                    span, run_id, limits, started_ms, remaining_ms, hooks, publish, target
+                )
+                span.outcome = outcome
+            return outcome
+        finally:
+            close_log_context(log_context)
 
     def _execute(
         self,
         span: InvocationSpan,
         run_id: str,
         budget: Limits,
+        started_ms: int,
         remaining_ms: int | None,
         hooks: InvocationHooks | None,
         publish: bool,
         target: str | None,
     ) -> InvocationOutcome:
-        """``execute``, within its plugins' span."""
+        """``execute``, within its plugins' span (``started_ms``: when the invocation began)."""
         snapshot = self.store.load(run_id)
         # Taken at once, so that every way out of this invocation leaves no parked agent of
         # the run behind but the one it parks itself (``parked_turn.go_on`` or
@@ -255,8 +266,8 @@ class Runtime:
             if parked and target is None:  # a parked agent goes on if nothing is to decide
                 invocation_hooks = self.hooks if hooks is None else hooks
                 outcome = go_on(
-                    self, span, snapshot, parked, budget, _claim_lease_ms(remaining_ms),
-                    invocation_hooks, publish,
+                    self, span, snapshot, parked, budget, started_ms,
+                    _claim_lease_ms(remaining_ms), invocation_hooks, publish,
                 )  # fmt: skip
                 if outcome is not None:
                     return outcome
