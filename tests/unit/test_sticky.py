@@ -198,6 +198,22 @@ def test_a_run_whose_time_limit_passed_while_parked_times_out_without_going_on()
     assert not _agent_threads()
 
 
+def test_a_part_the_runtime_is_given_while_an_agent_is_parked_reaches_that_agent() -> None:
+    """The runtime's parts an invocation holds (here its clock, which stamps every entry) are
+    the runtime's as they are when a parked agent goes on, not as they were when it parked."""
+    from durable_agents.clock import SkipClock
+
+    runtime = Runtime(InMemoryJournal(), registry=registry, clock=SkipClock(), sticky=StickyRuns())
+    header, _ = runtime.start_run("sticky-loop", 3)
+    runtime.execute(header.run_id, agent_budget=True)  # s0, then it parks
+    later = SkipClock(start_ms=1_800_000_000_000)
+    runtime.clock = later
+    runtime.execute(header.run_id, agent_budget=True)  # goes on: s1
+    assert runtime.sticky is not None and runtime.sticky.resumed == 1
+    stamped = {e.name: e.recorded_at_ms for e in runtime.store.load(header.run_id).entries}
+    assert stamped["s1"] == later.now_ms() and stamped["s0"] < later.now_ms()
+
+
 def test_an_invocation_without_a_budget_replays_and_leaves_nothing_parked() -> None:
     """Nothing parks without a budget (the agent runs to its end): the parked agent of the
     run is let go and the run replays, every step once."""
