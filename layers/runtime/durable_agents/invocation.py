@@ -183,12 +183,13 @@ class Invocation(ReplayFlags):
         hooks: InvocationHooks,
         observer: InvocationObserver | None,
         deadline_ms: int,
-        services: dict[str, Any],
+        services: dict[str, Any] | None,
     ) -> None:
         """Makes this (parked) invocation the new one: its store, header, budget, lease, hooks.
 
         ``services`` are the runtime's parts an invocation holds, by attribute name
-        (``credentials``, ``providers``, …): as the runtime has them now.
+        (``credentials``, ``providers``, …): as the runtime has them now; None when this
+        invocation holds them already (none changed since it was last given them).
 
         A parked agent's operations hold this object, so it is renewed in place, to what
         ``Invocation(store, snapshot, ...)`` would hold for the same arguments (a parked run
@@ -200,7 +201,8 @@ class Invocation(ReplayFlags):
         self.store = store if observer is None else observer.watch(store)
         self.observer = observer
         self.header = header
-        self.__dict__.update(services)
+        if services is not None:
+            self.__dict__.update(services)
         self.target = None
         self.branches = []
         self.pending_events = []

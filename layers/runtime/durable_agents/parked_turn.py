@@ -90,11 +90,14 @@ def go_on(
     note_run(agent=header.agent, tenant=header.tenant)
     span.agent = header.agent
     inv = going_on.invocation
-    observer, services = span.observer(), runtime._invocation_services()
+    observer, services = span.observer(), runtime.invocation_services
     if observer is not None and inv.observer is not None:  # plugins hear it as after a replay
         observer.take_up_parked(inv.observer)
+    # The runtime's parts again only if one changed since its invocation was handed them.
+    handed = None if services is going_on.services else services
+    going_on.services = services
     # Its store is its tally still: matched, it counts on from this read.
-    inv.renew(going_on.tally, header, budget, lease_ms, hooks, observer, span.deadline_ms, services)
+    inv.renew(going_on.tally, header, budget, lease_ms, hooks, observer, span.deadline_ms, handed)
     inv.budget_ends_at_ms = budget_ends_at_ms
     sticky, store, clock = runtime.sticky, runtime.store, runtime.clock
     assert sticky is not None  # only a sticky runtime parks agents

@@ -68,6 +68,10 @@ __all__ = [
 # enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook).
 _RUNNING, _PAUSED = RunStatus.RUNNING, RunStatus.PAUSED
 _VERSION_UNAVAILABLE, _CANCELLED = RunStatus.VERSION_UNAVAILABLE, OutcomeKind.CANCELLED
+# The runtime's parts every invocation holds (``Runtime.invocation_services``), by name.
+_SERVICES = frozenset(
+    {"clock", "credentials", "providers", "stream_sink", "registry", "wait_scheduler", "memory"}
+)
 LEASE_MARGIN_MS = 5_000
 DEFAULT_LEASE_MS = 15 * 60 * 1000 + LEASE_MARGIN_MS  # the Lambda maximum, plus clock skew
 
@@ -99,6 +103,11 @@ class Runtime:
         sticky: Where agents park between invocations (``durable_agents.sticky``): the next
             invocation of a run in this process then goes on without replaying. None (the
             default) replays every invocation.
+
+    Attributes:
+        invocation_services: The parts above every invocation holds (clock, credentials,
+            providers, stream sink, registry, wait scheduler, memory), by attribute name: made
+            again whenever one of them is set (read it, never change it).
     """
 
     def __init__(
@@ -134,6 +143,14 @@ class Runtime:
         self.stream_sink = stream_sink
         self.wait_scheduler = wait_scheduler
         self.memory = memory
+        # What every invocation holds of the above, as one dict (see ``__setattr__``).
+        self.invocation_services: dict[str, Any] = self._current_services()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name in _SERVICES and "invocation_services" in self.__dict__:
+            # The next invocation, a parked agent's too, holds the new part.
+            self.invocation_services = self._current_services()
 
     # -- starting ----------------------------------------------------------------------------
 
@@ -343,7 +360,7 @@ class Runtime:
             target=target,
             observer=span.observer(),
             deadline_ms=span.deadline_ms,
-            **self._invocation_services(),
+            **self.invocation_services,
         )
         inv.stop = stop
         inv.budget_ends_at_ms = budget_ends_at_ms
@@ -362,15 +379,19 @@ class Runtime:
             self._publish_follow_up(outcome, header, inv.pending_events, inv.notifications)
         return outcome
 
-    def _invocation_services(self) -> dict[str, Any]:
+    def _current_services(self) -> dict[str, Any]:
         """The runtime's parts every invocation holds, by attribute name, as they are now.
 
-        One list for a new invocation and a renewed one, so a part added here reaches both.
+        One list for a new invocation and a renewed one, so a part added here (and to
+        ``_SERVICES``) reaches both. Kept as ``invocation_services``, made again whenever one
+        of them is set: a parked agent whose invocation holds that very dict is not handed it
+        again on every step.
         """
         return {
             "clock": self.clock,
             "credentials": self.credentials,
-            "providers": self.providers or {},
+            # The runtime's own dict (what is added to it later reaches invocations).
+            "providers": {} if self.providers is None else self.providers,
             "stream_sink": self.stream_sink,
             "registry": self.registry,
             "wait_scheduler": self.wait_scheduler,

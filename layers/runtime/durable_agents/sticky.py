@@ -134,6 +134,8 @@ class ParkedRun:
         context: The agent's root ``DurableContext``.
         tally: What the run's journal holds if nobody else wrote (the invocation's store).
         definition: The agent's code, as its run's pins resolved it when it started.
+        services: The runtime's parts its invocation was last handed (``Invocation.renew``);
+            None until the first time it goes on.
     """
 
     thread: AgentCarrier
@@ -141,6 +143,7 @@ class ParkedRun:
     context: Any
     tally: WriteTally
     definition: Any = None
+    services: Any = None
 
     def matches(self, snapshot: RunSnapshot) -> bool:
         """Whether ``snapshot`` shows exactly what this process left (``WriteTally.matches``)."""
