@@ -47,6 +47,7 @@ from durable_agents.plugin_calls import InvocationSpan, PluginSet, QuietSpan
 from durable_agents.plugins import Plugin, RunStartInfo
 from durable_agents.run_events import republish
 from durable_agents.run_starts import InputValidationError, new_header, new_run_id
+from durable_agents.runtime_parts import RuntimeParts
 from durable_agents.sticky import ParkedRun, StickyRuns, WriteTally
 from durable_agents.tenancy import DEFAULT_TENANT
 from durable_agents.versions import resolve_pinned, resume_available
@@ -68,10 +69,6 @@ __all__ = [
 # enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook).
 _RUNNING, _PAUSED = RunStatus.RUNNING, RunStatus.PAUSED
 _VERSION_UNAVAILABLE, _CANCELLED = RunStatus.VERSION_UNAVAILABLE, OutcomeKind.CANCELLED
-# The runtime's parts every invocation holds (``Runtime.invocation_services``), by name.
-_SERVICES = frozenset(
-    {"clock", "credentials", "providers", "stream_sink", "registry", "wait_scheduler", "memory"}
-)
 LEASE_MARGIN_MS = 5_000
 DEFAULT_LEASE_MS = 15 * 60 * 1000 + LEASE_MARGIN_MS  # the Lambda maximum, plus clock skew
 
@@ -81,7 +78,7 @@ def _claim_lease_ms(remaining_ms: int | None) -> int:
     return (DEFAULT_LEASE_MS if remaining_ms is None else max(remaining_ms, 0)) + LEASE_MARGIN_MS
 
 
-class Runtime:
+class Runtime(RuntimeParts):
     """Starts runs and executes invocations against a journal.
 
     Args:
@@ -107,7 +104,7 @@ class Runtime:
     Attributes:
         invocation_services: The parts above every invocation holds (clock, credentials,
             providers, stream sink, registry, wait scheduler, memory), by attribute name: made
-            again whenever one of them is set (read it, never change it).
+            again whenever one of them is set (``durable_agents.runtime_parts``).
     """
 
     def __init__(
@@ -143,14 +140,7 @@ class Runtime:
         self.stream_sink = stream_sink
         self.wait_scheduler = wait_scheduler
         self.memory = memory
-        # What every invocation holds of the above, as one dict (see ``__setattr__``).
-        self.invocation_services: dict[str, Any] = self._current_services()
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        object.__setattr__(self, name, value)
-        if name in _SERVICES and "invocation_services" in self.__dict__:
-            # The next invocation, a parked agent's too, holds the new part.
-            self.invocation_services = self._current_services()
+        self.keep_parts()  # what every invocation holds of the above, as one dict
 
     # -- starting ----------------------------------------------------------------------------
 
@@ -378,25 +368,6 @@ class Runtime:
         if publish:
             self._publish_follow_up(outcome, header, inv.pending_events, inv.notifications)
         return outcome
-
-    def _current_services(self) -> dict[str, Any]:
-        """The runtime's parts every invocation holds, by attribute name, as they are now.
-
-        One list for a new invocation and a renewed one, so a part added here (and to
-        ``_SERVICES``) reaches both. Kept as ``invocation_services``, made again whenever one
-        of them is set: a parked agent whose invocation holds that very dict is not handed it
-        again on every step.
-        """
-        return {
-            "clock": self.clock,
-            "credentials": self.credentials,
-            # The runtime's own dict (what is added to it later reaches invocations).
-            "providers": {} if self.providers is None else self.providers,
-            "stream_sink": self.stream_sink,
-            "registry": self.registry,
-            "wait_scheduler": self.wait_scheduler,
-            "memory": self.memory,
-        }
 
     def _publish_follow_up(
         self,
