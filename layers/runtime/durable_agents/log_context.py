@@ -66,6 +66,17 @@ def open_log_context(run_id: str) -> Token[dict[str, Any] | None]:
 
     ``invocation_log_context`` without the context manager: ``Runtime.execute`` opens it in a
     ``try`` (a sticky invocation, one per step, then makes one Python call here, not three).
+
+    Example:
+        >>> token = open_log_context("run-1")
+        >>> try:
+        ...     note_run(agent="fetcher", tenant="default")
+        ...     current_log_keys()
+        ... finally:
+        ...     close_log_context(token)
+        {'run_id': 'run-1', 'agent': 'fetcher', 'tenant': 'default'}
+        >>> current_log_keys()
+        {}
     """
     return _CURRENT.set({"run_id": run_id})
 

@@ -38,6 +38,18 @@ class RuntimeParts:
     Attributes:
         invocation_services: The parts every invocation holds, by attribute name (read it,
             never change it).
+
+    Example:
+        >>> from durable_agents.clock import SkipClock
+        >>> from durable_agents.journal.memory import InMemoryJournal
+        >>> from durable_agents.runtime import Runtime
+        >>> runtime = Runtime(InMemoryJournal(), clock=SkipClock())
+        >>> parts = runtime.invocation_services
+        >>> runtime.invocation_services is parts  # the same dict while nothing is set
+        True
+        >>> runtime.clock = later = SkipClock(start_ms=1_800_000_000_000)
+        >>> runtime.invocation_services is parts, runtime.invocation_services["clock"] is later
+        (False, True)
     """
 
     invocation_services: dict[str, Any]

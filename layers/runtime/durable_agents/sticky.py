@@ -143,7 +143,7 @@ class ParkedRun:
     context: Any
     tally: WriteTally
     definition: Any = None
-    services: Any = None
+    services: dict[str, Any] | None = None
 
     def matches(self, snapshot: RunSnapshot) -> bool:
         """Whether ``snapshot`` shows exactly what this process left (``WriteTally.matches``)."""
