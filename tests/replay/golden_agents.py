@@ -7,7 +7,12 @@ version (or write a migration) instead of editing the golden file.
 
 from __future__ import annotations
 
-from durable_agents import AgentRegistry, DurableContext, RetryPolicy, agent
+from dataclasses import dataclass
+from datetime import date, timedelta
+from decimal import Decimal
+from typing import Any
+
+from durable_agents import AgentRegistry, CompletionPolicy, DurableContext, RetryPolicy, agent
 from durable_agents.agent import register_model_config, register_prompt
 from durable_agents.llm.types import ModelConfig
 from durable_agents.migrations import MigrationPlan, RecordedRun, migration
@@ -166,6 +171,94 @@ def deploy_writer(target: AgentRegistry, versions: list[str]) -> None:
         model_configs=["golden-model"],
         registry=target,
     )(writer)
+
+
+# -- golden-fanout: batches, whose records say what each branch returned or raised ---------
+
+
+@dataclass(frozen=True)
+class StockLevel:
+    """What the stock check returns (a dataclass: recorded as tagged JSON)."""
+
+    sku: str
+    units: int
+
+
+class FraudSuspectedError(Exception):
+    """The fraud check's verdict (a branch failure the batch tolerates)."""
+
+
+def dump_price(value: Decimal) -> str:
+    """The prices map's serializer: a price as text of its own."""
+    return f"price:{value}"
+
+
+def load_price(text: str) -> Decimal:
+    """The prices map's deserializer."""
+    return Decimal(text.removeprefix("price:"))
+
+
+def price_line(ctx: DurableContext, sku: str, index: int) -> Decimal:
+    """One line of the prices map."""
+    cents = ctx.step(lambda: len(sku) * 25 + index, name="price")
+    return Decimal(cents) / 100
+
+
+def check_stock(ctx: DurableContext) -> Any:
+    """The stock branch of the checks."""
+    return StockLevel("tea", ctx.step(lambda: 12, name="count"))
+
+
+def suspect_fraud() -> None:
+    """Always suspects fraud."""
+    raise FraudSuspectedError("order looks like card testing")
+
+
+def check_fraud(ctx: DurableContext) -> Any:
+    """The fraud branch of the checks: it fails."""
+    return ctx.step(suspect_fraud, name="score", retry=RetryPolicy(max_attempts=1))
+
+
+def label(ctx: DurableContext, item: str, index: int) -> dict[str, object]:
+    """One branch of the flat labels map."""
+    text = ctx.step(lambda: item.upper(), name="label")
+    return {"text": text, "due": date(2026, 1, 1) + timedelta(days=index)}
+
+
+@agent(name="golden-fanout", version="1", registry=registry)
+def fanout(ctx: DurableContext, order_id: str) -> dict[str, object]:
+    """A map with a serializer, a parallel that tolerates a failure, a flat map, and a map
+    decided before all its branches started; then a timer, so a run waits past them."""
+    prices = ctx.map(
+        ["tea", "jam", "bread"], price_line, name="prices", serdes=(dump_price, load_price)
+    )
+    checks = ctx.parallel(
+        {"stock": check_stock, "fraud": check_fraud},
+        name="checks",
+        completion=CompletionPolicy(tolerated_failure_count=1),
+    )
+    labels = ctx.map(["a", "b"], label, name="labels", nesting="flat")
+    first = ctx.map(
+        [1, 2, 3],
+        lambda c, n, index: c.step(lambda: n * 10, name="quick"),
+        name="first",
+        completion=CompletionPolicy(min_successful=1),
+        max_concurrency=1,
+    )
+    ctx.wait(3600, name="ship-window")
+    return {
+        "order": order_id,
+        "prices": [f"{type(p).__name__}({p})" for p in prices.results()],
+        "checks": [repr(r) for r in checks.all_results()],
+        "errors": checks.all_errors(),
+        "checks_reason": checks.completion_reason,
+        "labels": [{"text": v["text"], "due": repr(v["due"])} for v in labels.results()],
+        "first": {
+            "reason": first.completion_reason,
+            "statuses": [item.status for item in first.items],
+            "results": first.results(),
+        },
+    }
 
 
 # Today's deployment: every supported version side by side (new runs start on the last).

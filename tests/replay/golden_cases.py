@@ -167,6 +167,18 @@ CASES = [
         events=({"text": "and in French?"},),
         model_script="agents:scripts/chat.json",
     ),
+    # Batches as the runtime recorded them before batch records referred to their branches:
+    # each batch record holds every branch's value a second time (its own record holds it
+    # too). Never re-record these two: runs recorded so are in flight and must keep replaying
+    # (tests/replay/test_golden_batches.py checks they still hold the values).
+    GoldenCase("golden-fanout-v1-completed.json", "golden-fanout", "order-3001", None, "golden"),
+    GoldenCase(
+        "golden-fanout-v1-waiting.json",
+        "golden-fanout",
+        "order-3002",
+        "ship-window",
+        "golden",
+    ),
     # A run that pinned prompt and model config v1; today's deployment has v2 of both.
     GoldenCase(
         "golden-writer-v1-completed.json",
