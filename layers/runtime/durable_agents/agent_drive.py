@@ -78,7 +78,7 @@ def drive_sticky(
     agent = sticky.new_agent(
         fresh.run_id, lambda: definition.fn(ctx, decode_input(definition, header.input))
     )
-    parked = ParkedRun(agent, fresh, ctx, tally, definition)
+    parked = ParkedRun(agent, fresh, ctx, tally, definition, logger=logger)
     return drive_parked(store, clock, sticky, parked, header)
 
 

@@ -9,8 +9,15 @@ code the agent runs, and the parked run was kept only for a RUNNING run nobody h
 stop. This path checks again only what the header shows cheaply (RUNNING, no stop request)
 and what time changes (the run's time limit, the agent's time budget). When anything else
 holds, ``go_on`` returns None, and the general path replays the run as before. That happens
-for a changed journal, a stop request, a passed time limit, a budget without limits, or an
-agent parked by another thread.
+for a changed journal (or another run with the same id, or another generation), a stop
+request, a passed time limit, a budget without limits, or an agent parked by another thread.
+
+The agent goes on with what a new invocation would hold: the runtime's parts as they are now
+(``Invocation.renew``; the operations read them from the invocation after their budget, where
+the agent parks) and the runtime's journal store under its tally. What the agent's stack took
+when it started cannot be renewed in place, so a change of it replays: the registry (its
+code), the logger (its contexts' loggers), and plugins given to a runtime that had none (no
+observer took up the operation it parked in).
 """
 
 from __future__ import annotations
@@ -81,6 +88,18 @@ def go_on(
         return None
     if not nothing_to_stop(header, started_ms):  # the general path stops it or tells the agent
         return None
+    # What a new invocation would be given, the parked agent is given (``renew``); what its
+    # stack took when it started, only a replay can give it anew.
+    inv, services = going_on.invocation, runtime.invocation_services
+    handed = None if services is going_on.services else services  # None: no part was set
+    if handed is not None and handed["registry"] is not inv.registry:
+        return None  # its code is the registry's: a replay runs the new registry's
+    if going_on.logger is not runtime.logger:
+        return None  # its contexts' loggers were made with the old one
+    observer = span.observer()
+    if observer is not None and inv.observer is None:
+        # Plugins given meanwhile: none took up the operation it parked in (a replay does).
+        return None
     definition = going_on.definition
     if limits is AGENT_BUDGET:
         limits = definition.invocation_budget.limits(started_ms)
@@ -89,17 +108,16 @@ def go_on(
         return None
     note_run(agent=header.agent, tenant=header.tenant)
     span.agent = header.agent
-    inv = going_on.invocation
-    observer, services = span.observer(), runtime.invocation_services
-    if observer is not None and inv.observer is not None:  # plugins hear it as after a replay
+    if observer is not None:  # plugins hear it as after a replay
         observer.take_up_parked(inv.observer)
-    # The runtime's parts again only if one changed since its invocation was handed them.
-    handed = None if services is going_on.services else services
     going_on.services = services
-    # Its store is its tally still: matched, it counts on from this read.
-    inv.renew(going_on.tally, header, budget, lease_ms, hooks, observer, span.deadline_ms, handed)
+    # Its store is its tally still: matched, it counts on from this read, passing the writes
+    # on to the runtime's store as it is now (another client of the journal, say).
+    sticky, store, clock, tally = runtime.sticky, runtime.store, runtime.clock, going_on.tally
+    if tally.inner is not store:
+        tally.inner = store
+    inv.renew(tally, header, budget, lease_ms, hooks, observer, span.deadline_ms, handed)
     inv.budget_ends_at_ms = budget_ends_at_ms
-    sticky, store, clock = runtime.sticky, runtime.store, runtime.clock
     assert sticky is not None  # only a sticky runtime parks agents
     # Consumed only now: until here, the caller lets it go on any way out (its store refused).
     parked.pop()

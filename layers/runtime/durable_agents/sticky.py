@@ -18,7 +18,9 @@ same as an invocation that read the journal right after that write and then was 
 which the protocol already has to survive (every write is conditional). The freshness check
 (same header revision, as many entries and side-effect records as this process accounted
 for) makes the common case, another container or a person having changed something, fall
-back to the replay at once instead of finding out by a refused write.
+back to the replay at once instead of finding out by a refused write. What the agent goes on
+with is what a new invocation would be given: the runtime's parts as they are now
+(``parked_turn.go_on``).
 """
 
 from __future__ import annotations
@@ -76,17 +78,22 @@ class WriteTally:
     Args:
         store: The journal store every call is passed on to.
         snapshot: The read of the run the counts start from.
+
+    Attributes:
+        inner: The journal store calls are passed on to: the runtime's, which the invocation
+            that goes on with a parked agent sets again (its runtime may have another one).
     """
 
     def __init__(self, store: Any, snapshot: RunSnapshot):
-        self._store = store
-        self._run_id = snapshot.header.run_id
-        self.revision = snapshot.header.revision
+        header = snapshot.header
+        self.inner = store
+        self._run_id = header.run_id
+        self.revision = header.revision
         self.entries = len(snapshot.entries)
         self.effects = len(snapshot.effects)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
+        return getattr(self.inner, name)
 
     def commit(
         self,
@@ -101,7 +108,7 @@ class WriteTally:
         Raises:
             Exception: Whatever the store raises; nothing is counted then.
         """
-        self._store.commit(run_id, entries, change, effect, wait)
+        self.inner.commit(run_id, entries, change, effect, wait)
         if run_id == self._run_id:
             self.entries += len(entries)
             if change is not None:  # every header change adds one to its revision
@@ -117,8 +124,9 @@ class WriteTally:
         or the reconciler's for a PREPARED one, which is never left behind by a parked run)
         and every header change adds one to its revision: equal counts mean equal journals.
         """
+        header = snapshot.header
         return (
-            snapshot.header.revision == self.revision
+            header.revision == self.revision
             and len(snapshot.entries) == self.entries
             and len(snapshot.effects) == self.effects
         )
@@ -136,6 +144,7 @@ class ParkedRun:
         definition: The agent's code, as its run's pins resolved it when it started.
         services: The runtime's parts its invocation was last handed (``Invocation.renew``);
             None until the first time it goes on.
+        logger: The runtime's logger its contexts' loggers were made with (when it started).
     """
 
     thread: AgentCarrier
@@ -144,6 +153,7 @@ class ParkedRun:
     tally: WriteTally
     definition: Any = None
     services: dict[str, Any] | None = None
+    logger: Any = None
 
     def matches(self, snapshot: RunSnapshot) -> bool:
         """Whether ``snapshot`` shows exactly what this process left (``WriteTally.matches``)."""

@@ -164,12 +164,14 @@ class Memory:
         position, op_id, record = self._ctx.next_operation(_MEMORY, name, fingerprint)
         if record is not None and record.result is not None:
             return inv.replay(record.result, None)
-        store = self._store()
+        self._store()  # none configured: refused before the budget is spent
         # A read is I/O like a step: it spends the step budget (a faithful test then replays
         # every read in a later invocation).
         inv.take_budget(op_id)
         inv.hooks.before_claim(op_id)
-        result = read(store, inv.now_ms())
+        # Looked up again after the budget: a parked agent goes on from ``take_budget`` in a
+        # later invocation, whose runtime may hold another store (ADR 0017).
+        result = read(self._store(), inv.now_ms())
         text = canonical_json(result)
         entry = inv.entry(
             position,
@@ -191,9 +193,11 @@ class Memory:
         position, op_id, record = self._ctx.next_operation(_MEMORY, name, fingerprint)
         if record is not None and record.result is not None:
             return
-        store = self._store()
+        self._store()  # none configured: refused before the budget is spent
         inv.take_budget(op_id)
         inv.hooks.before_claim(op_id)
+        # After the budget, as for a read: the store of the invocation that goes on.
+        store = self._store()
         now_ms = inv.now_ms()
         if text is None:
             applied = store.delete(self.namespace, key, op_id=op_id, now_ms=now_ms)

@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING, Any
 from durable_agents.errors import ConfigurationError
 from durable_agents.fingerprints import Fingerprint
 from durable_agents.llm.bedrock import ModelRequestError
-from durable_agents.llm.types import LlmRequest, LlmResponse, ModelConfig, StreamSink
+from durable_agents.llm.types import (
+    LlmProvider,
+    LlmRequest,
+    LlmResponse,
+    ModelConfig,
+    StreamSink,
+)
 from durable_agents.log_context import log_safely
 from durable_agents.models import OpKind
 from durable_agents.operations.step import StepInfo, run_step
@@ -109,15 +115,20 @@ def run_llm(
             run pauses: nothing is recorded, and a redrive after the fix calls the model).
     """
     inv = ctx.invocation
-    provider = inv.providers.get(config.provider)
+    provider: LlmProvider | None = None
 
     def ready() -> None:
+        # Looked up here, after the step budget was taken, not before ``run_step``: a parked
+        # agent goes on from there in a later invocation, whose runtime may hold another
+        # provider, or none (ADR 0017).
+        nonlocal provider
+        provider = inv.providers.get(config.provider)
         if provider is None:  # a deployment question for a person, not the agent's error
             inv.fault = ProviderNotConfiguredError(config.provider, sorted(inv.providers))
             raise inv.fault
 
     def call(info: StepInfo) -> LlmResponse:
-        assert provider is not None  # checked by ready() before the claim
+        assert provider is not None  # looked up by ready() before the claim
         if not stream:
             answer: LlmResponse = provider.converse(config, request)
             return answer
