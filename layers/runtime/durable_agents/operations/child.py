@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from durable_agents.fingerprints import Fingerprint
-from durable_agents.models import EntryType, OpKind
+from durable_agents.models import Entry, EntryType, OpKind
 from durable_agents.operations.step import return_hint
 from durable_agents.serde import (
     Serdes,
@@ -34,11 +34,18 @@ def run_child(
     kind: OpKind = OpKind.CHILD,
     fingerprint: Fingerprint | None = None,
     serdes: Serdes | None = None,
+    on_recorded: Callable[[Entry], None] | None = None,
 ) -> Any:
     """Executes or replays one child scope (see ``DurableContext.run_in_child_context``).
 
     Composite operations built from a scope (durable polling) reuse it with their own kind,
     and with the ``fingerprint`` of their input, recorded with the scope's result.
+    ``on_recorded`` is given the result entry this execution recorded, once it is written (a
+    batch's branch: the batch then refers to that record instead of copying what it holds).
+
+    Raises:
+        Exception: The scope's error, rebuilt as its record holds it (``rebuild_error``).
+        SuspendExecution: When the scope suspends, or another invocation recorded it first.
     """
     inv = ctx.invocation
     position, op_id, record = ctx.next_operation(kind, name, fingerprint)
@@ -59,9 +66,11 @@ def run_child(
         info = error_info(exc)
         failed = inv.entry(position, op_id, kind, name, EntryType.FAILED, error=info, meta=meta)
         inv.record(op_id, [failed])
+        if on_recorded is not None:
+            on_recorded(failed)
         raise rebuild_error(info) from exc
-    inv.record(
-        op_id,
-        [inv.entry(position, op_id, kind, name, _SUCCEEDED, value=payload, meta=meta)],
-    )
+    succeeded = inv.entry(position, op_id, kind, name, _SUCCEEDED, value=payload, meta=meta)
+    inv.record(op_id, [succeeded])
+    if on_recorded is not None:
+        on_recorded(succeeded)
     return value

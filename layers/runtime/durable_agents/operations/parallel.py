@@ -7,6 +7,14 @@ with one ``Step Ready`` event per ready branch (``target`` = the branch), so the
 operations run in separate StepRunner invocations — really in parallel. An invocation sent to
 one branch advances only that branch; when a branch finishes it asks for an untargeted look, and
 whichever invocation sees every needed branch finished records the batch result.
+
+Each branch value is serialized once and stored once, in the branch's own record. The batch
+record refers to the branches: one letter per branch in index order (``s`` succeeded, ``f``
+failed, ``n`` not started) and the completion reason; only a branch with no record of its own
+(a ``flat`` branch, or one that failed before it could record) has its value or error in the
+batch record. A replay rebuilds the ``BatchResult`` from those records, decoding each branch as
+its child scope's replay would, so it returns what the first execution returned. Batch records
+written before this format hold every branch's value under ``items``; they replay as they are.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from types import FunctionType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from durable_agents.errors import (
+    PayloadError,
     RunCancelledError,
     SuspendExecution,
 )
@@ -32,12 +41,18 @@ from durable_agents.operations.batch_result import (
     BatchResult,
     CompletionPolicy,
 )
+from durable_agents.operations.step import return_hint
 from durable_agents.serde import Serdes, decode, decode_value, encode, encode_value, error_info
 from durable_agents.serde_values import from_tagged
 
 # Enum members read per operation, as module names: on Python 3.11 ``OpKind.X`` goes through
 # ``EnumType.__getattr__`` (about 900 instructions a read).
 _CHILD, _SUCCEEDED = OpKind.CHILD, EntryType.SUCCEEDED
+
+# A branch's outcome in the batch record, one letter per branch (see the module docstring).
+_LETTERS = {"succeeded": "s", "failed": "f"}
+# What a failure recorded without its error reads as (``Invocation.replay``'s fallback).
+_UNKNOWN_ERROR = ErrorInfo("StepError", "unknown error")
 
 __all__ = [
     "ALL_SUCCESSFUL",
@@ -65,6 +80,13 @@ class _Branch:
     result: Any = None
     error: ErrorInfo | None = None
     started: bool = False
+    recorded: bool = False  # its outcome is in its own record, at its position
+    payload: str | None = None  # its value's text, when it has no record to hold it (flat)
+
+    def recorded_as(self, entry: Entry) -> None:
+        """Takes what ``run_child`` recorded for this branch: the batch refers to it."""
+        self.recorded = True
+        self.error = entry.error
 
 
 def run_batch(
@@ -80,17 +102,25 @@ def run_batch(
 ) -> BatchResult[Any]:
     """Executes, dispatches or replays one batch (see ``DurableContext.parallel``/``map``).
 
-    Item results are recorded like step results (tagged JSON), or with ``serdes``. ``names``
-    names the branches (``branch-<i>`` by default); positions stay index-based. ``flat``
-    branches write no scope record of their own: one write less per branch; until the batch
-    records its result, a finished branch is replayed (its operations are recorded) to get it.
+    Item results are recorded like child scope results (tagged JSON, the branch's return
+    annotation, or ``serdes``), each once, in its branch's record. ``names`` names the branches
+    (``branch-<i>`` by default); positions stay index-based. ``flat`` branches write no scope
+    record of their own: one write less per branch, their values go into the batch record;
+    until the batch records its result, a finished branch is replayed (its operations are
+    recorded) to get it.
+
+    Raises:
+        ValueError: If ``max_concurrency`` is below 1.
+        SuspendExecution: While branches are left to run here or elsewhere, or wait.
+        PayloadError: If a recorded value cannot be decoded, or the batch record names a
+            branch result the journal does not hold.
     """
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError("max_concurrency must be at least 1")
     inv = ctx.invocation
     position, op_id, record = ctx.next_operation(kind, name)
     if record is not None and record.result is not None:
-        return _decoded(BatchResult[Any].model_validate(inv.replay(record.result, None)), serdes)
+        return _replayed(ctx, position, op_id, record.result, branches, serdes)
     if inv.target is not None and not inv.target.startswith(f"{position}/"):
         # This invocation was sent to a branch of an earlier batch, which it saw completed
         # and moved past: this batch is not that branch's, and nobody else was sent to its
@@ -106,13 +136,18 @@ def run_batch(
     # linear in its size: no scan of the journal per branch, no recount per branch).
     scopes = inv.scopes_with_records()
     tally = _Tally(total=len(states))
-    for state in states:
-        child = inv.records.get(state.position)
-        if child is not None and child.result is not None:
-            state.status = "succeeded" if child.result.type is _SUCCEEDED else "failed"
-            value = child.result.value
-            state.result = child.replayed(None, serdes, _decode_branch_result) if value else None
-            state.error = child.result.error
+    records = inv.records
+    for state, branch in zip(states, branches, strict=True):
+        child = records.get(state.position)
+        if child is not None and (result := child.result) is not None:
+            state.recorded = True
+            if result.type is _SUCCEEDED:
+                state.status = "succeeded"
+                # Decoded as the branch's child scope replays it (its return annotation).
+                hint = None if flat else return_hint(branch)
+                state.result = child.replayed(hint, serdes, _decode_branch_result)
+            else:
+                state.status, state.error = "failed", result.error
         state.started = state.status != "pending" or state.position in scopes
         tally.count(state, +1)
 
@@ -248,14 +283,18 @@ def _run_branch(
         if flat:
             value = _run_flat(scope, branch, state, serdes)
         else:
-            value = run_child(scope, branch, _label(state), None, serdes=serdes)
+            value = run_child(
+                scope, branch, _label(state), None, serdes=serdes, on_recorded=state.recorded_as
+            )
     except SuspendExecution:
         raise
     except Exception as exc:
         # A cancel is not one branch's failure: it ends the batch (durable_agents.cancellation).
         if ctx.invocation.fault is not None or isinstance(exc, RunCancelledError):
             raise
-        state.status, state.error = "failed", error_info(exc)
+        state.status = "failed"
+        if not state.recorded:  # else: the error as its record holds it (``recorded_as``)
+            state.error = error_info(exc)
         return
     state.status, state.result = "succeeded", value
 
@@ -265,14 +304,16 @@ def _run_flat(
 ) -> Any:
     """Runs a branch in its own id space, with no record of its own.
 
-    Its result is what the batch records: the value read back from its encoding, what a
-    replay will return.
+    Its value's text is kept for the batch record (``state.payload``); it returns the value
+    read back from that text, what a replay will return.
     """
     position, op_id, _ = scope.next_operation(_CHILD, _label(state))
     child = scope.child(op_id, position)
     value = branch(child)
     child.check_scope_end()
-    return decode_value(encode_value(value, None, serdes), None, serdes)
+    payload = encode_value(value, None, serdes)
+    state.payload = payload
+    return decode_value(payload, None, serdes)
 
 
 def _complete(
@@ -285,31 +326,125 @@ def _complete(
     reason: str,
     serdes: Serdes | None,
 ) -> BatchResult[Any]:
+    """Records the batch's outcome, referring to its branches' records, and returns it.
+
+    What it returns is what ``_replayed`` rebuilds from the journal: each branch's value as
+    its branch already decoded it (no second serialization), errors as recorded.
+    """
     inv = ctx.invocation
-    items = [
-        BatchItem(
-            index=s.index,
-            status=s.status if s.status in ("succeeded", "failed") else "not_started",  # type: ignore[arg-type]
-            result=_recorded(s.result, serdes) if s.status == "succeeded" else None,
-            error=s.error.to_dict() if s.error else None,
-        )
-        for s in states
-    ]
-    outcome: BatchResult[Any] = BatchResult(items=items, completion_reason=reason)
-    payload = encode(outcome.model_dump(mode="json"))
-    entry = inv.entry(position, op_id, kind, name, _SUCCEEDED, value=payload)
+    values: dict[str, Any] = {}
+    errors: dict[str, Any] = {}
+    items = []
+    for s in states:
+        index, status = s.index, s.status
+        if status == "succeeded":
+            if not s.recorded:  # a flat branch: the batch record is the only one
+                values[str(index)] = _embedded(s.payload, serdes)
+            items.append(BatchItem(index=index, status="succeeded", result=s.result))
+        elif status == "failed":
+            error = _error_dict(s.error or _UNKNOWN_ERROR)
+            if not s.recorded:
+                errors[str(index)] = error
+            items.append(BatchItem(index=index, status="failed", error=error))
+        else:  # started and unfinished ones are abandoned: not started, as far as it goes
+            items.append(BatchItem(index=index, status="not_started"))
+    outcome: dict[str, Any] = {
+        "branches": "".join(_LETTERS.get(s.status, "n") for s in states),
+        "completion_reason": reason,
+    }
+    if values:
+        outcome["values"] = values
+    if errors:
+        outcome["errors"] = errors
+    entry = inv.entry(position, op_id, kind, name, _SUCCEEDED, value=encode(outcome))
     inv.record(op_id, [entry])
-    return _decoded(BatchResult[Any].model_validate(decode(payload)), serdes)
+    return BatchResult(items=items, completion_reason=reason)
 
 
-def _recorded(value: Any, serdes: Serdes | None) -> Any:
-    """An item's result as the batch record holds it: the serdes text, or tagged JSON."""
-    text = encode_value(value, None, serdes)
-    return text if serdes is not None else json.loads(text)
+def _replayed(
+    ctx: DurableContext,
+    position: str,
+    op_id: str,
+    recorded: Entry,
+    branches: Sequence[Callable[..., Any]],
+    serdes: Serdes | None,
+) -> BatchResult[Any]:
+    """The recorded batch, rebuilt from its record and its branches' records.
+
+    Raises:
+        PayloadError: If a value cannot be decoded, or the batch record names a branch result
+            that is not in the journal.
+    """
+    inv = ctx.invocation
+    outcome = inv.replay(recorded, None)
+    if "items" in outcome:  # recorded before batch records referred to their branches
+        return _decoded(BatchResult[Any].model_validate(outcome), serdes)
+    values: dict[str, Any] = outcome.get("values") or {}
+    errors: dict[str, Any] = outcome.get("errors") or {}
+    records = inv.records
+    prefix = f"{position}/"
+    items = []
+    for index, letter in enumerate(outcome["branches"]):
+        if letter == "n":
+            items.append(BatchItem(index=index, status="not_started"))
+            continue
+        key = str(index)
+        if letter == "s" and key in values:
+            value = _unembedded(values[key], serdes)
+            items.append(BatchItem(index=index, status="succeeded", result=value))
+            continue
+        if letter == "f" and key in errors:
+            items.append(BatchItem(index=index, status="failed", error=errors[key]))
+            continue
+        branch_position = format_position(prefix, index + 1)
+        child = records.get(branch_position)
+        result = child.result if child is not None else None
+        if result is None or (result.type is _SUCCEEDED) != (letter == "s"):
+            raise PayloadError(
+                f"batch {op_id} recorded branch {index} as {letter!r}, but the journal holds "
+                f"no such result at {branch_position}"
+            )
+        if letter == "f":
+            error = _error_dict(result.error or _UNKNOWN_ERROR)
+            items.append(BatchItem(index=index, status="failed", error=error))
+            continue
+        hint = return_hint(branches[index]) if index < len(branches) else None
+        value = child.replayed(hint, serdes, _decode_branch_result)  # type: ignore[union-attr]
+        items.append(BatchItem(index=index, status="succeeded", result=value))
+    return BatchResult(items=items, completion_reason=outcome["completion_reason"])
+
+
+def _embedded(payload: str | None, serdes: Serdes | None) -> Any:
+    """A value's text as the batch record holds it.
+
+    The serdes text, or the tagged JSON tree (embedded, not a string of JSON inside JSON).
+    """
+    return payload if serdes is not None or payload is None else json.loads(payload)
+
+
+def _unembedded(held: Any, serdes: Serdes | None) -> Any:
+    """The value ``_embedded`` put into the batch record (``_decoded`` for one item)."""
+    if held is None:
+        return None
+    return decode_value(held, None, serdes) if serdes is not None else from_tagged(held)
+
+
+def _error_dict(info: ErrorInfo) -> dict[str, Any]:
+    """A branch's error as the batch result gives it: a fresh JSON dict.
+
+    The recorded ``ErrorInfo`` is shared by every replay of a warm container, and agent code
+    may change what it is given.
+    """
+    error: dict[str, Any] = decode(encode(info.to_dict()))
+    return error
 
 
 def _decoded(batch: BatchResult[Any], serdes: Serdes | None) -> BatchResult[Any]:
-    """The batch with its items' results decoded from what ``_recorded`` made of them."""
+    """A batch recorded with its items' values, those values decoded.
+
+    Batch records written before records referred to their branches hold each item's result
+    as the serdes text, or as tagged JSON.
+    """
     for item in batch.items:
         if item.status != "succeeded" or item.result is None:
             continue
