@@ -30,9 +30,9 @@ from durable_agents.memory import InMemoryMemoryStore
 from durable_agents.models import RunStatus
 from durable_agents.plugin_calls import PluginSet
 from durable_agents.plugins import OperationEndInfo, OperationStartInfo, Plugin
-from durable_agents.runtime import Runtime
+from durable_agents.runtime import OutcomeKind, Runtime
 from durable_agents.side_effects.tools import ToolCall, tool
-from durable_agents.sticky import StickyRuns
+from durable_agents.sticky import StickyRuns, WriteTally
 
 registry = AgentRegistry()
 CALLS: Counter[str] = Counter()
@@ -386,3 +386,53 @@ def test_plugins_given_while_parked_hear_the_operation_it_goes_on_with(before: b
     assert ("end", "second", "succeeded") in later.heard
     assert ("end", "second", "succeeded") not in earlier.heard
     _finish(runtime)
+
+
+# -- defect 5: a parked agent goes on only on the run (and generation) it parked in ------------
+
+
+@agent(name="parts-echo", version="1", registry=registry)
+def echo(ctx: DurableContext, tag: str) -> list[str]:
+    first = ctx.step(lambda: _count(f"{tag}-a"), name="a")
+    second = ctx.step(lambda: _count(f"{tag}-b"), name="b")  # parks before this one
+    return [first, second]
+
+
+RUN_ID = "run-00000000000000e5"
+
+
+def test_a_parked_agent_does_not_go_on_in_a_new_run_with_its_runs_id() -> None:
+    """Run X parks here, finishes elsewhere and expires; a new run X, advanced elsewhere to
+    the same counts, must not be handed the old run's agent (its output, its steps)."""
+    journal, clock = InMemoryJournal(), SkipClock()
+    warm = Runtime(journal, registry=registry, clock=clock, sticky=StickyRuns())
+    elsewhere = Runtime(journal, registry=registry, clock=clock)
+    warm.start_run("parts-echo", "old", run_id=RUN_ID)
+    warm.execute(RUN_ID, agent_budget=True)  # old-a; parks before b
+    assert _drive(elsewhere, RUN_ID).status is RunStatus.SUCCEEDED  # old-b, elsewhere
+    clock.advance(40 * 86_400_000)  # past its retention
+    assert journal.expire(clock.now_ms()) == [RUN_ID]
+    elsewhere.start_run("parts-echo", "new", run_id=RUN_ID)
+    elsewhere.execute(RUN_ID, agent_budget=True)  # new-a: the old run's counts, on the new run
+    outcome = warm.execute(RUN_ID, agent_budget=True)
+    assert outcome.kind is OutcomeKind.SUCCEEDED
+    header = journal.get_run(RUN_ID)
+    assert header.result == '["new-a","new-b"]'
+    assert Counter({"old-a": 1, "old-b": 1, "new-a": 1, "new-b": 1}) == CALLS
+    assert warm.sticky is not None and warm.sticky.resumed == 0
+    _finish(warm)
+
+
+def test_the_freshness_check_compares_the_runs_identity_and_generation() -> None:
+    """Equal counts on another run (created at another time) or another generation of it
+    are not the journal the tally counted."""
+    runtime = _runtime()
+    header, _ = runtime.start_run("parts-echo", "x")
+    snapshot = runtime.store.load(header.run_id)
+    tally = WriteTally(runtime.store, snapshot)
+    assert tally.matches(snapshot)
+    for other in (
+        header.replace(created_at_ms=header.created_at_ms + 1),
+        header.replace(generation=header.generation + 1),
+    ):
+        assert not tally.matches(snapshot.__class__(other, snapshot.entries, snapshot.effects))

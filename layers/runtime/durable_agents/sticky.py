@@ -16,11 +16,11 @@ Why this is safe: a parked agent holds exactly the state a replay of the journal
 saw would rebuild, and that journal is what its own last write left. Resuming it is the
 same as an invocation that read the journal right after that write and then was delayed,
 which the protocol already has to survive (every write is conditional). The freshness check
-(same header revision, as many entries and side-effect records as this process accounted
-for) makes the common case, another container or a person having changed something, fall
-back to the replay at once instead of finding out by a refused write. What the agent goes on
-with is what a new invocation would be given: the runtime's parts as they are now
-(``parked_turn.go_on``).
+(the same run and generation, the same header revision, as many entries and side-effect
+records as this process accounted for) makes the common case, another container or a person
+having changed something, fall back to the replay at once instead of finding out by a refused
+write. What the agent goes on with is what a new invocation would be given: the runtime's
+parts as they are now (``parked_turn.go_on``).
 """
 
 from __future__ import annotations
@@ -75,6 +75,9 @@ class WriteTally:
     holds if nobody else wrote: the parked run's freshness check (``matches``). A parked run
     keeps its tally, and the invocation that goes on with it writes through the same one.
 
+    The counts are those of one run: the run the snapshot shows (its id, and when it was
+    created: a run id may be used again once its run expired) in the generation it shows.
+
     Args:
         store: The journal store every call is passed on to.
         snapshot: The read of the run the counts start from.
@@ -88,6 +91,8 @@ class WriteTally:
         header = snapshot.header
         self.inner = store
         self._run_id = header.run_id
+        self.created_at_ms = header.created_at_ms
+        self.generation = header.generation
         self.revision = header.revision
         self.entries = len(snapshot.entries)
         self.effects = len(snapshot.effects)
@@ -122,13 +127,21 @@ class WriteTally:
         Entries and side-effect records are only ever added to a live run (entries are
         written once; an effect record changes status only through its run's invocations,
         or the reconciler's for a PREPARED one, which is never left behind by a parked run)
-        and every header change adds one to its revision: equal counts mean equal journals.
+        and every header change adds one to its revision: equal counts mean equal journals,
+        of the same run. Which run that is, the counts cannot say: a run that finished and
+        expired and a new one started with its id count from zero again, and the new one can
+        reach the same counts. So the run's creation time is compared too, and its
+        generation: within one run every switch of generation changes the header (a new
+        revision), but ``load`` reads only the current generation's entries, so it is named
+        rather than left to follow from the revision.
         """
         header = snapshot.header
         return (
             header.revision == self.revision
             and len(snapshot.entries) == self.entries
             and len(snapshot.effects) == self.effects
+            and header.created_at_ms == self.created_at_ms
+            and header.generation == self.generation
         )
 
 
