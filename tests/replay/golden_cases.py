@@ -179,6 +179,22 @@ CASES = [
         "ship-window",
         "golden",
     ),
+    # The same agent's batches as recorded since: batch records refer to their branches (which
+    # branches succeeded or failed), and the branch records alone hold the values.
+    GoldenCase(
+        "golden-fanout-v1-branch-refs-completed.json",
+        "golden-fanout",
+        "order-3003",
+        None,
+        "golden",
+    ),
+    GoldenCase(
+        "golden-fanout-v1-branch-refs-waiting.json",
+        "golden-fanout",
+        "order-3004",
+        "ship-window",
+        "golden",
+    ),
     # A run that pinned prompt and model config v1; today's deployment has v2 of both.
     GoldenCase(
         "golden-writer-v1-completed.json",
