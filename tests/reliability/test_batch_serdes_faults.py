@@ -1,0 +1,198 @@
+"""A map with a counting serializer, under faults: each branch value is serialized once per
+branch record (issue 29, defect 6).
+
+The simulator (``sim.Simulator``) drives a small agent instead of the reference one: a map of
+``ITEMS`` whose branch values go through ``COUNTING``, a serializer that numbers every call in
+the text it writes. A schedule must end with:
+
+* the run SUCCEEDED with the fault-free output;
+* each branch's record holding its value's text, and the batch record holding none (it refers
+  to the branches);
+* the serializer run once per branch record, plus at most one call per injected process or
+  storage fault (an invocation that died, or whose write failed, after serializing and before
+  its record landed). Before the fix, every invocation that recorded the batch serialized
+  every branch value again, and the batch record stored them all a second time.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import pytest
+
+from durable_agents import AgentRegistry, DurableContext, agent
+from durable_agents.errors import InfrastructureError
+from durable_agents.events import EventPublishError
+from durable_agents.runtime import Runtime
+from durable_agents.sticky import StickyRuns
+from tests.reliability.faults import PROCESS, STORAGE, WRITE_MODES, FaultPlan, Target
+from tests.reliability.sim import RUN_ID, SimResult, Simulator, _Scheduler
+
+pytestmark = pytest.mark.reliability
+
+ITEMS = ["tea", "jam", "bread", "scone"]
+EXPECTED = [{"item": item, "stock": index * 10} for index, item in enumerate(ITEMS)]
+
+
+class CountingSerdes:
+    """Numbers every serialization in the text it writes (JSON: the simulator reads results
+    as JSON), so the journal tells which call each record holds."""
+
+    def __init__(self) -> None:
+        self.calls: list[Any] = []
+        self._lock = threading.Lock()
+
+    def serialize(self, value: Any) -> str:
+        with self._lock:
+            self.calls.append(value)
+            number = len(self.calls)
+        return json.dumps({"counted": number, "value": value})
+
+    def deserialize(self, text: str) -> Any:
+        return json.loads(text)["value"]
+
+
+COUNTING = CountingSerdes()
+agents = AgentRegistry()
+
+
+def stock_line(ctx: DurableContext, item: str, index: int) -> dict[str, Any]:
+    return {"item": item, "stock": ctx.step(lambda: index * 10, name="stock")}
+
+
+@agent(name="serdes-map", version="1", registry=agents)
+def serdes_map(ctx: DurableContext, _: Any) -> list[Any]:
+    """A map with a serializer; a step after it, so later invocations replay the batch."""
+    lines = ctx.map(ITEMS, stock_line, name="lines", serdes=COUNTING)
+    ctx.step(lambda: None, name="after")
+    return lines.results()
+
+
+class BatchSimulator(Simulator):
+    """The simulator, driving ``serdes-map`` instead of the reference agent."""
+
+    def __init__(self, plan: FaultPlan):
+        COUNTING.calls.clear()
+        super().__init__(plan)
+
+    def _runtime(self, sticky: StickyRuns | None) -> Runtime:
+        return Runtime(
+            self.store,
+            registry=agents,
+            publisher=self.bus,
+            clock=self.clock,
+            wait_scheduler=_Scheduler(self),
+            sticky=sticky,
+        )
+
+    def _start(self) -> None:
+        for _ in range(self.plan.max_faults + 10):
+            try:
+                self.runtime.start_run("serdes-map", None, run_id=RUN_ID, idempotency_key="k-1")
+                return
+            except (InfrastructureError, EventPublishError):  # refused: the client retries
+                self.clock.advance(1_000)
+        raise AssertionError("the run could not be started after the faults stopped")
+
+
+def problems_of(result: SimResult) -> list[str]:
+    """What the schedule broke (empty: the values were serialized and stored once)."""
+    problems: list[str] = []
+    if result.escaped:
+        problems.append(f"an invocation raised an unexpected error: {result.escaped[:3]}")
+    if result.status != "SUCCEEDED" or result.output != EXPECTED:
+        problems.append(f"the run is {result.status} with {result.output} {result.error}")
+    if result.duplicates:
+        problems.append(f"results recorded twice: {result.duplicates}")
+    # The final journal: the branch records, and the batch record.
+    branches: list[Any] = []
+    for key, (_, value) in result.journal.get(RUN_ID, {}).items():
+        if key.endswith(":lines") and "counted" in json.dumps(value):
+            problems.append(f"the batch record holds branch values: {value}")
+        elif "/" in key and key.rsplit(":", 1)[-1].startswith("branch-"):
+            branches.append(value)
+    # Each branch record holds the text of one serialization of its own value.
+    held = [v for v in branches if isinstance(v, dict) and set(v) == {"counted", "value"}]
+    items = sorted(str(v["value"].get("item")) for v in held if isinstance(v["value"], dict))
+    if len(held) != len(branches) or items != sorted(ITEMS):
+        problems.append(f"each branch record should hold its value once: {branches}")
+    elif len({v["counted"] for v in held}) != len(held):
+        problems.append(f"branch records hold the same serialization: {branches}")
+    faults = sum(
+        n
+        for cls, n in result.faults.items()
+        if cls in STORAGE + PROCESS or cls.startswith("target")
+    )
+    calls = len(COUNTING.calls)
+    if not len(ITEMS) <= calls <= len(ITEMS) + faults:
+        problems.append(
+            f"{calls} serializations for {len(ITEMS)} branch records and {faults} fault(s)"
+        )
+    if not faults and calls != len(ITEMS):
+        problems.append(f"{calls} serializations without a fault, for {len(ITEMS)} branches")
+    return problems
+
+
+def run(plan: FaultPlan) -> None:
+    simulator = BatchSimulator(plan)
+    result = simulator.run()
+    problems = problems_of(result)
+    assert not problems, (
+        f"{problems}\nreproduce with: {plan.describe()}\nfaults injected: {dict(result.faults)}"
+    )
+
+
+RANDOM = {
+    "fault-free": FaultPlan(seed=0, reviewer=False),
+    "fault-free-continuous": FaultPlan(seed=0, reviewer=False, budget=None),
+    **{
+        f"mixed-{seed}": FaultPlan(
+            seed=seed,
+            rates={
+                "crash": 0.1,
+                "timeout": 0.05,
+                "concurrent": 0.1,
+                "commit_before": 0.08,
+                "commit_after": 0.08,
+                "read": 0.05,
+                "dup2": 0.1,
+                "reorder": 0.1,
+                "delay": 0.05,
+            },
+            reviewer=False,
+            budget=None if seed % 3 == 0 else 1,
+            # Some deliveries land on warm containers that keep the agent parked (ADR 0017).
+            sticky=2 if seed % 4 == 0 else 0,
+        )
+        for seed in range(1, 13)
+    },
+}
+
+
+@pytest.mark.parametrize("plan", list(RANDOM.values()), ids=list(RANDOM))
+def test_a_map_serializes_each_branch_value_once_per_branch_record(plan: FaultPlan) -> None:
+    run(plan)
+
+
+# Every write boundary of the batch record and of a branch's record (its child scope).
+TARGETED = {
+    f"{op}-{point}-{mode}": FaultPlan(targets=(Target(op, point, mode),), reviewer=False)
+    for op in ("lines", "branch-2")
+    for point, mode in [
+        *((p, m) for p in ("before_claim", "after_record") for m in ("crash", "timeout")),
+        *(("commit", m) for m in WRITE_MODES),
+    ]
+}
+
+
+@pytest.mark.parametrize("plan", list(TARGETED.values()), ids=list(TARGETED))
+def test_faults_at_the_batch_and_branch_writes_serialize_no_value_twice_once_recorded(
+    plan: FaultPlan,
+) -> None:
+    run(plan)
+    if plan.targets[0].op == "lines":
+        # Recording the batch serializes nothing: however often it is tried, the values
+        # were serialized by their branches only.
+        assert len(COUNTING.calls) == len(ITEMS)
