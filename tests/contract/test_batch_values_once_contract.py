@@ -17,16 +17,20 @@ from datetime import date
 from decimal import Decimal
 from typing import Any
 
+import boto3
 import pytest
 from pydantic import BaseModel
 
 from durable_agents import NO_RETRY, AgentRegistry, DurableContext, agent
+from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.store import JournalStore
 from durable_agents.models import EntryType
 from durable_agents.operations.parallel import BatchResult, CompletionPolicy
 from durable_agents.testing import AgentTestRunner, TestResult
+from tests.contract.test_item_size import assert_every_item_fits
 
 MARK = "counted:"
+KB = 1000
 
 
 class CountingSerdes:
@@ -253,3 +257,25 @@ def test_annotated_branches_give_their_type_whichever_invocation_completes_the_b
     assert result.status == "SUCCEEDED", result.error
     assert result.output == ["Quote", "Quote"]
     assert all(s == [Quote(sku="tea", cents=250), Quote(sku="jam", cents=400)] for s in seen)
+
+
+def test_a_map_of_large_values_stores_them_inline_once_and_spills_nothing(
+    dynamodb_journal: DynamoDBJournal,
+) -> None:
+    """Three 150 KB values fit in their branch records (DynamoDB's 400 KB per item); a batch
+    record that copied them (450 KB) had to spill to S3. Now nothing spills."""
+
+    @agent(name="big-map", version="1", registry=AgentRegistry())
+    def big_map(ctx: DurableContext, items: list[str]) -> list[int]:
+        batch = ctx.map(items, lambda c, item, index: item * 150 * KB, name="big")
+        return [len(value) for value in batch.results()]
+
+    result = AgentTestRunner(big_map, journal=dynamodb_journal, mode="faithful").run(
+        ["a", "b", "c"]
+    )
+    assert result.status == "SUCCEEDED", result.error
+    assert result.output == [150 * KB] * 3
+    assert len(batch_record(result, "big")) < 100
+    s3 = boto3.client("s3", region_name="us-east-1")
+    assert s3.list_objects_v2(Bucket="payloads").get("KeyCount", 0) == 0
+    assert_every_item_fits(dynamodb_journal)
