@@ -25,6 +25,7 @@ import pytest
 
 from durable_agents import AgentRegistry, CompletionPolicy, DurableContext, agent
 from durable_agents.cancellation import prepare, request_stop
+from durable_agents.clock import SkipClock
 from durable_agents.errors import RunCancelledError
 from durable_agents.events import CollectingPublisher
 from durable_agents.journal.dynamodb import DynamoDBJournal
@@ -170,7 +171,7 @@ def test_continue_as_new_after_the_agent_was_told_ends_the_run_cancelled(
             if turn == 2:
                 ctx.step(_asking_to_cancel(ctx, holder, calls, "ask"), name="ask")
             ctx.step(lambda: calls.update(["turn"]), name="turn")
-        except Exception:  # noqa: BLE001 - the point of this agent
+        except Exception:  # the point of this agent: it swallows the cancel
             ctx.step(lambda: calls.update(["cleanup"]), name="cleanup")
         ctx.continue_as_new(turn + 1)
 
@@ -189,50 +190,50 @@ def test_a_cold_and_a_warm_container_decide_a_quorum_cancel_alike(
     """The leftover approval is closed under the batch's settled position: a warm container's
     tail read does not return that closing entry, a cold one's whole read does. Both must tell
     the agent at its next operation, also when the worker that closed it died right after."""
-    outcomes: dict[str, Counter[str]] = {}
-    for which in ("warm", "cold"):
-        calls: Counter[str] = Counter()
-        registry = AgentRegistry()
+    warm = _quorum_cancel(dynamodb_journal, "warm")
+    cold = _quorum_cancel(dynamodb_journal, "cold")
+    assert warm == cold == Counter({"before": 1, "cleanup": 1})
 
-        def quick(ctx: DurableContext) -> str:
-            return str(ctx.step(lambda: "quick", name="quick"))
 
-        def slow(ctx: DurableContext) -> str:
-            ctx.wait_for_approval("slow", request={}, approvers=["group:ops"], timeout=DAY)
-            return "slow"
+def _quorum_cancel(journal: DynamoDBJournal, which: str) -> Counter[str]:
+    calls: Counter[str] = Counter()
+    registry = AgentRegistry()
 
-        def quorum(ctx: DurableContext, _: None, calls: Counter[str] = calls) -> str:
-            ctx.parallel([slow, quick], completion=CompletionPolicy(min_successful=1))
-            ctx.step(lambda: calls.update(["before"]), name="before")
-            try:
-                ctx.step(lambda: calls.update(["after"]), name="after")
-            except RunCancelledError:
-                ctx.step(lambda: calls.update(["cleanup"]), name="cleanup")
-                raise
-            return "done"
+    def quick(ctx: DurableContext) -> str:
+        return str(ctx.step(lambda: "quick", name="quick"))
 
-        definition = agent(name=f"quorum-{which}", version="1", registry=registry)(quorum)
-        warm = _runtime(dynamodb_journal, registry)
-        header, _ = warm.start_run(definition.name, None)
-        run_id = header.run_id
-        _drive_until(warm, run_id, lambda: calls["before"] == 1)
-        request_stop(
-            dynamodb_journal, warm.clock, CollectingPublisher(), run_id,
-            mode="cancel", reason="r", by="user:ops",
-        )  # fmt: skip
-        # A worker closes what the run waits for (the leftover approval), then dies before
-        # the agent runs; the next invocation lands on a warm container or a cold one.
-        prepare(warm.store, warm.clock, CollectingPublisher(), warm.store.load(run_id))
-        runtime = warm if which == "warm" else _runtime(_cold_journal(), registry)
-        _drive_until(runtime, run_id, lambda: runtime.store.get_run(run_id).status.terminal)
-        assert runtime.store.get_run(run_id).status is RunStatus.CANCELLED
-        outcomes[which] = calls
-    assert outcomes["warm"] == outcomes["cold"] == Counter({"before": 1, "cleanup": 1})
+    def slow(ctx: DurableContext) -> str:
+        ctx.wait_for_approval("slow", request={}, approvers=["group:ops"], timeout=DAY)
+        return "slow"
+
+    def quorum(ctx: DurableContext, _: None) -> str:
+        ctx.parallel([slow, quick], completion=CompletionPolicy(min_successful=1))
+        ctx.step(lambda: calls.update(["before"]), name="before")
+        try:
+            ctx.step(lambda: calls.update(["after"]), name="after")
+        except RunCancelledError:
+            ctx.step(lambda: calls.update(["cleanup"]), name="cleanup")
+            raise
+        return "done"
+
+    definition = agent(name=f"quorum-{which}", version="1", registry=registry)(quorum)
+    warm = _runtime(journal, registry)
+    header, _ = warm.start_run(definition.name, None)
+    run_id = header.run_id
+    _drive_until(warm, run_id, lambda: calls["before"] == 1)
+    request_stop(
+        journal, warm.clock, CollectingPublisher(), run_id, mode="cancel", reason="r", by="u:o"
+    )
+    # A worker closes what the run waits for (the leftover approval), then dies before the
+    # agent runs; the next invocation lands on a warm container or a cold one.
+    prepare(warm.store, warm.clock, CollectingPublisher(), warm.store.load(run_id))
+    runtime = warm if which == "warm" else _runtime(_cold_journal(), registry)
+    _drive_until(runtime, run_id, lambda: runtime.store.get_run(run_id).status.terminal)
+    assert runtime.store.get_run(run_id).status is RunStatus.CANCELLED
+    return calls
 
 
 def _runtime(journal: JournalStore, registry: AgentRegistry) -> Runtime:
-    from durable_agents.clock import SkipClock  # noqa: PLC0415
-
     return Runtime(journal, registry=registry, publisher=CollectingPublisher(), clock=SkipClock())
 
 

@@ -175,6 +175,10 @@ def ended(
         divergence, how the run waits (``SuspendExecution``), or FAILED (any other exception).
     """
     if isinstance(ending, generations.ContinueAsNew):  # the next generation (ADR 0016)
+        if inv.stop is not None and inv.stop.observed:
+            # A stop belongs to the run, not to a generation: an agent told of a cancel that
+            # ends its generation (its cleanup done) ends the run, CANCELLED.
+            return finish(store, clock, inv, RunStatus.CANCELLED)
         # Never with a fault: the operation raises a recorded divergence before this.
         return generations.switch_generation(store, clock, inv, ending)
     if inv.fault is not None:

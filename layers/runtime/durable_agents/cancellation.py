@@ -23,6 +23,7 @@ See docs/adr/0011-cancel-terminate-timeouts.md for the choices made here.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,7 @@ from durable_agents.errors import (
     EntryConflictError,
     RunCancelledError,
     RunNotFoundError,
+    RunRevisionConflictError,
     RunStateConflictError,
     SuspendExecution,
     WaitNotFoundError,
@@ -40,6 +42,7 @@ from durable_agents.events import EventPublisher, OutgoingEvent
 from durable_agents.invocation import Invocation, Reason
 from durable_agents.journal.store import JournalStore
 from durable_agents.models import (
+    UNSET,
     Entry,
     EntryType,
     ErrorInfo,
@@ -78,6 +81,7 @@ __all__ = [
     "StopRequest",
     "StopState",
     "close_open",
+    "closed_by_cancel",
     "prepare",
     "request_stop",
     "settle_leftovers",
@@ -104,21 +108,80 @@ class StopState:
 
     Attributes:
         request: The recorded request.
-        observed: Whether the agent has been told already (a ``cancel`` entry, or a closed
-            operation that raised ``RunCancelledError``); it is told once.
+        observed: Whether the agent has been told already. That is a fact of the run, recorded
+            in its header (``StopRequest.told``) by the invocation that told it, and carried
+            across ``continue_as_new``; replay passing a recorded ``cancel`` entry sets it too
+            (journals written before the header held it). It is never inferred from which
+            entries exist: a wait the agent holds but is not blocked on is closed by the
+            cancel without the agent being told (ADR 0011).
     """
 
     request: StopRequest
     observed: bool
 
+    def reached_closed_wait(self, inv: Invocation, record: OpRecord) -> None:
+        """Called where a wait's recorded result is about to reach the agent.
 
-def _observed(snapshot: RunSnapshot) -> bool:
-    for entry in snapshot.entries:
-        if entry.kind is OpKind.CANCEL:
-            return True
-        if entry.error is not None and entry.error.type == RunCancelledError.__qualname__:
-            return True
-    return False
+        A wait this cancel closed raises ``RunCancelledError`` into the agent there: if the
+        agent was not told yet, this is where it is told, and that is recorded first.
+
+        Raises:
+            SuspendExecution: CONTINUE or CONTENDED if the header changed since it was read
+                (the next invocation decides again on a fresh read).
+        """
+        if not self.observed and closed_by_cancel(record):
+            _tell(inv, self, record.op_id, [])
+
+
+def closed_by_cancel(record: OpRecord) -> bool:
+    """Whether ``record``'s recorded result is the ``RunCancelledError`` a cancel closed it with."""
+    result = record.result
+    return (
+        result is not None
+        and result.type is EntryType.FAILED
+        and result.error is not None
+        and result.error.type == RunCancelledError.__qualname__
+    )
+
+
+def _tell(inv: Invocation, state: StopState, op_id: str, entries: list[Entry]) -> None:
+    """Records that the agent is told of the cancel at ``op_id``, with ``entries``, in one write.
+
+    The header change is fenced by the revision this invocation read: two invocations that
+    would tell the agent at once (a duplicate delivery, two branches in their own
+    invocations) cannot both record it; the loser reloads and finds it told.
+
+    Raises:
+        SuspendExecution: CONTINUE if the header changed since it was read, CONTENDED if
+            another writer recorded an entry first or the run left the active statuses.
+    """
+    header = inv.header
+    now = inv.now_ms()
+    told = dataclasses.replace(
+        state.request, told={"generation": header.generation, "op_id": op_id, "at_ms": now}
+    )
+    resuming = header.status is RunStatus.SUSPENDED  # the first write of a resumed run
+    change = RunChange(
+        expected=_ACTIVE,
+        status=RunStatus.RUNNING,
+        updated_at_ms=now,
+        cancel_requested=told.to_dict(),
+        wake_at_ms=None if resuming else UNSET,
+        waiting_on=None if resuming else UNSET,
+        expected_revision=header.revision,
+    )
+    try:
+        inv.store.commit(inv.run_id, entries, change)
+    except RunRevisionConflictError as exc:
+        targets = (inv.branches[-1],) if inv.branches else ()
+        raise SuspendExecution(
+            Reason.CONTINUE, detail=f"run header changed meanwhile: {exc}", targets=targets
+        ) from exc
+    except (EntryConflictError, RunStateConflictError) as exc:
+        raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+    inv.header = change.apply(header)
+    state.request = told
+    state.observed = True
 
 
 def nothing_to_stop(header: RunHeader, now_ms: int) -> bool:
@@ -160,33 +223,43 @@ def prepare(
         return snapshot, None, RunStatus.TERMINATED
     if header.status not in _ACTIVE:  # paused since the request: its code cannot run now
         return snapshot, None, None
-    if _observed(snapshot):
+    if request.told is not None:  # told already (in this generation or an earlier one)
         return snapshot, StopState(request, observed=True), None
     error = error_info(request.error(header.run_id))
     if close_open(store, clock, publisher, snapshot, error, CANCEL):
         snapshot = store.load(header.run_id)
-    return snapshot, StopState(request, observed=_observed(snapshot)), None
+    return snapshot, StopState(request, observed=False), None
 
 
 def stop_point(
-    inv: Invocation, position: str, op_id: str, name: str, record: OpRecord | None
+    inv: Invocation, position: str, op_id: str, kind: OpKind, name: str, record: OpRecord | None
 ) -> None:
     """Called at each operation boundary: tells the agent its run was cancelled, once.
 
-    A recorded ``cancel`` entry raises again on replay at the same position; an operation the
-    journal has nothing of, asked for after the request was read, records one and raises.
+    A recorded ``cancel`` entry raises again on replay at the same position. A wait the cancel
+    closed, reached before the agent was told, tells it there (its recorded error raises). An
+    operation the journal has nothing of, asked for before the agent was told, records a
+    ``cancel`` entry at its position and raises. Each telling is recorded in the run's header
+    in the same write (``StopRequest.told``).
 
     Raises:
         RunCancelledError: Where the agent is told.
-        SuspendExecution: CONTENDED if another writer recorded something at this position.
+        SuspendExecution: CONTENDED if another writer recorded something at this position,
+            CONTINUE if the header changed since it was read.
     """
-    state: StopState | None = getattr(inv, "stop", None)
+    state: StopState | None = inv.stop
     if record is not None and record.kind is OpKind.CANCEL:
         if state is not None:
             state.observed = True
         info = record.result.error if record.result is not None else None
         raise _rebuild(inv.run_id, info)
-    if state is None or state.observed or record is not None:
+    if state is None or state.observed:
+        return
+    if record is not None:
+        # A callback handle's closed result reaches the agent where the handle is awaited
+        # (``StopState.reached_closed_wait``), not where it is created.
+        if record.kind is kind and record.name == name and kind is not OpKind.CALLBACK:
+            state.reached_closed_wait(inv, record)
         return
     if position in inv.scopes_with_records():
         # A batch or child context already under way (it records its own result last): the
@@ -196,11 +269,7 @@ def stop_point(
     entry = inv.entry(
         position, op_id, OpKind.CANCEL, name, EntryType.FAILED, error=error_info(error)
     )
-    try:
-        inv.commit([entry])
-    except EntryConflictError as exc:
-        raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
-    state.observed = True
+    _tell(inv, state, op_id, [entry])
     raise error
 
 

@@ -99,7 +99,7 @@ class OperationScope:
         op_id = f"{self._id_prefix}{name}:{counter}"
         record = inv.records.get(position)
         if inv.stop is not None or (record is not None and record.kind is _CANCEL):
-            stop_point(inv, position, op_id, name, record)  # a cancel is seen (and replayed)
+            stop_point(inv, position, op_id, kind, name, record)  # a cancel is seen (and replayed)
         if record is not None and (record.kind is not kind or record.name != name):
             inv.fault = ReplayDivergedError(
                 record.op_id,

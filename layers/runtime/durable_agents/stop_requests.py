@@ -53,10 +53,21 @@ class StopRequest:
     reason: str
     by: str
     at_ms: int
+    told: dict[str, Any] | None = None
+    """Where and when the agent was told of a cancel (``generation``, ``op_id``, ``at_ms``),
+    recorded by the invocation that raised ``RunCancelledError`` into it; None until then."""
 
     def to_dict(self) -> dict[str, Any]:
         """The header's JSON form."""
-        return {"mode": self.mode, "reason": self.reason, "by": self.by, "at_ms": self.at_ms}
+        data: dict[str, Any] = {
+            "mode": self.mode,
+            "reason": self.reason,
+            "by": self.by,
+            "at_ms": self.at_ms,
+        }
+        if self.told is not None:
+            data["told"] = self.told
+        return data
 
     @classmethod
     def of(cls, header: RunHeader) -> StopRequest | None:
@@ -69,6 +80,7 @@ class StopRequest:
             str(data.get("reason", "")),
             str(data.get("by", "")),
             int(data.get("at_ms", 0)),
+            dict(told) if isinstance(told := data.get("told"), dict) else None,
         )
 
     def error(self, run_id: str) -> RunCancelledError:

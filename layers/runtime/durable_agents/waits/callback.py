@@ -219,6 +219,8 @@ def _await(ctx: DurableContext, handle: Callback) -> Any:
     inv = ctx.invocation
     record = inv.records.get(handle._position)
     if record is not None and record.result is not None:
+        if inv.stop is not None:  # closed by a cancel the agent is told of here, maybe
+            inv.stop.reached_closed_wait(inv, record)
         return replay_value(record.result, None, handle._serdes)
     inv.live = True
     pending = inv.store.get_wait(handle.wait_id)
