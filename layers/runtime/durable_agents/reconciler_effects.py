@@ -170,6 +170,11 @@ def _park_for_finished_run(
     except EffectConflictError:
         ctx.report.effects_skipped += 1
         return
+    except RunNotFoundError:
+        # The run expired and its items are going (TTL deletes them in no set order): the
+        # record is not rewritten, which would keep it for ever (durable_agents.retention).
+        ctx.report.effects_skipped += 1
+        return
     ctx.report.effects_finished_run += 1
     ctx.runtime.publisher.publish([review_requested(parked)])
 

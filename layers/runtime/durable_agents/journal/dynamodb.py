@@ -48,6 +48,12 @@ from durable_agents.journal.dynamodb_items import (
     idem_pk,
     pk,
 )
+from durable_agents.journal.dynamodb_late_writes import (
+    RunExpiries,
+    header_ttl_request,
+    relist_request,
+    with_ttl,
+)
 from durable_agents.journal.dynamodb_loads import TailReader
 from durable_agents.journal.dynamodb_retention import DynamoDBRetention
 from durable_agents.journal.dynamodb_writes import NOT_EXISTS, effect_put, update_request, wait_put
@@ -66,6 +72,7 @@ from durable_agents.models import (
     WaitChange,
     WaitRecord,
 )
+from durable_agents.retention import late_stamp_due, written_at_ms
 
 logger = logging.getLogger(__name__)
 
@@ -116,6 +123,9 @@ class DynamoDBJournal(DynamoDBRetention):
         # Runs seen past generation 0 (continue-as-new): their load skips the whole-partition
         # Query. A hint only: the header read decides which generation is read.
         self._generations: dict[str, int] = {}
+        # Which runs this store read finished (their expiry) or unfinished lately: a write for
+        # a finished run carries its expiry (dynamodb_late_writes).
+        self._expiries = RunExpiries()
 
     # -- JournalStore ------------------------------------------------------------------------
 
@@ -127,6 +137,7 @@ class DynamoDBJournal(DynamoDBRetention):
             "ConditionExpression": NOT_EXISTS,
         }
         created = self._put_header(header, header_put)
+        self._expiries.seen(created[0])
         if created[1]:
             # The echo after the header, and only where none is yet (header_echo): a run
             # whose echo never lands is read the old way, header first.
@@ -201,8 +212,13 @@ class DynamoDBJournal(DynamoDBRetention):
         effect: EffectChange | None,
         waits: tuple[WaitChange, ...],
     ) -> None:
+        ttl_s = self._late_ttl(run_id, change, effect, waits)
+        if ttl_s is not None:
+            due = late_stamp_due(None, written_at_ms(entries, effect, waits))
+            if due is not None:
+                self._relist(run_id, due)
         try:
-            self._write(run_id, entries, change, effect, waits)
+            self._write(run_id, entries, change, effect, waits, ttl_s)
         except (EntryConflictError, EffectConflictError):
             # Another writer got there first: whatever this process kept of the run may miss
             # more than that item, so the next load reads the partition whole (ADR 0015).
@@ -211,6 +227,57 @@ class DynamoDBJournal(DynamoDBRetention):
         self._known.wrote(run_id, entries, None if effect is None else effect.record)
         if change is not None:
             self._known.header_changed(run_id)
+            if change.status.terminal:
+                self._expiries.forget(run_id)  # its expiry is read when next needed
+            else:
+                self._expiries.unfinished(run_id)
+
+    def _late_ttl(
+        self,
+        run_id: str,
+        change: RunChange | None,
+        effect: EffectChange | None,
+        waits: tuple[WaitChange, ...],
+    ) -> int | None:
+        """The run's ``ttl`` if this write is for a finished run (``dynamodb_late_writes``).
+
+        Raises:
+            RunNotFoundError: If the write rewrites a record of a run whose header is gone.
+        """
+        if change is not None:
+            return None  # conditioned on a live status: it never lands on a finished run
+        known = self._expiries.expiry_s(run_id)
+        if known is not None:
+            return known
+        rewrites = (effect is not None and effect.expected_status is not None) or any(
+            wait.expected is not None for wait in waits
+        )
+        if not rewrites or self._expiries.recently_unfinished(run_id):
+            return None
+        item = self._client.get_item(**header_ttl_request(self._table, run_id)).get("Item")
+        if not item:
+            # Expired (TTL deletes a run's items in no set order): a record rewritten now
+            # would lose the ``ttl`` it has and be kept for ever.
+            raise RunNotFoundError(run_id)
+        if "ttl" not in item:
+            self._expiries.unfinished(run_id)
+            return None
+        ttl_s = int(item["ttl"]["N"])
+        self._expiries.finished(run_id, ttl_s)
+        return ttl_s
+
+    def _relist(self, run_id: str, due_ms: int) -> None:
+        """Lists a finished run for one more stamping pass (before the write it is for).
+
+        Before, so that a write never lands without its pass coming; a pass for a write that
+        then fails finds nothing new, at no harm.
+        """
+        try:
+            self._client.update_item(**relist_request(self._table, run_id, due_ms))
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            # A pass is due later already (it covers this write), or the header expired.
 
     def _write(
         self,
@@ -219,9 +286,13 @@ class DynamoDBJournal(DynamoDBRetention):
         change: RunChange | None,
         effect: EffectChange | None,
         waits: tuple[WaitChange, ...],
+        ttl_s: int | None = None,
     ) -> None:
+        """Writes the commit; with ``ttl_s`` (a finished run's), every item put carries it."""
         if len(entries) == 1 and change is None and effect is None and not waits:
-            item = self._items.entry_item(entries[0])
+            item = self._items.entry_item(entries[0])  # a new dict: ours to add to
+            if ttl_s is not None:
+                item["ttl"] = {"N": str(ttl_s)}
             try:
                 self._client.put_item(
                     TableName=self._table,
@@ -251,7 +322,9 @@ class DynamoDBJournal(DynamoDBRetention):
             return
         if not entries and change is None and effect is not None and not waits:
             try:
-                self._client.put_item(**effect_put(self._table, self._items, effect))
+                self._client.put_item(
+                    **with_ttl(effect_put(self._table, self._items, effect), ttl_s)
+                )
             except ClientError as exc:
                 if error_code(exc) == "ConditionalCheckFailedException":
                     old_effect: Any = exc.response.get("Item")
@@ -265,18 +338,24 @@ class DynamoDBJournal(DynamoDBRetention):
         )
         items: list[dict[str, Any]] = [
             {
-                "Put": {
-                    "TableName": self._table,
-                    "Item": self._items.entry_item(entry, budget),
-                    "ConditionExpression": NOT_EXISTS,
-                    "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                }
+                "Put": with_ttl(
+                    {
+                        "TableName": self._table,
+                        "Item": self._items.entry_item(entry, budget),
+                        "ConditionExpression": NOT_EXISTS,
+                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                    },
+                    ttl_s,
+                )
             }
             for entry in entries
         ]
         if effect is not None:
-            items.append({"Put": effect_put(self._table, self._items, effect, budget)})
-        items.extend({"Put": wait_put(self._table, self._items, w, budget)} for w in waits)
+            put = effect_put(self._table, self._items, effect, budget)
+            items.append({"Put": with_ttl(put, ttl_s)})
+        items.extend(
+            {"Put": with_ttl(wait_put(self._table, self._items, w, budget), ttl_s)} for w in waits
+        )
         if change is not None:
             update = update_request(self._table, self._items, run_id, change, token)
             update["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
@@ -333,6 +412,7 @@ class DynamoDBJournal(DynamoDBRetention):
         if run_id in self._generations:  # continued as new: read only its generation
             return self.load_generation(run_id, None)
         snapshot = self._reader.load(run_id)
+        self._expiries.seen(snapshot.header)
         if snapshot.header.generation:
             # The first load in this process of a run past generation 0 (ADR 0016): what the
             # tail reader read spans generations; read the current one alone, and from now
@@ -372,7 +452,9 @@ class DynamoDBJournal(DynamoDBRetention):
         ).get("Item")
         if item is None:
             raise RunNotFoundError(run_id)
-        return self._items.header_from_item(item)
+        header = self._items.header_from_item(item)
+        self._expiries.seen(header)
+        return header
 
     def get_effect(self, run_id: str, position: str) -> SideEffectRecord:
         """Reads one side-effect record (strongly consistent).

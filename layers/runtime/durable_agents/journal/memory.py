@@ -35,6 +35,7 @@ from durable_agents.models import (
     WaitRecord,
     WaitStatus,
 )
+from durable_agents.retention import late_stamp_due, written_at_ms
 
 
 class InMemoryJournal(JournalStore):
@@ -150,6 +151,13 @@ class InMemoryJournal(JournalStore):
                 if change.status.terminal:
                     changed = finished(changed)
                 self._headers[run_id] = changed
+            elif header is not None and header.expires_at_ms is not None:
+                # A write for a finished run (a late decision, a leftover's expiry). Its items
+                # go with the header here (``expire``); the run is listed for one more
+                # stamping pass as on DynamoDB, where that pass tags what the write spilled.
+                due = late_stamp_due(header.stamp_due_at_ms, written_at_ms(entries, effect, waits))
+                if due is not None:
+                    self._headers[run_id] = header.replace(stamp_due_at_ms=due)
 
     def load_generation(self, run_id: str, generation: int | None = None) -> RunSnapshot:
         """Returns the header and one generation's entries in program order.

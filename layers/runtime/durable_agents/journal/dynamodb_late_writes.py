@@ -1,0 +1,141 @@
+"""Writes for a finished run carry its expiry, on DynamoDB (ADR 0012, amendment).
+
+The reconciler stamps a finished run's items in two passes, the second an hour after the finish
+(``durable_agents.retention``). Whatever is written for the run after that would be kept for
+ever: an entry is written without ``ttl``, and a wait or side-effect record rewritten by its
+whole-item Put loses the ``ttl`` it had. So the journal's write path carries the expiry itself:
+
+* a write for a run this store knows to be finished puts every item with the run's ``ttl``
+  (the header's, which never changes once set) and lists the run for one more stamping pass
+  (``late_stamp_due``; that pass tags the payloads the write spilled to S3, which only the
+  reconciler may tag);
+* a write that rewrites an existing wait or side-effect record without a header change (a
+  decision, a heartbeat, a review, the reconciler's expiry or parking: the writers that come
+  at any time, from any process) first reads the header's ``ttl`` (one small consistent
+  GetItem), unless this store read the run very recently (``RunExpiries``). A record of a run
+  whose header is already gone (TTL deletes a run's items in no particular order) is never
+  rewritten: ``RunNotFoundError``;
+* any other write (the run's own entries, a record it creates) needs no read: it comes from an
+  invocation that read the run moments before, and if the run finished in between, the write
+  lands before the second stamping pass, which stamps it.
+
+A write with a header change never needs any of this: it is conditioned on a status a
+finished run can never have again.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from durable_agents.journal.dynamodb_items import EXPIRING_PK, HEADER_SK, pk, ts
+from durable_agents.models import RunHeader
+from durable_agents.retention import UNFINISHED_TRUSTED_S
+
+MAX_RUNS_KEPT = 10_000
+"""Runs a store remembers the expiry (or the unfinished state) of; then it starts over."""
+
+
+class RunExpiries:
+    """What this store read of runs: the expiry of finished ones, when others were unfinished.
+
+    A finished run's expiry is kept as read: final statuses are terminal, so it never changes.
+    A run read unfinished may finish at any moment after; that read is trusted for
+    ``UNFINISHED_TRUSTED_S`` only (measured on ``monotonic``): a write made that soon after it
+    lands before the run's second stamping pass even if the run finished in between.
+
+    Args:
+        monotonic: The clock the trust is measured on (seconds; ``time.monotonic``).
+    """
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic):
+        self._monotonic = monotonic
+        self._expiry_s: dict[str, int] = {}
+        self._unfinished_at: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def seen(self, header: RunHeader) -> None:
+        """Notes a header read consistently just now."""
+        if header.expires_at_ms is None:
+            self.unfinished(header.run_id)
+        else:
+            self.finished(header.run_id, header.expires_at_ms // 1000)
+
+    def finished(self, run_id: str, ttl_s: int) -> None:
+        """Notes that the run has finished and expires at ``ttl_s`` (epoch seconds)."""
+        with self._lock:
+            if len(self._expiry_s) >= MAX_RUNS_KEPT:
+                self._expiry_s.clear()
+            self._expiry_s[run_id] = ttl_s
+            self._unfinished_at.pop(run_id, None)
+
+    def unfinished(self, run_id: str) -> None:
+        """Notes that the run was unfinished just now (read so, or changed to a live status)."""
+        with self._lock:
+            if len(self._unfinished_at) >= MAX_RUNS_KEPT:
+                self._unfinished_at.clear()
+            self._unfinished_at[run_id] = self._monotonic()
+
+    def forget(self, run_id: str) -> None:
+        """The run may have just finished (this store finished it): nothing is known now."""
+        with self._lock:
+            self._unfinished_at.pop(run_id, None)
+
+    def expiry_s(self, run_id: str) -> int | None:
+        """The run's ``ttl`` if it is known to have finished."""
+        # One dict read (atomic): every commit asks, so it takes no lock.
+        return self._expiry_s.get(run_id)
+
+    def recently_unfinished(self, run_id: str) -> bool:
+        """Whether the run was read unfinished recently enough to write without a read."""
+        with self._lock:
+            at = self._unfinished_at.get(run_id)
+        return at is not None and self._monotonic() - at < UNFINISHED_TRUSTED_S
+
+
+def with_ttl(request: dict[str, Any], ttl_s: int | None) -> dict[str, Any]:
+    """A Put request whose item carries ``ttl`` (unchanged when ``ttl_s`` is None)."""
+    if ttl_s is not None:
+        request["Item"] = {**request["Item"], "ttl": {"N": str(ttl_s)}}
+    return request
+
+
+def relist_request(table: str, run_id: str, due_ms: int) -> dict[str, Any]:
+    """Lists a finished run for one more stamping pass at ``due_ms`` (``late_stamp_due``).
+
+    Conditional on the header still being there with its expiry, and on no pass being due
+    later already (that one covers this write too). Moving the due time also makes a pass in
+    progress leave the listing alone (its own move is conditioned on the due time it read).
+    """
+    return {
+        "TableName": table,
+        "Key": {"pk": pk(run_id), "sk": {"S": HEADER_SK}},
+        "UpdateExpression": "SET #due = :due, #p = :p, #s = :s",
+        "ConditionExpression": (
+            "attribute_exists(#ttl) AND (attribute_not_exists(#due) OR #due < :due)"
+        ),
+        "ExpressionAttributeNames": {
+            "#due": "stamp_due_at_ms",
+            "#p": "gsi2pk",
+            "#s": "gsi2sk",
+            "#ttl": "ttl",
+        },
+        "ExpressionAttributeValues": {
+            ":due": {"N": str(due_ms)},
+            ":p": {"S": EXPIRING_PK},
+            ":s": {"S": f"{ts(due_ms)}#{run_id}"},
+        },
+    }
+
+
+def header_ttl_request(table: str, run_id: str) -> dict[str, Any]:
+    """A consistent read of the header's ``ttl`` alone (``pk`` says the header exists)."""
+    return {
+        "TableName": table,
+        "Key": {"pk": pk(run_id), "sk": {"S": HEADER_SK}},
+        "ConsistentRead": True,
+        "ProjectionExpression": "pk, #ttl",
+        "ExpressionAttributeNames": {"#ttl": "ttl"},
+    }
