@@ -91,7 +91,7 @@ from durable_agents.waits.auth import (
     NotAnApproverError,
 )
 from durable_agents.waits.principals import Principal, iam_patterns
-from durable_agents.waits.records import WaitGoneError
+from durable_agents.waits.records import WaitGoneError, closed_for_finished_run
 
 
 class ThreadSafeRestResolver(APIGatewayRestResolver):
@@ -243,6 +243,12 @@ ERROR_STATUS: dict[type[Exception], HTTPStatus] = {
 def _gone_message(record: Any) -> str:
     noun = "approval" if record.kind == "approval" else "callback"
     closed = (record.outcome or {}).get("closed")
+    if closed_for_finished_run(record):
+        return (
+            f"{noun} {record.wait_id} was closed: its run had already finished "
+            f"({(record.outcome or {}).get('run_status')}), so nothing can be decided for it "
+            "any more"
+        )
     if record.status is WaitStatus.EXPIRED and closed:  # durable_agents.cancellation
         return f"{noun} {record.wait_id} was closed: its run was stopped ({closed})"
     if record.status is WaitStatus.EXPIRED:

@@ -83,7 +83,7 @@ ERROR_DESCRIPTIONS = {
     403: "Authenticated, but not allowed",
     404: "No such resource",
     409: "Already decided or completed (the current state is in `error.current`)",
-    410: "Expired: its deadline passed",
+    410: "Gone: its deadline passed, or it was closed because its run was stopped or had finished",
     413: "Body too large",
     422: "The body does not match the schema",
     503: "A dependency is unavailable or not configured; retry (`Retry-After`)",

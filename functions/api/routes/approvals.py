@@ -8,7 +8,9 @@
 An approval belongs to its run's tenant: IAM and JWT callers of another tenant get the 404 of
 an unknown id (``routes.tenancy``); a signed link is bound to its one approval, so it needs no
 tenant. Every path ends in ``approval.record_decision``, which records a decision once: the
-first one wins, a second gets 409 with the first, and one after the deadline gets 410.
+first one wins, a second gets 409 with the first, and one after the deadline gets 410. So
+does one after the approval's run finished (a quorum went on without it): the approval is
+closed instead, and nothing of the decision is kept (docs/operations.md, "Retention").
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from durable_agents.waits.links import (
     SecretsManagerKey,
 )
 from durable_agents.waits.principals import Principal, iam_patterns, may_decide
-from durable_agents.waits.records import WaitGoneError
+from durable_agents.waits.records import WaitGoneError, closed_for_finished_run
 
 logger = Logger(child=True)
 router = Router()  # type: ignore[no-untyped-call]
@@ -216,7 +218,8 @@ def _decide(
             minted_by=minted_by,
         )
     except WaitGoneError as exc:
-        if exc.record.status is WaitStatus.EXPIRED:
+        # Closed because its run had finished: there is no run to wake.
+        if exc.record.status is WaitStatus.EXPIRED and not closed_for_finished_run(exc.record):
             wake(exc.record.run_id, "approval-expired")
         raise
     wake(settled.run_id, "approval-decided")

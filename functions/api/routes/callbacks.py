@@ -2,7 +2,9 @@
 
 ``POST /callbacks/{id}/success`` (body = the JSON result), ``/failure`` (``error_type``,
 ``error_message``) and ``/heartbeat``. A callback completes once: a second completion gets 409
-with the first outcome, one after its deadline or a missed heartbeat gets 410.
+with the first outcome, one after its deadline or a missed heartbeat gets 410. So does any of
+the three after the callback's run finished: the callback is closed instead, and nothing of the
+call is kept (docs/operations.md, "Retention").
 
 ``{id}`` is the full callback id the agent handed out (``<public id>_<secret>``); an id whose
 secret does not match, or that has none, is 404 like an unknown one (``find_callback``).
@@ -23,7 +25,7 @@ from api.routes.common import callback_view, check_wait_id, json_body, ok, runti
 from durable_agents.models import WaitRecord, WaitStatus
 from durable_agents.waits.auth import principal_from_iam
 from durable_agents.waits.callback import complete_callback, find_callback, heartbeat
-from durable_agents.waits.records import WaitGoneError
+from durable_agents.waits.records import WaitGoneError, closed_for_finished_run
 
 logger = Logger(child=True)
 router = Router()  # type: ignore[no-untyped-call]
@@ -52,13 +54,18 @@ def _pending(callback_id: str) -> tuple[str, WaitRecord]:
     return caller.identity, record
 
 
+def _wake_if_timed_out(record: WaitRecord) -> None:
+    """Wakes the run of a callback found timed out (not one closed for its finished run)."""
+    if record.status is WaitStatus.EXPIRED and not closed_for_finished_run(record):
+        wake(record.run_id, "callback-timed-out")
+
+
 def _settle(record: WaitRecord, caller: str, **outcome: Any) -> Response[str]:
     rt = runtime()
     try:
         settled = complete_callback(rt.store, rt.clock, record, **outcome)
     except WaitGoneError as exc:
-        if exc.record.status is WaitStatus.EXPIRED:
-            wake(exc.record.run_id, "callback-timed-out")
+        _wake_if_timed_out(exc.record)
         raise
     wake(settled.run_id, "callback-completed")
     logger.info(
@@ -98,8 +105,7 @@ def callback_heartbeat(callback_id: str) -> Response[str]:
     try:
         beat = heartbeat(rt.store, rt.clock, record)
     except WaitGoneError as exc:
-        if exc.record.status is WaitStatus.EXPIRED:
-            wake(exc.record.run_id, "callback-timed-out")
+        _wake_if_timed_out(exc.record)
         raise
     if rt.wait_scheduler is not None and beat.due_at_ms is not None:
         rt.wait_scheduler.schedule(beat.wait_id, beat.due_at_ms)  # the deadline moved

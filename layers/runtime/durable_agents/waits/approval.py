@@ -286,9 +286,12 @@ def record_decision(
     """Records a decision once, with who, how and when, and wakes the run.
 
     ``minted_by`` names who minted the signed link a ``via="link"`` decision came through.
+    A decision for a run that has finished is refused, and the approval closed
+    (``waits.records``): nothing would read it, and it would outlive the run.
 
     Raises:
-        WaitGoneError: If it was already decided or has expired.
+        WaitGoneError: If it was already decided, has expired, or its run has finished.
+        RunNotFoundError: If its run is gone (it expired).
     """
     refuse_if_due(store, clock, record, expire_approval)
     now = clock.now_ms()
@@ -311,6 +314,7 @@ def record_decision(
         outcome=decode(payload),
         value=payload,
         kind=OpKind.APPROVAL,
+        refuse_finished=True,
     )
 
 

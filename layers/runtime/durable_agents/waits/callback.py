@@ -44,6 +44,7 @@ from durable_agents.waits.records import (
     WaitGoneError,
     pending_wait,
     refuse_if_due,
+    refuse_if_finished,
     settle,
     wait_id,
 )
@@ -282,8 +283,13 @@ def complete_callback(
 ) -> WaitRecord:
     """Records success (``result``) or failure (``error_type``) once and wakes the run.
 
+    A completion for a run that has finished is refused, and the callback closed
+    (``waits.records``): nothing would read it, and it would outlive the run.
+
     Raises:
-        WaitGoneError: If the callback was already completed or has timed out.
+        WaitGoneError: If the callback was already completed, has timed out, or its run has
+            finished.
+        RunNotFoundError: If its run is gone (it expired).
         PayloadError: If the result cannot be recorded.
     """
     refuse_if_due(store, clock, record, expire_callback)
@@ -297,6 +303,7 @@ def complete_callback(
             outcome={"failed": {"type": error_type, "message": error_message}},
             error=error_info(failure),
             kind=OpKind.CALLBACK,
+            refuse_finished=True,
         )
     # Tagged JSON escapes a sent object that looks like a tag: an external system cannot make
     # the agent build one of its classes.
@@ -309,6 +316,7 @@ def complete_callback(
         outcome={"result": json.loads(payload)},
         value=payload,
         kind=OpKind.CALLBACK,
+        refuse_finished=True,
     )
 
 
@@ -320,10 +328,15 @@ def heartbeat(store: JournalStore, clock: Clock, record: WaitRecord) -> WaitReco
     from a fresh consistent read. A heartbeat never moves the deadline back (a host whose
     clock runs behind cannot shorten what a host ahead granted), and ``updated_at_ms`` only
     grows, so every change is visible to a writer conditioned on it (the reconciler's expiry).
+    A heartbeat for a run that has finished is refused and the callback closed, so that the
+    external system stops working for it (``waits.records``); this costs a read of the run.
 
     Raises:
-        WaitGoneError: If the callback is no longer pending (or its heartbeat already lapsed).
+        WaitGoneError: If the callback is no longer pending (or its heartbeat already lapsed),
+            or its run has finished.
+        RunNotFoundError: If its run is gone (it expired).
     """
+    refuse_if_finished(store, clock, record, OpKind.CALLBACK)
     interval_ms = record.heartbeat_timeout_ms
     if interval_ms is None:
         return record

@@ -6,6 +6,14 @@ outcome into the run's journal and marks the record in one transaction, conditio
 record still being PENDING: a decision is recorded once, and a decision racing the deadline
 loses or wins cleanly. A settlement that arrives while the run is busy (RUNNING) is recorded
 all the same and found by the next replay.
+
+A person's decision, or an external system's completion or heartbeat, for a run that has
+finished (a quorum batch went on without this wait) is never recorded: nothing would ever read
+it. It is refused, and the wait is closed instead (EXPIRED, ``outcome.closed`` =
+``RUN_FINISHED``), so that it leaves the pending listings and every later try is refused the
+same way. The closing write, like the reconciler's expiry of such a leftover (which is
+recorded), is a write for a finished run: the journal gives it the run's expiry
+(``durable_agents.retention``).
 """
 
 from __future__ import annotations
@@ -35,6 +43,9 @@ from durable_agents.models import (
 )
 
 _PENDING = frozenset({WaitStatus.PENDING})
+RUN_FINISHED = "run-finished"
+"""``outcome.closed`` of a wait closed because its run had finished before it was settled."""
+_CLOSE_TRIES = 3  # a heartbeat moving the record in between makes the close read it again
 
 
 class WaitGoneError(DurableError):
@@ -108,6 +119,54 @@ def refuse_if_due(
     raise WaitGoneError(record)
 
 
+def closed_for_finished_run(record: WaitRecord) -> bool:
+    """Whether the wait was closed because its run had finished (``refuse_if_finished``)."""
+    return (
+        record.status is WaitStatus.EXPIRED and (record.outcome or {}).get("closed") == RUN_FINISHED
+    )
+
+
+def refuse_if_finished(store: JournalStore, clock: Clock, record: WaitRecord, kind: OpKind) -> None:
+    """Closes a wait whose run has finished, then refuses the caller (a heartbeat's check).
+
+    Raises:
+        WaitGoneError: If the run has finished (with the wait as it now stands).
+        RunNotFoundError: If the run is gone (it expired).
+    """
+    status = store.get_run(record.run_id).status
+    if status.terminal:
+        raise WaitGoneError(_close(store, clock, record, status, kind))
+
+
+def _close(
+    store: JournalStore, clock: Clock, record: WaitRecord, run: RunStatus, kind: OpKind
+) -> WaitRecord:
+    """Closes a PENDING wait of a finished run; the record as it then stands."""
+    error = ErrorInfo(
+        "RunFinished",
+        f"run {record.run_id} had finished ({run.value}) before {record.kind} "
+        f"{record.wait_id} was settled",
+    )
+    for _ in range(_CLOSE_TRIES):
+        try:
+            return _settle(
+                store,
+                clock,
+                record,
+                status=WaitStatus.EXPIRED,
+                outcome={"closed": RUN_FINISHED, "run_status": run.value},
+                value=None,
+                error=error,
+                kind=kind,
+                wake=False,
+            )
+        except WaitGoneError as exc:
+            if exc.record.status is not WaitStatus.PENDING:
+                return exc.record  # settled or closed first: that stands
+            record = exc.record  # a heartbeat moved it since it was read: close that
+    return record
+
+
 def settle(
     store: JournalStore,
     clock: Clock,
@@ -118,12 +177,46 @@ def settle(
     value: str | None = None,
     error: ErrorInfo | None = None,
     kind: OpKind,
+    refuse_finished: bool = False,
 ) -> WaitRecord:
     """Records the wait's outcome in the run's journal and settles the record, once.
 
+    ``refuse_finished``: a decision (a person's, an external system's) is not recorded for a
+    run that has finished; the wait is closed instead. Without it (the reconciler's expiry,
+    closing a stopped run's waits) the outcome is recorded whatever the run's status.
+
     Raises:
-        WaitGoneError: If the record is no longer PENDING (settled or expired first).
+        WaitGoneError: If the record is no longer PENDING (settled or expired first), or
+            ``refuse_finished`` and the run has finished (the record is then closed).
+        RunNotFoundError: If the run is gone (it expired).
     """
+    return _settle(
+        store,
+        clock,
+        record,
+        status=status,
+        outcome=outcome,
+        value=value,
+        error=error,
+        kind=kind,
+        wake=True,
+        refuse_finished=refuse_finished,
+    )
+
+
+def _settle(
+    store: JournalStore,
+    clock: Clock,
+    record: WaitRecord,
+    *,
+    status: WaitStatus,
+    outcome: dict[str, Any],
+    value: str | None,
+    error: ErrorInfo | None,
+    kind: OpKind,
+    wake: bool,
+    refuse_finished: bool = False,
+) -> WaitRecord:
     now = clock.now_ms()
     entry = Entry(
         run_id=record.run_id,
@@ -138,7 +231,7 @@ def settle(
         meta={"wait_id": record.wait_id},
     )
     settled = record.replace(status=status, updated_at_ms=now, outcome=outcome)
-    wake = RunChange(
+    resume = RunChange(
         expected=frozenset({RunStatus.SUSPENDED}),
         status=RunStatus.RUNNING,
         updated_at_ms=now,
@@ -151,9 +244,14 @@ def settle(
     change = WaitChange(settled, _PENDING, seen)
     try:
         try:
-            store.commit(record.run_id, [entry], wake, wait=change)
-        except RunStateConflictError:
-            # The run is busy (or paused): keep the outcome; the next replay uses it.
+            store.commit(record.run_id, [entry], resume if wake else None, wait=change)
+        except RunStateConflictError as conflict:
+            finished = conflict.actual
+            if refuse_finished and isinstance(finished, RunStatus) and finished.terminal:
+                # The attempt to wake it said it has finished: nothing will read a decision.
+                closed = _close(store, clock, record, finished, kind)
+                raise WaitGoneError(closed) from conflict
+            # The run is busy (or paused, or finished): keep the outcome; a replay uses it.
             store.commit(record.run_id, [entry], None, wait=change)
     except (WaitConflictError, EntryConflictError) as exc:
         raise WaitGoneError(store.get_wait(record.wait_id)) from exc
