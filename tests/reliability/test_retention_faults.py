@@ -6,25 +6,43 @@
 * A write landing after the finish (a zombie invocation's entry) gets the ``ttl`` from the
   second pass.
 * A run waiting for a person never expires, however long it waits.
+* Late decisions (issue 29 defect 3): after a finished run's both passes, a person decides a
+  leftover approval, an external system heartbeats a leftover callback, a reviewer decides a
+  terminated run's call, each from another process whose first write fails on storage, and the
+  reconciler expires a leftover a week later. Invariant, checked after each: no item of a
+  finished, stamped run lacks the ``ttl``; and in the end nothing of the runs is left.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import boto3
 import pytest
 
-from durable_agents import AgentRegistry, DurableContext, agent
-from durable_agents.errors import InfrastructureError
+from durable_agents import AgentRegistry, CompletionPolicy, DurableContext, SkipClock, agent
+from durable_agents.errors import InfrastructureError, WaitNotFoundError
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import Entry, EntryType, OpKind, RunStatus
+from durable_agents.models import EffectStatus, Entry, EntryType, OpKind, RunStatus, WaitStatus
 from durable_agents.reconciler import sweep
 from durable_agents.retention import DAY_S, LATE_WRITE_GRACE_MS
-from durable_agents.testing import AgentTestRunner
+from durable_agents.side_effects.review import Decision, ReviewRequest, resolve
+from durable_agents.side_effects.tools import default_tools
+from durable_agents.testing import AgentTestRunner, Crash
+from durable_agents.waits.approval import record_decision
+from durable_agents.waits.callback import complete_callback, heartbeat
+from durable_agents.waits.records import WaitGoneError
 from tests.contract.test_cancel_contract import approval_agent
+from tests.contract.test_late_decisions_contract import (
+    ANY_TIME_MS,
+    HANDED,
+    late_notifier,
+    other_process,
+    quorum_callbacks,
+)
 from tests.contract.test_retention_contract import expire
 
 pytestmark = pytest.mark.reliability
@@ -101,13 +119,14 @@ def test_stamping_twice_is_harmless_and_a_late_write_is_stamped_too(
         value="1",
         recorded_at_ms=runner.clock.now_ms(),
     )
-    journal.commit(run_id, [late])  # a zombie invocation lands after the finish
+    # A zombie invocation (another process: it never read the run finished) lands late.
+    other_process(journal).commit(run_id, [late])
     runner.clock.advance(LATE_WRITE_GRACE_MS)
     report = sweep(runner.runtime, stall_after_ms=STALL)
     assert report.items_stamped == (1 if isinstance(journal, DynamoDBJournal) else 0)
     if isinstance(journal, DynamoDBJournal):
         assert _unstamped(run_id) == []
-    assert journal.expiring_runs_page(10**13 - 1).items == []  # done: out of the listing
+    assert journal.expiring_runs_page(ANY_TIME_MS).items == []  # done: out of the listing
     expires = journal.get_run(run_id).expires_at_ms
     assert expires is not None
     expire(journal, expires)
@@ -122,3 +141,146 @@ def test_a_run_waiting_for_a_person_never_expires(journal: JournalStore) -> None
     expire(journal, runner.clock.now_ms() + 400 * DAY_S * 1000)
     header = journal.get_run(run_id)
     assert header.status is RunStatus.SUSPENDED and header.expires_at_ms is None
+
+
+# ------------------------------------------------------------ late decisions (issue 29 #3)
+@agent(name="trio", version="1", registry=AgentRegistry())
+def trio(ctx: DurableContext, amount: int) -> str:
+    """Asks three people and goes on with the first yes: two approvals are left PENDING."""
+
+    def ask(who: str) -> Any:
+        return lambda c: (
+            c.wait_for_approval(
+                f"ask-{who}", request={"amount": amount}, approvers=["user:*"], timeout=7 * DAY_S
+            ).decided_by
+        )
+
+    asks = [ask(who) for who in "abc"]
+    batch = ctx.parallel(asks, completion=CompletionPolicy(min_successful=1))
+    return str(batch.results()[0])
+
+
+class _FailingFirstWrite:
+    """Wraps a client: its first write request (of any kind) fails on storage, once."""
+
+    WRITES = ("put_item", "update_item", "transact_write_items")
+
+    def __init__(self, inner: Any):
+        self._inner, self.failed = inner, False
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name not in self.WRITES or self.failed:
+            return attr
+
+        def failing(**kwargs: Any) -> Any:
+            self.failed = True
+            raise InfrastructureError(name, "ProvisionedThroughputExceededException")
+
+        return failing
+
+
+def _late_decider(journal: JournalStore) -> JournalStore:
+    """Another process's store; on DynamoDB its first write fails on storage."""
+    decider = other_process(journal)
+    if isinstance(decider, DynamoDBJournal):
+        decider._client = _FailingFirstWrite(decider._client)  # type: ignore[assignment]
+    return decider
+
+
+def _retried(call: Callable[[], Any]) -> Any:
+    """``call``, once more after a storage failure (what a client or the platform does)."""
+    try:
+        return call()
+    except InfrastructureError:
+        return call()
+
+
+def test_no_item_of_a_finished_stamped_run_lacks_ttl_after_late_decisions(
+    journal: JournalStore,
+) -> None:
+    clock = SkipClock()
+    approvals = AgentTestRunner(trio, journal=journal, mode="faithful", clock=clock)
+    callbacks = AgentTestRunner(quorum_callbacks, journal=journal, mode="faithful", clock=clock)
+    reviews = AgentTestRunner(late_notifier, journal=journal, mode="faithful", clock=clock)
+    HANDED.clear()
+    # A quorum of approvals and one of callbacks finish with waits left PENDING; a run whose
+    # tool call went to review is terminated with the call still in review.
+    asked = approvals.run(500).run_id
+    first, *_ = sorted(approvals.pending_waits(asked, "approval"), key=lambda w: w.name)
+    record_decision(journal, clock, first, approved=True, decided_by="user:a", comment="", via="t")
+    assert approvals.resume(asked).status == "SUCCEEDED"
+    rendered = callbacks.run("doc").run_id
+    one, _ = sorted(callbacks.pending_waits(rendered, "callback"), key=lambda w: w.name)
+    complete_callback(journal, clock, one, result={"pages": 1})
+    assert callbacks.resume(rendered).status == "SUCCEEDED"
+    reviewed = reviews.run("ada", crash=Crash("late-notify", "after_execute")).run_id
+    assert reviews.cancel(reviewed, terminate=True).status == "TERMINATED"
+    runs = (asked, rendered, reviewed)
+
+    def no_item_lacks_ttl() -> None:
+        if isinstance(journal, DynamoDBJournal):
+            for run_id in runs:
+                assert _unstamped(run_id) == [], run_id
+
+    # The reconciler stamps them: its two passes, an hour apart; then they leave the listing.
+    sweep(approvals.runtime, stall_after_ms=STALL)
+    clock.advance(LATE_WRITE_GRACE_MS)
+    sweep(approvals.runtime, stall_after_ms=STALL)
+    assert journal.expiring_runs_page(ANY_TIME_MS).items == []
+    no_item_lacks_ttl()
+
+    # Late decisions from other processes, each first hit by a storage failure and retried.
+    left, expiring = sorted(approvals.pending_waits(asked, "approval"), key=lambda w: w.name)
+    decider = _late_decider(journal)
+    with pytest.raises(WaitGoneError):
+        _retried(
+            lambda: record_decision(
+                decider,
+                clock,
+                left,
+                approved=True,
+                decided_by="user:z",
+                comment="too late",
+                via="iam",
+            )
+        )
+    no_item_lacks_ttl()
+    (beating,) = callbacks.pending_waits(rendered, "callback")
+    decider = _late_decider(journal)
+    with pytest.raises(WaitGoneError):
+        _retried(lambda: heartbeat(decider, clock, beating))
+    no_item_lacks_ttl()
+    decider = _late_decider(journal)
+    decided = _retried(
+        lambda: resolve(
+            decider,
+            default_tools,
+            clock,
+            f"{reviewed}:late-notify:1",
+            ReviewRequest(Decision.ABANDON, "user:r", "never went out"),
+        )
+    )
+    assert decided.status is EffectStatus.ABANDONED
+    no_item_lacks_ttl()
+    # The last leftover's deadline passes: the reconciler expires it, a week after the finish.
+    clock.advance(7 * DAY_S * 1000)
+    assert journal.get_wait(expiring.wait_id).status is WaitStatus.PENDING
+    assert sweep(reviews.runtime, stall_after_ms=STALL).waits_expired == 1
+    no_item_lacks_ttl()
+
+    # The passes the late writes asked for, then the runs' expiry: nothing of them is left.
+    clock.advance(LATE_WRITE_GRACE_MS)
+    sweep(reviews.runtime, stall_after_ms=STALL)
+    assert journal.expiring_runs_page(ANY_TIME_MS).items == []
+    no_item_lacks_ttl()
+    expiries = [journal.get_run(run_id).expires_at_ms or 0 for run_id in runs]
+    expire(journal, max(expiries))
+    assert journal.list_runs(limit=10).runs == []
+    for wait in (left, beating, expiring):
+        with pytest.raises(WaitNotFoundError):
+            journal.get_wait(wait.wait_id)
+    if isinstance(journal, DynamoDBJournal):
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        items = client.scan(TableName="journal", ConsistentRead=True)["Items"]
+        assert [i["pk"]["S"] for i in items if any(r in str(i) for r in runs)] == []
