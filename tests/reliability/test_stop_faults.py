@@ -1,0 +1,83 @@
+"""Stop requests under faults (issue 29): cancel, terminate and time limits at every boundary.
+
+Each property draws a fault plan (every fault class, the StepRunner's budget or continuous,
+cold or sticky containers on greenlets or threads) and one stop: its mode, the boundary it
+lands at (a hook point of one operation of either generation, or between invocations) and
+what the agent's cleanup does. ``stop_sim.check`` holds the invariants
+(docs/reliability.md, "Stop requests"). ``RELIABILITY_EXAMPLES`` sets the examples per
+property, as for ``test_schedules.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.reliability import stop_sim, tally
+from tests.reliability.faults import FAULT_CLASSES, FaultPlan
+from tests.reliability.test_schedules import SETTINGS, plans
+
+pytestmark = pytest.mark.reliability
+
+
+def stop_plans(mode: str) -> st.SearchStrategy[stop_sim.StopPlan]:
+    """A fault plan and one stop of ``mode`` at a random boundary."""
+    return st.builds(
+        stop_sim.StopPlan,
+        faults=plans(FAULT_CLASSES),
+        mode=st.just(mode),
+        operation=st.sampled_from([*stop_sim.OPERATIONS, "tick"]),
+        point=st.sampled_from(stop_sim.POINTS),
+        generation=st.sampled_from([0, 0, 1]),
+        tick=st.integers(1, 30),
+        cleanup=st.sampled_from(stop_sim.CLEANUP_MODES),
+    )
+
+
+def _run(plan: stop_sim.StopPlan) -> None:
+    result = stop_sim.simulate(plan)
+    label = f"stop-{plan.mode}"
+    tally.schedules[label] += 1
+    tally.injected.update(result.faults)
+    problems = stop_sim.check(result)
+    if problems:
+        tally.violations[label] += 1
+    assert not problems, stop_sim.explain(result, problems)
+
+
+@SETTINGS
+@given(plan=stop_plans("cancel"))
+def test_cancel_at_any_boundary(plan: stop_sim.StopPlan) -> None:
+    _run(plan)
+
+
+@SETTINGS
+@given(plan=stop_plans("terminate"))
+def test_terminate_at_any_boundary(plan: stop_sim.StopPlan) -> None:
+    _run(plan)
+
+
+@SETTINGS
+@given(plan=stop_plans("timeout"))
+def test_time_limit_at_any_boundary(plan: stop_sim.StopPlan) -> None:
+    _run(plan)
+
+
+@pytest.mark.parametrize("cleanup", stop_sim.CLEANUP_MODES)
+@pytest.mark.parametrize("operation", stop_sim.OPERATIONS)
+def test_cancel_at_each_operation_without_faults(operation: str, cleanup: str) -> None:
+    """Every operation's boundaries, both generations, each cleanup: no fault, one container."""
+    for point in stop_sim.POINTS:
+        for generation in (0, 1):
+            _run(
+                stop_sim.StopPlan(
+                    FaultPlan(seed=1, reviewer=False),
+                    "cancel",
+                    operation,
+                    point,
+                    generation,
+                    0,
+                    cleanup,
+                )
+            )
