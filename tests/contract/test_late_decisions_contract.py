@@ -415,14 +415,27 @@ def test_a_store_trusts_reading_a_run_unfinished_for_half_the_grace_only() -> No
     known = RunExpiries(monotonic=lambda: now[0])
     open_run = header("run-1")
     known.seen(open_run)
-    assert known.recently_unfinished("run-1") and known.expiry_s("run-1") is None
+    assert known.recently_unfinished("run-1") and known.expiry_s("run-1", None) is None
     now[0] += UNFINISHED_TRUSTED_S - 1
     assert known.recently_unfinished("run-1")
     now[0] += 1  # the run may have finished and been stamped twice since: read it again
     assert not known.recently_unfinished("run-1")
     known.unfinished("run-1")
     known.forget("run-1")  # this store finished it: nothing known until it is read
-    assert not known.recently_unfinished("run-1") and known.expiry_s("run-1") is None
+    assert not known.recently_unfinished("run-1") and known.expiry_s("run-1", None) is None
     known.seen(open_run.replace(status=RunStatus.SUCCEEDED, expires_at_ms=7_000_000))
     now[0] += 10**9  # a finished run's expiry never changes: kept however long
-    assert known.expiry_s("run-1") == 7_000 and not known.recently_unfinished("run-1")
+    assert known.expiry_s("run-1", None) == 7_000 and not known.recently_unfinished("run-1")
+
+
+def test_a_kept_expiry_is_not_a_new_runs_with_the_same_id() -> None:
+    """Found by the differential property: a new run with a finished run's id (after that run
+    expired) got the old run's ``ttl`` on every item a warm store wrote for it."""
+    known = RunExpiries(monotonic=lambda: 0.0)
+    known.finished("run-1", 7_000)
+    assert known.expiry_s("run-1", 6_999_999) == 7_000
+    # Past its expiry the kept one is the old run's: not trusted for a write made then.
+    assert known.expiry_s("run-1", 7_000_000) is None
+    # A read that shows the run unfinished is a new run with that id: the old expiry goes.
+    known.unfinished("run-1")
+    assert known.expiry_s("run-1", 1) is None

@@ -212,9 +212,10 @@ class DynamoDBJournal(DynamoDBRetention):
         effect: EffectChange | None,
         waits: tuple[WaitChange, ...],
     ) -> None:
-        ttl_s = self._late_ttl(run_id, change, effect, waits)
+        written_ms = written_at_ms(entries, effect, waits)
+        ttl_s = self._late_ttl(run_id, change, effect, waits, written_ms)
         if ttl_s is not None:
-            due = late_stamp_due(None, written_at_ms(entries, effect, waits))
+            due = late_stamp_due(None, written_ms)
             if due is not None:
                 self._relist(run_id, due)
         try:
@@ -238,6 +239,7 @@ class DynamoDBJournal(DynamoDBRetention):
         change: RunChange | None,
         effect: EffectChange | None,
         waits: tuple[WaitChange, ...],
+        written_ms: int | None,
     ) -> int | None:
         """The run's ``ttl`` if this write is for a finished run (``dynamodb_late_writes``).
 
@@ -246,7 +248,7 @@ class DynamoDBJournal(DynamoDBRetention):
         """
         if change is not None:
             return None  # conditioned on a live status: it never lands on a finished run
-        known = self._expiries.expiry_s(run_id)
+        known = self._expiries.expiry_s(run_id, written_ms)
         if known is not None:
             return known
         rewrites = (effect is not None and effect.expected_status is not None) or any(

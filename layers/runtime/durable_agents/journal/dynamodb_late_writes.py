@@ -72,21 +72,33 @@ class RunExpiries:
             self._unfinished_at.pop(run_id, None)
 
     def unfinished(self, run_id: str) -> None:
-        """Notes that the run was unfinished just now (read so, or changed to a live status)."""
+        """Notes that the run was unfinished just now (read so, or changed to a live status).
+
+        A run read unfinished whose expiry was kept is a new run with the same id (the old one
+        expired, its header deleted): the kept expiry is the old run's and is dropped.
+        """
         with self._lock:
             if len(self._unfinished_at) >= MAX_RUNS_KEPT:
                 self._unfinished_at.clear()
             self._unfinished_at[run_id] = self._monotonic()
+            self._expiry_s.pop(run_id, None)
 
     def forget(self, run_id: str) -> None:
         """The run may have just finished (this store finished it): nothing is known now."""
         with self._lock:
             self._unfinished_at.pop(run_id, None)
 
-    def expiry_s(self, run_id: str) -> int | None:
-        """The run's ``ttl`` if it is known to have finished."""
+    def expiry_s(self, run_id: str, at_ms: int | None) -> int | None:
+        """The run's ``ttl`` if it is known to have finished and not expired at ``at_ms``.
+
+        An expiry already past when the write is made (by its writer's clock) belongs to a run
+        that is gone: its id may name a new run now, whose items must not get that ``ttl``.
+        """
         # One dict read (atomic): every commit asks, so it takes no lock.
-        return self._expiry_s.get(run_id)
+        ttl_s = self._expiry_s.get(run_id)
+        if ttl_s is not None and at_ms is not None and ttl_s * 1000 <= at_ms:
+            return None
+        return ttl_s
 
     def recently_unfinished(self, run_id: str) -> bool:
         """Whether the run was read unfinished recently enough to write without a read."""
