@@ -223,7 +223,7 @@ class Simulator:
                 run_id,
                 budget=self.plan.budget,
                 remaining_ms=LAMBDA_MS,
-                hooks=SimHooks(self, run_id, target),
+                hooks=self.hooks(run_id, target),
                 target=target,
             )
         except _FAILED_INVOCATION:
@@ -239,6 +239,10 @@ class Simulator:
                 )
         finally:
             self.depth -= 1
+
+    def hooks(self, run_id: str, target: str | None) -> SimHooks:
+        """The hooks of one invocation (a simulator of its own may add to them)."""
+        return SimHooks(self, run_id, target)
 
     def _guarded(self, what: str, action: Any) -> None:
         try:

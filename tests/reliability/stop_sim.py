@@ -291,36 +291,12 @@ class StopSimulator(sim.Simulator):
         self.sequence += 1
         LEDGER.current.append(self.sequence)
         try:
-            self._invoke_with(run_id, target, attempt)
+            super().invoke(run_id, target, attempt)
         finally:
             LEDGER.current.pop()
 
-    def _invoke_with(self, run_id: str, target: str | None, attempt: int) -> None:
-        # ``sim.Simulator.invoke`` with the stopper's hooks.
-        self.injector.invocations += 1
-        self.depth += 1
-        runtime = self._landing.choice(self.containers) if self.containers else self.runtime
-        try:
-            runtime.execute(
-                run_id,
-                budget=self.plan.budget,
-                remaining_ms=sim.LAMBDA_MS,
-                hooks=_StopHooks(self, run_id, target),
-                target=target,
-            )
-        except sim._FAILED_INVOCATION:
-            if attempt < 3:
-                self.push(
-                    self.clock.now_ms() + 60_000 * attempt, ("step", run_id, target, attempt + 1)
-                )
-        except Exception as exc:
-            self.escaped.append(f"{type(exc).__name__}: {exc}")
-            if attempt < 3:
-                self.push(
-                    self.clock.now_ms() + 60_000 * attempt, ("step", run_id, target, attempt + 1)
-                )
-        finally:
-            self.depth -= 1
+    def hooks(self, run_id: str, target: str | None) -> sim.SimHooks:
+        return _StopHooks(self, run_id, target)
 
     def _tick(self) -> None:
         self.ticks += 1
