@@ -38,10 +38,12 @@ from tests.reliability.differential import (
     Case,
     Differential,
     DifferentialMismatchError,
+    LedgerModel,
     case_from_json,
     create_tables,
     random_case,
     shrink,
+    table_items,
 )
 
 pytestmark = pytest.mark.reliability
@@ -189,3 +191,26 @@ STILL_DIFFERENT: dict[str, str] = {}
 )
 def test_found_differences_stay_fixed(moto_tables: Tables, name: str) -> None:
     check(moto_tables, case_from_json(FOUND[name]), "differential-found")
+
+
+def test_the_harness_sees_a_difference_it_is_shown(moto_tables: Tables) -> None:
+    """A check of the check: the parked set-up's model provider answers otherwise (as a
+    provider kept from before a swap would), and the property must fail, naming the model
+    call's entry, the run's result and the ledger; the stored items it compares are there."""
+    client, tables = moto_tables
+    program, schedule, carrier = case_from_json(
+        '[{"ops": [["step", 0], ["llm", 1]], "turns": 1, "turn": 0, "epoch": 0, '
+        '"on_cancel": "raise"}, [], "greenlet"]'
+    )
+    differential = Differential(
+        client, tables, f"run-{next(_RUN_IDS):016x}", program, schedule, carrier
+    )
+    parked = differential.setups[-1]
+    assert parked.name == "parked" and parked.warm is not None
+    parked.warm.providers["diff"] = LedgerModel("mutant")
+    with pytest.raises(DifferentialMismatchError) as failed:
+        differential.run()
+    assert {"ledger", "item.value", "item.result"} <= failed.value.kinds(), failed.value
+    assert "mutant: re q1@e0t0" in str(failed.value)
+    stored = table_items(tables["cold"])
+    assert (f"RUN#{differential.run_id}", "#RUN") in stored and len(stored) >= 5, stored
