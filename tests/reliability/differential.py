@@ -817,8 +817,13 @@ class Differential:
         setup.clock.advance(RETENTION_MS)
         clear_table(setup.table, keep=lambda attrs: self.run_id not in json.dumps(attrs))
         program = {**self.program, "epoch": self.epoch + 1, "turn": 0}
-        started, _ = other.start_run(AGENT, program, run_id=self.run_id)
+        started, _ = self._start(other, program)
         return ["restarted", str(started.status)]
+
+    def _start(self, runtime: Runtime, program: dict[str, Any]) -> Any:
+        """Starts the run (with the program's time limit, if it has one)."""
+        limit = program.get("limit")
+        return runtime.start_run(AGENT, program, run_id=self.run_id, execution_timeout=limit)
 
     def act(self, action: tuple[Any, ...]) -> None:
         """One action of the schedule, in every set-up."""
@@ -870,9 +875,7 @@ class Differential:
         try:
             self._each(
                 "start",
-                lambda s: str(
-                    s.other().start_run(AGENT, self.program, run_id=self.run_id)[0].status
-                ),
+                lambda s: str(self._start(s.other(), self.program)[0].status),
             )
             settles = 0
             while len(self.trace.moments) < MAX_MOMENTS:
@@ -1007,6 +1010,9 @@ def random_program(rng: random.Random, max_ops: int = 5) -> dict[str, Any]:
         "turn": 0,
         "epoch": 0,
         "on_cancel": rng.choice(["raise", "swallow"]),
+        # The run's time limit (``execution_timeout``, seconds): it passes while the run waits,
+        # or while an agent is parked.
+        "limit": rng.choice([None] * 8 + [300, 7200]),
     }
 
 
@@ -1099,6 +1105,8 @@ def simpler(case: Case) -> Iterator[Case]:
         yield {**program, "turns": program["turns"] - 1}, schedule, carrier
     if program["on_cancel"] != "raise":
         yield {**program, "on_cancel": "raise"}, schedule, carrier
+    if program.get("limit") is not None:
+        yield {**program, "limit": None}, schedule, carrier
     for index, ((at, later), act) in enumerate(schedule):
         for trigger in ((at - 1, later), (at, 0)) if at else ((at, 0),):
             if trigger != (at, later):
