@@ -968,13 +968,25 @@ _TIMEOUTS = (None, None, 300, 3600)
 _SIMPLE = ("step", "step", "approval", "flaky", "fail", "llm", "tool", "wait", "now")
 _TOP = (
     "step", "step", "step", "approval", "approval", "cb_open", "cb_open", "event", "event",
-    "batch", "batch", "batch", "llm", "llm", "tool", "wait", "flaky", "fail", "now", "uuid",
-    "status", "emit", "mem_put", "mem_get", "child",
+    "batch", "batch", "batch", "llm", "llm", "llm", "tool", "wait", "flaky", "fail", "now",
+    "uuid", "status", "emit", "mem_put", "mem_put", "mem_get", "child",
 )  # fmt: skip
 _ACTIONS = (
-    "cancel", "cancel", "cancel", "decide", "decide", "complete", "complete", "event", "event",
-    "swap", "swap", "elsewhere", "elsewhere", "terminate", "advance", "restart", "restart",
+    "cancel", "cancel", "cancel", "cancel", "decide", "decide", "complete", "complete", "event",
+    "event", "swap", "swap", "swap", "elsewhere", "elsewhere", "terminate", "advance",
+    "restart", "restart",
 )  # fmt: skip
+# Operations that spend an invocation's budget of one: a parked agent parks after each.
+_SPENDING = ("step", "flaky", "fail", "llm", "tool", "mem_put", "mem_get")
+# Where an action is most likely to catch a container out, drawn half the time: a stop right
+# after an operation that can leave a wait open (a quorum's approval, a callback held), a
+# swap right before an operation that uses the part, a restart while an agent is parked.
+_SPOTS: dict[str, Callable[[list[Any]], bool]] = {
+    "cancel": lambda op: op[0] in ("batch", "cb_open", "approval", "event", "child"),
+    "terminate": lambda op: op[0] in ("batch", "cb_open", "approval", "event", "child"),
+    "swap": lambda op: op[0] in ("llm", "mem_put", "mem_get"),
+    "restart": lambda op: op[0] in _SPENDING,
+}
 
 
 def _operation(rng: random.Random, k: int, kinds: tuple[str, ...] = _TOP) -> list[Any]:
@@ -1030,9 +1042,8 @@ def random_program(rng: random.Random, max_ops: int = 5) -> dict[str, Any]:
     }
 
 
-def _action(rng: random.Random) -> tuple[Any, ...]:
-    """One outside action (``Differential.act`` says what each does)."""
-    kind = rng.choice(_ACTIONS)
+def _action(rng: random.Random, kind: str) -> tuple[Any, ...]:
+    """One outside action of ``kind`` (``Differential.act`` says what each does)."""
     if kind in ("decide", "complete"):
         return (kind, rng.randint(0, 2), rng.random() < 0.7)
     if kind == "event":
@@ -1054,12 +1065,35 @@ def random_schedule(
     """Outside actions at random boundaries of ``program``: ``((at, later), action)``
     happens once ``at`` of the run's top-level operations settled (in any of its turns) and
     ``later`` more moments passed, or as soon as nothing else is to be done; by ``at``."""
-    last = (len(program["ops"]) + 1) * program["turns"]
-    drawn = [
-        ((rng.randint(0, last), rng.choice([0, 0, 1, 2])), _action(rng))
-        for _ in range(rng.randint(1, max_actions))
-    ]
+    drawn = []
+    for _ in range(rng.randint(1, max_actions)):
+        kind = rng.choice(_ACTIONS)
+        act = _action(rng, kind)
+        trigger, op = _boundary(rng, program, kind)
+        if kind == "swap" and op is not None:  # the part the operation uses
+            act = (kind, "memory" if op[0] != "llm" else rng.choice(SWAPS[:2]))
+        drawn.append((trigger, act))
     return sorted(drawn, key=lambda pair: pair[0][0])
+
+
+def _boundary(
+    rng: random.Random, program: dict[str, Any], kind: str
+) -> tuple[tuple[int, int], list[Any] | None]:
+    """When an action of ``kind`` happens (``random_schedule``): half the time at one of its
+    ``_SPOTS`` (and at once), else anywhere; and the operation the spot is about, if any."""
+    ops, turns = program["ops"], program["turns"]
+    spot = _SPOTS.get(kind)
+    if spot is not None and rng.random() < 0.5:
+        spots = [i for i, op in enumerate(ops) if spot(op)]
+        if spots:
+            i = rng.choice(spots)
+            # Counted as the journal counts: the top-level results before it (a uuid records
+            # none, a callback's comes only when it completes), each turn's switch.
+            before = sum(1 for op in ops[:i] if op[0] not in ("uuid", "cb_open"))
+            after = kind != "swap" and ops[i][0] != "cb_open"
+            turn = rng.randrange(turns) * (1 + sum(op[0] not in ("uuid", "cb_open") for op in ops))
+            return (before + after + turn, 0), ops[i]
+    return (rng.randint(0, (len(ops) + 1) * turns), rng.choice([0, 0, 1, 2])), None
 
 
 def random_case(seed: int, max_ops: int = 5, max_actions: int = 6) -> Case:
