@@ -587,7 +587,7 @@ class Differential:
         tables: The tables of ``cold``, ``tail`` and ``parked`` (emptied first).
         run_id: The run's id (the same in the three tables).
         program: The agent's input (``diff_program``).
-        schedule: ``(trigger, action)`` pairs, in order (``schedules``, ``action``).
+        schedule: ``((at, later), action)`` pairs, in order (``random_schedule``).
         carrier: What the parked set-up's agents park on.
     """
 
@@ -615,7 +615,7 @@ class Differential:
         self.epoch = program["epoch"]
         self.settled = 0  # the run's top-level results in the table
         self.progress = 0  # how many settled in all (a restart empties the table)
-        self.since = (0, 0)  # moments and progress when the last action happened
+        self.last_action = 0  # the moment of the last action
         self.reached: dict[int, int] = {}  # progress -> the moment it was reached
 
     # -- one moment in every set-up ------------------------------------------------------------
@@ -897,7 +897,7 @@ class Differential:
                 if self.schedule and (idle or self._ready(self.schedule[0][0])):
                     _, action = self.schedule.popleft()
                     self.act(action)
-                    self.since = (len(self.trace.moments), self.progress)
+                    self.last_action = len(self.trace.moments)
                 elif self.queue:
                     self.invoke()
                 elif not idle:
@@ -924,14 +924,15 @@ class Differential:
         return self._next_due(self.setups[0]) is not None
 
     def _ready(self, trigger: tuple[int, int]) -> bool:
-        """Whether the next action's moment came (``schedules``): ``at`` top-level
+        """Whether the next action's moment came (``random_schedule``): ``at`` top-level
         operations settled, then ``later`` moments passed (since the action before too)."""
         at, later = trigger
         if self._ended():
             return True
         if self.progress < at:
             return False
-        return len(self.trace.moments) - max(self.since[0], self.reached.get(at, 0)) >= later
+        since = max(self.last_action, self.reached.get(at, 0))
+        return len(self.trace.moments) - since >= later
 
     def _count_progress(self, items: dict[tuple[str, str], dict[str, Any]]) -> None:
         """Counts the run's top-level operations that settled (every generation's, every
