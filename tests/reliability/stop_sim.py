@@ -83,7 +83,7 @@ class Ledger:
 LEDGER = Ledger()
 
 
-class _Model:
+class _Model(world.SimModel):
     """The stopper's model: a deterministic answer, each call noted in the ledger."""
 
     def converse(self, config: ModelConfig, request: LlmRequest) -> LlmResponse:
@@ -91,13 +91,6 @@ class _Model:
         name, _, generation = text.partition("@")
         LEDGER.note(name, int(generation or 0))
         return LlmResponse(content=[ContentBlock.of_text(f"re: {text}")], stop_reason="end_turn")
-
-    def converse_stream(
-        self, config: ModelConfig, request: LlmRequest, on_text: Any
-    ) -> LlmResponse:
-        response = self.converse(config, request)
-        on_text(response.text)
-        return response
 
 
 tools = ToolRegistry()
