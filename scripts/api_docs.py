@@ -27,19 +27,19 @@ ROOT = Path(__file__).resolve().parents[1]
 # is not documented: ctx.wait, ctx.wait_for_callback, ... would be missing).
 MODULES = (
     "durable_agents",
-    "durable_agents.context_scope",
-    "durable_agents.context_waits",
-    "durable_agents.context_values",
-    "durable_agents.testing",
+    "durable_agents.engine.context_scope",
+    "durable_agents.engine.context_waits",
+    "durable_agents.engine.context_values",
+    "durable_agents_local.testing",
     "durable_agents.llm",
-    "durable_agents.llm.loop",
-    "durable_agents.memory",
-    "durable_agents.serde",
+    "durable_agents.engine.tool_loop",
+    "durable_agents.engine.memory_store",
+    "durable_agents.core.serde",
     "durable_agents.retry",
     "durable_agents.plugins",
     "durable_agents.migrations",
-    "durable_agents.migration_commit",
-    "durable_agents.aws_credentials",
+    "durable_agents.admin.migration_commit",
+    "durable_agents.aws.credentials",
 )
 
 

@@ -30,12 +30,12 @@ from bench_common import (  # sets sys.path and a safe AWS environment, before a
 )
 from moto import mock_aws
 
-from durable_agents import EventBridgePublisher, OutcomeKind, Runtime
 from durable_agents.agent import AgentDefinition
+from durable_agents.aws.eventbridge import EventBridgePublisher
+from durable_agents.engine.outcomes import OutcomeKind
+from durable_agents.engine.runtime import Runtime
 from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.local.template import create_journal_table
-
-# -- counting AWS requests ---------------------------------------------------------------------
+from durable_agents_local.template import create_journal_table
 
 
 def item_size(item: dict[str, Any]) -> int:

@@ -22,10 +22,11 @@ os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
 os.environ.pop("AWS_PROFILE", None)
 os.environ.pop("AWS_ENDPOINT_URL", None)
 
-from durable_agents import AgentRegistry, Runtime, SkipClock, agent  # noqa: E402
+from durable_agents import AgentRegistry, SkipClock, agent  # noqa: E402
 from durable_agents.agent import AgentDefinition  # noqa: E402
+from durable_agents.core.models import Entry, EntryType, OpKind  # noqa: E402
+from durable_agents.engine.runtime import Runtime  # noqa: E402
 from durable_agents.journal.store import JournalStore  # noqa: E402
-from durable_agents.models import Entry, EntryType, OpKind  # noqa: E402
 
 TEMPLATE = ROOT / "template.yaml"
 TABLE = "journal"

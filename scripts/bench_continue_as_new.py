@@ -48,8 +48,8 @@ def _agent(every: int | None) -> Any:
 
 
 def _child(iterations: int, every: int | None, backend: str) -> dict[str, float]:
-    from durable_agents import AgentTestRunner
     from durable_agents.journal.memory import InMemoryJournal
+    from durable_agents_local.testing import AgentTestRunner
 
     reads: list[int] = []
     if backend == "dynamodb":
@@ -57,7 +57,7 @@ def _child(iterations: int, every: int | None, backend: str) -> dict[str, float]
         from moto import mock_aws
 
         from durable_agents.journal.dynamodb import DynamoDBJournal
-        from durable_agents.local.template import create_journal_table
+        from durable_agents_local.template import create_journal_table
 
         mock = mock_aws()
         mock.start()

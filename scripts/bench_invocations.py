@@ -51,7 +51,8 @@ START, END = "<!-- bench:invocations:start -->", "<!-- bench:invocations:end -->
 
 def child(mode: str, steps: int) -> dict[str, float]:
     """One run of ``steps`` trivial steps in ``mode`` (this process): seconds, wall and CPU."""
-    from durable_agents import AgentRegistry, AgentTestRunner, InvocationBudget, agent
+    from durable_agents import AgentRegistry, InvocationBudget, agent
+    from durable_agents_local.testing import AgentTestRunner
 
     budget = InvocationBudget(operations=10 if mode == "sticky-10" else 1)
 

@@ -30,21 +30,24 @@ from bench_common import BUS, REMAINING_MS, TABLE, TEMPLATE
 from moto import mock_aws
 from pydantic import BaseModel
 
-from durable_agents import AgentRegistry, EventBridgePublisher, OutcomeKind, Runtime, SkipClock
+from durable_agents import AgentRegistry, SkipClock
 from durable_agents import agent as agent_decorator
+from durable_agents.admin.reconciler import wake_run
 from durable_agents.agent import AgentDefinition
-from durable_agents.events import STEP_READY, OutgoingEvent, step_ready
+from durable_agents.aws.eventbridge import EventBridgePublisher
+from durable_agents.aws.scheduler import EventBridgeWaitScheduler
+from durable_agents.core.models import WaitStatus
+from durable_agents.engine.events import STEP_READY, OutgoingEvent, step_ready
+from durable_agents.engine.operations.approval import record_decision
+from durable_agents.engine.operations.callback import complete_callback
+from durable_agents.engine.outcomes import OutcomeKind
+from durable_agents.engine.runtime import Runtime
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.payloads import S3PayloadStore
 from durable_agents.llm import LlmRequest, Message, ModelConfig
 from durable_agents.llm.scripted import ScriptedProvider
-from durable_agents.local.template import create_journal_table
-from durable_agents.models import WaitStatus
-from durable_agents.reconciler import wake_run
-from durable_agents.side_effects.tools import ToolCall, ToolRegistry, ToolResult, tool
-from durable_agents.waits.approval import record_decision
-from durable_agents.waits.callback import complete_callback
-from durable_agents.waits.schedules import EventBridgeWaitScheduler
+from durable_agents.tools import ToolCall, ToolRegistry, ToolResult, tool
+from durable_agents_local.template import create_journal_table
 
 BUCKET = "payloads"
 GROUP = "durable-agents"

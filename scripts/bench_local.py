@@ -47,8 +47,8 @@ sys.path.insert(0, str(ROOT / "layers" / "runtime"))
 import boto3  # noqa: E402
 from bench_markers import write_section  # noqa: E402
 
-from durable_agents.local.moto_server import MotoProcess, free_port  # noqa: E402
-from durable_agents.local.processes import WorkerProcess, http_json  # noqa: E402
+from durable_agents_local.moto_server import MotoProcess, free_port  # noqa: E402
+from durable_agents_local.processes import WorkerProcess, http_json  # noqa: E402
 
 AGENT = "example-research"
 START, END = "<!-- bench:local:start -->", "<!-- bench:local:end -->"

@@ -22,7 +22,8 @@ from bench_common import (  # sets sys.path and a safe AWS environment, before a
     plain_steps_agent,
 )
 
-from durable_agents import InMemoryJournal, OutcomeKind
+from durable_agents.engine.outcomes import OutcomeKind
+from durable_agents.journal.memory import InMemoryJournal
 
 # -- in-memory timing --------------------------------------------------------------------------
 

@@ -121,7 +121,7 @@ def harness_seconds(steps: int, mode: str, prepare: Callable[[Any], None] | None
     """
     sys.path.insert(0, str(ROOT / "layers" / "runtime"))
     from durable_agents import AgentRegistry, agent
-    from durable_agents.testing import AgentTestRunner
+    from durable_agents_local.testing import AgentTestRunner
 
     @agent(name="bench", version="1", registry=AgentRegistry())
     def bench(ctx: Any, _: int) -> int:

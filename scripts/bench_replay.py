@@ -39,7 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def _child_replay(n: int, repeat: int) -> dict[str, float]:
     from datetime import timedelta
 
-    from durable_agents import AgentRegistry, AgentTestRunner, agent
+    from durable_agents import AgentRegistry, agent
+    from durable_agents_local.testing import AgentTestRunner
 
     registry = AgentRegistry()
 
@@ -101,7 +102,8 @@ def _agent_alone(fn: Any, n: int, repeat: int) -> float:
 
 
 def _child_map(n: int) -> dict[str, float]:
-    from durable_agents import AgentRegistry, AgentTestRunner, agent
+    from durable_agents import AgentRegistry, agent
+    from durable_agents_local.testing import AgentTestRunner
 
     registry = AgentRegistry()
 

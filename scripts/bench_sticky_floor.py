@@ -30,10 +30,10 @@ from typing import Any
 
 from bench_peers import harness_seconds
 
-from durable_agents.agent_carriers import PARKED
-from durable_agents.events import step_ready
-from durable_agents.outcomes import InvocationOutcome, OutcomeKind
-from durable_agents.runtime import Runtime
+from durable_agents.engine.events import step_ready
+from durable_agents.engine.outcomes import InvocationOutcome, OutcomeKind
+from durable_agents.engine.runtime import Runtime
+from durable_agents.engine.sticky.carriers import PARKED
 
 WAYS = ("continuous", "sticky", "floor")
 _CONTINUE = OutcomeKind.CONTINUE

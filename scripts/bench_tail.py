@@ -32,11 +32,11 @@ from bench_common import (  # sets sys.path and a safe AWS environment, before a
 from bench_markers import write_section
 from moto import mock_aws
 
-from durable_agents import OutcomeKind
+from durable_agents.core.models import EntryType, RunHeader, RunStatus
+from durable_agents.engine.outcomes import OutcomeKind
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.item_size import item_size
-from durable_agents.local.template import create_journal_table
-from durable_agents.models import EntryType, RunHeader, RunStatus
+from durable_agents_local.template import create_journal_table
 
 START, END = "<!-- bench:tail:start -->", "<!-- bench:tail:end -->"
 RUN = "bench-tail"

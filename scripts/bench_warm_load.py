@@ -21,11 +21,11 @@ from typing import Any
 
 import bench_common
 
+from durable_agents.core.models import EntryType, RunHeader, RunStatus
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.dynamodb_items import ItemCodec
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import EntryType, RunHeader, RunStatus
 
 RUN = "bench-warm"
 

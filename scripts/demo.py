@@ -66,8 +66,8 @@ from demo_side_effect import CHECKOUT_INPUT, part_two
 from demo_step import part_one
 from demo_support import APPROVER, SUPPORT_INPUT, part_three
 
-from durable_agents.local.moto_server import MotoProcess, free_port
-from durable_agents.local.processes import WorkerProcess
+from durable_agents_local.moto_server import MotoProcess, free_port
+from durable_agents_local.processes import WorkerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK_SECONDS = "1"  # each fetch/summarize step sleeps this long: time to kill it mid-step

@@ -8,8 +8,8 @@ import urllib.error
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from durable_agents.local.processes import WorkerProcess, http_json
-from durable_agents.local.services import ServicesHandle
+from durable_agents_local.processes import WorkerProcess, http_json
+from durable_agents_local.services import ServicesHandle
 
 BOLD, PLAIN = ("\033[1m", "\033[0m") if sys.stdout.isatty() else ("", "")
 

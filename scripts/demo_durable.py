@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from durable_agents.local.moto_server import free_port
-from durable_agents.local.processes import ServicesProcess, WorkerProcess, http_json
-from durable_agents.local.services import ServicesHandle
+from durable_agents_local.moto_server import free_port
+from durable_agents_local.processes import ServicesProcess, WorkerProcess, http_json
+from durable_agents_local.services import ServicesHandle
 
 ROOT = Path(__file__).resolve().parent.parent
 ARGS = ["--function-timeout", "StepRunnerFunction=2", "--stall-after", "2", "--log-level", "ERROR"]

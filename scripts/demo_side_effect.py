@@ -16,21 +16,20 @@ from demo_common import (
     wait_for_status,
 )
 
-from durable_agents.clock import SystemClock
-from durable_agents.local.console import (
+from durable_agents.core.clock import SystemClock, iso
+from durable_agents_local.console import (
     history_table,
     side_effect_timeline,
 )
-from durable_agents.local.moto_server import MotoProcess
-from durable_agents.local.processes import ServicesProcess, WorkerProcess, http_json
-from durable_agents.local.runs import RunsClient
-from durable_agents.local.services import ServicesHandle
-from durable_agents.local.verify import (
+from durable_agents_local.moto_server import MotoProcess
+from durable_agents_local.processes import ServicesProcess, WorkerProcess, http_json
+from durable_agents_local.runs import RunsClient
+from durable_agents_local.services import ServicesHandle
+from durable_agents_local.verify import (
     prepared_at_crash_failures,
     recovered_by,
     sandwich_failures,
 )
-from durable_agents.views import iso
 
 CRASH_AT = "charge-card:after_execute"
 CHECKOUT_INPUT = {

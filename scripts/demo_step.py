@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from demo_common import NewWorker, banner, print_checks, say, wait_for_running_step, wait_for_status
 
-from durable_agents.clock import SystemClock
-from durable_agents.local.console import (
+from durable_agents.core.clock import SystemClock
+from durable_agents_local.console import (
     history_table,
 )
-from durable_agents.local.moto_server import MotoProcess
-from durable_agents.local.processes import http_json
-from durable_agents.local.runs import RunsClient
-from durable_agents.local.verify import (
+from durable_agents_local.moto_server import MotoProcess
+from durable_agents_local.processes import http_json
+from durable_agents_local.runs import RunsClient
+from durable_agents_local.verify import (
     crash_recovery_failures,
     step_starts,
 )

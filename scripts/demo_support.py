@@ -21,24 +21,24 @@ from demo_common import (
     wait_for_status,
 )
 
-from durable_agents.local.console import (
+from durable_agents.admin.views import history as views_history
+from durable_agents.core.models import OpKind, RunSnapshot, RunStatus
+from durable_agents_local.console import (
     history_table,
     short_op,
     side_effect_timeline,
     streamed_texts,
 )
-from durable_agents.local.moto_server import MotoProcess
-from durable_agents.local.processes import ServicesProcess, http_json
-from durable_agents.local.runs import RunsClient
-from durable_agents.local.services import ServicesHandle
-from durable_agents.local.verify import (
+from durable_agents_local.moto_server import MotoProcess
+from durable_agents_local.processes import ServicesProcess, http_json
+from durable_agents_local.runs import RunsClient
+from durable_agents_local.services import ServicesHandle
+from durable_agents_local.verify import (
     approved_refund_failures,
     model_once_failures,
     refund_payouts,
     stream_resume_failures,
 )
-from durable_agents.models import OpKind, RunSnapshot, RunStatus
-from durable_agents.views import history as views_history
 
 SUPPORT_INPUT = {
     "customer": "cus-ada",

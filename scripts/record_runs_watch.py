@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from durable_agents.local.moto_server import free_port
-from durable_agents.local.processes import WorkerProcess, http_json
+from durable_agents_local.moto_server import free_port
+from durable_agents_local.processes import WorkerProcess, http_json
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "runs-watch.txt"
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: POST /runs answered {status}: {json.dumps(body)}", file=sys.stderr)
             return 1
         run_id = body["run"]["run_id"]
-        command = [sys.executable, "-m", "durable_agents.cli", "runs", "watch", run_id]
+        command = [sys.executable, "-m", "durable_agents_local.cli.main", "runs", "watch", run_id]
         frames, screen, code = _record([*command, "--api-url", worker.base_url])
     finally:
         worker.stop()

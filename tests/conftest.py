@@ -13,14 +13,16 @@ import botocore.session
 import pytest
 from moto import mock_aws
 
-from durable_agents import AgentRegistry, InMemoryJournal, Runtime, SkipClock
+from durable_agents import AgentRegistry, SkipClock
+from durable_agents.aws.memory_table import DynamoDBMemoryStore
+from durable_agents.engine.memory_store import InMemoryMemoryStore, MemoryStore
+from durable_agents.engine.runtime import Runtime
 from durable_agents.journal.dynamodb import DynamoDBJournal
+from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.payloads import S3PayloadStore
 from durable_agents.journal.store import JournalStore
-from durable_agents.local import moto_server
-from durable_agents.local.template import create_journal_table, load_template, table_definition
-from durable_agents.memory import InMemoryMemoryStore, MemoryStore
-from durable_agents.memory.dynamodb import DynamoDBMemoryStore
+from durable_agents_local import moto_server
+from durable_agents_local.template import create_journal_table, load_template, table_definition
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "template.yaml"

@@ -33,7 +33,7 @@ from agents.tools import (
 )
 from durable_agents import DurableContext, ToolCall, ToolResult, agent, tool
 from durable_agents.agent import register_model_config, register_prompt
-from durable_agents.llm.loop import run_tool_loop
+from durable_agents.engine.tool_loop import run_tool_loop
 from durable_agents.llm.types import LlmRequest, Message, ModelConfig
 
 APPROVAL_THRESHOLD_CENTS = 5_000

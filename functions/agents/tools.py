@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, Field
 
-from durable_agents.side_effects.tools import (
+from durable_agents.tools import (
     Found,
     LookupResult,
     NotFound,

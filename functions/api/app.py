@@ -48,8 +48,36 @@ from api.routes.common import json_body as _json_body
 from api.routes.common import ok as _ok
 from api.routes.limits import PayloadTooLargeError
 from api.routes.tenancy import TenantNotMappedError, check_effect_owner, collect, iam_caller
-from durable_agents.cancellation import RunNotCancellableError
-from durable_agents.deployment import Settings, build_runtime, import_agent_modules
+from durable_agents.admin.review import (
+    Decision,
+    NotAReviewerError,
+    ReviewAlreadyDecidedError,
+    ReviewRequest,
+    ReviewResultError,
+    resolve,
+)
+from durable_agents.admin.views import effect_view
+from durable_agents.auth.deciders import (
+    AuthenticationError,
+    AuthUnavailableError,
+    NotAnApproverError,
+)
+from durable_agents.aws.deployment import Settings, build_runtime, import_agent_modules
+from durable_agents.aws.telemetry import RunsStarted
+from durable_agents.core.log_context import LOG_LOCATION
+from durable_agents.core.models import SideEffectRecord, WaitStatus
+from durable_agents.core.principals import Principal, iam_patterns
+from durable_agents.core.scrub import ScrubFilter
+from durable_agents.engine.cancellation import RunNotCancellableError
+from durable_agents.engine.events import step_ready
+from durable_agents.engine.inbox import (
+    EventIdConflictError,
+    EventSendContendedError,
+    RunNotAcceptingEventsError,
+    TooManyEventNamesError,
+)
+from durable_agents.engine.operations.wait_records import WaitGoneError, closed_for_finished_run
+from durable_agents.engine.runtime import InputValidationError, Runtime
 from durable_agents.errors import (
     AgentNotFoundError,
     EffectNotFoundError,
@@ -62,36 +90,8 @@ from durable_agents.errors import (
     VersionUnavailableError,
     WaitNotFoundError,
 )
-from durable_agents.events import step_ready
-from durable_agents.lambda_telemetry import RunsStarted
-from durable_agents.log_context import LOG_LOCATION
 from durable_agents.migrations import MigrationNotFoundError, MigrationRefusedError
-from durable_agents.models import SideEffectRecord, WaitStatus
-from durable_agents.run_inbox import (
-    EventIdConflictError,
-    EventSendContendedError,
-    RunNotAcceptingEventsError,
-    TooManyEventNamesError,
-)
-from durable_agents.runtime import InputValidationError, Runtime
-from durable_agents.scrub import ScrubFilter
-from durable_agents.side_effects.review import (
-    Decision,
-    NotAReviewerError,
-    ReviewAlreadyDecidedError,
-    ReviewRequest,
-    ReviewResultError,
-    resolve,
-)
-from durable_agents.side_effects.tools import default_tools
-from durable_agents.views import effect_view
-from durable_agents.waits.auth import (
-    AuthenticationError,
-    AuthUnavailableError,
-    NotAnApproverError,
-)
-from durable_agents.waits.principals import Principal, iam_patterns
-from durable_agents.waits.records import WaitGoneError, closed_for_finished_run
+from durable_agents.tools import default_tools
 
 
 class ThreadSafeRestResolver(APIGatewayRestResolver):
@@ -166,8 +166,8 @@ class ThreadSafeRestResolver(APIGatewayRestResolver):
         return super().resolve(event, context)
 
 
-logger = Logger(location=LOG_LOCATION)  # file:function:line (durable_agents.log_context)
-# Revealed secrets are masked in every line this function writes (durable_agents.scrub).
+logger = Logger(location=LOG_LOCATION)  # file:function:line (durable_agents.core.log_context)
+# Revealed secrets are masked in every line this function writes (durable_agents.core.scrub).
 logger.registered_handler.addFilter(ScrubFilter())
 tracer = Tracer()
 app = ThreadSafeRestResolver()
@@ -187,7 +187,7 @@ def get_runtime() -> Runtime:
     """Builds the runtime once per execution environment (on first use, not at import)."""
     global _runtime  # noqa: PLW0603 - one runtime per Lambda execution environment
     if _runtime is None:
-        # RunsStarted by agent, for every run a request creates (durable_agents.lambda_telemetry).
+        # RunsStarted by agent, for every run a request creates (durable_agents.aws.telemetry).
         _runtime = build_runtime(Settings.from_env(), logger=logger, plugins=[RunsStarted()])
     return _runtime
 
@@ -249,7 +249,7 @@ def _gone_message(record: Any) -> str:
             f"({(record.outcome or {}).get('run_status')}), so nothing can be decided for it "
             "any more"
         )
-    if record.status is WaitStatus.EXPIRED and closed:  # durable_agents.cancellation
+    if record.status is WaitStatus.EXPIRED and closed:  # durable_agents.engine.cancellation
         return f"{noun} {record.wait_id} was closed: its run was stopped ({closed})"
     if record.status is WaitStatus.EXPIRED:
         return f"{noun} {record.wait_id} expired: its deadline passed before it was settled"

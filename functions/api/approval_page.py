@@ -20,8 +20,8 @@ from datetime import UTC, datetime
 from html import escape
 from typing import Any, Literal
 
-from durable_agents.models import WaitRecord, WaitStatus
-from durable_agents.views import iso
+from durable_agents.core.clock import iso
+from durable_agents.core.models import WaitRecord, WaitStatus
 
 Tone = Literal["info", "success", "warning", "error"]
 

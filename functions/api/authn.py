@@ -18,9 +18,8 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import APIGatewayRestResolver
 from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
 
-from durable_agents.waits.auth import principal_from_iam
+from durable_agents.auth.deciders import principal_from_iam
 
-# The paths API Gateway passes through unauthenticated (template.yaml, ``Authorizer: NONE``);
 # their routes authenticate the JWT (/people) or the signed link (/links) themselves.
 PUBLIC_PATH_PREFIXES = ("/people/", "/links/")
 

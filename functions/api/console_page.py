@@ -20,8 +20,8 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from api.approval_page import page_headers
-from durable_agents.models import RunHeader, RunStatus, SideEffectRecord, WaitRecord
-from durable_agents.views import iso
+from durable_agents.core.clock import iso
+from durable_agents.core.models import RunHeader, RunStatus, SideEffectRecord, WaitRecord
 
 STYLE = """
 :root{color-scheme:light;--fg:#1c2024;--muted:#5b6470;--line:#dfe3e8;--bg:#f4f5f7;--card:#fff;

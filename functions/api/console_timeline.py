@@ -1,6 +1,7 @@
 """HTML of one run in the console: its state, then each operation in program order.
 
-For every operation (``durable_agents.invocation.group_entries`` over the journal): kind, name,
+For every operation (``durable_agents.engine.invocation.group_entries`` over the journal): kind,
+name,
 attempts, when it started and ended and how long it took, what it waits for (a timer's fire
 time, the next attempt's time, the lease of the running attempt) as full ISO dates, the tool
 call's side-effect status, idempotency key and external id, the child run an ``invoke`` started
@@ -18,9 +19,9 @@ from typing import Any
 from urllib.parse import quote
 
 from api.console_page import e, facts, notice, page, pill, pretty, run_link, when
-from durable_agents.models import OpKind, RunSnapshot
-from durable_agents.replay_index import OpRecord, group_entries
-from durable_agents.time_limits import deadline_ms
+from durable_agents.core.models import OpKind, RunSnapshot
+from durable_agents.engine.replay_index import OpRecord, group_entries
+from durable_agents.engine.time_limits import deadline_ms
 
 MAX_TEXT_CHARS = 20_000
 STOPPABLE = {"RUNNING", "SUSPENDED"}

@@ -64,7 +64,7 @@ def operations() -> dict[tuple[str, str], Operation]:
     from api.routes.run_query import MAX_VERSION_CHARS  # noqa: PLC0415
     from api.routes.run_stops import StopRunRequest  # noqa: PLC0415
     from api.routes.runs import MigrateRunRequest, StartRunRequest  # noqa: PLC0415
-    from durable_agents.models import RunStatus  # noqa: PLC0415
+    from durable_agents.core.models import RunStatus  # noqa: PLC0415
 
     statuses = [s.value for s in RunStatus]
     decided = (404, 409, 410, 413, 422)

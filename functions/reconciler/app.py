@@ -10,19 +10,18 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from durable_agents.deployment import Settings, build_runtime, import_agent_modules
+from durable_agents.admin.gauges import measure
+from durable_agents.admin.reconciler import expire_wait, sweep, wake_run
+from durable_agents.aws.deployment import Settings, build_runtime, import_agent_modules
+from durable_agents.aws.telemetry import emit_single_metric, flush_metrics_safely, trace_safely
+from durable_agents.core.log_context import LOG_LOCATION, LogContextFilter
+from durable_agents.core.scrub import ScrubFilter
+from durable_agents.engine.runtime import Runtime
 from durable_agents.errors import InfrastructureError, InvocationRetryError
-from durable_agents.gauges import measure
-from durable_agents.lambda_telemetry import emit_single_metric, flush_metrics_safely, trace_safely
-from durable_agents.log_context import LOG_LOCATION, LogContextFilter
-from durable_agents.reconciler import expire_wait, sweep, wake_run
-from durable_agents.runtime import Runtime
-from durable_agents.scrub import ScrubFilter
 
-# A line's location is the file, function and line that wrote it (an agent's own line for
 # ctx.logger), and every line of an invocation names its run, agent and operation.
 logger = Logger(location=LOG_LOCATION)
-# Revealed secrets are masked in every line this function writes (durable_agents.scrub).
+# Revealed secrets are masked in every line this function writes (durable_agents.core.scrub).
 logger.registered_handler.addFilter(ScrubFilter())
 logger.registered_handler.addFilter(LogContextFilter())
 tracer = Tracer()

@@ -10,13 +10,13 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from durable_agents.aws.outbox import events_from_stream, relay
+from durable_agents.core.log_context import LOG_LOCATION
+from durable_agents.core.scrub import ScrubFilter
 from durable_agents.errors import ConfigurationError
-from durable_agents.log_context import LOG_LOCATION
-from durable_agents.outbox import events_from_stream, relay
-from durable_agents.scrub import ScrubFilter
 
-logger = Logger(location=LOG_LOCATION)  # file:function:line (durable_agents.log_context)
-# Revealed secrets are masked in every line this function writes (durable_agents.scrub).
+logger = Logger(location=LOG_LOCATION)  # file:function:line (durable_agents.core.log_context)
+# Revealed secrets are masked in every line this function writes (durable_agents.core.scrub).
 logger.registered_handler.addFilter(ScrubFilter())
 tracer = Tracer()
 metrics = Metrics()

@@ -14,18 +14,17 @@ from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
-from durable_agents.deployment import Settings, build_runtime, import_agent_modules
+from durable_agents.aws.deployment import Settings, build_runtime, import_agent_modules
+from durable_agents.aws.telemetry import PowertoolsPlugin, flush_metrics_safely, trace_safely
+from durable_agents.core.log_context import LOG_LOCATION, LogContextFilter
+from durable_agents.core.scrub import ScrubFilter
+from durable_agents.engine.events import STEP_READY
+from durable_agents.engine.runtime import Runtime
 from durable_agents.errors import InfrastructureError, InvocationRetryError, RunNotFoundError
-from durable_agents.events import STEP_READY
-from durable_agents.lambda_telemetry import PowertoolsPlugin, flush_metrics_safely, trace_safely
-from durable_agents.log_context import LOG_LOCATION, LogContextFilter
-from durable_agents.runtime import Runtime
-from durable_agents.scrub import ScrubFilter
 
-# A line's location is the file, function and line that wrote it (an agent's own line for
 # ctx.logger), and every line of an invocation names its run, agent and operation.
 logger = Logger(location=LOG_LOCATION)
-# Revealed secrets are masked in every line this function writes (durable_agents.scrub).
+# Revealed secrets are masked in every line this function writes (durable_agents.core.scrub).
 logger.registered_handler.addFilter(ScrubFilter())
 logger.registered_handler.addFilter(LogContextFilter())
 tracer = Tracer()

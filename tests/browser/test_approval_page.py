@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from durable_agents.local.moto_server import MotoProcess, free_port
-from durable_agents.local.processes import ServicesProcess, WorkerProcess, http_json
-from durable_agents.local.services import ServicesHandle
+from durable_agents_local.moto_server import MotoProcess, free_port
+from durable_agents_local.processes import ServicesProcess, WorkerProcess, http_json
+from durable_agents_local.services import ServicesHandle
 from tests.integration.local_stack import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,8 +20,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from durable_agents.local.processes import WorkerProcess, http_json
-from durable_agents.local.services import ServicesHandle
+from durable_agents_local.processes import WorkerProcess, http_json
+from durable_agents_local.services import ServicesHandle
 from tests.browser.test_approval_page import (  # noqa: F401 - the fixtures
     CSS,
     MESSAGE,

@@ -22,11 +22,11 @@ import pytest
 from pydantic import BaseModel
 
 from durable_agents import NO_RETRY, AgentRegistry, DurableContext, agent
+from durable_agents.core.models import EntryType
+from durable_agents.engine.operations.parallel import BatchResult, CompletionPolicy
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import EntryType
-from durable_agents.operations.parallel import BatchResult, CompletionPolicy
-from durable_agents.testing import AgentTestRunner, TestResult
+from durable_agents_local.testing import AgentTestRunner, TestResult
 from tests.contract.test_item_size import assert_every_item_fits
 
 MARK = "counted:"

@@ -1,4 +1,4 @@
-"""Cancel and terminate on both journal backends (durable_agents.cancellation)."""
+"""Cancel and terminate on both journal backends (durable_agents.engine.cancellation)."""
 
 from __future__ import annotations
 
@@ -8,19 +8,19 @@ from typing import Any
 import pytest
 
 from durable_agents import AgentRegistry, DurableContext, agent
-from durable_agents.cancellation import (
+from durable_agents.admin.reconciler import sweep
+from durable_agents.core.models import EffectStatus, OpKind, RunChange, RunStatus, WaitStatus
+from durable_agents.engine.cancellation import (
     RUN_CANCELLED,
     RunNotCancellableError,
     request_stop,
 )
+from durable_agents.engine.events import RUN_FINISHED, CollectingPublisher
+from durable_agents.engine.operations.approval import record_decision
+from durable_agents.engine.operations.wait_records import WaitGoneError
 from durable_agents.errors import RunCancelledError, RunStateConflictError
-from durable_agents.events import RUN_FINISHED, CollectingPublisher
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import EffectStatus, OpKind, RunChange, RunStatus, WaitStatus
-from durable_agents.reconciler import sweep
-from durable_agents.testing import AgentTestRunner, Crash, SimulatedCrash
-from durable_agents.waits.approval import record_decision
-from durable_agents.waits.records import WaitGoneError
+from durable_agents_local.testing import AgentTestRunner, Crash, SimulatedCrash
 
 DAY = 24 * 3600
 
@@ -287,7 +287,7 @@ def test_a_cancel_inside_a_batch_ends_the_batch_not_one_branch(journal: JournalS
 
 def _crash_inside_the_tool(journal: JournalStore) -> tuple[AgentTestRunner, str, Any]:
     """A run whose worker died after the provider acted: its call is left PREPARED."""
-    from durable_agents.testing_views import _CrashHooks
+    from durable_agents_local.testing_views import _CrashHooks
     from tests.contract.test_side_effects_contract import Provider, declare, pay_agent
 
     provider = Provider(dedupe=True)

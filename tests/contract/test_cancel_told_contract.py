@@ -24,15 +24,15 @@ import boto3
 import pytest
 
 from durable_agents import AgentRegistry, CompletionPolicy, DurableContext, agent
-from durable_agents.cancellation import prepare, request_stop
-from durable_agents.clock import SkipClock
+from durable_agents.core.clock import SkipClock
+from durable_agents.core.models import OpKind, RunStatus
+from durable_agents.engine.cancellation import prepare, request_stop
+from durable_agents.engine.events import CollectingPublisher
+from durable_agents.engine.runtime import Runtime
 from durable_agents.errors import RunCancelledError
-from durable_agents.events import CollectingPublisher
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import OpKind, RunStatus
-from durable_agents.runtime import Runtime
-from durable_agents.testing import AgentTestRunner
+from durable_agents_local.testing import AgentTestRunner
 
 DAY = 24 * 3600
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from agents.concierge import concierge
-from durable_agents.invocation import InvocationHooks
+from durable_agents.engine.invocation import InvocationHooks
+from durable_agents.engine.memory_store import MemoryStore, namespace_for
 from durable_agents.journal.store import JournalStore
-from durable_agents.memory import MemoryStore, namespace_for
-from durable_agents.testing import AgentTestRunner
+from durable_agents_local.testing import AgentTestRunner
 
 
 @pytest.fixture

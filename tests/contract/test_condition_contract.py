@@ -22,7 +22,7 @@ from durable_agents import (
     agent,
 )
 from durable_agents.journal.store import JournalStore
-from durable_agents.testing import AgentTestRunner
+from durable_agents_local.testing import AgentTestRunner
 
 
 class FlakyStatusError(RuntimeError):
@@ -213,8 +213,8 @@ def test_exactly_one_of_until_and_wait_strategy(kwargs: dict[str, Any]) -> None:
 
 
 def test_the_module_s_examples_run() -> None:
-    from durable_agents import context_waits
-    from durable_agents.operations import condition
+    from durable_agents.engine import context_waits
+    from durable_agents.engine.operations import condition
 
     assert doctest.testmod(condition).failed == 0
     assert doctest.testmod(context_waits).failed == 0

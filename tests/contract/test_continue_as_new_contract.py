@@ -19,11 +19,11 @@ from durable_agents import (
     Secret,
     agent,
 )
+from durable_agents.core.models import EntryType, OpKind, RunStatus
+from durable_agents.engine.inbox import send_event
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import EntryType, OpKind, RunStatus
-from durable_agents.run_inbox import send_event
-from durable_agents.testing import AgentTestRunner
+from durable_agents_local.testing import AgentTestRunner
 from tests.contract.looping_agent import Counter, looping_agent
 
 
@@ -205,8 +205,8 @@ def test_a_delivery_after_the_switch_forks_nothing(journal: JournalStore) -> Non
 
 def test_a_switch_decided_on_a_stale_read_is_refused(journal: JournalStore) -> None:
     """Two invocations reach ``continue_as_new`` on the same read: exactly one switches."""
-    from durable_agents.generations import ContinueAsNew, switch_generation
-    from durable_agents.invocation import Invocation
+    from durable_agents.engine.generations import ContinueAsNew, switch_generation
+    from durable_agents.engine.invocation import Invocation
 
     runner = AgentTestRunner(looping_agent(per_generation=1, until=3), journal=journal)
     header, _ = runner.runtime.start_run("looper", {"n": 0})

@@ -21,9 +21,9 @@ from durable_agents import (
     agent,
     tool,
 )
+from durable_agents.core.models import RunStatus
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import RunStatus
-from durable_agents.testing import AgentTestRunner
+from durable_agents_local.testing import AgentTestRunner
 from tests.contract.looping_agent import Counter, looping_agent
 
 
@@ -32,7 +32,7 @@ class Note(BaseModel):
 
 
 def test_the_published_status_survives_a_switch(journal: JournalStore) -> None:
-    from durable_agents.generations import published_status
+    from durable_agents.engine.generations import published_status
 
     @agent(name="status-gen", version="1", registry=AgentRegistry())
     def status_gen(ctx: DurableContext, state: dict[str, int]) -> int:
@@ -93,7 +93,7 @@ def test_a_tool_call_of_each_generation_has_its_own_record_and_key(
 def test_the_switch_waits_while_a_tool_call_of_its_generation_is_prepared(
     journal: JournalStore,
 ) -> None:
-    from durable_agents.models import EffectChange, EffectStatus, SideEffectRecord
+    from durable_agents.core.models import EffectChange, EffectStatus, SideEffectRecord
 
     runner = AgentTestRunner(looping_agent(per_generation=1, until=2), journal=journal)
     header, _ = runner.runtime.start_run("looper", {"n": 0})
@@ -155,8 +155,9 @@ def test_a_migration_record_belongs_to_the_generation_it_changes(journal: Journa
 def test_a_migration_dry_run_whose_new_code_continues_as_new_concludes_so(
     journal: JournalStore,
 ) -> None:
-    from durable_agents import Runtime, SkipClock
-    from durable_agents.migration_commit import migrate_run
+    from durable_agents import SkipClock
+    from durable_agents.admin.migration_commit import migrate_run
+    from durable_agents.engine.runtime import Runtime
     from durable_agents.migrations import MigrationPlan, RecordedRun, migration
     from tests.contract.test_versions_contract import approve, drive
 
@@ -224,10 +225,10 @@ def test_deterministic_values_differ_from_one_generation_to_the_next(
 
 def test_a_load_that_raced_the_switch_replays_to_it_and_reloads(journal: JournalStore) -> None:
     """A load that read the header before the switch and the entries after it (DynamoDB pages)."""
+    from durable_agents.core.models import RunSnapshot
+    from durable_agents.core.observability import ReplayAwareLogger
+    from durable_agents.engine.invocation import Invocation
     from durable_agents.errors import SuspendExecution
-    from durable_agents.invocation import Invocation
-    from durable_agents.models import RunSnapshot
-    from durable_agents.observability import ReplayAwareLogger
 
     definition = looping_agent(per_generation=1, until=2)
     runner = AgentTestRunner(definition, journal=journal)

@@ -20,10 +20,10 @@ from durable_agents import (
     StepSemantics,
     agent,
 )
-from durable_agents.crash_budget import CRASH_BUDGET
+from durable_agents.core.models import EntryType
+from durable_agents.engine.crash_budget import CRASH_BUDGET
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import EntryType
-from durable_agents.testing import AgentTestRunner, Crash
+from durable_agents_local.testing import AgentTestRunner, Crash
 
 
 def paying_agent(registry: AgentRegistry, calls: list[str]) -> Any:

@@ -12,12 +12,12 @@ from durable_agents import (
     DurableContext,
     ReplayDivergedError,
     RunStateConflictError,
-    Runtime,
     SkipClock,
 )
 from durable_agents import agent as agent_decorator
+from durable_agents.core.models import RunStatus
+from durable_agents.engine.runtime import Runtime
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import RunStatus
 
 AgentFn = Callable[[DurableContext, Any], Any]
 

@@ -27,8 +27,8 @@ import pytest
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.payloads import S3PayloadStore
 from durable_agents.journal.store import JournalStore
-from durable_agents.local.moto_server import MotoProcess, free_port
-from durable_agents.local.template import create_journal_table
+from durable_agents_local.moto_server import MotoProcess, free_port
+from durable_agents_local.template import create_journal_table
 from tests.contract import test_journal_contract as contract
 
 pytestmark = [pytest.mark.slow]

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from durable_agents import AgentRegistry, DurableContext, agent
-from durable_agents.crash_budget import CRASH_BUDGET, PAUSE_TYPE
+from durable_agents.admin.review import Decision, ReviewRequest, resolve
+from durable_agents.core.models import EffectStatus
+from durable_agents.engine.crash_budget import CRASH_BUDGET, PAUSE_TYPE
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import EffectStatus
-from durable_agents.side_effects.review import Decision, ReviewRequest, resolve
-from durable_agents.side_effects.tools import (
+from durable_agents.tools import (
     NotFound,
     Tool,
     ToolCall,
@@ -25,7 +25,7 @@ from durable_agents.side_effects.tools import (
     ToolResult,
     tool,
 )
-from durable_agents.testing import AgentTestRunner, Crash, SimulatedCrash, TestResult
+from durable_agents_local.testing import AgentTestRunner, Crash, SimulatedCrash, TestResult
 from tests.contract.test_side_effects_contract import (
     Payment,
     Provider,
@@ -299,9 +299,9 @@ def test_a_call_over_its_crash_budget_is_parked_even_if_the_run_is_paused(
     journal: JournalStore,
 ) -> None:
     """The reconciler may recover a call of a run paused for another reason: park it alone."""
-    from durable_agents.clock import SkipClock
-    from durable_agents.models import ErrorInfo, RunChange, RunStatus
-    from durable_agents.side_effects.protocol import SideEffectProtocol
+    from durable_agents.core.clock import SkipClock
+    from durable_agents.core.models import ErrorInfo, RunChange, RunStatus
+    from durable_agents.engine.effects.protocol import SideEffectProtocol
 
     provider = Provider(dedupe=True)
     charge, _ = declare_idempotent(provider)

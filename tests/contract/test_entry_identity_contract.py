@@ -1,7 +1,8 @@
 """Loads hand out the entries they decoded before, so replay folds only what is new.
 
 A journal entry is written once and never changed: each backend returns, for an entry it
-already handed out, that very object (``durable_agents.replay_index.WarmRecords`` relies on it
+already handed out, that very object (``durable_agents.engine.replay_index.WarmRecords`` relies on
+it
 to fold only new entries). What must never happen is an entry of another run coming back.
 """
 
@@ -11,9 +12,9 @@ import boto3
 import pytest
 
 from durable_agents import RunNotFoundError
+from durable_agents.core.models import EntryType
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import EntryType
 from tests.contract.test_journal_contract import entry, header
 
 

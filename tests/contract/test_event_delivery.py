@@ -13,14 +13,15 @@ from typing import Any
 
 import pytest
 
-from durable_agents import AgentRegistry, DurableContext, RunStatus, Runtime, SkipClock, agent
-from durable_agents.events import (
+from durable_agents import AgentRegistry, DurableContext, RunStatus, SkipClock, agent
+from durable_agents.engine.events import (
     RUN_FINISHED,
     STEP_READY,
     CollectingPublisher,
     EventPublishError,
     OutgoingEvent,
 )
+from durable_agents.engine.runtime import Runtime
 from durable_agents.journal.store import JournalStore
 
 APPROVAL_REQUESTED = "Approval Requested"

@@ -12,9 +12,9 @@ import random
 
 import pytest
 
+from durable_agents.core.models import RunChange, RunHeader, RunStatus
 from durable_agents.journal.run_listing import InvalidCursorError
 from durable_agents.journal.store import JournalStore, input_hash
-from durable_agents.models import RunChange, RunHeader, RunStatus
 
 RUNNING = RunStatus.RUNNING
 

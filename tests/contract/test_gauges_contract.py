@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from durable_agents.gauges import measure
+from durable_agents.admin.gauges import measure
 from durable_agents.journal.store import JournalStore
-from durable_agents.testing import AgentTestRunner
+from durable_agents_local.testing import AgentTestRunner
 from tests.contract.test_review_reviewers_contract import parked
 from tests.contract.test_waits_contract import approval_agent
 

@@ -8,11 +8,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from durable_agents import AgentRegistry, DurableContext, agent
+from durable_agents.engine.operations.approval import ApprovalTimeoutError
+from durable_agents.engine.operations.callback import CallbackTimeoutError
 from durable_agents.journal.store import JournalStore
-from durable_agents.side_effects.tools import ToolCall, ToolRegistry, tool
-from durable_agents.testing import AgentTestRunner, Crash
-from durable_agents.waits.approval import ApprovalTimeoutError
-from durable_agents.waits.callback import CallbackTimeoutError
+from durable_agents.tools import ToolCall, ToolRegistry, tool
+from durable_agents_local.testing import AgentTestRunner, Crash
 
 HOUR = 3600
 

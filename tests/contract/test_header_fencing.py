@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from durable_agents import AgentRegistry, DurableContext, RunStatus, Runtime, SkipClock, agent
+from durable_agents import AgentRegistry, DurableContext, RunStatus, SkipClock, agent
+from durable_agents.core.models import RunChange, RunHeader
+from durable_agents.engine.invocation import InvocationHooks
+from durable_agents.engine.runtime import OutcomeKind, Runtime
 from durable_agents.errors import RunRevisionConflictError
-from durable_agents.invocation import InvocationHooks
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import RunChange, RunHeader
-from durable_agents.runtime import OutcomeKind
 
 
 class RunsAnotherInvocation(InvocationHooks):

@@ -12,23 +12,22 @@ from __future__ import annotations
 import boto3
 import pytest
 
-from durable_agents import run_inbox
+from durable_agents.core.ids import key_id, slot_id
+from durable_agents.core.models import RunStatus
+from durable_agents.engine import inbox as run_inbox
+from durable_agents.engine.inbox import (
+    MAX_EVENT_NAMES,
+    RunNotAcceptingEventsError,
+    TooManyEventNamesError,
+    send_event,
+)
 from durable_agents.errors import WaitNotFoundError
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.dynamodb_items import ItemCodec
 from durable_agents.journal.item_size import HEADER_REST_BUDGET_BYTES, attribute_size
+from durable_agents.journal.retention import LATE_WRITE_GRACE_MS
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import RunStatus
-from durable_agents.retention import LATE_WRITE_GRACE_MS
-from durable_agents.run_inbox import (
-    MAX_EVENT_NAMES,
-    RunNotAcceptingEventsError,
-    TooManyEventNamesError,
-    key_id,
-    send_event,
-    slot_id,
-)
-from durable_agents.testing import AgentTestRunner
+from durable_agents_local.testing import AgentTestRunner
 from tests.contract.test_retention_contract import _items, expire, header, stamp_all
 from tests.contract.test_run_events_contract import chat_agent
 

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 
-from durable_agents import AgentRegistry, DurableContext, RunStatus, Runtime, SkipClock, agent
+from durable_agents import AgentRegistry, DurableContext, RunStatus, SkipClock, agent
+from durable_agents.engine.runtime import Runtime
 from durable_agents.errors import InfrastructureError
 from durable_agents.journal.dynamodb import DynamoDBJournal
 

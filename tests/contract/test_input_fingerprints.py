@@ -21,14 +21,14 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from durable_agents import AgentRegistry, DurableContext, Runtime, SkipClock
+from durable_agents import AgentRegistry, DurableContext, SkipClock
 from durable_agents import agent as agent_decorator
+from durable_agents.core.models import EntryType, RunStatus, WaitStatus
+from durable_agents.engine.operations.approval import record_decision
+from durable_agents.engine.runtime import OutcomeKind, Runtime
 from durable_agents.journal.store import JournalStore
 from durable_agents.llm import LlmRequest, Message, ModelConfig, ScriptedProvider
-from durable_agents.models import EntryType, RunStatus, WaitStatus
-from durable_agents.runtime import OutcomeKind
-from durable_agents.side_effects.tools import Tool, ToolCall, ToolRegistry, ToolResult, tool
-from durable_agents.waits.approval import record_decision
+from durable_agents.tools import Tool, ToolCall, ToolRegistry, ToolResult, tool
 
 AgentFn = Callable[[DurableContext, Any], Any]
 CONFIG = ModelConfig(name="m", version="1", provider="scripted", model_id="scripted-1")

@@ -17,15 +17,15 @@ import pytest
 from pydantic import BaseModel
 
 from durable_agents import AgentRegistry, DurableContext, agent
+from durable_agents.core.models import EffectStatus, OpKind, RunStatus, WaitStatus
+from durable_agents.engine.operations.approval import ApprovedRequestMismatchError, record_decision
+from durable_agents.engine.operations.wait_records import settle
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.item_size import ITEM_LIMIT_BYTES, item_size
 from durable_agents.journal.store import JournalStore
-from durable_agents.local.template import create_journal_table
-from durable_agents.models import EffectStatus, OpKind, RunStatus, WaitStatus
-from durable_agents.side_effects.tools import ToolCall, ToolRegistry, tool
-from durable_agents.testing import AgentTestRunner
-from durable_agents.waits.approval import ApprovedRequestMismatchError, record_decision
-from durable_agents.waits.records import settle
+from durable_agents.tools import ToolCall, ToolRegistry, tool
+from durable_agents_local.template import create_journal_table
+from durable_agents_local.testing import AgentTestRunner
 from tests.conftest import TEMPLATE
 
 KB = 1000

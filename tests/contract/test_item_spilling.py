@@ -5,10 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.journal.item_size import TRANSACTION_LIMIT_BYTES, item_size
-from durable_agents.journal.store import JournalStore
-from durable_agents.models import (
+from durable_agents.core.models import (
     EffectChange,
     EffectStatus,
     EntryType,
@@ -17,6 +14,9 @@ from durable_agents.models import (
     RunStatus,
     SideEffectRecord,
 )
+from durable_agents.journal.dynamodb import DynamoDBJournal
+from durable_agents.journal.item_size import TRANSACTION_LIMIT_BYTES, item_size
+from durable_agents.journal.store import JournalStore
 from tests.contract.test_item_size import assert_every_item_fits, stored_items, text
 from tests.contract.test_journal_contract import ACTIVE, entry, header
 

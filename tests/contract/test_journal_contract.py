@@ -10,8 +10,7 @@ from durable_agents import (
     RunNotFoundError,
     RunStateConflictError,
 )
-from durable_agents.journal.store import InvalidTransitionError, JournalStore, input_hash
-from durable_agents.models import (
+from durable_agents.core.models import (
     Entry,
     EntryType,
     ErrorInfo,
@@ -20,6 +19,7 @@ from durable_agents.models import (
     RunHeader,
     RunStatus,
 )
+from durable_agents.journal.store import InvalidTransitionError, JournalStore, input_hash
 
 ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
 

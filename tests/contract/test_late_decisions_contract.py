@@ -28,14 +28,24 @@ import boto3
 import pytest
 from pydantic import BaseModel
 
-from durable_agents import (
-    AgentRegistry,
-    CompletionPolicy,
-    DurableContext,
-    Runtime,
-    SkipClock,
-    agent,
+from durable_agents import AgentRegistry, CompletionPolicy, DurableContext, SkipClock, agent
+from durable_agents.admin.reconciler import sweep
+from durable_agents.admin.review import Decision, ReviewRequest, resolve
+from durable_agents.core.models import (
+    EffectStatus,
+    RunStatus,
+    WaitChange,
+    WaitRecord,
+    WaitStatus,
 )
+from durable_agents.engine.operations.approval import expire_approval, record_decision
+from durable_agents.engine.operations.callback import complete_callback, heartbeat
+from durable_agents.engine.operations.wait_records import (
+    RUN_FINISHED,
+    WaitGoneError,
+    closed_for_finished_run,
+)
+from durable_agents.engine.runtime import Runtime
 from durable_agents.errors import (
     EffectNotFoundError,
     RunNotFoundError,
@@ -45,22 +55,14 @@ from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.dynamodb_late_writes import RunExpiries
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.payloads import S3PayloadStore
-from durable_agents.journal.store import JournalStore
-from durable_agents.models import (
-    EffectStatus,
-    RunStatus,
-    WaitChange,
-    WaitRecord,
-    WaitStatus,
+from durable_agents.journal.retention import (
+    LATE_WRITE_GRACE_MS,
+    RETENTION_TAG,
+    UNFINISHED_TRUSTED_S,
 )
-from durable_agents.reconciler import sweep
-from durable_agents.retention import LATE_WRITE_GRACE_MS, RETENTION_TAG, UNFINISHED_TRUSTED_S
-from durable_agents.side_effects.review import Decision, ReviewRequest, resolve
-from durable_agents.side_effects.tools import ToolCall, default_tools, tool
-from durable_agents.testing import AgentTestRunner, Crash
-from durable_agents.waits.approval import expire_approval, record_decision
-from durable_agents.waits.callback import complete_callback, heartbeat
-from durable_agents.waits.records import RUN_FINISHED, WaitGoneError, closed_for_finished_run
+from durable_agents.journal.store import JournalStore
+from durable_agents.tools import ToolCall, default_tools, tool
+from durable_agents_local.testing import AgentTestRunner, Crash
 from tests.contract.test_retention_contract import (
     FINISH,
     _items,

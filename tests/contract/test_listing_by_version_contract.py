@@ -7,8 +7,8 @@ that following the cursors yields every matching run exactly once, and nothing e
 
 from __future__ import annotations
 
+from durable_agents.core.models import RunChange, RunHeader, RunStatus
 from durable_agents.journal.store import JournalStore, input_hash
-from durable_agents.models import RunChange, RunHeader, RunStatus
 
 
 def header(run_id: str, agent: str, version: str, at: int, tenant: str = "default") -> RunHeader:

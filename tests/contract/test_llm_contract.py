@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from durable_agents import AgentRegistry, ConfigurationError, DurableContext, agent
+from durable_agents.core.models import EntryType
 from durable_agents.journal.store import JournalStore
 from durable_agents.llm import (
     MODEL_RETRY,
@@ -26,8 +27,7 @@ from durable_agents.llm import (
     ScriptMismatchError,
     ToolSpec,
 )
-from durable_agents.models import EntryType
-from durable_agents.testing import AgentTestRunner, Crash, CrashPoint
+from durable_agents_local.testing import AgentTestRunner, Crash, CrashPoint
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "fixtures" / "scripts"
 CONFIG = ModelConfig(

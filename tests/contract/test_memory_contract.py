@@ -5,9 +5,8 @@ from __future__ import annotations
 import boto3
 import pytest
 
-from durable_agents.memory import MemoryStore, namespace_for
-from durable_agents.memory.dynamodb import DynamoDBMemoryStore
-from durable_agents.memory.store import check_key
+from durable_agents.aws.memory_table import DynamoDBMemoryStore
+from durable_agents.engine.memory_store import MemoryStore, check_key, namespace_for
 
 NOW = 1_800_000_000_000  # ms
 NS = namespace_for("acme", "user:alice")
@@ -93,7 +92,7 @@ def test_a_scope_cannot_reach_into_another_namespace(scope: str) -> None:
 
 
 def test_the_deployment_builds_the_dynamodb_store_from_memory_table(aws: None) -> None:
-    from durable_agents.deployment import Settings, build_runtime
+    from durable_agents.aws.deployment import Settings, build_runtime
 
     env = {"JOURNAL_TABLE": "journal", "EVENT_BUS_NAME": "bus", "MEMORY_TABLE": "memory"}
     settings = Settings.from_env(env)

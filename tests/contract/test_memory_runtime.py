@@ -7,11 +7,11 @@ from typing import Any
 import pytest
 
 from durable_agents import AgentRegistry, DurableContext, RunStatus, Secret, agent
+from durable_agents.core.models import OpKind
+from durable_agents.engine.memory_store import InMemoryMemoryStore, namespace_for
 from durable_agents.errors import PayloadError
 from durable_agents.journal.store import JournalStore
-from durable_agents.memory import InMemoryMemoryStore, namespace_for
-from durable_agents.models import OpKind
-from durable_agents.testing import AgentTestRunner, Crash
+from durable_agents_local.testing import AgentTestRunner, Crash
 
 NS = namespace_for("default", "user:alice")
 

@@ -7,13 +7,16 @@ from typing import Any
 
 import pytest
 
-from durable_agents import AgentRegistry, DurableContext, Runtime, SkipClock
+from durable_agents import AgentRegistry, DurableContext, SkipClock
 from durable_agents import agent as agent_decorator
+from durable_agents.admin.migration_commit import migrate_run
+from durable_agents.admin.views import history
+from durable_agents.core.models import EntryType, OpKind, RunStatus
+from durable_agents.engine.events import CollectingPublisher
+from durable_agents.engine.invocation import Invocation
+from durable_agents.engine.runtime import Runtime
 from durable_agents.errors import SuspendExecution
-from durable_agents.events import CollectingPublisher
-from durable_agents.invocation import Invocation
 from durable_agents.journal.store import JournalStore
-from durable_agents.migration_commit import migrate_run
 from durable_agents.migrations import (
     MigrationNotFoundError,
     MigrationPlan,
@@ -21,8 +24,6 @@ from durable_agents.migrations import (
     RecordedRun,
     migration,
 )
-from durable_agents.models import EntryType, OpKind, RunStatus
-from durable_agents.views import history
 from tests.contract.test_versions_contract import approve, drive, v1, v2
 
 

@@ -15,13 +15,19 @@ from typing import Any
 
 import pytest
 
-from durable_agents import AgentRegistry, DurableContext, Runtime, SkipClock
+from durable_agents import AgentRegistry, DurableContext, SkipClock
 from durable_agents import agent as agent_decorator
+from durable_agents.admin.migration_commit import migrate_run
+from durable_agents.core.models import RunStatus
+from durable_agents.engine.memory_store import InMemoryMemoryStore
+from durable_agents.engine.runtime import Runtime
 from durable_agents.journal.store import JournalStore
-from durable_agents.memory.store import InMemoryMemoryStore
-from durable_agents.migration_commit import migrate_run
-from durable_agents.migrations import MigrationPlan, MigrationRefusedError, RecordedRun, migration
-from durable_agents.models import RunStatus
+from durable_agents.migrations import (
+    MigrationPlan,
+    MigrationRefusedError,
+    RecordedRun,
+    migration,
+)
 from tests.contract.test_versions_contract import approve, drive
 
 

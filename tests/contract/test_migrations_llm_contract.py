@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable_agents import AgentRegistry, DurableContext, Runtime, SkipClock
+from durable_agents import AgentRegistry, DurableContext, SkipClock
 from durable_agents import agent as agent_decorator
+from durable_agents.admin.migration_commit import migrate_run
 from durable_agents.agent import register_model_config
+from durable_agents.core.models import RunStatus
+from durable_agents.engine.runtime import OutcomeKind, Runtime
 from durable_agents.journal.store import JournalStore
 from durable_agents.llm.scripted import ScriptedProvider
 from durable_agents.llm.types import LlmRequest, Message, ModelConfig
-from durable_agents.migration_commit import migrate_run
 from durable_agents.migrations import MigrationPlan, RecordedRun, migration
-from durable_agents.models import RunStatus
-from durable_agents.runtime import OutcomeKind
 from tests.contract.test_versions_contract import approve, drive
 
 MODEL = ModelConfig(name="m", version="1", provider="scripted", model_id="scripted-m")

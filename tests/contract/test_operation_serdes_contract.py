@@ -10,11 +10,11 @@ from decimal import Decimal
 from typing import Any
 
 from durable_agents import AgentRegistry, DurableContext, agent
+from durable_agents.core.models import WaitStatus
+from durable_agents.core.serde_values import TAG
+from durable_agents.engine.operations.callback import complete_callback
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import WaitStatus
-from durable_agents.serde_values import TAG
-from durable_agents.testing import AgentTestRunner
-from durable_agents.waits.callback import complete_callback
+from durable_agents_local.testing import AgentTestRunner
 
 HOUR = 3600
 ISO_DATE = (lambda d: f'"{d.isoformat()}"', lambda t: date.fromisoformat(t.strip('"')))

@@ -9,9 +9,13 @@ from typing import Any
 import pytest
 
 from durable_agents import AgentRegistry, DurableContext, RetryPolicy, agent
+from durable_agents.engine.operations.parallel import (
+    BatchFailedError,
+    BatchResult,
+    CompletionPolicy,
+)
 from durable_agents.journal.store import JournalStore
-from durable_agents.operations.parallel import BatchFailedError, BatchResult, CompletionPolicy
-from durable_agents.testing import AgentTestRunner, Crash
+from durable_agents_local.testing import AgentTestRunner, Crash
 
 
 def counting() -> tuple[Counter[str], Any]:

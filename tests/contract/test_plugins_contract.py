@@ -15,8 +15,8 @@ import pytest
 from pydantic import BaseModel
 
 from durable_agents import AgentRegistry, DurableContext, RetryPolicy, agent
+from durable_agents.engine.invocation import Reason
 from durable_agents.errors import SuspendExecution
-from durable_agents.invocation import Reason
 from durable_agents.journal.store import JournalStore
 from durable_agents.plugins import (
     AttemptEndInfo,
@@ -27,8 +27,8 @@ from durable_agents.plugins import (
     OperationStartInfo,
     Plugin,
 )
-from durable_agents.side_effects.tools import ToolCall, ToolRegistry, ToolResult, tool
-from durable_agents.testing import AgentTestRunner, Crash, TestResult
+from durable_agents.tools import ToolCall, ToolRegistry, ToolResult, tool
+from durable_agents_local.testing import AgentTestRunner, Crash, TestResult
 
 MODES = ["continuous", "faithful"]
 HOOKS = (
@@ -295,7 +295,7 @@ def test_a_plugin_can_skip_replayed_operations(journal: JournalStore, mode: str)
 def test_replayed_operations_build_no_reports_when_no_plugin_wants_them(
     journal: JournalStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from durable_agents import plugin_calls
+    from durable_agents.engine import plugin_calls
 
     built: list[bool] = []
 
@@ -336,7 +336,7 @@ def test_an_interrupted_attempt_is_reported_when_the_next_one_is_claimed(
 def test_a_failure_of_the_instrumentation_itself_changes_nothing(
     journal: JournalStore, mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from durable_agents import plugin_calls
+    from durable_agents.engine import plugin_calls
 
     baseline = run(journal, mode, [])
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from durable_agents.journal.store import JournalStore, Page, input_hash
-from durable_agents.models import (
+from durable_agents.core.models import (
     EffectChange,
     EffectStatus,
     RunChange,
@@ -22,6 +21,7 @@ from durable_agents.models import (
     WaitRecord,
     WaitStatus,
 )
+from durable_agents.journal.store import JournalStore, Page, input_hash
 
 T = TypeVar("T")
 ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})

@@ -12,11 +12,8 @@ from typing import Any
 import boto3
 import pytest
 
-from durable_agents.errors import RunNotFoundError, WaitNotFoundError
-from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.journal.memory import InMemoryJournal
-from durable_agents.journal.store import JournalStore, input_hash
-from durable_agents.models import (
+from durable_agents.core.ids import wait_id
+from durable_agents.core.models import (
     EffectChange,
     EffectStatus,
     Entry,
@@ -30,8 +27,11 @@ from durable_agents.models import (
     WaitRecord,
     WaitStatus,
 )
-from durable_agents.retention import DAY_S, DEFAULT_RETENTION_S, LATE_WRITE_GRACE_MS
-from durable_agents.waits.records import wait_id
+from durable_agents.errors import RunNotFoundError, WaitNotFoundError
+from durable_agents.journal.dynamodb import DynamoDBJournal
+from durable_agents.journal.memory import InMemoryJournal
+from durable_agents.journal.retention import DAY_S, DEFAULT_RETENTION_S, LATE_WRITE_GRACE_MS
+from durable_agents.journal.store import JournalStore, input_hash
 
 START, FINISH = 1_000_000, 2_000_500
 ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})

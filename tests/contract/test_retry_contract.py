@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from durable_agents import AgentRegistry, DurableContext, RetryPolicy, agent
+from durable_agents.core.models import EntryType, RunStatus
+from durable_agents.core.semantics import StepSemantics
 from durable_agents.errors import DurableError
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import EntryType, RunStatus
-from durable_agents.semantics import StepSemantics
-from durable_agents.testing import AgentTestRunner, Crash
+from durable_agents_local.testing import AgentTestRunner, Crash
 
 
 def failed_attempts(journal: JournalStore, run_id: str, name: str) -> list[Any]:

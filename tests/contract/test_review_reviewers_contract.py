@@ -13,18 +13,18 @@ from typing import Any
 import pytest
 
 from durable_agents import AgentRegistry, DurableContext, agent
-from durable_agents.journal.store import JournalStore
-from durable_agents.models import EffectChange, EffectStatus
-from durable_agents.side_effects.review import (
+from durable_agents.admin.review import (
     Decision,
     NotAReviewerError,
     ReviewRequest,
     resolve,
 )
-from durable_agents.side_effects.tools import Tool, ToolCall, ToolRegistry, ToolResult, tool
-from durable_agents.testing import AgentTestRunner, Crash, TestResult
-from durable_agents.views import effect_view
-from durable_agents.waits.principals import Principal
+from durable_agents.admin.views import effect_view
+from durable_agents.core.models import EffectChange, EffectStatus
+from durable_agents.core.principals import Principal
+from durable_agents.journal.store import JournalStore
+from durable_agents.tools import Tool, ToolCall, ToolRegistry, ToolResult, tool
+from durable_agents_local.testing import AgentTestRunner, Crash, TestResult
 from tests.contract.test_side_effects_contract import Payment, Provider, Receipt
 
 OLD = "iam:arn:aws:iam::123456789012:role/payments-oncall"

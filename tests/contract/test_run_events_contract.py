@@ -1,6 +1,6 @@
 """Messages into a running run and its published status, on both journal backends.
 
-``ctx.wait_for_event`` / ``send_event`` (``durable_agents.run_inbox``) and ``ctx.set_status`` /
+``ctx.wait_for_event`` / ``send_event`` (``durable_agents.engine.inbox``) and ``ctx.set_status`` /
 ``latest_status``: arrival order, once-only, early events kept, timeouts, replay, cancel.
 """
 
@@ -17,17 +17,13 @@ from durable_agents import (
     EventWaitTimeoutError,
     agent,
 )
+from durable_agents.core.ids import slot_id
+from durable_agents.core.models import EntryType, OpKind, RunStatus, WaitStatus
+from durable_agents.engine.inbox import EventIdConflictError, RunNotAcceptingEventsError, send_event
+from durable_agents.engine.operations.event_wait import latest_status
 from durable_agents.errors import RunCancelledError, RunNotFoundError
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import EntryType, OpKind, RunStatus, WaitStatus
-from durable_agents.operations.event_wait import latest_status
-from durable_agents.run_inbox import (
-    EventIdConflictError,
-    RunNotAcceptingEventsError,
-    send_event,
-    slot_id,
-)
-from durable_agents.testing import AgentTestRunner, Crash
+from durable_agents_local.testing import AgentTestRunner, Crash
 
 HOUR = 3600
 

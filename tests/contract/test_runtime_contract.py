@@ -15,16 +15,16 @@ from durable_agents import (
     NestedOperationError,
     RetryPolicy,
     RunStatus,
-    Runtime,
     Secret,
     SkipClock,
     StepInterruptedError,
     StepSemantics,
     agent,
 )
+from durable_agents.core.models import EntryType
+from durable_agents.engine.runtime import Runtime
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import EntryType
-from durable_agents.testing import AgentTestRunner, Crash
+from durable_agents_local.testing import AgentTestRunner, Crash
 
 MODES = ["continuous", "faithful"]
 

@@ -22,10 +22,10 @@ from durable_agents import (
     agent,
     tool,
 )
+from durable_agents.core.models import WaitStatus
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import WaitStatus
-from durable_agents.side_effects.tools import ToolRegistry
-from durable_agents.testing import AgentTestRunner
+from durable_agents.tools import ToolRegistry
+from durable_agents_local.testing import AgentTestRunner
 
 VALUE = "sk-live-4f9a-very-secret"
 
@@ -96,8 +96,8 @@ def test_pydantic_secret_fields_are_refused_not_masked(journal: JournalStore) ->
 
 
 def test_a_secret_is_refused_as_a_published_status_or_a_sent_event(journal: JournalStore) -> None:
+    from durable_agents.engine.inbox import send_event
     from durable_agents.errors import SecretSerializationError
-    from durable_agents.run_inbox import send_event
 
     @agent(name="publishes", version="1", registry=AgentRegistry())
     def publishes(ctx: DurableContext, _: Any) -> str:

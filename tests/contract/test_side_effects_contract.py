@@ -14,10 +14,10 @@ import pytest
 from pydantic import BaseModel
 
 from durable_agents import AgentRegistry, DurableContext, agent
+from durable_agents.admin.review import Decision, ReviewRequest, resolve
+from durable_agents.core.models import EffectStatus, RunStatus
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import EffectStatus, RunStatus
-from durable_agents.side_effects.review import Decision, ReviewRequest, resolve
-from durable_agents.side_effects.tools import (
+from durable_agents.tools import (
     Found,
     NotFound,
     Tool,
@@ -29,7 +29,7 @@ from durable_agents.side_effects.tools import (
     Unknown,
     tool,
 )
-from durable_agents.testing import AgentTestRunner, Crash, TestResult
+from durable_agents_local.testing import AgentTestRunner, Crash, TestResult
 
 
 class Payment(BaseModel):

@@ -8,8 +8,7 @@ moving on, a new generation) must be made on a copy.
 
 from __future__ import annotations
 
-from durable_agents.journal.store import JournalStore
-from durable_agents.models import (
+from durable_agents.core.models import (
     EffectChange,
     EffectStatus,
     EntryType,
@@ -18,6 +17,7 @@ from durable_agents.models import (
     RunStatus,
     SideEffectRecord,
 )
+from durable_agents.journal.store import JournalStore
 from tests.contract.test_journal_contract import entry, header
 from tests.unit.tail_journal import effect
 

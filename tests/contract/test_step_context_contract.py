@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from durable_agents import AgentRegistry, DurableContext, RetryPolicy, StepContext, agent
+from durable_agents.engine.runtime import LEASE_MARGIN_MS
 from durable_agents.journal.store import JournalStore
-from durable_agents.runtime import LEASE_MARGIN_MS
-from durable_agents.testing import AgentTestRunner
+from durable_agents_local.testing import AgentTestRunner
 
 MODES = ["continuous", "faithful"]
 LEASE_SECONDS = 60.0  # AgentTestRunner's default: what each invocation is told it may run

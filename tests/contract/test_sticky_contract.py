@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from durable_agents import AgentTestRunner, Crash
-from durable_agents.agent_carriers import live_agents
+from durable_agents.engine.runtime import OutcomeKind, Runtime
+from durable_agents.engine.sticky.carriers import live_agents
+from durable_agents.engine.sticky.parking import StickyRuns
 from durable_agents.journal.store import JournalStore
-from durable_agents.runtime import OutcomeKind, Runtime
-from durable_agents.sticky import StickyRuns
+from durable_agents_local.testing import AgentTestRunner, Crash
 from tests.contract.test_side_effects_contract import Provider, declare, pay_agent
 
 BEFORE: set[int] = set()

@@ -9,6 +9,7 @@ import pytest
 
 from durable_agents import AgentRegistry, DurableContext, SkipClock, agent
 from durable_agents.journal.memory import InMemoryJournal
+from durable_agents.llm.streams import DynamoDBStreamCache, InMemoryStreamCache, StreamCache
 from durable_agents.llm.types import (
     ContentBlock,
     LlmRequest,
@@ -16,8 +17,7 @@ from durable_agents.llm.types import (
     Message,
     ModelConfig,
 )
-from durable_agents.streams import DynamoDBStreamCache, InMemoryStreamCache, StreamCache
-from durable_agents.testing import AgentTestRunner, SimulatedCrash
+from durable_agents_local.testing import AgentTestRunner, SimulatedCrash
 from tests.conftest import TEMPLATE
 
 CONFIG = ModelConfig(name="m", version="1", provider="words", model_id="words-1")
@@ -60,7 +60,7 @@ def cache(request: pytest.FixtureRequest, clock: SkipClock) -> StreamCache:
         return InMemoryStreamCache(clock)
     request.getfixturevalue("aws")
     client = boto3.client("dynamodb", region_name="us-east-1")
-    from durable_agents.local.template import load_template, table_definition
+    from durable_agents_local.template import load_template, table_definition
 
     client.create_table(
         TableName="streams", **table_definition(load_template(TEMPLATE), "StreamTable")

@@ -9,11 +9,11 @@ import pytest
 from pydantic import BaseModel
 
 from durable_agents import AgentRegistry, DurableContext, RetryPolicy, agent
+from durable_agents.core.models import RunStatus
+from durable_agents.engine.operations.condition import ConditionNotMetError
+from durable_agents.engine.operations.invoke import ChildRunFailedError
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import RunStatus
-from durable_agents.operations.condition import ConditionNotMetError
-from durable_agents.operations.invoke import ChildRunFailedError
-from durable_agents.testing import AgentTestRunner, Crash
+from durable_agents_local.testing import AgentTestRunner, Crash
 
 
 class Question(BaseModel):

@@ -7,12 +7,13 @@ from collections import Counter
 import boto3
 import pytest
 
-from durable_agents import DurableContext, Runtime, agent
+from durable_agents import DurableContext, agent
+from durable_agents.core.models import RunChange, RunHeader, RunStatus
+from durable_agents.core.tenancy import DEFAULT_TENANT
+from durable_agents.engine.runtime import Runtime
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import RunChange, RunHeader, RunStatus
-from durable_agents.tenancy import DEFAULT_TENANT
-from durable_agents.testing import AgentTestRunner
+from durable_agents_local.testing import AgentTestRunner
 from tests.contract.test_subagents_contract import make_agents
 
 
@@ -132,14 +133,14 @@ def test_run_tenants_names_existing_runs_only(journal: JournalStore) -> None:
 
 
 def test_waits_and_reviews_are_paged_in_index_order(journal: JournalStore) -> None:
-    from durable_agents.models import (
+    from durable_agents.core.models import (
         EffectChange,
         EffectStatus,
         SideEffectRecord,
         WaitChange,
         WaitStatus,
     )
-    from durable_agents.waits.records import pending_wait
+    from durable_agents.engine.operations.wait_records import pending_wait
 
     for i in range(5):
         run_id = f"run-{i}"

@@ -1,4 +1,5 @@
-"""Execution time limits on both journal backends (durable_agents.time_limits, cancellation)."""
+"""Execution time limits on both journal backends (durable_agents.engine.time_limits,
+cancellation)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ from typing import Any
 import pytest
 
 from durable_agents import AgentRegistry, DurableContext, agent
-from durable_agents.cancellation import RUN_TIMED_OUT
+from durable_agents.admin.reconciler import sweep
+from durable_agents.core.models import RunStatus, WaitStatus
+from durable_agents.engine.cancellation import RUN_TIMED_OUT
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import RunStatus, WaitStatus
-from durable_agents.reconciler import sweep
-from durable_agents.testing import AgentTestRunner
+from durable_agents_local.testing import AgentTestRunner
 
 DAY_MS = 24 * 3600 * 1000
 

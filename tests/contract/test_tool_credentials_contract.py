@@ -14,11 +14,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from durable_agents import AgentRegistry, DurableContext, Secret, ToolCall, agent, tool
-from durable_agents.credentials import CallScope
+from durable_agents.core.credentials import CallScope
+from durable_agents.core.models import EffectStatus
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import EffectStatus
-from durable_agents.side_effects.tools import NotFound, ToolRegistry
-from durable_agents.testing import AgentTestRunner
+from durable_agents.tools import NotFound, ToolRegistry
+from durable_agents_local.testing import AgentTestRunner
 
 VALUE = "sk-minted-7c1e-per-call"
 # Mints of the reversible call below: 1 execute, 2 a look that waits for the settle time,

@@ -10,8 +10,8 @@ import pytest
 from pydantic import BaseModel
 
 from durable_agents import AgentRegistry, DurableContext, ToolCall, ToolRegistry, agent, tool
+from durable_agents.engine.tool_loop import run_tool_loop
 from durable_agents.journal.store import JournalStore
-from durable_agents.llm.loop import run_tool_loop
 from durable_agents.llm.types import (
     ContentBlock,
     LlmRequest,
@@ -20,7 +20,7 @@ from durable_agents.llm.types import (
     ModelConfig,
     Usage,
 )
-from durable_agents.testing import AgentTestRunner, Crash
+from durable_agents_local.testing import AgentTestRunner, Crash
 
 CONFIG = ModelConfig(name="test-model", version="1", provider="fake", model_id="fake-1")
 

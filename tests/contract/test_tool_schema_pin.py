@@ -12,11 +12,11 @@ import pytest
 from pydantic import BaseModel
 
 from durable_agents import AgentRegistry, DurableContext, ToolCall, agent, tool
-from durable_agents.invocation import InvocationHooks
+from durable_agents.core.models import EffectStatus
+from durable_agents.engine.invocation import InvocationHooks
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import EffectStatus
-from durable_agents.side_effects.tools import ToolRegistry
-from durable_agents.testing import AgentTestRunner
+from durable_agents.tools import ToolRegistry
+from durable_agents_local.testing import AgentTestRunner
 
 
 class Died(BaseException):

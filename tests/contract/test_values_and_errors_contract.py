@@ -24,14 +24,14 @@ from durable_agents import (
     AgentRegistry,
     DurableContext,
     PayloadError,
-    Runtime,
     SkipClock,
     StepError,
 )
 from durable_agents import agent as agent_decorator
+from durable_agents.core.models import EntryType, RunStatus
+from durable_agents.core.serde import DEFAULT_SERDES
+from durable_agents.engine.runtime import Runtime
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import EntryType, RunStatus
-from durable_agents.serde import DEFAULT_SERDES
 
 
 class Tier(enum.Enum):

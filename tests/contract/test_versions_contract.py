@@ -9,15 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from durable_agents import AgentRegistry, DurableContext, Runtime, SkipClock
+from durable_agents import AgentRegistry, DurableContext, SkipClock
 from durable_agents import agent as agent_decorator
+from durable_agents.admin.reconciler import sweep
 from durable_agents.agent import register_model_config, register_prompt
-from durable_agents.events import CollectingPublisher
+from durable_agents.core.models import RunStatus, WaitStatus
+from durable_agents.engine.events import CollectingPublisher
+from durable_agents.engine.operations.approval import record_decision
+from durable_agents.engine.runtime import Runtime
 from durable_agents.journal.store import JournalStore
 from durable_agents.llm.types import ModelConfig
-from durable_agents.models import RunStatus, WaitStatus
-from durable_agents.reconciler import sweep
-from durable_agents.waits.approval import record_decision
 
 AgentFn = Callable[[DurableContext, Any], Any]
 

@@ -8,7 +8,7 @@ import pytest
 
 from durable_agents import AgentRegistry, DurableContext, RetryPolicy, agent
 from durable_agents.journal.store import JournalStore
-from durable_agents.testing import AgentTestRunner, Crash
+from durable_agents_local.testing import AgentTestRunner, Crash
 
 MODES = ["continuous", "faithful"]
 
@@ -86,7 +86,7 @@ def test_the_earlier_form_keeps_its_journal_layout(journal: JournalStore) -> Non
 def test_the_docstring_examples_run() -> None:
     import doctest
 
-    from durable_agents import context_waits
+    from durable_agents.engine import context_waits
 
     results = doctest.testmod(context_waits)
     assert results.attempted >= 2 and results.failed == 0

@@ -9,15 +9,11 @@ import pytest
 from pydantic import BaseModel
 
 from durable_agents import AgentRegistry, DurableContext, agent
-from durable_agents.errors import WaitNotFoundError
-from durable_agents.journal.store import JournalStore
-from durable_agents.models import RunChange, RunStatus, WaitStatus
-from durable_agents.reconciler import sweep
-from durable_agents.side_effects.tools import ToolCall, ToolNotApprovedError, ToolRegistry, tool
-from durable_agents.testing import AgentTestRunner
-from durable_agents.views import history, run_view
-from durable_agents.waits.approval import ApprovalTimeoutError, record_decision
-from durable_agents.waits.callback import (
+from durable_agents.admin.reconciler import sweep
+from durable_agents.admin.views import history, run_view
+from durable_agents.core.models import RunChange, RunStatus, WaitStatus
+from durable_agents.engine.operations.approval import ApprovalTimeoutError, record_decision
+from durable_agents.engine.operations.callback import (
     CallbackFailedError,
     CallbackTimeoutError,
     complete_callback,
@@ -25,7 +21,11 @@ from durable_agents.waits.callback import (
     heartbeat,
     split_callback_id,
 )
-from durable_agents.waits.records import WaitGoneError
+from durable_agents.engine.operations.wait_records import WaitGoneError
+from durable_agents.errors import WaitNotFoundError
+from durable_agents.journal.store import JournalStore
+from durable_agents.tools import ToolCall, ToolNotApprovedError, ToolRegistry, tool
+from durable_agents_local.testing import AgentTestRunner
 
 HOUR = 3600
 

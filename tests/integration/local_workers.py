@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from durable_agents.local.moto_server import MotoProcess, free_port
-from durable_agents.local.processes import WorkerProcess, http_json
+from durable_agents_local.moto_server import MotoProcess, free_port
+from durable_agents_local.processes import WorkerProcess, http_json
 from tests.integration.local_stack import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,9 +26,10 @@ import sys
 
 import boto3
 
-from durable_agents import Runtime, SkipClock
-from durable_agents.events import CollectingPublisher
-from durable_agents.invocation import InvocationHooks
+from durable_agents import SkipClock
+from durable_agents.engine.events import CollectingPublisher
+from durable_agents.engine.invocation import InvocationHooks
+from durable_agents.engine.runtime import Runtime
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from tests.integration import matrix_tools
 

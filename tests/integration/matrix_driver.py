@@ -21,13 +21,13 @@ from typing import Literal
 import boto3
 import pytest
 
+from durable_agents.core.models import EffectStatus
+from durable_agents.engine.runtime import LEASE_MARGIN_MS, OutcomeKind
 from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.local.isolated_moto import IsolatedMotoServer as ThreadedMotoServer
-from durable_agents.local.services import ServicesHandle
-from durable_agents.local.template import create_journal_table
-from durable_agents.models import EffectStatus
-from durable_agents.runtime import LEASE_MARGIN_MS, OutcomeKind
-from durable_agents.testing import AgentTestRunner, Crash, CrashPoint, TestResult
+from durable_agents_local.isolated_moto import IsolatedMotoServer as ThreadedMotoServer
+from durable_agents_local.services import ServicesHandle
+from durable_agents_local.template import create_journal_table
+from durable_agents_local.testing import AgentTestRunner, Crash, CrashPoint, TestResult
 from tests.conftest import TEMPLATE
 from tests.integration import matrix_tools
 

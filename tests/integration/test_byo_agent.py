@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from durable_agents.local.moto_server import free_port
+from durable_agents_local.moto_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,7 +16,7 @@ def test_local_start_fails_before_ready_on_a_bad_agent_module() -> None:
         [
             sys.executable,
             "-m",
-            "durable_agents.cli",
+            "durable_agents_local.cli.main",
             "local",
             "--agents",
             "agents.example,agents.no_such_agents",

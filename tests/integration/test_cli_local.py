@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from durable_agents.local.moto_server import MotoProcess
-from durable_agents.local.processes import ServicesProcess, WorkerProcess
-from durable_agents.local.services import ServicesHandle
+from durable_agents_local.moto_server import MotoProcess
+from durable_agents_local.processes import ServicesProcess, WorkerProcess
+from durable_agents_local.services import ServicesHandle
 from tests.integration.local_stack import ROOT, workers
 from tests.integration.local_workers import start_run
 from tests.integration.test_local_approvals import suspended_on_approval
@@ -37,7 +37,14 @@ def worker(moto: MotoProcess, services_process: ServicesProcess) -> Iterator[Wor
 def cli(worker: WorkerProcess, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """``durable-agents ARGS --api-url <local mode>`` in a subprocess, not on a terminal."""
     return subprocess.run(
-        [sys.executable, "-m", "durable_agents.cli", *args, "--api-url", worker.base_url],
+        [
+            sys.executable,
+            "-m",
+            "durable_agents_local.cli.main",
+            *args,
+            "--api-url",
+            worker.base_url,
+        ],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -124,7 +131,8 @@ def test_an_approval_listed_not_ours_to_decide_and_its_run_cancelled(
 def test_the_cli_works_from_anywhere(worker: WorkerProcess, tmp_path: Path) -> None:
     # Not tied to the project's directory: only the Api's URL matters.
     done = subprocess.run(
-        [sys.executable, "-m", "durable_agents.cli", "--api-url", worker.base_url, "reviews",
+        [sys.executable, "-m", "durable_agents_local.cli.main", "--api-url", worker.base_url,
+         "reviews",
          "list", "--json"],
         capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
     )  # fmt: skip

@@ -16,12 +16,13 @@ from typing import Any
 import boto3
 import pytest
 
-from durable_agents import AgentRegistry, DurableContext, Runtime, agent
-from durable_agents.events import STEP_READY, CollectingPublisher
+from durable_agents import AgentRegistry, DurableContext, agent
+from durable_agents.core.models import EntryType, RunStatus
+from durable_agents.engine.events import STEP_READY, CollectingPublisher
+from durable_agents.engine.runtime import Runtime
 from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.local.isolated_moto import IsolatedMotoServer as ThreadedMotoServer
-from durable_agents.local.template import create_journal_table
-from durable_agents.models import EntryType, RunStatus
+from durable_agents_local.isolated_moto import IsolatedMotoServer as ThreadedMotoServer
+from durable_agents_local.template import create_journal_table
 from tests.conftest import TEMPLATE
 
 DUPLICATES = 5

@@ -12,9 +12,9 @@ from typing import Any
 import boto3
 import pytest
 
-from durable_agents.local.durable_store import encode_request
-from durable_agents.local.moto_server import MotoProcess, free_port
-from durable_agents.local.wal import WriteAheadLog
+from durable_agents_local.durable_store import encode_request
+from durable_agents_local.moto_server import MotoProcess, free_port
+from durable_agents_local.wal import WriteAheadLog
 
 pytestmark = [pytest.mark.slow]
 

@@ -15,9 +15,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from durable_agents.local.moto_server import MotoProcess
-from durable_agents.local.processes import WorkerProcess, http_json
-from durable_agents.local.services import ServicesHandle
+from durable_agents_local.moto_server import MotoProcess
+from durable_agents_local.processes import WorkerProcess, http_json
+from durable_agents_local.services import ServicesHandle
 from tests.integration.local_stack import wait_until, workers
 
 pytestmark = pytest.mark.slow

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from durable_agents.cli import main
-from durable_agents.local.moto_server import MotoProcess
-from durable_agents.local.processes import http_json
-from durable_agents.local.services import ServicesHandle
+from durable_agents_local.cli.main import main
+from durable_agents_local.moto_server import MotoProcess
+from durable_agents_local.processes import http_json
+from durable_agents_local.services import ServicesHandle
 from tests.integration.local_stack import wait_until, workers
 from tests.integration.test_local_approvals import suspended_on_approval
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from durable_agents.cli import main as cli_main
-from durable_agents.clock import SystemClock
-from durable_agents.local.moto_server import MotoProcess, free_port
-from durable_agents.local.processes import WorkerProcess
-from durable_agents.local.runs import RunsClient
-from durable_agents.local.services import ServicesHandle
-from durable_agents.local.verify import (
+from durable_agents.core.clock import SystemClock
+from durable_agents_local.cli.main import main as cli_main
+from durable_agents_local.moto_server import MotoProcess, free_port
+from durable_agents_local.processes import WorkerProcess
+from durable_agents_local.runs import RunsClient
+from durable_agents_local.services import ServicesHandle
+from durable_agents_local.verify import (
     crash_recovery_failures,
     prepared_at_crash_failures,
     recovered_by,

@@ -25,9 +25,9 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 
-from durable_agents.local.moto_server import MotoProcess, free_port
-from durable_agents.local.processes import ServicesProcess, WorkerProcess, http_json
-from durable_agents.local.services import ServicesHandle
+from durable_agents_local.moto_server import MotoProcess, free_port
+from durable_agents_local.processes import ServicesProcess, WorkerProcess, http_json
+from durable_agents_local.services import ServicesHandle
 from tests.integration import durability_agent
 from tests.integration.local_stack import ROOT, wait_until
 

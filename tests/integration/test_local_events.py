@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from durable_agents.local.moto_server import MotoProcess
-from durable_agents.local.processes import http_json
-from durable_agents.local.services import ServicesHandle
+from durable_agents_local.moto_server import MotoProcess
+from durable_agents_local.processes import http_json
+from durable_agents_local.services import ServicesHandle
 from tests.integration.local_stack import wait_until, workers
 
 pytestmark = pytest.mark.slow
@@ -77,7 +77,8 @@ def test_a_chat_run_answers_follow_ups_sent_into_it_once_each_in_order(
 
         # The last message through the CLI, as an operator would send it.
         sent = subprocess.run(
-            [sys.executable, "-m", "durable_agents.cli", "runs", "send-event", run_id, "message",
+            [sys.executable, "-m", "durable_agents_local.cli.main", "runs", "send-event", run_id,
+             "message",
              "--data", '{"text": "bye"}', "--event-id", "m-2", "--json", "--api-url", base],
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip

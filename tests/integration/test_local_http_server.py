@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from durable_agents.local.http_api import HOST, ApiServer, Route
+from durable_agents_local.http_api import HOST, ApiServer, Route
 
 
 class EchoFunction:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from durable_agents.local.moto_server import MotoProcess
+from durable_agents_local.moto_server import MotoProcess
 from tests.integration.local_workers import start_run, start_worker, wait_for_status
 
 pytestmark = pytest.mark.slow

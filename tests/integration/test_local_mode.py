@@ -15,15 +15,16 @@ from typing import Any
 
 import pytest
 
-from durable_agents.cli import main as cli_main
-from durable_agents.events import EventBridgePublisher, step_ready
-from durable_agents.local.aws import LocalSession
-from durable_agents.local.functions import (
+from durable_agents.aws.eventbridge import EventBridgePublisher
+from durable_agents.engine.events import step_ready
+from durable_agents_local.aws import LocalSession
+from durable_agents_local.cli.main import main as cli_main
+from durable_agents_local.functions import (
     local_name,
 )
-from durable_agents.local.moto_server import MotoProcess, free_port
-from durable_agents.local.processes import WorkerProcess, http_json
-from durable_agents.local.verify import (
+from durable_agents_local.moto_server import MotoProcess, free_port
+from durable_agents_local.processes import WorkerProcess, http_json
+from durable_agents_local.verify import (
     is_result,
     step_starts,
 )
@@ -203,7 +204,7 @@ def test_cli_reads_runs_through_the_api(
 def test_cli_reports_unknown_runs_and_a_stopped_api(
     moto: MotoProcess, worker: WorkerProcess
 ) -> None:
-    command = [sys.executable, "-m", "durable_agents.cli", "runs", "show"]
+    command = [sys.executable, "-m", "durable_agents_local.cli.main", "runs", "show"]
     unknown = subprocess.run(
         [*command, "run-0000000000000000", "--api-url", worker.base_url],
         capture_output=True,

@@ -9,18 +9,18 @@ from typing import Any
 
 import pytest
 
-from durable_agents.local.crash import CrashHooks, CrashSpec
-from durable_agents.local.functions import (
+from durable_agents_local.crash import CrashHooks, CrashSpec
+from durable_agents_local.functions import (
     FunctionSpec,
     StreamEvent,
     make_resolver,
     read_functions,
 )
-from durable_agents.local.invoke import LocalFunction
-from durable_agents.local.patterns import matches, matches_any
-from durable_agents.local.stream_router import StreamPoller, StreamRoute
-from durable_agents.local.template import load_template
-from durable_agents.local.worker import services_environment
+from durable_agents_local.invoke import LocalFunction
+from durable_agents_local.patterns import matches, matches_any
+from durable_agents_local.stream_router import StreamPoller, StreamRoute
+from durable_agents_local.template import load_template
+from durable_agents_local.worker import services_environment
 from tests.integration.local_workers import ROOT
 
 pytestmark = pytest.mark.slow

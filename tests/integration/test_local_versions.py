@@ -17,8 +17,8 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 
-from durable_agents.local.moto_server import MotoProcess
-from durable_agents.local.processes import WorkerProcess, http_json
+from durable_agents_local.moto_server import MotoProcess
+from durable_agents_local.processes import WorkerProcess, http_json
 from tests.integration.local_stack import wait_until
 from tests.integration.local_workers import start_run, start_worker
 from tests.integration.versions_v1 import APPROVER

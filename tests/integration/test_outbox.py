@@ -12,8 +12,8 @@ from moto import mock_aws
 
 from durable_agents import AgentRegistry, DurableContext, PayloadError, agent
 from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.local.template import create_journal_table
-from durable_agents.testing import AgentTestRunner, Crash
+from durable_agents_local.template import create_journal_table
+from durable_agents_local.testing import AgentTestRunner, Crash
 from tests.conftest import TEMPLATE
 from tests.unit.conftest import FakeLambdaContext
 

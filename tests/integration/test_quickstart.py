@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from durable_agents.local.moto_server import free_port
+from durable_agents_local.moto_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

@@ -12,21 +12,22 @@ import boto3
 import pytest
 from pydantic import BaseModel
 
-from durable_agents import Runtime, SkipClock
-from durable_agents.events import CollectingPublisher
-from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.journal.store import input_hash
-from durable_agents.local.isolated_moto import IsolatedMotoServer as ThreadedMotoServer
-from durable_agents.local.template import create_journal_table
-from durable_agents.models import (
+from durable_agents import SkipClock
+from durable_agents.admin.reconciler import sweep
+from durable_agents.core.models import (
     EffectChange,
     EffectStatus,
     RunHeader,
     RunStatus,
     SideEffectRecord,
 )
-from durable_agents.reconciler import sweep
-from durable_agents.side_effects.tools import Found, ToolCall, ToolRegistry, tool
+from durable_agents.engine.events import CollectingPublisher
+from durable_agents.engine.runtime import Runtime
+from durable_agents.journal.dynamodb import DynamoDBJournal
+from durable_agents.journal.store import input_hash
+from durable_agents.tools import Found, ToolCall, ToolRegistry, tool
+from durable_agents_local.isolated_moto import IsolatedMotoServer as ThreadedMotoServer
+from durable_agents_local.template import create_journal_table
 from tests.conftest import TEMPLATE
 
 RECORDS = 100

@@ -25,9 +25,7 @@ from agents.tools import (
     create_ticket,
     send_email,
 )
-from durable_agents.local.services import ServicesError, ServicesHandle
-from durable_agents.local.services.server import HOST
-from durable_agents.side_effects.tools import (
+from durable_agents.tools import (
     Found,
     NotFound,
     ToolCall,
@@ -35,6 +33,8 @@ from durable_agents.side_effects.tools import (
     ToolResult,
     Unknown,
 )
+from durable_agents_local.services import ServicesError, ServicesHandle
+from durable_agents_local.services.server import HOST
 
 ROOT = Path(__file__).resolve().parents[2]
 CHARGE = {"customer": "cus_1", "amount_cents": 1250, "currency": "EUR", "description": "order 7"}
@@ -258,7 +258,7 @@ def test_module_runs_until_sigterm(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "durable_agents.local.services",
+            "durable_agents_local.services",
             "--port",
             "0",
             "--state-file",

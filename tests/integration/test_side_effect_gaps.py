@@ -16,9 +16,9 @@ from pydantic import BaseModel
 
 from durable_agents import AgentRegistry, DurableContext, agent
 from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.local.services import ServicesHandle
-from durable_agents.side_effects.tools import Tool, ToolCall, ToolRegistry, ToolResult, tool
-from durable_agents.testing import AgentTestRunner, Crash, SimulatedCrash, _CrashHooks
+from durable_agents.tools import Tool, ToolCall, ToolRegistry, ToolResult, tool
+from durable_agents_local.services import ServicesHandle
+from durable_agents_local.testing import AgentTestRunner, Crash, SimulatedCrash, _CrashHooks
 from tests.integration import matrix_tools
 from tests.integration.matrix_driver import (
     CREATED,

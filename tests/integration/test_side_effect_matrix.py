@@ -29,13 +29,13 @@ from typing import Literal
 
 import pytest
 
+from durable_agents.admin.review import Decision, ReviewRequest, resolve
+from durable_agents.core.models import EffectStatus
+from durable_agents.core.serde import canonical_json
+from durable_agents.engine.runtime import LEASE_MARGIN_MS
 from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.local.services import ServicesHandle
-from durable_agents.models import EffectStatus
-from durable_agents.runtime import LEASE_MARGIN_MS
-from durable_agents.serde import canonical_json
-from durable_agents.side_effects.review import Decision, ReviewRequest, resolve
-from durable_agents.testing import AgentTestRunner, Crash, TestResult
+from durable_agents_local.services import ServicesHandle
+from durable_agents_local.testing import AgentTestRunner, Crash, TestResult
 from tests.integration import matrix_tools
 from tests.integration.matrix_driver import (
     CHILD_REMAINING_MS,

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from agents.support import support, triage
-from durable_agents.deployment import resolve_resource
+from durable_agents.aws.deployment import resolve_resource
+from durable_agents.core.models import WaitStatus
+from durable_agents.engine.operations.approval import record_decision
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.llm.scripted import ScriptedProvider
-from durable_agents.local.services import ServicesHandle
-from durable_agents.models import WaitStatus
-from durable_agents.testing import AgentTestRunner, Crash, TestResult
-from durable_agents.waits.approval import record_decision
+from durable_agents_local.services import ServicesHandle
+from durable_agents_local.testing import AgentTestRunner, Crash, TestResult
 
 MESSAGE = {"customer": "cus-ada", "message": "My order A-1001 arrived broken, I want a refund"}
 

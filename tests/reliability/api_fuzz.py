@@ -30,13 +30,13 @@ import botocore.client
 import pytest
 from moto import mock_aws
 
-from durable_agents.clock import SkipClock
+from durable_agents.auth.deciders import JwtVerifier
+from durable_agents.core.clock import SkipClock
 from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.local.functions import make_resolver, read_functions
-from durable_agents.local.http_api import ApiServer, Route
-from durable_agents.local.template import create_journal_table, load_template, table_definition
-from durable_agents.testing import AgentTestRunner, Crash
-from durable_agents.waits.auth import JwtVerifier
+from durable_agents_local.functions import make_resolver, read_functions
+from durable_agents_local.http_api import ApiServer, Route
+from durable_agents_local.template import create_journal_table, load_template, table_definition
+from durable_agents_local.testing import AgentTestRunner, Crash
 from tests.conftest import TEMPLATE
 from tests.unit.test_api_approvals import KEYS, OPERATOR, refund, start_approval
 from tests.unit.test_api_callbacks import HANDED, Job, waiter

@@ -58,25 +58,25 @@ from durable_agents import (
     DurableContext,
     Jitter,
     RetryPolicy,
-    Runtime,
     SkipClock,
-    StickyRuns,
     agent,
 )
-from durable_agents.cancellation import request_stop
+from durable_agents.admin.reconciler import expire_wait, wake_run
+from durable_agents.core.models import RunStatus, WaitStatus
+from durable_agents.engine.cancellation import request_stop
+from durable_agents.engine.events import STEP_READY, CollectingPublisher, step_ready
+from durable_agents.engine.inbox import send_event
+from durable_agents.engine.memory_store import InMemoryMemoryStore
+from durable_agents.engine.operations.approval import record_decision
+from durable_agents.engine.operations.callback import complete_callback
+from durable_agents.engine.runtime import Runtime
+from durable_agents.engine.step_context import StepContext
+from durable_agents.engine.sticky.parking import StickyRuns
 from durable_agents.errors import RunCancelledError
-from durable_agents.events import STEP_READY, CollectingPublisher, step_ready
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.llm.types import ContentBlock, LlmRequest, LlmResponse, Message, ModelConfig
-from durable_agents.local.template import load_template, table_definition
-from durable_agents.memory import InMemoryMemoryStore
-from durable_agents.models import RunStatus, WaitStatus
-from durable_agents.reconciler import expire_wait, wake_run
-from durable_agents.run_inbox import send_event
-from durable_agents.side_effects.tools import ToolCall, ToolRegistry, tool
-from durable_agents.step_context import StepContext
-from durable_agents.waits.approval import record_decision
-from durable_agents.waits.callback import complete_callback
+from durable_agents.tools import ToolCall, ToolRegistry, tool
+from durable_agents_local.template import load_template, table_definition
 
 AGENT = "diff-program"
 SETUPS = ("cold", "tail", "parked")

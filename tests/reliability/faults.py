@@ -15,12 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from durable_agents.clock import SkipClock
-from durable_agents.errors import InfrastructureError
-from durable_agents.events import STEP_READY, EventPublishError, OutgoingEvent
-from durable_agents.journal.memory import InMemoryJournal
-from durable_agents.journal.store import JournalStore, Page
-from durable_agents.models import (
+from durable_agents.core.clock import SkipClock
+from durable_agents.core.models import (
     EffectChange,
     Entry,
     RunChange,
@@ -33,7 +29,11 @@ from durable_agents.models import (
     WaitRecord,
     WaitStatus,
 )
-from durable_agents.testing import SimulatedCrash
+from durable_agents.engine.events import STEP_READY, EventPublishError, OutgoingEvent
+from durable_agents.errors import InfrastructureError
+from durable_agents.journal.memory import InMemoryJournal
+from durable_agents.journal.store import JournalStore, Page
+from durable_agents_local.testing import SimulatedCrash
 
 T = TypeVar("T")
 

@@ -28,26 +28,26 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from durable_agents.clock import SkipClock
-from durable_agents.errors import InfrastructureError
-from durable_agents.events import EventPublishError, step_ready
-from durable_agents.invocation import InvocationHooks
-from durable_agents.journal.memory import InMemoryJournal
-from durable_agents.models import EntryType, RunStatus, WaitStatus
-from durable_agents.reconciler import expire_wait, sweep, wake_run
-from durable_agents.runtime import Runtime
-from durable_agents.side_effects.review import (
+from durable_agents.admin.reconciler import expire_wait, sweep, wake_run
+from durable_agents.admin.review import (
     Decision,
     NotAReviewerError,
     ReviewRequest,
     resolve,
 )
-from durable_agents.sticky import StickyRuns
-from durable_agents.testing import SimulatedCrash
-from durable_agents.waits.approval import record_decision
-from durable_agents.waits.callback import complete_callback, heartbeat
-from durable_agents.waits.principals import Principal
-from durable_agents.waits.records import WaitGoneError
+from durable_agents.core.clock import SkipClock
+from durable_agents.core.models import EntryType, RunStatus, WaitStatus
+from durable_agents.core.principals import Principal
+from durable_agents.engine.events import EventPublishError, step_ready
+from durable_agents.engine.invocation import InvocationHooks
+from durable_agents.engine.operations.approval import record_decision
+from durable_agents.engine.operations.callback import complete_callback, heartbeat
+from durable_agents.engine.operations.wait_records import WaitGoneError
+from durable_agents.engine.runtime import Runtime
+from durable_agents.engine.sticky.parking import StickyRuns
+from durable_agents.errors import InfrastructureError
+from durable_agents.journal.memory import InMemoryJournal
+from durable_agents_local.testing import SimulatedCrash
 from tests.reliability import world
 from tests.reliability.faults import (
     LAMBDA_MS,

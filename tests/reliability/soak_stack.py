@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from durable_agents.local.processes import WorkerProcess
+from durable_agents_local.processes import WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 SOAK_MODULE = "tests.reliability.soak_agent"

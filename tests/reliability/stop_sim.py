@@ -41,15 +41,15 @@ from datetime import timedelta
 from typing import Any
 
 from durable_agents import AgentRegistry, CompletionPolicy, DurableContext, agent
-from durable_agents.cancellation import request_stop
+from durable_agents.core.models import EntryType, OpKind, RunStatus
+from durable_agents.engine.cancellation import request_stop
+from durable_agents.engine.events import EventPublishError, step_ready
+from durable_agents.engine.inbox import send_event
+from durable_agents.engine.runtime import Runtime
+from durable_agents.engine.sticky.parking import StickyRuns
 from durable_agents.errors import InfrastructureError, RunCancelledError
-from durable_agents.events import EventPublishError, step_ready
 from durable_agents.llm.types import ContentBlock, LlmRequest, LlmResponse, Message, ModelConfig
-from durable_agents.models import EntryType, OpKind, RunStatus
-from durable_agents.run_inbox import send_event
-from durable_agents.runtime import Runtime
-from durable_agents.side_effects.tools import ToolCall, ToolRegistry, tool
-from durable_agents.sticky import StickyRuns
+from durable_agents.tools import ToolCall, ToolRegistry, tool
 from tests.reliability import sim, world
 from tests.reliability.faults import FaultPlan, op_name
 

@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 from durable_agents import AgentRegistry, DurableContext, agent
+from durable_agents.engine.events import EventPublishError
+from durable_agents.engine.runtime import Runtime
+from durable_agents.engine.sticky.parking import StickyRuns
 from durable_agents.errors import InfrastructureError
-from durable_agents.events import EventPublishError
-from durable_agents.runtime import Runtime
-from durable_agents.sticky import StickyRuns
 from tests.reliability.faults import PROCESS, STORAGE, WRITE_MODES, FaultPlan, Target
 from tests.reliability.sim import RUN_ID, SimResult, Simulator, _Scheduler
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 
-from durable_agents.agent_carriers import CARRIERS
+from durable_agents.engine.sticky.carriers import CARRIERS
 from tests.reliability import tally
 from tests.reliability.faults import WRITE_MODES, FaultPlan, Target
 from tests.reliability.invariants import reference

@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from durable_agents.cancellation import request_stop
+from durable_agents.core.models import EffectStatus, OpKind, RunStatus
+from durable_agents.engine.cancellation import request_stop
 from durable_agents.errors import RunCancelledError
-from durable_agents.models import EffectStatus, OpKind, RunStatus
 from tests.reliability import sim, world
 from tests.reliability.faults import FaultPlan, op_name
 from tests.reliability.test_boundaries import EXECUTED, HOOK_POINTS, OPERATIONS, RECORDED

@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from durable_agents import Runtime
-from durable_agents.cancellation import request_stop
+from durable_agents.admin.reconciler import sweep
+from durable_agents.core.models import RunChange, RunStatus
+from durable_agents.engine.cancellation import request_stop
+from durable_agents.engine.events import CollectingPublisher, EventPublishError, OutgoingEvent
+from durable_agents.engine.runtime import Runtime
 from durable_agents.errors import InfrastructureError
-from durable_agents.events import CollectingPublisher, EventPublishError, OutgoingEvent
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import RunChange, RunStatus
-from durable_agents.reconciler import sweep
-from durable_agents.testing import AgentTestRunner
+from durable_agents_local.testing import AgentTestRunner
 from tests.contract.test_cancel_contract import approval_agent
 
 pytestmark = pytest.mark.reliability

@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 
 from durable_agents import AgentRegistry, DurableContext, agent
+from durable_agents.admin.reconciler import sweep
+from durable_agents.core.models import UNSET, EntryType, OpKind, RunChange, RunStatus
+from durable_agents.engine.inbox import send_event
 from durable_agents.errors import InfrastructureError
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import UNSET, EntryType, OpKind, RunChange, RunStatus
-from durable_agents.reconciler import sweep
-from durable_agents.run_inbox import send_event
-from durable_agents.testing import AgentTestRunner, Crash, SimulatedCrash
+from durable_agents_local.testing import AgentTestRunner, Crash, SimulatedCrash
 
 pytestmark = pytest.mark.reliability
 GENERATIONS = 3  # the looping agent ends after three switches

@@ -16,11 +16,11 @@ import pytest
 from pydantic import BaseModel
 
 from durable_agents import AgentRegistry, DurableContext, Secret, ToolCall, agent, tool
-from durable_agents.credentials import CallScope
+from durable_agents.core.credentials import CallScope
+from durable_agents.core.models import EffectStatus
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import EffectStatus
-from durable_agents.side_effects.tools import ToolRegistry
-from durable_agents.testing import AgentTestRunner, SimulatedCrash
+from durable_agents.tools import ToolRegistry
+from durable_agents_local.testing import AgentTestRunner, SimulatedCrash
 
 pytestmark = pytest.mark.reliability
 

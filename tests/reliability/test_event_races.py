@@ -17,15 +17,16 @@ from typing import Any
 import pytest
 
 from durable_agents import AgentRegistry, DurableContext, EventMessage, agent
+from durable_agents.admin.reconciler import sweep
+from durable_agents.core.ids import slot_id
+from durable_agents.core.models import EntryType, OpKind, RunStatus, WaitStatus
+from durable_agents.engine.events import STEP_READY
+from durable_agents.engine.inbox import EVENT_KIND, send_event
+from durable_agents.engine.invocation import InvocationHooks
+from durable_agents.engine.operations.event_wait import latest_status
 from durable_agents.errors import InfrastructureError
-from durable_agents.events import STEP_READY
-from durable_agents.invocation import InvocationHooks
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import EntryType, OpKind, RunStatus, WaitStatus
-from durable_agents.operations.event_wait import latest_status
-from durable_agents.reconciler import sweep
-from durable_agents.run_inbox import EVENT_KIND, send_event, slot_id
-from durable_agents.testing import AgentTestRunner, Crash
+from durable_agents_local.testing import AgentTestRunner, Crash
 
 pytestmark = pytest.mark.reliability
 TEXTS = ("one", "two", "bye")
@@ -76,7 +77,7 @@ def _check_no_lost_wake(journal: JournalStore, run_id: str) -> None:
 
 
 def _slot(journal: JournalStore, run_id: str, seq: int) -> Any:
-    from durable_agents.run_inbox import find_wait
+    from durable_agents.engine.inbox import find_wait
 
     return find_wait(journal, slot_id(run_id, "message", seq))
 

@@ -16,12 +16,13 @@ import boto3
 import pytest
 
 from durable_agents import SkipClock
+from durable_agents.admin.reconciler import sweep
+from durable_agents.core.ids import key_id, slot_id
+from durable_agents.core.models import RunHeader
+from durable_agents.engine.inbox import RunNotAcceptingEventsError, send_event
 from durable_agents.errors import InfrastructureError, WaitNotFoundError
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import RunHeader
-from durable_agents.reconciler import sweep
-from durable_agents.run_inbox import RunNotAcceptingEventsError, key_id, send_event, slot_id
 from tests.contract.test_inbox_retention_contract import a_finished_run_with_events
 from tests.contract.test_retention_contract import FINISH, expire, finish, header, stamp_all
 

@@ -34,12 +34,12 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 
-from durable_agents.local.moto_server import MotoProcess
-from durable_agents.local.processes import ServicesProcess, WorkerProcess, http_json
-from durable_agents.local.runs import RunsClient
-from durable_agents.local.services import ServicesHandle
-from durable_agents.models import EntryType, OpKind, WaitStatus
-from durable_agents.operations.invoke import child_run_id
+from durable_agents.core.models import EntryType, OpKind, WaitStatus
+from durable_agents.engine.operations.invoke import child_run_id
+from durable_agents_local.moto_server import MotoProcess
+from durable_agents_local.processes import ServicesProcess, WorkerProcess, http_json
+from durable_agents_local.runs import RunsClient
+from durable_agents_local.services import ServicesHandle
 from tests.integration.local_stack import ROOT, moto, services, services_process, workers
 from tests.reliability import kill_agent
 

@@ -27,22 +27,28 @@ import pytest
 from botocore.config import Config
 from moto import mock_aws
 
-from durable_agents import AgentRegistry, Runtime, SkipClock
+from durable_agents import AgentRegistry, SkipClock
 from durable_agents import agent as agent_decorator
+from durable_agents.admin.reconciler import sweep
+from durable_agents.core.models import OpKind, RunChange, RunHeader, RunStatus
+from durable_agents.engine.events import (
+    STEP_READY,
+    CollectingPublisher,
+    EventPublishError,
+    OutgoingEvent,
+)
+from durable_agents.engine.runtime import Runtime
 from durable_agents.errors import (
     EntryConflictError,
     RunRevisionConflictError,
     RunStateConflictError,
 )
-from durable_agents.events import STEP_READY, CollectingPublisher, EventPublishError, OutgoingEvent
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.store import JournalStore
-from durable_agents.local.template import create_journal_table
 from durable_agents.migrations import MigrationPlan, RecordedRun, migration
-from durable_agents.models import OpKind, RunChange, RunHeader, RunStatus
-from durable_agents.reconciler import sweep
-from durable_agents.testing import SimulatedCrash
+from durable_agents_local.template import create_journal_table
+from durable_agents_local.testing import SimulatedCrash
 from tests.conftest import TEMPLATE
 from tests.contract.test_versions_contract import approve, drive, v1, v2
 from tests.reliability.boto_faults import Injector as BotoInjector

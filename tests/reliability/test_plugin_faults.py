@@ -13,7 +13,7 @@ from dataclasses import asdict
 
 import pytest
 
-from durable_agents.runtime import Runtime
+from durable_agents.engine.runtime import Runtime
 from tests.contract.test_plugins_contract import HOOKS, Raising, Recorder
 from tests.reliability import sim
 from tests.reliability.faults import FAULT_CLASSES, FaultPlan

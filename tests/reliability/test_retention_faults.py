@@ -23,18 +23,18 @@ import boto3
 import pytest
 
 from durable_agents import AgentRegistry, CompletionPolicy, DurableContext, SkipClock, agent
+from durable_agents.admin.reconciler import sweep
+from durable_agents.admin.review import Decision, ReviewRequest, resolve
+from durable_agents.core.models import EffectStatus, Entry, EntryType, OpKind, RunStatus, WaitStatus
+from durable_agents.engine.operations.approval import record_decision
+from durable_agents.engine.operations.callback import complete_callback, heartbeat
+from durable_agents.engine.operations.wait_records import WaitGoneError
 from durable_agents.errors import InfrastructureError, WaitNotFoundError
 from durable_agents.journal.dynamodb import DynamoDBJournal
+from durable_agents.journal.retention import DAY_S, LATE_WRITE_GRACE_MS
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import EffectStatus, Entry, EntryType, OpKind, RunStatus, WaitStatus
-from durable_agents.reconciler import sweep
-from durable_agents.retention import DAY_S, LATE_WRITE_GRACE_MS
-from durable_agents.side_effects.review import Decision, ReviewRequest, resolve
-from durable_agents.side_effects.tools import default_tools
-from durable_agents.testing import AgentTestRunner, Crash
-from durable_agents.waits.approval import record_decision
-from durable_agents.waits.callback import complete_callback, heartbeat
-from durable_agents.waits.records import WaitGoneError
+from durable_agents.tools import default_tools
+from durable_agents_local.testing import AgentTestRunner, Crash
 from tests.contract.test_cancel_contract import approval_agent
 from tests.contract.test_late_decisions_contract import (
     ANY_TIME_MS,

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from durable_agents.lambda_telemetry import PowertoolsPlugin
-from durable_agents.runtime import Runtime
+from durable_agents.aws.telemetry import PowertoolsPlugin
+from durable_agents.engine.runtime import Runtime
 from tests.reliability import sim
 from tests.reliability.faults import FAULT_CLASSES, FaultPlan
 from tests.reliability.invariants import check

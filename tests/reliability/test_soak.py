@@ -30,11 +30,11 @@ from typing import Any
 
 import pytest
 
-from durable_agents.local.moto_server import MotoProcess, free_port
-from durable_agents.local.processes import http_json
-from durable_agents.local.runs import RunsClient
-from durable_agents.local.services import ServicesHandle
-from durable_agents.local.verify import is_result, step_starts
+from durable_agents_local.moto_server import MotoProcess, free_port
+from durable_agents_local.processes import http_json
+from durable_agents_local.runs import RunsClient
+from durable_agents_local.services import ServicesHandle
+from durable_agents_local.verify import is_result, step_starts
 from tests.integration.local_stack import moto, services, services_process, wait_until
 from tests.reliability import soak_stack
 from tests.reliability.soak_agent import AGENT, SoakOrder, pay_operation

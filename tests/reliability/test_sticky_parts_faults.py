@@ -33,17 +33,17 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from durable_agents import AgentRegistry, DurableContext, agent
-from durable_agents.clock import SkipClock
-from durable_agents.credentials import Secret
-from durable_agents.events import CollectingPublisher
+from durable_agents.core.clock import SkipClock
+from durable_agents.core.credentials import Secret
+from durable_agents.core.models import RunStatus
+from durable_agents.engine.events import CollectingPublisher
+from durable_agents.engine.memory_store import InMemoryMemoryStore
+from durable_agents.engine.plugin_calls import PluginSet
+from durable_agents.engine.runtime import Runtime
+from durable_agents.engine.sticky.parking import StickyRuns
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.llm.types import ContentBlock, LlmRequest, LlmResponse, Message, ModelConfig
-from durable_agents.memory import InMemoryMemoryStore
-from durable_agents.models import RunStatus
-from durable_agents.plugin_calls import PluginSet
 from durable_agents.plugins import OperationEndInfo, OperationStartInfo
-from durable_agents.runtime import Runtime
-from durable_agents.sticky import StickyRuns
 from tests.reliability import tally, world
 from tests.reliability.faults import FaultPlan
 from tests.reliability.invariants import check, explain

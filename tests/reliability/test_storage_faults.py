@@ -24,14 +24,16 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from durable_agents import NO_RETRY, AgentRegistry, DurableContext, Runtime, SkipClock, agent
+from durable_agents import NO_RETRY, AgentRegistry, DurableContext, SkipClock, agent
+from durable_agents.admin.reconciler import sweep
+from durable_agents.aws.eventbridge import EventBridgePublisher
+from durable_agents.core.models import RunStatus
+from durable_agents.engine.events import EventPublishError, step_ready
+from durable_agents.engine.runtime import Runtime
 from durable_agents.errors import InfrastructureError
-from durable_agents.events import EventBridgePublisher, EventPublishError, step_ready
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.payloads import S3PayloadStore
-from durable_agents.local.template import create_journal_table
-from durable_agents.models import RunStatus
-from durable_agents.reconciler import sweep
+from durable_agents_local.template import create_journal_table
 from tests.conftest import TEMPLATE
 from tests.reliability.boto_faults import Injector
 

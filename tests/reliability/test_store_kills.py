@@ -30,7 +30,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from durable_agents.local.moto_server import MotoProcess, free_port
+from durable_agents_local.moto_server import MotoProcess, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 

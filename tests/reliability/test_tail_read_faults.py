@@ -23,14 +23,16 @@ from botocore.config import Config
 from botocore.exceptions import ReadTimeoutError
 from moto import mock_aws
 
-from durable_agents import AgentRegistry, DurableContext, OutcomeKind, Runtime, SkipClock, agent
-from durable_agents.cancellation import request_stop
+from durable_agents import AgentRegistry, DurableContext, SkipClock, agent
+from durable_agents.core.models import EntryType, ErrorInfo, RunChange, RunStatus
+from durable_agents.engine.cancellation import request_stop
+from durable_agents.engine.events import CollectingPublisher
+from durable_agents.engine.outcomes import OutcomeKind
+from durable_agents.engine.replay_index import group_entries
+from durable_agents.engine.runtime import Runtime
 from durable_agents.errors import InfrastructureError
-from durable_agents.events import CollectingPublisher
 from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.local.template import create_journal_table
-from durable_agents.models import EntryType, ErrorInfo, RunChange, RunStatus
-from durable_agents.replay_index import group_entries
+from durable_agents_local.template import create_journal_table
 from tests.conftest import TEMPLATE
 from tests.reliability.boto_faults import Injector
 

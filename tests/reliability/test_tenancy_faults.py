@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from durable_agents.auth.deciders import JwtVerifier
+from durable_agents.core.models import WaitStatus
+from durable_agents.engine.events import EventPublishError
 from durable_agents.errors import InfrastructureError
-from durable_agents.events import EventPublishError
-from durable_agents.models import WaitStatus
-from durable_agents.waits.auth import JwtVerifier
 from tests.reliability import tally
 from tests.reliability.faults import FaultPlan
 from tests.reliability.invariants import check, explain

@@ -29,9 +29,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from durable_agents import AgentRegistry, DurableContext, Jitter, RetryPolicy, agent
+from durable_agents.engine.memory_store import InMemoryMemoryStore
 from durable_agents.llm.types import ContentBlock, LlmRequest, LlmResponse, Message, ModelConfig
-from durable_agents.memory import InMemoryMemoryStore
-from durable_agents.side_effects.tools import Found, NotFound, ToolCall, ToolRegistry, tool
+from durable_agents.tools import Found, NotFound, ToolCall, ToolRegistry, tool
 
 STALE_AFTER_SECONDS = 120.0
 HEARTBEAT_TIMEOUT_SECONDS = 900.0

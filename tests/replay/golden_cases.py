@@ -8,14 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from durable_agents import AgentRegistry, InMemoryJournal, Runtime, SkipClock
+from durable_agents import AgentRegistry, SkipClock
+from durable_agents.admin.migration_commit import migrate_run
 from durable_agents.agent import default_registry
-from durable_agents.deployment import resolve_resource
+from durable_agents.aws.deployment import resolve_resource
+from durable_agents.engine.inbox import send_event
+from durable_agents.engine.runtime import OutcomeKind, Runtime
 from durable_agents.journal.export import snapshot_to_dict
+from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.llm.scripted import ScriptedProvider
-from durable_agents.migration_commit import migrate_run
-from durable_agents.run_inbox import send_event
-from durable_agents.runtime import OutcomeKind
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 

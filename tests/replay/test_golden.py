@@ -15,11 +15,12 @@ import json
 
 import pytest
 
-from durable_agents import AgentRegistry, InMemoryJournal, Runtime, SkipClock
+from durable_agents import AgentRegistry, SkipClock
+from durable_agents.core.migration_records import migration_entries, migration_record
+from durable_agents.core.models import EntryType, OpKind, RunStatus
+from durable_agents.engine.runtime import OutcomeKind, Runtime
 from durable_agents.journal.export import snapshot_from_dict
-from durable_agents.migration_records import migration_entries, migration_record
-from durable_agents.models import EntryType, OpKind, RunStatus
-from durable_agents.runtime import OutcomeKind
+from durable_agents.journal.memory import InMemoryJournal
 from tests.replay.golden_cases import CASES, GOLDEN_DIR, GoldenCase
 
 

@@ -11,9 +11,8 @@ import json
 
 import pytest
 
-from durable_agents import Runtime
+from durable_agents.engine.runtime import OutcomeKind, Runtime
 from durable_agents.journal.export import snapshot_to_dict
-from durable_agents.runtime import OutcomeKind
 from tests.contract.test_plugins_contract import Raising, Recorder
 from tests.replay.golden_cases import CASES, GoldenCase
 from tests.replay.test_golden import load_in_flight

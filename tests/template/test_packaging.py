@@ -1,7 +1,7 @@
 """What `sam build` puts in the Lambda layer and in each function's package (docs/deploy.md).
 
-The layer holds the runtime only: no local mode (durable_agents.local, with its fake payments,
-email and tickets services), no test harness (durable_agents.testing), no developer CLI, and
+The layer holds the runtime only: no local mode (durable_agents_local, with its fake payments,
+email and tickets services), no test harness (durable_agents_local.testing), no developer CLI, and
 none of the packages only they need (pyyaml, moto, werkzeug, flask: pyproject.toml's [local]
 extra). Each function's package holds its handler's package, plus the agent packages when its
 handler imports AGENT_MODULES at init.
@@ -39,15 +39,16 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parents[2]
 FUNCTIONS = ("StepRunnerFunction", "ApiFunction", "ReconcilerFunction", "RelayFunction")
 BUILD_DIR = os.environ.get("PACKAGING_BUILD_DIR")  # a `sam build` output to check instead
-LOCAL_ONLY_MODULES = (
-    "durable_agents/local",
-    "durable_agents/testing.py",
-    "durable_agents/cli.py",
-    # The CLI's Api commands (they use durable_agents.local's caller header and views).
-    "durable_agents/cli_remote.py",
-    "durable_agents/cli_tables.py",
-    "durable_agents/cli_watch.py",
-    "durable_agents/api_client.py",
+# What only a laptop needs is one package, durable_agents_local (local/): every module of it,
+# listed from the source tree, must be missing from the layer, and so must any module of the
+# same name under durable_agents (the layer's contents follow from the package boundary).
+LOCAL_PACKAGE = ROOT / "local" / "durable_agents_local"
+LOCAL_ONLY_MODULES = tuple(
+    sorted(
+        str(path.relative_to(LOCAL_PACKAGE.parent))
+        for path in LOCAL_PACKAGE.rglob("*.py")
+        if "__pycache__" not in path.parts
+    )
 )
 # Lambda's python3.13 on arm64: the environment the layer's dependency markers are evaluated in.
 LAMBDA_MARKERS = {
@@ -230,6 +231,13 @@ def test_layer_leaves_out_local_mode_the_test_harness_and_the_cli(layer: Path) -
         f for f in files if any(f == m or f.startswith(f"{m}/") for m in LOCAL_ONLY_MODULES)
     )
     assert shipped == [], f"the layer ships what only a laptop needs: {shipped}"
+    assert not [f for f in files if f.startswith("durable_agents_local")]
+    local_names = {Path(m).name for m in LOCAL_ONLY_MODULES} - {"__init__.py", "__main__.py"}
+    moved_in = sorted(
+        f for f in files if f.startswith("durable_agents/") and Path(f).name in local_names
+    )
+    # (names the runtime legitimately shares with local mode are checked for content below)
+    assert [f for f in moved_in if "testing" in f or "cli" in f or "console_proxy" in f] == []
     assert not [f for f in files if "services/payments" in f or "services/email" in f]
 
 

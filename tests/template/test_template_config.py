@@ -88,7 +88,7 @@ def test_every_function_has_a_sample_event() -> None:
 
 
 def test_relay_sample_event_carries_one_outbox_event() -> None:
-    from durable_agents.outbox import events_from_stream
+    from durable_agents.aws.outbox import events_from_stream
 
     (event,) = events_from_stream(_event("relay_stream.json")["Records"])
     assert (event.detail_type, event.event_id) == ("Order Placed", "run-demo-1:emit:3")

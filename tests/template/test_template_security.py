@@ -141,7 +141,7 @@ def test_tenant_parameters_reach_the_api(
 def test_jwt_user_claims_and_jwks_cache_reach_the_api_with_the_code_defaults(
     template: dict[str, Any], resources: dict[str, Any]
 ) -> None:
-    from durable_agents.waits import auth
+    from durable_agents.auth import deciders as auth
 
     env = props(resources, "ApiFunction")["Environment"]["Variables"]
     assert env["JWT_USER_CLAIMS"] == {"Ref": "JwtUserClaims"}
@@ -306,7 +306,7 @@ def test_payload_bucket_private_encrypted_tls_only(resources: dict[str, Any]) ->
     }
     assert b["OwnershipControls"]["Rules"] == [{"ObjectOwnership": "BucketOwnerEnforced"}]
     # Retention (ADR 0012): one expiration rule per retention class, by the reconciler's tag.
-    from durable_agents.retention import RETENTION_CLASSES_DAYS, RETENTION_TAG
+    from durable_agents.journal.retention import RETENTION_CLASSES_DAYS, RETENTION_TAG
 
     by_tag = {
         r["TagFilters"][0]["Value"]: r

@@ -22,10 +22,10 @@ import boto3
 import pytest
 
 from durable_agents import AgentRegistry, DurableContext, agent
+from durable_agents.auth.deciders import JwtVerifier
+from durable_agents.engine.operations.approval import ApprovalTimeoutError
 from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.testing import AgentTestRunner
-from durable_agents.waits.approval import ApprovalTimeoutError
-from durable_agents.waits.auth import JwtVerifier
+from durable_agents_local.testing import AgentTestRunner
 from tests.unit.conftest import TABLE, Deployment, FakeLambdaContext
 from tests.unit.test_auth import AUDIENCE, ISSUER, Keys, claims
 

@@ -10,7 +10,7 @@ from typing import Any
 import boto3
 import pytest
 
-from durable_agents.local.template import create_journal_table, load_template, table_definition
+from durable_agents_local.template import create_journal_table, load_template, table_definition
 from tests.conftest import TEMPLATE
 
 TABLE, BUS, BUCKET, STREAMS = "journal", "durable-bus", "payloads", "streams"

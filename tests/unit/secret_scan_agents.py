@@ -21,9 +21,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from durable_agents import DurableContext, RetryPolicy, Secret, agent
-from durable_agents.aws_credentials import assume_role, boto3_session, secret
-from durable_agents.credentials import CredentialProvider
-from durable_agents.side_effects.tools import LookupResult, ToolCall, ToolRejectedError, tool
+from durable_agents.aws.credentials import assume_role, boto3_session, secret
+from durable_agents.core.credentials import CredentialProvider
+from durable_agents.tools import LookupResult, ToolCall, ToolRejectedError, tool
 
 KEY = "sk-live-3e8d-chained-never-logged"
 AGENT = "secret-scan-leaky"

@@ -12,9 +12,7 @@ from typing import Any
 import boto3
 import pytest
 
-from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.local.template import create_journal_table
-from durable_agents.models import (
+from durable_agents.core.models import (
     EffectStatus,
     Entry,
     EntryType,
@@ -24,6 +22,8 @@ from durable_agents.models import (
     RunStatus,
     SideEffectRecord,
 )
+from durable_agents.journal.dynamodb import DynamoDBJournal
+from durable_agents_local.template import create_journal_table
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 RUN = "r1"

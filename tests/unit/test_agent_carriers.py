@@ -10,23 +10,23 @@ from typing import Any
 import pytest
 
 from durable_agents import AgentRegistry, agent
-from durable_agents.agent_carriers import (
+from durable_agents.aws.deployment import Settings
+from durable_agents.core.models import RunStatus
+from durable_agents.engine.context import DurableContext
+from durable_agents.engine.runtime import OutcomeKind, Runtime
+from durable_agents.engine.sticky.carriers import (
     AgentGreenlet,
     AgentThread,
     default_carrier,
     live_agents,
     new_carrier,
 )
-from durable_agents.context import DurableContext
-from durable_agents.deployment import Settings
+from durable_agents.engine.sticky.parking import StickyRuns
 from durable_agents.errors import ConfigurationError
 from durable_agents.journal.memory import InMemoryJournal
-from durable_agents.local.functions import FunctionSpec
-from durable_agents.local.worker_environment import function_environment
-from durable_agents.local.worker_options import WorkerOptions
-from durable_agents.models import RunStatus
-from durable_agents.runtime import OutcomeKind, Runtime
-from durable_agents.sticky import StickyRuns
+from durable_agents_local.functions import FunctionSpec
+from durable_agents_local.worker_environment import function_environment
+from durable_agents_local.worker_options import WorkerOptions
 
 registry = AgentRegistry()
 CALLS: Counter[str] = Counter()

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from durable_agents.agent import AgentModuleError, AgentRegistry
-from durable_agents.deployment import import_agent_modules
-from durable_agents.local.agents_loading import choose_agent_modules, load_agents
+from durable_agents.aws.deployment import import_agent_modules
+from durable_agents_local.agents_loading import choose_agent_modules, load_agents
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHONPATH = os.pathsep.join(str(ROOT / p) for p in ("layers/runtime", "functions", "."))
@@ -110,7 +110,7 @@ def test_local_agents_error_names_the_source_and_module() -> None:
 
 
 def test_local_mode_finds_a_template_from_any_directory(tmp_path: Path) -> None:
-    from durable_agents.local.template import default_template
+    from durable_agents_local.template import default_template
 
     assert default_template(tmp_path) == ROOT / "template.yaml"
     (tmp_path / "template.yaml").write_text("Resources: {}\n")

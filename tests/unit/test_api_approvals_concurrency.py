@@ -13,11 +13,11 @@ from typing import Any
 import boto3
 import pytest
 
-from durable_agents import Runtime
-from durable_agents.events import CollectingPublisher
+from durable_agents.engine.events import CollectingPublisher
+from durable_agents.engine.runtime import Runtime
 from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.local.template import create_journal_table
-from durable_agents.testing import AgentTestRunner
+from durable_agents_local.template import create_journal_table
+from durable_agents_local.testing import AgentTestRunner
 from tests.conftest import TEMPLATE
 from tests.unit import approvals_harness as harness
 from tests.unit.approvals_harness import (
@@ -38,7 +38,7 @@ DECIDERS = 10
 
 @pytest.fixture(scope="module")
 def moto_endpoint() -> Iterator[str]:
-    from durable_agents.local.isolated_moto import IsolatedMotoServer as ThreadedMotoServer
+    from durable_agents_local.isolated_moto import IsolatedMotoServer as ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)

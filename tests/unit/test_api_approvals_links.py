@@ -8,7 +8,7 @@ from urllib.parse import urlencode, urlsplit
 
 import pytest
 
-from durable_agents.waits.links import LinkSigner
+from durable_agents.auth.links import LinkSigner
 from tests.unit import approvals_harness as harness
 from tests.unit.approvals_harness import (
     APPROVERS,

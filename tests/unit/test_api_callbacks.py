@@ -17,9 +17,9 @@ import pytest
 from pydantic import BaseModel
 
 from durable_agents import AgentRegistry, DurableContext, agent
+from durable_agents.engine.operations.callback import CallbackFailedError, CallbackTimeoutError
 from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.testing import AgentTestRunner
-from durable_agents.waits.callback import CallbackFailedError, CallbackTimeoutError
+from durable_agents_local.testing import AgentTestRunner
 from tests.unit.conftest import TABLE, Deployment
 from tests.unit.test_api_approvals import request, step_ready
 

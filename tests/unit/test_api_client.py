@@ -15,7 +15,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from moto import mock_aws
 
-from durable_agents.api_client import (
+from durable_agents_local.cli.api_client import (
     ApiClient,
     ApiConfigError,
     ApiNotAllowedError,
@@ -27,8 +27,8 @@ from durable_agents.api_client import (
     region_of,
     stack_api_url,
 )
-from durable_agents.local.identity import CALLER_HEADER
-from durable_agents.local.moto_server import free_port
+from durable_agents_local.identity import CALLER_HEADER
+from durable_agents_local.moto_server import free_port
 from tests.unit.api_standin import StandIn, stand_in_api
 
 CREDENTIALS = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")

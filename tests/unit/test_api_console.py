@@ -20,7 +20,7 @@ import pytest
 
 from api.console_page import STYLE, render_runs_page, root_of
 from api.console_timeline import render_timeline_page
-from durable_agents.models import (
+from durable_agents.core.models import (
     EffectStatus,
     Entry,
     EntryType,
@@ -32,8 +32,8 @@ from durable_agents.models import (
     SideEffectRecord,
     WaitStatus,
 )
-from durable_agents.tenancy import DEFAULT_TENANT
-from durable_agents.testing import AgentTestRunner, TestResult
+from durable_agents.core.tenancy import DEFAULT_TENANT
+from durable_agents_local.testing import AgentTestRunner, TestResult
 from tests.unit.approvals_harness import OPERATOR, OUTSIDER, SUMMARY, Pending, pending, request
 from tests.unit.conftest import Deployment
 from tests.unit.test_api_approvals import api  # noqa: F401 - the fixture
@@ -122,7 +122,7 @@ def test_the_timeline_escapes_everything_and_shows_full_dates() -> None:
     assert html.count("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;&quot;&#x27;") == 5
     # Start, end, lease of the step; the callback's deadline: ISO with the timezone.
     for ms in (1_700_000_001_000, 1_700_000_002_500, 1_700_086_400_000):
-        from durable_agents.views import iso
+        from durable_agents.core.clock import iso
 
         assert f'<time datetime="{iso(ms)}">{iso(ms)}</time>' in html
     assert "2023-11-14T22:13:21.000+00:00" in html and "1.500 s" in html

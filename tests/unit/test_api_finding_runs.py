@@ -9,9 +9,9 @@ from __future__ import annotations
 import boto3
 import pytest
 
+from durable_agents.core.models import RunHeader, RunStatus
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.store import input_hash
-from durable_agents.models import RunHeader, RunStatus
 from tests.unit.conftest import TABLE, Deployment
 from tests.unit.test_api_hostile_input import assert_rejected, send
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from durable_agents.clock import SystemClock
-from durable_agents.generations import ContinueAsNew, switch_generation
-from durable_agents.invocation import Invocation
+from durable_agents.core.clock import SystemClock
+from durable_agents.engine.generations import ContinueAsNew, switch_generation
+from durable_agents.engine.invocation import Invocation
 from tests.unit.conftest import Deployment
 from tests.unit.test_api import GOOD, call, start
 

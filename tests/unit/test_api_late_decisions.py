@@ -20,9 +20,9 @@ import pytest
 
 from durable_agents import AgentRegistry, CompletionPolicy, DurableContext, agent
 from durable_agents.journal.dynamodb import DynamoDBJournal
+from durable_agents.journal.retention import LATE_WRITE_GRACE_MS
 from durable_agents.journal.store import JournalStore
-from durable_agents.retention import LATE_WRITE_GRACE_MS
-from durable_agents.testing import AgentTestRunner, TestResult
+from durable_agents_local.testing import AgentTestRunner, TestResult
 from tests.contract.test_late_decisions_contract import ANY_TIME_MS
 from tests.unit.approvals_harness import APPROVERS, Pending, api, request, step_ready
 from tests.unit.conftest import TABLE, Deployment

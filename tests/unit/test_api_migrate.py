@@ -14,11 +14,12 @@ from typing import Any
 import boto3
 import pytest
 
-from durable_agents import AgentRegistry, Runtime, SkipClock
+from durable_agents import AgentRegistry, SkipClock
 from durable_agents import agent as agent_decorator
+from durable_agents.core.models import OpKind, RunStatus
+from durable_agents.engine.runtime import Runtime
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.migrations import MigrationPlan, RecordedRun, migration
-from durable_agents.models import OpKind, RunStatus
 from tests.contract.test_migrations_contract import diverging
 from tests.contract.test_versions_contract import approve, drive, v1, v2
 from tests.unit.conftest import TABLE, Deployment

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from durable_agents.errors import InfrastructureError
-from durable_agents.local.template import load_template
+from durable_agents_local.template import load_template
 from tests.conftest import ROOT, TEMPLATE
 from tests.unit.conftest import Deployment
 from tests.unit.test_api_approvals import api, request  # noqa: F401 - the fixture is used

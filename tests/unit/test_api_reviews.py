@@ -10,8 +10,8 @@ from pydantic import BaseModel
 
 from durable_agents import AgentRegistry, DurableContext, agent
 from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.side_effects.tools import ToolCall, default_tools, tool
-from durable_agents.testing import AgentTestRunner, Crash, TestResult
+from durable_agents.tools import ToolCall, default_tools, tool
+from durable_agents_local.testing import AgentTestRunner, Crash, TestResult
 from tests.unit.conftest import TABLE, Deployment
 from tests.unit.test_api import call
 from tests.unit.test_api_approvals import OPERATOR, OUTSIDER, request
@@ -220,7 +220,7 @@ def test_a_tool_without_reviewers_is_decided_only_by_the_review_operators(
 
 
 def test_reviewers_are_validated_like_approvers() -> None:
-    from durable_agents.side_effects.tools import ToolRegistry
+    from durable_agents.tools import ToolRegistry
 
     for bad in (["ops"], ["iam:"], ["admin:root"], "iam:arn:aws:iam::1:role/x"):
         with pytest.raises(ValueError, match="reviewer"):

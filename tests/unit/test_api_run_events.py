@@ -13,9 +13,10 @@ from typing import Any
 import boto3
 import pytest
 
-from durable_agents import AgentRegistry, DurableContext, Runtime, SkipClock, agent
+from durable_agents import AgentRegistry, DurableContext, SkipClock, agent
+from durable_agents.core.models import RunStatus
+from durable_agents.engine.runtime import Runtime
 from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.models import RunStatus
 from tests.contract.test_versions_contract import drive
 from tests.unit.conftest import TABLE, Deployment
 from tests.unit.test_api_approvals import api, request  # noqa: F401 - the fixture
@@ -134,7 +135,7 @@ def test_an_event_of_one_name_too_many_is_409(
     api: Deployment,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from durable_agents import run_inbox
+    from durable_agents.engine import inbox as run_inbox
 
     monkeypatch.setattr(run_inbox, "MAX_EVENT_NAMES", 1)  # the rule, without 64 names
     run_id = _suspended(rt, api)

@@ -14,10 +14,11 @@ from typing import Any
 import boto3
 import pytest
 
-from durable_agents import AgentRegistry, DurableContext, Runtime, SkipClock, agent
+from durable_agents import AgentRegistry, DurableContext, SkipClock, agent
+from durable_agents.core.models import RunStatus, WaitStatus
+from durable_agents.engine.runtime import Runtime
 from durable_agents.errors import RunCancelledError
 from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.models import RunStatus, WaitStatus
 from tests.contract.test_versions_contract import drive
 from tests.unit.approvals_harness import APPROVERS
 from tests.unit.conftest import TABLE, Deployment
@@ -113,7 +114,7 @@ def test_terminate_runs_no_agent_code(rt: Runtime, api: Deployment) -> None:  # 
 
 
 def test_a_paused_run_is_409_for_cancel(rt: Runtime, api: Deployment) -> None:  # noqa: F811
-    from durable_agents.models import RunChange
+    from durable_agents.core.models import RunChange
 
     run_id = suspended(rt, api)
     rt.store.commit(

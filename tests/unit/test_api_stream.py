@@ -7,12 +7,13 @@ from typing import Any
 import boto3
 import pytest
 
-from durable_agents import AgentRegistry, DurableContext, SkipClock, SystemClock, agent
+from durable_agents import AgentRegistry, DurableContext, SkipClock, agent
+from durable_agents.core.clock import SystemClock
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.llm.scripted import ScriptedProvider
+from durable_agents.llm.streams import DynamoDBStreamCache
 from durable_agents.llm.types import LlmRequest, Message, ModelConfig
-from durable_agents.streams import DynamoDBStreamCache
-from durable_agents.testing import AgentTestRunner, Crash
+from durable_agents_local.testing import AgentTestRunner, Crash
 from tests.unit.conftest import STREAMS, TABLE, Deployment
 from tests.unit.test_api import call
 

@@ -16,9 +16,9 @@ from typing import Any
 import boto3
 import pytest
 
+from durable_agents.core.models import RunHeader, RunStatus
 from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.models import RunHeader, RunStatus
-from durable_agents.testing import AgentTestRunner, Crash
+from durable_agents_local.testing import AgentTestRunner, Crash
 from tests.unit import test_api_approvals as approvals_api
 from tests.unit import test_api_reviews as reviews_api
 from tests.unit.conftest import TABLE, Deployment
@@ -355,8 +355,8 @@ def test_another_tenants_review_is_invisible_and_404(a_review: str) -> None:
 # ------------------------------------------------- listings crowded by another tenant's records
 def _crowd(count: int) -> None:
     """``count`` older runs of tenant B, each with a pending approval and a call in review."""
-    from durable_agents.models import EffectChange, EffectStatus, SideEffectRecord, WaitChange
-    from durable_agents.waits.records import pending_wait
+    from durable_agents.core.models import EffectChange, EffectStatus, SideEffectRecord, WaitChange
+    from durable_agents.engine.operations.wait_records import pending_wait
 
     journal = _journal()
     for i in range(count):

@@ -18,9 +18,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from durable_agents import SkipClock
-from durable_agents.local.secrets import create_secrets
-from durable_agents.local.template import load_template
-from durable_agents.waits.auth import (
+from durable_agents.auth.deciders import (
     AuthenticationError,
     AuthUnavailableError,
     JwtVerifier,
@@ -29,11 +27,13 @@ from durable_agents.waits.auth import (
     jwt_verifier_from_env,
     principal_from_iam,
 )
-from durable_agents.waits.links import (
+from durable_agents.auth.links import (
     LinkSigner,
     SecretsManagerKey,
 )
-from durable_agents.waits.principals import may_decide
+from durable_agents.core.principals import may_decide
+from durable_agents_local.secrets import create_secrets
+from durable_agents_local.template import load_template
 from tests.conftest import TEMPLATE
 from tests.unit.tampering import changed_in_the_middle
 

@@ -15,7 +15,7 @@ import pytest
 from botocore.stub import Stubber
 from moto.backends import get_backend
 
-from durable_agents.aws_credentials import (
+from durable_agents.aws.credentials import (
     SESSION_SECONDS,
     AssumeRoleCredentials,
     SecretsManagerCredentials,
@@ -24,7 +24,7 @@ from durable_agents.aws_credentials import (
     secret,
     session_name,
 )
-from durable_agents.credentials import CallScope
+from durable_agents.core.credentials import CallScope
 from durable_agents.errors import ConfigurationError
 
 ROLE = "arn:aws:iam::123456789012:role/payments-tool"
@@ -152,7 +152,7 @@ def test_secret_declaration_reads_through_powertools_default_client(aws: None) -
 def test_the_module_examples_run() -> None:
     import doctest
 
-    from durable_agents import aws_credentials
+    from durable_agents.aws import credentials as aws_credentials
 
     results = doctest.testmod(aws_credentials)
     assert results.failed == 0 and results.attempted >= 3
@@ -165,7 +165,7 @@ def test_the_docs_example_runs_and_mints_per_call(
     import re
     from pathlib import Path
 
-    from durable_agents.side_effects.tools import ToolCall
+    from durable_agents.tools import ToolCall
 
     doc = Path(__file__).resolve().parents[2] / "docs" / "credentials.md"
     (block,) = re.findall(r"```python\n(.*?)```", doc.read_text(), flags=re.DOTALL)

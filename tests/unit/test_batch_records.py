@@ -18,17 +18,17 @@ from durable_agents import (
     AgentRegistry,
     CompletionPolicy,
     DurableContext,
-    InMemoryJournal,
     RunStatus,
     SkipClock,
     agent,
 )
+from durable_agents.core.models import EntryType, OpKind, RunSnapshot
+from durable_agents.core.observability import ReplayAwareLogger
+from durable_agents.engine.invocation import Invocation
+from durable_agents.engine.operations.parallel import BatchResult
 from durable_agents.errors import PayloadError
-from durable_agents.invocation import Invocation
-from durable_agents.models import EntryType, OpKind, RunSnapshot
-from durable_agents.observability import ReplayAwareLogger
-from durable_agents.operations.parallel import BatchResult
-from durable_agents.testing import AgentTestRunner
+from durable_agents.journal.memory import InMemoryJournal
+from durable_agents_local.testing import AgentTestRunner
 
 registry = AgentRegistry()
 

@@ -6,17 +6,11 @@ import json
 import logging
 from typing import Any
 
-from durable_agents import (
-    AgentRegistry,
-    DurableContext,
-    InMemoryJournal,
-    RunStatus,
-    SkipClock,
-    agent,
-)
-from durable_agents.invocation import Invocation
-from durable_agents.observability import ReplayAwareLogger
-from durable_agents.testing import AgentTestRunner
+from durable_agents import AgentRegistry, DurableContext, RunStatus, SkipClock, agent
+from durable_agents.core.observability import ReplayAwareLogger
+from durable_agents.engine.invocation import Invocation
+from durable_agents.journal.memory import InMemoryJournal
+from durable_agents_local.testing import AgentTestRunner
 
 
 def test_a_map_of_thousands_of_waiting_branches_suspends_with_a_small_header() -> None:

@@ -13,17 +13,16 @@ import pytest
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
+from durable_agents.aws.bedrock import BedrockProvider, converse_request
+from durable_agents.core.serde import error_info, rebuild_error
 from durable_agents.llm import (
     MODEL_RETRY,
-    BedrockProvider,
     ContentBlock,
     LlmRequest,
     Message,
     ModelOutputError,
     ModelRequestError,
 )
-from durable_agents.llm.bedrock import converse_request
-from durable_agents.serde import error_info, rebuild_error
 from tests.unit.bedrock_stubs import (
     CONFIG,
     EXPECTED_REQUEST,

@@ -17,8 +17,8 @@ from botocore.exceptions import EventStreamError
 from botocore.stub import Stubber
 from botocore.validate import validate_parameters
 
-from durable_agents.llm import BedrockProvider, ModelOutputError, ModelRequestError
-from durable_agents.llm.bedrock import assemble_stream, converse_request
+from durable_agents.aws.bedrock import BedrockProvider, assemble_stream, converse_request
+from durable_agents.llm import ModelOutputError, ModelRequestError
 from tests.unit.bedrock_stubs import (
     CONFIG,
     EXPECTED_REQUEST,

@@ -8,8 +8,9 @@ import boto3
 import pytest
 
 from durable_agents import AgentRegistry, ConfigurationError
-from durable_agents.deployment import Settings, build_providers, build_runtime
-from durable_agents.llm import BedrockProvider, ScriptedProvider
+from durable_agents.aws.bedrock import BedrockProvider
+from durable_agents.aws.deployment import Settings, build_providers, build_runtime
+from durable_agents.llm import ScriptedProvider
 
 # -- wiring -------------------------------------------------------------------------------------
 

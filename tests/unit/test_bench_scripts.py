@@ -130,7 +130,7 @@ def test_the_sticky_floor_drives_a_run_to_its_end_through_the_floor(
 ) -> None:
     from bench_sticky_floor import measure
 
-    from durable_agents.runtime import Runtime
+    from durable_agents.engine.runtime import Runtime
 
     through_runtime: list[str] = []
     original = Runtime.execute

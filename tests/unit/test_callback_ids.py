@@ -17,11 +17,11 @@ import boto3
 import pytest
 
 from durable_agents import AgentRegistry, DurableContext, agent
+from durable_agents.core.ids import wait_id
+from durable_agents.core.models import WaitStatus
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.dynamodb_items import WAIT_SK
-from durable_agents.models import WaitStatus
-from durable_agents.testing import AgentTestRunner
-from durable_agents.waits.records import wait_id
+from durable_agents_local.testing import AgentTestRunner
 from tests.unit.conftest import TABLE, Deployment
 from tests.unit.test_api_approvals import request
 

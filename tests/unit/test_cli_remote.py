@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from durable_agents.cli import build_parser, main
-from durable_agents.local.identity import CALLER_HEADER
-from durable_agents.local.moto_server import free_port
+from durable_agents_local.cli.main import build_parser, main
+from durable_agents_local.identity import CALLER_HEADER
+from durable_agents_local.moto_server import free_port
 from tests.unit.api_standin import StandIn, stand_in_api
 
 RUN = "run-0123456789abcdef"

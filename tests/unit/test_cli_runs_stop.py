@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from durable_agents.cli import build_parser, main
+from durable_agents_local.cli.main import build_parser, main
 from tests.unit.test_cli_runs_versions import _Api
 
 
@@ -69,7 +69,8 @@ def test_the_reason_is_optional_and_nothing_answering_says_what_to_do(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     args = build_parser().parse_args(["runs", "cancel", "run-1"])
-    # No --api-url nor --stack: local mode's Api (durable_agents.api_client.LOCAL_API_URL).
+    # No --api-url nor --stack: local mode's Api
+    # (durable_agents_local.cli.api_client.LOCAL_API_URL).
     assert (args.run_id, args.reason, args.api_url, args.stack) == ("run-1", "", None, None)
     assert main(["runs", "terminate", "run-1", "--api", "http://127.0.0.1:9"]) == 1
     assert "start local mode first" in capsys.readouterr().err

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from durable_agents.cli import STATUSES, build_parser, main
-from durable_agents.models import RunStatus
+from durable_agents.core.models import RunStatus
+from durable_agents_local.cli.main import STATUSES, build_parser, main
 
 MIGRATED: dict[str, Any] = {
     "committed": True,
@@ -91,7 +91,8 @@ def test_migrate_needs_a_version(capsys: pytest.CaptureFixture[str]) -> None:
         build_parser().parse_args(["runs", "migrate", "run-1"])
     assert exited.value.code == 2 and "--to" in capsys.readouterr().err
     args = build_parser().parse_args(["runs", "migrate", "run-1", "--to", "2", "--dry-run"])
-    # No --api-url nor --stack: local mode's Api (durable_agents.api_client.LOCAL_API_URL).
+    # No --api-url nor --stack: local mode's Api
+    # (durable_agents_local.cli.api_client.LOCAL_API_URL).
     assert (args.run_id, args.to, args.dry_run, args.api_url) == ("run-1", "2", True, None)
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from durable_agents.cli_remote import since
-from durable_agents.cli_tables import (
+from durable_agents_local.cli.remote import since
+from durable_agents_local.cli.tables import (
     approvals_table,
     clip,
     duration,

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from durable_agents.api_client import ApiClient, ApiNotFoundError, ApiUnreachableError
-from durable_agents.cli import main
-from durable_agents.cli_watch import MAX_INTERVAL, MIN_INTERVAL, Watch, WatchTimeoutError
-from durable_agents.local.moto_server import free_port
+from durable_agents_local.cli.api_client import ApiClient, ApiNotFoundError, ApiUnreachableError
+from durable_agents_local.cli.main import main
+from durable_agents_local.cli.watch import MAX_INTERVAL, MIN_INTERVAL, Watch, WatchTimeoutError
+from durable_agents_local.moto_server import free_port
 from tests.unit.api_standin import StandIn, stand_in_api
 
 RUN = "run-0123456789abcdef"
@@ -124,7 +124,7 @@ def test_the_command_exits_with_the_runs_outcome(
     api: StandIn, final: str, code: int, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    monkeypatch.setattr("durable_agents.cli_watch.MIN_INTERVAL", 0.01)
+    monkeypatch.setattr("durable_agents_local.cli.watch.MIN_INTERVAL", 0.01)
     api.answers[("GET", f"/runs/{RUN}")] = [_run("RUNNING"), _run(final, result=42)]
     assert main(["runs", "watch", RUN, "--api-url", api.url]) == code
     out = capsys.readouterr().out.splitlines()
@@ -149,7 +149,7 @@ def test_ctrl_c_stops_watching_cleanly(
 def test_with_json_stdout_holds_only_the_run(
     api: StandIn, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("durable_agents.cli_watch.MIN_INTERVAL", 0.01)
+    monkeypatch.setattr("durable_agents_local.cli.watch.MIN_INTERVAL", 0.01)
     assert main(["runs", "watch", RUN, "--json", "--api-url", api.url]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["result"] == 42

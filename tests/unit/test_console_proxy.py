@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from durable_agents import console_proxy
-from durable_agents.console_proxy import ConsoleProxy, sigv4_signer
+from durable_agents_local.cli import console_proxy
+from durable_agents_local.cli.console_proxy import ConsoleProxy, sigv4_signer
 
 SEEN: list[dict[str, Any]] = []
 

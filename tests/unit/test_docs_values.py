@@ -7,7 +7,7 @@ import sys
 import types
 from pathlib import Path
 
-from durable_agents.serde import decode_value, encode_value
+from durable_agents.core.serde import decode_value, encode_value
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "values-and-errors.md"
 

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, SecretStr
 
 from durable_agents import ReplayDivergedError, Secret
-from durable_agents.fingerprints import Fingerprint
+from durable_agents.engine.fingerprints import Fingerprint
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,7 +41,7 @@ def test_the_fingerprint_is_the_same_in_other_processes() -> None:
     """``hash()`` of strings changes per process (PYTHONHASHSEED); fingerprints must not."""
     code = (
         "from tests.unit.test_fingerprints import Order\n"
-        "from durable_agents.fingerprints import Fingerprint\n"
+        "from durable_agents.engine.fingerprints import Fingerprint\n"
         "tags = {f'tag-{i}' for i in range(50)}\n"
         "print(Fingerprint.of_value([Order(order_id='o', tags=tags), {'z': 1.5, 'a': None}]).value)"
     )
@@ -103,7 +103,7 @@ def test_a_divergence_error_names_both_fingerprints() -> None:
 
 
 def _dumped(value: Any) -> tuple[str, str]:
-    from durable_agents.fingerprints import _jsonable
+    from durable_agents.engine.fingerprints import _jsonable
 
     try:
         text = json.dumps(
@@ -115,7 +115,7 @@ def _dumped(value: Any) -> tuple[str, str]:
 
 
 def _canonical(value: Any) -> tuple[str, str]:
-    from durable_agents.fingerprints import canonical
+    from durable_agents.engine.fingerprints import canonical
 
     try:
         return ("ok", canonical(value))

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from durable_agents.engine.generations import id_prefix
 from durable_agents.errors import EffectNotFoundError
-from durable_agents.generations import id_prefix
 from durable_agents.journal.generation_keys import (
     generation_keys,
     generation_of,
     key_ranges,
+    locate,
     pos_prefix,
     split_op_id,
 )
-from durable_agents.side_effects.review import locate
 
 
 def test_generation_zero_keeps_the_layout_of_adr_0001() -> None:

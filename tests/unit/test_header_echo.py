@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from durable_agents.deployment import Settings
+from durable_agents.aws.deployment import Settings
+from durable_agents.core.models import RunChange, RunSnapshot, RunStatus
 from durable_agents.errors import ConfigurationError, RunRevisionConflictError
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.dynamodb_items import HEADER_SK
 from durable_agents.journal.header_echo import HEADER_ECHO_SK, echo_put, new_token
-from durable_agents.models import RunChange, RunSnapshot, RunStatus
 from tests.unit.tail_journal import RUN, RUNNING_ONLY, client, cold, same, start, steps
 
 __all__ = ["client"]  # the moto table fixture

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from bench_kinds import kind_operation  # the cost bench's operation of each kind
 
 from durable_agents import AgentRegistry, agent
-from durable_agents.testing import AgentTestRunner
+from durable_agents_local.testing import AgentTestRunner
 
 Mode = Literal["continuous", "faithful", "sticky"]
 

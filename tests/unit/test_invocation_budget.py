@@ -7,15 +7,10 @@ from typing import Any
 
 import pytest
 
-from durable_agents import (
-    AgentRegistry,
-    AgentTestRunner,
-    InvocationBudget,
-    OutcomeKind,
-    SkipClock,
-    agent,
-)
+from durable_agents import AgentRegistry, InvocationBudget, SkipClock, agent
 from durable_agents.agent import AgentDefinition
+from durable_agents.engine.outcomes import OutcomeKind
+from durable_agents_local.testing import AgentTestRunner
 from tests.unit.test_request_counts import Stack, stack  # noqa: F401 - the moto fixture
 
 CLOCK = SkipClock()

@@ -10,15 +10,16 @@ import contextlib
 
 from pydantic import BaseModel
 
-from durable_agents import AgentRegistry, DurableContext, InMemoryJournal, Runtime, SkipClock
+from durable_agents import AgentRegistry, DurableContext, SkipClock
 from durable_agents import agent as agent_decorator
-from durable_agents.events import CollectingPublisher
-from durable_agents.leases import CLOCK_SKEW_MARGIN_MS, lease_end, lease_expired
-from durable_agents.models import EffectStatus
-from durable_agents.reconciler import sweep
-from durable_agents.runtime import LEASE_MARGIN_MS, OutcomeKind
-from durable_agents.side_effects.tools import ToolCall, ToolRegistry, tool
-from durable_agents.testing import Crash, SimulatedCrash, _CrashHooks
+from durable_agents.admin.reconciler import sweep
+from durable_agents.core.leases import CLOCK_SKEW_MARGIN_MS, lease_end, lease_expired
+from durable_agents.core.models import EffectStatus
+from durable_agents.engine.events import CollectingPublisher
+from durable_agents.engine.runtime import LEASE_MARGIN_MS, OutcomeKind, Runtime
+from durable_agents.journal.memory import InMemoryJournal
+from durable_agents.tools import ToolCall, ToolRegistry, tool
+from durable_agents_local.testing import Crash, SimulatedCrash, _CrashHooks
 
 REMAINING_MS = 30_000
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable_agents.local.functions import make_resolver, read_functions
-from durable_agents.local.http_api import Route, build_event
-from durable_agents.local.template import load_template
+from durable_agents_local.functions import make_resolver, read_functions
+from durable_agents_local.http_api import Route, build_event
+from durable_agents_local.template import load_template
 from tests.conftest import TEMPLATE
 
 

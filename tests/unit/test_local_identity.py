@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from durable_agents.cli import build_parser
-from durable_agents.local.functions import FunctionSpec
-from durable_agents.local.http_api import Route, build_event
-from durable_agents.local.identity import CALLER_HEADER, LOCAL_CALLER_ARN
-from durable_agents.local.worker import WorkerOptions, function_environment
+from durable_agents_local.cli.main import build_parser
+from durable_agents_local.functions import FunctionSpec
+from durable_agents_local.http_api import Route, build_event
+from durable_agents_local.identity import CALLER_HEADER, LOCAL_CALLER_ARN
+from durable_agents_local.worker import WorkerOptions, function_environment
 
 ADA = "arn:aws:iam::123456789012:user/ada"
 
@@ -65,8 +65,8 @@ def test_the_local_caller_mints_links_and_decides_reviews() -> None:
 
 
 def test_runs_start_says_what_to_do_when_nothing_answers() -> None:
-    from durable_agents.local.moto_server import free_port
-    from durable_agents.local.runs_start import RunStartError, parse_input, start_run
+    from durable_agents_local.moto_server import free_port
+    from durable_agents_local.runs_start import RunStartError, parse_input, start_run
 
     assert parse_input('"Ada"') == "Ada" == parse_input("Ada")
     assert parse_input('{"topic": "x"}') == {"topic": "x"}

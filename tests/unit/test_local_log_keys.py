@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from durable_agents.local.functions import FunctionSpec
-from durable_agents.local.invoke import LocalFunction, load_handler
+from durable_agents_local.functions import FunctionSpec
+from durable_agents_local.invoke import LocalFunction, load_handler
 
 SHARED = """
 import io, threading

@@ -11,13 +11,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from durable_agents.local.oidc import (
+from durable_agents.auth.deciders import AuthenticationError, jwt_verifier_from_env
+from durable_agents_local.oidc import (
     LOCAL_AUDIENCE,
     LocalIssuer,
     LocalIssuerRefusedError,
     request_token,
 )
-from durable_agents.waits.auth import AuthenticationError, jwt_verifier_from_env
 from tests.unit import test_api_approvals as approvals_suite
 from tests.unit.test_api_approvals import Pending
 from tests.unit.test_api_hostile_input import send

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from durable_agents.local.moto_server import HOST, free_port, port_is_free
-from durable_agents.local.wal import (
+from durable_agents_local.moto_server import HOST, free_port, port_is_free
+from durable_agents_local.wal import (
     CorruptStateError,
     StateDirLockedError,
     StateFiles,

@@ -18,13 +18,13 @@ import pytest
 from aws_lambda_powertools import Logger
 
 from durable_agents import AgentRegistry, DurableContext, RetryPolicy, StepContext, agent
-from durable_agents.log_context import (
+from durable_agents.core.log_context import (
     LogContextFilter,
     current_log_keys,
     invocation_log_context,
     note_operation,
 )
-from durable_agents.testing import AgentTestRunner
+from durable_agents_local.testing import AgentTestRunner
 
 REGISTRY = AgentRegistry()
 
@@ -180,7 +180,7 @@ def test_a_raising_filter_input_never_drops_the_record() -> None:
 def test_the_module_example_runs() -> None:
     import doctest
 
-    from durable_agents import log_context
+    from durable_agents.core import log_context
 
     results = doctest.testmod(log_context)
     assert results.attempted >= 1 and results.failed == 0

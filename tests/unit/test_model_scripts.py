@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from durable_agents import AgentRegistry, DurableContext, agent
-from durable_agents.deployment import Settings, build_providers
+from durable_agents.aws.deployment import Settings, build_providers
 from durable_agents.errors import ConfigurationError
 from durable_agents.llm.scripted import ScriptedProvider
 from durable_agents.llm.types import LlmRequest, Message, ModelConfig
-from durable_agents.testing import AgentTestRunner
+from durable_agents_local.testing import AgentTestRunner
 
 GREETER = ModelConfig(name="greeter", version="1", provider="scripted", model_id="script")
 SUPPORT = ModelConfig(name="support-model", version="1", provider="scripted", model_id="m")
@@ -80,8 +80,8 @@ def test_the_test_runner_takes_a_script_file(tmp_path: Path) -> None:
 
 
 def test_local_mode_adds_model_scripts_to_the_templates(tmp_path: Path) -> None:
-    from durable_agents.cli import build_parser
-    from durable_agents.local.agents_loading import model_scripts_setting
+    from durable_agents_local.agents_loading import model_scripts_setting
+    from durable_agents_local.cli.main import build_parser
 
     mine = tmp_path / "greeter.json"
     mine.write_text(json.dumps([{"text": "mine"}]))

@@ -16,12 +16,12 @@ from typing import Any, TypeVar
 import boto3
 import pytest
 
+from durable_agents.core.models import EffectChange, EffectStatus, EntryType
+from durable_agents.engine.replay_index import WarmRecords
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.store import JournalStore
-from durable_agents.local.template import create_journal_table
-from durable_agents.models import EffectChange, EffectStatus, EntryType
-from durable_agents.replay_index import WarmRecords
+from durable_agents_local.template import create_journal_table
 from tests.contract.test_journal_contract import entry, header
 from tests.contract.test_snapshot_stability_contract import record
 

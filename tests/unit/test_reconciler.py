@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 
-from durable_agents import AgentRegistry, DurableContext, InMemoryJournal, Runtime, SkipClock
+from durable_agents import AgentRegistry, DurableContext, SkipClock
 from durable_agents import agent as agent_decorator
-from durable_agents.events import STEP_READY, CollectingPublisher
-from durable_agents.reconciler import sweep
-from durable_agents.testing import Crash, SimulatedCrash, _CrashHooks
+from durable_agents.admin.reconciler import sweep
+from durable_agents.engine.events import STEP_READY, CollectingPublisher
+from durable_agents.engine.runtime import Runtime
+from durable_agents.journal.memory import InMemoryJournal
+from durable_agents_local.testing import Crash, SimulatedCrash, _CrashHooks
 
 
 def setup() -> tuple[Runtime, CollectingPublisher, SkipClock]:

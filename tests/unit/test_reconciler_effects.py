@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from durable_agents import Runtime, SkipClock
-from durable_agents.events import CollectingPublisher
-from durable_agents.journal.store import JournalStore, input_hash
-from durable_agents.models import (
+from durable_agents import SkipClock
+from durable_agents.admin.reconciler import sweep
+from durable_agents.core.models import (
     EffectChange,
     EffectStatus,
     RunChange,
@@ -24,9 +23,11 @@ from durable_agents.models import (
     RunStatus,
     SideEffectRecord,
 )
-from durable_agents.operations.tool import REVIEW_REQUESTED
-from durable_agents.reconciler import sweep
-from durable_agents.side_effects.tools import ToolCall, ToolRegistry, tool
+from durable_agents.engine.events import CollectingPublisher
+from durable_agents.engine.operations.tool import REVIEW_REQUESTED
+from durable_agents.engine.runtime import Runtime
+from durable_agents.journal.store import JournalStore, input_hash
+from durable_agents.tools import ToolCall, ToolRegistry, tool
 
 ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
 STALE_AFTER_S = 60

@@ -15,17 +15,18 @@ from typing import Any
 
 import pytest
 
-from durable_agents import AgentRegistry, DurableContext, InMemoryJournal, Runtime, SkipClock
+from durable_agents import AgentRegistry, DurableContext, SkipClock
 from durable_agents import agent as agent_decorator
+from durable_agents.admin.reconciler import sweep
+from durable_agents.core.models import RunChange, RunStatus, WaitStatus
+from durable_agents.engine.events import STEP_READY, CollectingPublisher
+from durable_agents.engine.operations.callback import heartbeat
+from durable_agents.engine.runtime import OutcomeKind, Runtime
 from durable_agents.errors import InfrastructureError
-from durable_agents.events import STEP_READY, CollectingPublisher
 from durable_agents.journal.dynamodb import DynamoDBJournal
+from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import RunChange, RunStatus, WaitStatus
-from durable_agents.reconciler import sweep
-from durable_agents.runtime import OutcomeKind
-from durable_agents.testing import Crash, SimulatedCrash, _CrashHooks
-from durable_agents.waits.callback import heartbeat
+from durable_agents_local.testing import Crash, SimulatedCrash, _CrashHooks
 
 ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
 

@@ -16,19 +16,13 @@ from typing import Any
 
 import pytest
 
-from durable_agents import (
-    AgentRegistry,
-    DurableContext,
-    Runtime,
-    SkipClock,
-    agent,
-    context_scope,
-    ids,
-    serde,
-)
+from durable_agents import AgentRegistry, DurableContext, SkipClock, agent
+from durable_agents.core import ids, serde
+from durable_agents.core.models import OpKind, RunStatus
+from durable_agents.engine import context_scope
+from durable_agents.engine.plugin_calls import PluginSet
+from durable_agents.engine.runtime import Runtime
 from durable_agents.journal.memory import InMemoryJournal
-from durable_agents.models import OpKind, RunStatus
-from durable_agents.plugin_calls import PluginSet
 from durable_agents.plugins import Plugin
 
 
@@ -192,7 +186,7 @@ class _Callable:
     ],
 )
 def test_a_map_function_takes_the_items_as_its_signature_says(fn: Any) -> None:
-    from durable_agents.operations.parallel import _takes_items
+    from durable_agents.engine.operations.parallel import _takes_items
 
     assert _takes_items(fn) is _takes_items_by_signature(fn)
 
@@ -361,8 +355,8 @@ def test_a_replayed_result_follows_the_functions_return_annotation(fn: Any, expe
 def test_a_scopes_plan_holds_what_looking_each_position_up_gives(
     prefix: str, counters: list[int], table: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from durable_agents.context_scope import records_by_counter
-    from durable_agents.replay_index import OpRecord
+    from durable_agents.engine.context_scope import records_by_counter
+    from durable_agents.engine.replay_index import OpRecord
 
     monkeypatch.setattr(ids, "POSITIONS", [_formatted("", n) for n in range(table)])
     monkeypatch.setattr(context_scope, "POSITIONS", ids.POSITIONS)

@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 
-from durable_agents import InMemoryJournal, SkipClock
-from durable_agents.invocation import Invocation, InvocationHooks
-from durable_agents.models import RunHeader, RunSnapshot, RunStatus
-from durable_agents.replay_flags import ReplayFlags
+from durable_agents import SkipClock
+from durable_agents.core.models import RunHeader, RunSnapshot, RunStatus
+from durable_agents.engine.invocation import Invocation, InvocationHooks
+from durable_agents.engine.replay_flags import ReplayFlags
+from durable_agents.journal.memory import InMemoryJournal
 
 FACTS: dict[str, tuple[Any, Any]] = {  # each fact: its value that allows replay, one that stops it
     "live": (False, True),

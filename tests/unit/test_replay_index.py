@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from durable_agents import AgentRegistry, AgentTestRunner, DurableContext, agent
-from durable_agents.ids import format_position
-from durable_agents.models import EffectStatus, Entry, EntryType, OpKind, SideEffectRecord
-from durable_agents.replay_index import WarmRecords, group_entries
+from durable_agents import AgentRegistry, DurableContext, agent
+from durable_agents.core.ids import format_position
+from durable_agents.core.models import EffectStatus, Entry, EntryType, OpKind, SideEffectRecord
+from durable_agents.engine.replay_index import WarmRecords, group_entries
+from durable_agents_local.testing import AgentTestRunner
 
 
 def _entry(position: str, type_: EntryType, attempt: int = 0, **fields: Any) -> Entry:

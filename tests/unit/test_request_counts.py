@@ -20,17 +20,13 @@ from typing import Any
 import boto3
 import pytest
 
-from durable_agents import (
-    AgentRegistry,
-    EventBridgePublisher,
-    OutcomeKind,
-    Runtime,
-    SkipClock,
-    agent,
-)
+from durable_agents import AgentRegistry, SkipClock, agent
 from durable_agents.agent import AgentDefinition
+from durable_agents.aws.eventbridge import EventBridgePublisher
+from durable_agents.engine.outcomes import OutcomeKind
+from durable_agents.engine.runtime import Runtime
 from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.local.template import create_journal_table
+from durable_agents_local.template import create_journal_table
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 BUS = "durable-agents-test"

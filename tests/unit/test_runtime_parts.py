@@ -1,13 +1,13 @@
-"""The runtime's parts every invocation holds (``durable_agents.runtime_parts``)."""
+"""The runtime's parts every invocation holds (``durable_agents.engine.runtime_parts``)."""
 
 from __future__ import annotations
 
 import doctest
 
-from durable_agents import runtime_parts
-from durable_agents.clock import SkipClock
+from durable_agents.core.clock import SkipClock
+from durable_agents.engine import runtime_parts
+from durable_agents.engine.runtime import Runtime
 from durable_agents.journal.memory import InMemoryJournal
-from durable_agents.runtime import Runtime
 
 
 def test_the_module_examples_run() -> None:

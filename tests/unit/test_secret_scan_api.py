@@ -17,8 +17,8 @@ from pydantic import BaseModel
 
 from durable_agents import AgentRegistry, DurableContext, Secret, agent
 from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.side_effects.tools import ToolCall, ToolRegistry, tool
-from durable_agents.testing import AgentTestRunner
+from durable_agents.tools import ToolCall, ToolRegistry, tool
+from durable_agents_local.testing import AgentTestRunner
 from tests.unit.conftest import TABLE, Deployment
 from tests.unit.test_api import call
 

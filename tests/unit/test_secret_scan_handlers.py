@@ -30,10 +30,18 @@ import boto3
 import pytest
 from moto.backends import get_backend
 
-from durable_agents import SkipClock, deployment, scrub
+from durable_agents import SkipClock
+from durable_agents.aws import deployment
+from durable_agents.core import scrub
+from durable_agents.core.models import (
+    EffectChange,
+    EffectStatus,
+    RunHeader,
+    RunStatus,
+    SideEffectRecord,
+)
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.store import input_hash
-from durable_agents.models import EffectChange, EffectStatus, RunHeader, RunStatus, SideEffectRecord
 from tests.unit import secret_scan_agents as leaky
 from tests.unit.conftest import BUCKET, STREAMS, TABLE, Deployment, FakeLambdaContext
 from tests.unit.test_api import call

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from durable_agents.credentials import Secret
+from durable_agents.core.credentials import Secret
+from durable_agents.core.models import ErrorInfo
+from durable_agents.core.serde import error_info, rebuild_error
+from durable_agents.engine.operations.callback import CallbackTimeoutError
 from durable_agents.errors import StepError
-from durable_agents.models import ErrorInfo
-from durable_agents.serde import error_info, rebuild_error
-from durable_agents.waits.callback import CallbackTimeoutError
 
 
 class QuotaExceededError(Exception):

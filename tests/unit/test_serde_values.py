@@ -15,9 +15,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from pydantic import BaseModel, SecretStr
 
-from durable_agents.credentials import Secret
-from durable_agents.errors import PayloadError, SecretSerializationError
-from durable_agents.serde import (
+from durable_agents.core.credentials import Secret
+from durable_agents.core.serde import (
     DEFAULT_SERDES,
     FunctionSerdes,
     as_serdes,
@@ -25,7 +24,8 @@ from durable_agents.serde import (
     encode_value,
     register_type,
 )
-from durable_agents.serde_values import TAG
+from durable_agents.core.serde_values import TAG
+from durable_agents.errors import PayloadError, SecretSerializationError
 
 
 class Colour(enum.Enum):

@@ -16,7 +16,7 @@ import pytest
 from durable_agents import AgentRegistry, DurableContext, agent
 from durable_agents.llm.scripted import ScriptedProvider
 from durable_agents.llm.types import LlmRequest, Message, ModelConfig
-from durable_agents.testing import AgentTestRunner
+from durable_agents_local.testing import AgentTestRunner
 from tests.unit.conftest import Deployment, FakeLambdaContext
 from tests.unit.test_step_runner import step_event
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import doctest
 
-from durable_agents import plugins, step_context
+from durable_agents import plugins
+from durable_agents.engine import step_context
 
 
 def test_step_context_example_runs() -> None:

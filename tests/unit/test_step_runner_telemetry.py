@@ -10,7 +10,7 @@ import pytest
 
 from durable_agents import AgentRegistry, DurableContext, RetryPolicy, agent
 from durable_agents.llm.types import LlmRequest, Message, ModelConfig
-from durable_agents.testing import AgentTestRunner
+from durable_agents_local.testing import AgentTestRunner
 from tests.unit.conftest import Deployment, FakeLambdaContext
 from tests.unit.test_api import GOOD, start
 from tests.unit.test_step_runner import step_event
@@ -90,7 +90,7 @@ class FakeTracer:
 
 
 def test_failed_attempts_and_operations_are_logged_and_counted_never_replays() -> None:
-    from durable_agents.lambda_telemetry import PowertoolsPlugin
+    from durable_agents.aws.telemetry import PowertoolsPlugin
 
     attempts = {"n": 0}
 
@@ -167,7 +167,7 @@ def test_a_warm_container_counts_and_logs_what_its_parked_agents_go_on_with() ->
     """The StepRunner's default: sticky continuation, one operation per invocation. Every
     operation after the first runs in an invocation that goes on with the parked agent; each
     is counted and a failure logged when it ends, as in a container that replays."""
-    from durable_agents.lambda_telemetry import PowertoolsPlugin
+    from durable_agents.aws.telemetry import PowertoolsPlugin
 
     def broken() -> str:
         raise KeyError("gone")
@@ -192,7 +192,7 @@ def test_a_warm_container_counts_and_logs_what_its_parked_agents_go_on_with() ->
 
 
 def test_model_tokens_by_model_id_once_per_recorded_answer_and_runs_succeeded_once() -> None:
-    from durable_agents.lambda_telemetry import PowertoolsPlugin
+    from durable_agents.aws.telemetry import PowertoolsPlugin
 
     metrics, logger, tracer = FakeMetrics(), FakeLogger(), FakeTracer()
     plugin = PowertoolsPlugin(logger=logger, metrics=metrics, tracer=tracer, emit=metrics.emit)
@@ -219,7 +219,7 @@ def test_model_tokens_by_model_id_once_per_recorded_answer_and_runs_succeeded_on
 
 
 def test_a_metric_that_cannot_be_written_costs_only_itself() -> None:
-    from durable_agents.lambda_telemetry import PowertoolsPlugin
+    from durable_agents.aws.telemetry import PowertoolsPlugin
 
     metrics, logger, tracer = FakeMetrics(), FakeLogger(), FakeTracer()
 
@@ -234,7 +234,7 @@ def test_a_metric_that_cannot_be_written_costs_only_itself() -> None:
 
 
 def test_runs_started_once_per_created_run_not_per_repeated_start() -> None:
-    from durable_agents.lambda_telemetry import RunsStarted
+    from durable_agents.aws.telemetry import RunsStarted
 
     metrics = FakeMetrics()
     runner = AgentTestRunner(counting, plugins=[RunsStarted(emit=metrics.emit)])

@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from durable_agents import AgentRegistry, AgentTestRunner, Crash, agent
-from durable_agents.agent_carriers import CARRIERS, CarrierKind, live_agents
-from durable_agents.context import DurableContext
-from durable_agents.events import CollectingPublisher
+from durable_agents import AgentRegistry, agent
+from durable_agents.core.models import RunStatus
+from durable_agents.engine.context import DurableContext
+from durable_agents.engine.events import CollectingPublisher
+from durable_agents.engine.runtime import OutcomeKind, Runtime
+from durable_agents.engine.sticky.carriers import CARRIERS, CarrierKind, live_agents
+from durable_agents.engine.sticky.parking import StickyRuns
 from durable_agents.journal.memory import InMemoryJournal
-from durable_agents.models import RunStatus
 from durable_agents.plugins import OperationEndInfo, OperationStartInfo, Plugin
-from durable_agents.runtime import OutcomeKind, Runtime
-from durable_agents.sticky import StickyRuns
-from durable_agents.testing import SimulatedCrash
+from durable_agents_local.testing import AgentTestRunner, Crash, SimulatedCrash
 
 registry = AgentRegistry()
 CALLS: Counter[str] = Counter()
@@ -58,7 +58,7 @@ BEFORE: set[int] = set()
 def carrier(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> CarrierKind:
     """Every test runs with agents parked on greenlets, then on threads."""
     kind: CarrierKind = request.param
-    monkeypatch.setattr("durable_agents.sticky.default_carrier", lambda: kind)
+    monkeypatch.setattr("durable_agents.engine.sticky.parking.default_carrier", lambda: kind)
     CALLS.clear()
     # Other tests' runtimes (sticky by default where deployed) may have agents parked still.
     BEFORE.clear()
@@ -159,8 +159,8 @@ def test_a_parked_agent_does_not_survive_an_event_sent_while_it_was_parked() -> 
     header, _ = runtime.start_run("sticky-loop", 3)
     runtime.execute(header.run_id, remaining_ms=60_000)  # s0, parks before s1
     assert runtime.sticky is not None and len(runtime.sticky) == 1
-    from durable_agents.cancellation import request_stop
-    from durable_agents.clock import SystemClock
+    from durable_agents.core.clock import SystemClock
+    from durable_agents.engine.cancellation import request_stop
 
     request_stop(
         journal,
@@ -181,7 +181,7 @@ def test_a_parked_agent_does_not_survive_an_event_sent_while_it_was_parked() -> 
 def test_a_run_whose_time_limit_passed_while_parked_times_out_without_going_on() -> None:
     """Its header did not change (a time limit passes without a write): the journal is as
     the parked agent left it, yet the invocation must end the run, not let it go on."""
-    from durable_agents.clock import SkipClock
+    from durable_agents.core.clock import SkipClock
 
     clock = SkipClock()
     runtime = Runtime(InMemoryJournal(), registry=registry, clock=clock, sticky=StickyRuns())
@@ -201,7 +201,7 @@ def test_a_run_whose_time_limit_passed_while_parked_times_out_without_going_on()
 def test_a_part_the_runtime_is_given_while_an_agent_is_parked_reaches_that_agent() -> None:
     """The runtime's parts an invocation holds (here its clock, which stamps every entry) are
     the runtime's as they are when a parked agent goes on, not as they were when it parked."""
-    from durable_agents.clock import SkipClock
+    from durable_agents.core.clock import SkipClock
 
     runtime = Runtime(InMemoryJournal(), registry=registry, clock=SkipClock(), sticky=StickyRuns())
     header, _ = runtime.start_run("sticky-loop", 3)
@@ -398,7 +398,7 @@ def _mixed(sticky: bool) -> tuple[Any, AgentTestRunner]:
     result = runner.run(None)
     assert result.status == "SUSPENDED"  # the callback
     for payload in ("one", "two"):
-        from durable_agents.run_inbox import send_event
+        from durable_agents.engine.inbox import send_event
 
         send_event(runner.journal, runner.clock, result.run_id, "go", payload, None)
     return runner.complete_callback(result.run_id, "shipment", result={"box": 7}), runner

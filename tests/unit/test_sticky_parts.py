@@ -19,20 +19,20 @@ import pytest
 from pydantic import BaseModel
 
 from durable_agents import AgentRegistry, agent
-from durable_agents.agent_carriers import CARRIERS, CarrierKind, live_agents
-from durable_agents.clock import SkipClock
-from durable_agents.context import DurableContext
-from durable_agents.credentials import Secret
-from durable_agents.events import CollectingPublisher
+from durable_agents.core.clock import SkipClock
+from durable_agents.core.credentials import Secret
+from durable_agents.core.models import RunStatus
+from durable_agents.engine.context import DurableContext
+from durable_agents.engine.events import CollectingPublisher
+from durable_agents.engine.memory_store import InMemoryMemoryStore
+from durable_agents.engine.plugin_calls import PluginSet
+from durable_agents.engine.runtime import OutcomeKind, Runtime
+from durable_agents.engine.sticky.carriers import CARRIERS, CarrierKind, live_agents
+from durable_agents.engine.sticky.parking import StickyRuns, WriteTally
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.llm.types import ContentBlock, LlmRequest, LlmResponse, Message, ModelConfig
-from durable_agents.memory import InMemoryMemoryStore
-from durable_agents.models import RunStatus
-from durable_agents.plugin_calls import PluginSet
 from durable_agents.plugins import OperationEndInfo, OperationStartInfo, Plugin
-from durable_agents.runtime import OutcomeKind, Runtime
-from durable_agents.side_effects.tools import ToolCall, tool
-from durable_agents.sticky import StickyRuns, WriteTally
+from durable_agents.tools import ToolCall, tool
 
 registry = AgentRegistry()
 CALLS: Counter[str] = Counter()
@@ -49,7 +49,7 @@ def _count(name: str) -> str:
 def carrier(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> CarrierKind:
     """Every test runs with agents parked on greenlets, then on threads."""
     kind: CarrierKind = request.param
-    monkeypatch.setattr("durable_agents.sticky.default_carrier", lambda: kind)
+    monkeypatch.setattr("durable_agents.engine.sticky.parking.default_carrier", lambda: kind)
     CALLS.clear()
     BEFORE.clear()
     BEFORE.update(id(a) for a in live_agents())

@@ -13,10 +13,7 @@ from typing import Any
 
 import pytest
 
-from durable_agents.errors import EntryConflictError
-from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.journal.tail_cache import TailBounds, tail_bounds
-from durable_agents.models import (
+from durable_agents.core.models import (
     EffectChange,
     EffectStatus,
     EntryType,
@@ -24,6 +21,9 @@ from durable_agents.models import (
     RunChange,
     RunStatus,
 )
+from durable_agents.errors import EntryConflictError
+from durable_agents.journal.dynamodb import DynamoDBJournal
+from durable_agents.journal.tail_cache import TailBounds, tail_bounds
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from bench_billing import Ledger, peek_client

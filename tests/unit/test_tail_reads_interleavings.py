@@ -11,10 +11,7 @@ from typing import Any
 
 import pytest
 
-from durable_agents.errors import EntryConflictError
-from durable_agents.journal.dynamodb import DynamoDBJournal
-from durable_agents.journal.tail_cache import START, KnownRun, KnownRuns
-from durable_agents.models import (
+from durable_agents.core.models import (
     EffectChange,
     EffectStatus,
     EntryType,
@@ -22,6 +19,9 @@ from durable_agents.models import (
     RunChange,
     RunStatus,
 )
+from durable_agents.errors import EntryConflictError
+from durable_agents.journal.dynamodb import DynamoDBJournal
+from durable_agents.journal.tail_cache import START, KnownRun, KnownRuns
 from tests.unit.tail_journal import (
     RUN,
     RUNNING_ONLY,

@@ -6,8 +6,8 @@ import doctest
 
 import pytest
 
-from durable_agents import tenancy
-from durable_agents.tenancy import TenantMap, check_tenant, visible
+from durable_agents.core import tenancy
+from durable_agents.core.tenancy import TenantMap, check_tenant, visible
 
 ROLE = "arn:aws:sts::123456789012:assumed-role"
 
@@ -67,8 +67,8 @@ def test_tenant_names_and_visibility() -> None:
 
 
 def test_the_jwt_tenant_claim_is_configurable() -> None:
-    from durable_agents.clock import SkipClock
-    from durable_agents.waits.auth import JwtVerifier, jwt_verifier_from_env
+    from durable_agents.auth.deciders import JwtVerifier, jwt_verifier_from_env
+    from durable_agents.core.clock import SkipClock
     from tests.unit.test_auth import AUDIENCE, ISSUER, Keys, claims
 
     env = {"JWT_ISSUER": ISSUER, "JWT_AUDIENCE": AUDIENCE}

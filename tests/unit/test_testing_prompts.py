@@ -6,7 +6,7 @@ from durable_agents import AgentRegistry, DurableContext, agent
 from durable_agents.agent import register_model_config, register_prompt
 from durable_agents.llm.types import ModelConfig
 from durable_agents.prompts import Prompt, PromptRegistry
-from durable_agents.testing import AgentTestRunner
+from durable_agents_local.testing import AgentTestRunner
 
 
 def greeter(ctx: DurableContext, who: str) -> str:

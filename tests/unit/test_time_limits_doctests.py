@@ -1,10 +1,10 @@
-"""The examples in durable_agents.time_limits run."""
+"""The examples in durable_agents.engine.time_limits run."""
 
 from __future__ import annotations
 
 import doctest
 
-from durable_agents import time_limits
+from durable_agents.engine import time_limits
 
 
 def test_time_limits_examples() -> None:

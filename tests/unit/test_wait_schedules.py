@@ -8,12 +8,13 @@ from typing import Any
 import boto3
 import pytest
 
-from durable_agents import AgentRegistry, DurableContext, InMemoryJournal, agent
-from durable_agents.reconciler import expire_wait
-from durable_agents.testing import AgentTestRunner
-from durable_agents.waits.approval import ApprovalTimeoutError
-from durable_agents.waits.callback import heartbeat
-from durable_agents.waits.schedules import EventBridgeWaitScheduler
+from durable_agents import AgentRegistry, DurableContext, agent
+from durable_agents.admin.reconciler import expire_wait
+from durable_agents.aws.scheduler import EventBridgeWaitScheduler
+from durable_agents.engine.operations.approval import ApprovalTimeoutError
+from durable_agents.engine.operations.callback import heartbeat
+from durable_agents.journal.memory import InMemoryJournal
+from durable_agents_local.testing import AgentTestRunner
 
 TARGET = "arn:aws:lambda:us-east-1:123456789012:function:reconciler"
 ROLE = "arn:aws:iam::123456789012:role/wait-scheduler"
@@ -103,7 +104,7 @@ def napper(ctx: DurableContext, _: None) -> str:
 
 
 def test_a_run_timer_gets_a_wake_up_schedule(scheduler: Any) -> None:
-    from durable_agents.reconciler import wake_run
+    from durable_agents.admin.reconciler import wake_run
 
     runner = runner_for(napper, scheduler)
     runtime = runner.runtime

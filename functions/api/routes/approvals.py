@@ -43,25 +43,25 @@ from api.routes.common import (
 )
 from api.routes.limits import MAX_LINK_BODY_BYTES
 from api.routes.tenancy import collect, iam_caller, owned_wait, tenant_of
-from durable_agents.models import WaitRecord, WaitStatus
-from durable_agents.views import iso
-from durable_agents.waits.approval import KIND, expire_approval, record_decision
-from durable_agents.waits.auth import (
+from durable_agents.auth.deciders import (
     AuthUnavailableError,
     JwtVerifier,
     NotAnApproverError,
     bearer_token,
     jwt_verifier_from_env,
 )
-from durable_agents.waits.links import (
+from durable_agents.auth.links import (
     LINK_TTL_RANGE,
     MAX_LINK_CHARS,
     LinkClaims,
     LinkSigner,
     SecretsManagerKey,
 )
-from durable_agents.waits.principals import Principal, iam_patterns, may_decide
-from durable_agents.waits.records import WaitGoneError, closed_for_finished_run
+from durable_agents.core.clock import iso
+from durable_agents.core.models import WaitRecord, WaitStatus
+from durable_agents.core.principals import Principal, iam_patterns, may_decide
+from durable_agents.engine.operations.approval import KIND, expire_approval, record_decision
+from durable_agents.engine.operations.wait_records import WaitGoneError, closed_for_finished_run
 
 logger = Logger(child=True)
 router = Router()  # type: ignore[no-untyped-call]

@@ -16,14 +16,14 @@ from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from api.approval_page import HTML_HEADERS, approval_state
 from api.routes import limits
 from api.routes.limits import MAX_FORM_FIELDS, MAX_JSON_BODY_BYTES, body_text, parse_json
+from durable_agents.auth.deciders import AuthUnavailableError
+from durable_agents.core.clock import iso
+from durable_agents.core.models import WaitRecord
+from durable_agents.engine.events import EventPublishError, step_ready
 from durable_agents.errors import WaitNotFoundError
-from durable_agents.events import EventPublishError, step_ready
-from durable_agents.models import WaitRecord
-from durable_agents.views import iso
-from durable_agents.waits.auth import AuthUnavailableError
 
 if TYPE_CHECKING:
-    from durable_agents.runtime import Runtime
+    from durable_agents.engine.runtime import Runtime
 
 logger = Logger(child=True)
 

@@ -41,12 +41,12 @@ from api.routes.limits import parse_json
 from api.routes.run_query import list_page, listing_query
 from api.routes.run_stops import StopRunRequest, stop_run
 from api.routes.tenancy import collect, iam_caller, owned_run, owned_wait
+from durable_agents.core.ids import check_run_id
+from durable_agents.core.models import WaitStatus
+from durable_agents.core.tenancy import ALL_TENANTS
+from durable_agents.engine.operations.approval import KIND
 from durable_agents.errors import DurableError
-from durable_agents.ids import check_run_id
-from durable_agents.models import WaitStatus
-from durable_agents.streams import StreamCache, StreamChunk
-from durable_agents.tenancy import ALL_TENANTS
-from durable_agents.waits.approval import KIND
+from durable_agents.llm.streams import StreamCache, StreamChunk
 
 router = Router()  # type: ignore[no-untyped-call]
 MAX_LIMIT = 100
@@ -203,7 +203,7 @@ def streamed_texts(chunks: list[StreamChunk]) -> list[tuple[str, str]]:
     """Each streaming operation's text as a reader sees it, in the order they began.
 
     A ``begin`` chunk (re)starts an operation's text (attempt 2: its step crashed mid-stream
-    and the text starts over); ``text`` chunks append. As ``durable_agents.local.console``'s,
+    and the text starts over); ``text`` chunks append. As ``durable_agents_local.console``'s,
     which the Api's package does not include.
     """
     texts: dict[str, str] = {}

@@ -1,7 +1,7 @@
 """Messages into a running run, and the value it publishes (IAM, SigV4; tenant-scoped).
 
 ``POST /runs/{run_id}/events/{name}``: the body (any JSON value; empty = null) is recorded
-once as the next event of ``name`` for the run (``durable_agents.run_inbox``); the agent takes
+once as the next event of ``name`` for the run (``durable_agents.engine.inbox``); the agent takes
 it with ``ctx.wait_for_event(name)``. An ``Idempotency-Key`` header names the event: sending
 it again records nothing new and answers 200 with the same event (202 the first time). A
 finished run, or one being stopped, answers 409, and so does a name new to a run that
@@ -24,10 +24,10 @@ from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from api.routes.common import header, json_body, ok, runtime, wake
 from api.routes.limits import check_key
 from api.routes.tenancy import iam_caller, owned_run
-from durable_agents.generations import published_status
-from durable_agents.ids import check_name, check_run_id
-from durable_agents.run_inbox import SentEvent, send_event
-from durable_agents.views import iso
+from durable_agents.core.clock import iso
+from durable_agents.core.ids import check_name, check_run_id
+from durable_agents.engine.generations import published_status
+from durable_agents.engine.inbox import SentEvent, send_event
 
 logger = Logger(child=True)
 tracer = Tracer()

@@ -21,10 +21,10 @@ from datetime import datetime
 from typing import Any
 
 from api.routes.limits import MAX_CURSOR_CHARS, BadRequest
-from durable_agents.ids import check_name, check_run_id
+from durable_agents.core.ids import check_name, check_run_id
+from durable_agents.core.models import RunPage, RunStatus
 from durable_agents.journal.run_listing import InvalidCursorError
 from durable_agents.journal.store import JournalStore
-from durable_agents.models import RunPage, RunStatus
 
 MAX_LIMIT = 100
 MAX_VERSION_CHARS = 80  # also a migration's to_version

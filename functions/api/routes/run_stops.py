@@ -1,6 +1,6 @@
 """Stopping runs (IAM, SigV4): ``POST /runs/{id}/cancel`` and ``POST /runs/{id}/terminate``.
 
-Both record the request in the run header and wake the run (``durable_agents.cancellation``);
+Both record the request in the run header and wake the run (``durable_agents.engine.cancellation``);
 the run's StepRunner acts on it. The answer is 202 with the run as it now stands (the request
 in ``cancel_requested``); the run's final status tells how it ended — a run whose last
 operation was already recorded may still end SUCCEEDED. Another tenant's run is 404 like none;
@@ -20,11 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.routes.common import json_body, ok, runtime
 from api.routes.tenancy import iam_caller, owned_run
-from durable_agents.cancellation import CANCEL, TERMINATE, request_stop
-from durable_agents.ids import check_run_id
-from durable_agents.models import RunHeader
-from durable_agents.views import run_view
-from durable_agents.waits.principals import Principal
+from durable_agents.admin.views import run_view
+from durable_agents.core.ids import check_run_id
+from durable_agents.core.models import RunHeader
+from durable_agents.core.principals import Principal
+from durable_agents.engine.cancellation import CANCEL, TERMINATE, request_stop
 
 logger = Logger(child=True)
 tracer = Tracer()

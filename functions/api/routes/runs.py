@@ -23,11 +23,11 @@ from api.routes.common import BadRequest, header, json_body, ok, runtime, wants_
 from api.routes.limits import check_key
 from api.routes.run_query import MAX_VERSION_CHARS, list_page, listing_query
 from api.routes.tenancy import iam_caller, owned_run
-from durable_agents.ids import check_run_id
-from durable_agents.migration_commit import migrate_run
-from durable_agents.models import RunHeader
-from durable_agents.tenancy import ALL_TENANTS, DEFAULT_TENANT
-from durable_agents.views import history, run_view
+from durable_agents.admin.migration_commit import migrate_run
+from durable_agents.admin.views import history, run_view
+from durable_agents.core.ids import check_run_id
+from durable_agents.core.models import RunHeader
+from durable_agents.core.tenancy import ALL_TENANTS, DEFAULT_TENANT
 
 logger = Logger(child=True)
 tracer = Tracer()

@@ -20,8 +20,8 @@ from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from api.routes.common import BadRequest, header, ok, runtime
 from api.routes.limits import check_key
 from api.routes.tenancy import iam_caller, owned_run
-from durable_agents.ids import check_run_id
-from durable_agents.streams import StreamCache, StreamChunk
+from durable_agents.core.ids import check_run_id
+from durable_agents.llm.streams import StreamCache, StreamChunk
 
 router = Router()  # type: ignore[no-untyped-call]
 # Bounded so a poll holds an Api invocation (and a unit of its concurrency) for at most 10 s:

@@ -1,6 +1,6 @@
 """Whose runs a caller sees: the caller's tenant, and 404 for everything of another tenant.
 
-``durable_agents.tenancy`` says what a tenant is; this is where the Api applies it. Something
+``durable_agents.core.tenancy`` says what a tenant is; this is where the Api applies it. Something
 of another tenant is refused with exactly the error a non-existent one gets (same type, same
 message but for the id the caller sent), so a caller cannot tell "not yours" from "none".
 """
@@ -14,24 +14,24 @@ from typing import TypeVar
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 
 from api.routes.common import runtime
-from durable_agents.errors import (
-    DurableError,
-    EffectNotFoundError,
-    RunNotFoundError,
-    WaitNotFoundError,
-)
-from durable_agents.journal.store import Page
-from durable_agents.models import RunHeader, WaitRecord
-from durable_agents.side_effects.review import locate
-from durable_agents.tenancy import (
+from durable_agents.auth.deciders import AuthUnavailableError, principal_from_iam
+from durable_agents.core.models import RunHeader, WaitRecord
+from durable_agents.core.principals import Principal
+from durable_agents.core.tenancy import (
     ALL_TENANTS,
     DEFAULT_TENANT,
     TenantMap,
     check_tenant,
     visible,
 )
-from durable_agents.waits.auth import AuthUnavailableError, principal_from_iam
-from durable_agents.waits.principals import Principal
+from durable_agents.errors import (
+    DurableError,
+    EffectNotFoundError,
+    RunNotFoundError,
+    WaitNotFoundError,
+)
+from durable_agents.journal.generation_keys import locate
+from durable_agents.journal.store import Page
 
 T = TypeVar("T")
 

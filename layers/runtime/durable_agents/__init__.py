@@ -15,8 +15,9 @@ Example:
     ...     return greeting
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from durable_agents._moved import install, moved_attribute
 from durable_agents.agent import (
     AgentDefinition,
     AgentRegistry,
@@ -25,9 +26,43 @@ from durable_agents.agent import (
     register_model_config,
     register_prompt,
 )
-from durable_agents.clock import Clock, SkipClock, SystemClock
-from durable_agents.context import DurableContext
-from durable_agents.credentials import CredentialProvider, Secret
+from durable_agents.core.clock import SkipClock
+from durable_agents.core.credentials import CredentialProvider, Secret
+from durable_agents.core.invocation_budget import InvocationBudget
+from durable_agents.core.models import OpKind, RunStatus
+from durable_agents.core.semantics import StepSemantics
+from durable_agents.core.serde import FunctionSerdes, Serdes, SerdesSpec, register_type
+from durable_agents.core.versions import VersionBundle
+from durable_agents.engine.context import DurableContext
+from durable_agents.engine.generations import ContinueAsNewNotAllowedError
+from durable_agents.engine.memory_store import MemoryItem, MemoryPage
+from durable_agents.engine.operations.approval import (
+    ApprovalDecision,
+    ApprovalTimeoutError,
+    ApprovedRequestMismatchError,
+)
+from durable_agents.engine.operations.callback import (
+    Callback,
+    CallbackFailedError,
+    CallbackTimeoutError,
+)
+from durable_agents.engine.operations.condition import (
+    ConditionCheckFailedError,
+    ConditionNotMetError,
+    WaitDecision,
+    WaitStrategy,
+)
+from durable_agents.engine.operations.event_wait import EventMessage, EventWaitTimeoutError
+from durable_agents.engine.operations.invoke import ChildRunFailedError, SubAgentNotDeployedError
+from durable_agents.engine.operations.llm import ProviderNotConfiguredError
+from durable_agents.engine.operations.memory import Memory
+from durable_agents.engine.operations.parallel import (
+    BatchFailedError,
+    BatchResult,
+    CompletionPolicy,
+)
+from durable_agents.engine.step_context import StepContext
+from durable_agents.engine.tool_loop import LoopResult, TurnLimitError, run_tool_loop
 from durable_agents.errors import (
     AgentNotFoundError,
     ConfigurationError,
@@ -49,13 +84,6 @@ from durable_agents.errors import (
     VersionNotDeployedError,
     VersionUnavailableError,
 )
-from durable_agents.events import EventBridgePublisher, EventPublisher, OutgoingEvent
-from durable_agents.generations import ContinueAsNewNotAllowedError
-from durable_agents.invocation_budget import InvocationBudget
-from durable_agents.journal.memory import InMemoryJournal
-from durable_agents.journal.store import JournalStore
-from durable_agents.llm.bedrock import ModelOutputError, ModelRequestError
-from durable_agents.llm.loop import LoopResult, TurnLimitError, run_tool_loop
 from durable_agents.llm.scripted import ScriptedProvider
 from durable_agents.llm.types import (
     ContentBlock,
@@ -64,11 +92,11 @@ from durable_agents.llm.types import (
     LlmResponse,
     Message,
     ModelConfig,
+    ModelOutputError,
+    ModelRequestError,
     ToolSpec,
     Usage,
 )
-from durable_agents.memory.ops import Memory
-from durable_agents.memory.store import MemoryItem, MemoryPage
 from durable_agents.migrations import (
     Migration,
     MigrationNotFoundError,
@@ -78,17 +106,6 @@ from durable_agents.migrations import (
     RecordedRun,
     migration,
 )
-from durable_agents.models import Entry, EntryType, OpKind, RunHeader, RunStatus
-from durable_agents.operations.condition import (
-    ConditionCheckFailedError,
-    ConditionNotMetError,
-    WaitDecision,
-    WaitStrategy,
-)
-from durable_agents.operations.event_wait import EventMessage, EventWaitTimeoutError
-from durable_agents.operations.invoke import ChildRunFailedError, SubAgentNotDeployedError
-from durable_agents.operations.llm import ProviderNotConfiguredError
-from durable_agents.operations.parallel import BatchFailedError, BatchResult, CompletionPolicy
 from durable_agents.plugins import (
     AttemptEndInfo,
     AttemptStartInfo,
@@ -107,10 +124,7 @@ from durable_agents.retry import (
     RetryPolicy,
     RetryStrategy,
 )
-from durable_agents.runtime import InputValidationError, InvocationOutcome, OutcomeKind, Runtime
-from durable_agents.semantics import StepSemantics
-from durable_agents.serde import FunctionSerdes, Serdes, SerdesSpec, register_type
-from durable_agents.side_effects.tools import (
+from durable_agents.tools import (
     Found,
     NotFound,
     Tool,
@@ -125,15 +139,9 @@ from durable_agents.side_effects.tools import (
     default_tools,
     tool,
 )
-from durable_agents.step_context import StepContext
-from durable_agents.sticky import StickyRuns
-from durable_agents.versions import VersionBundle
-from durable_agents.waits.approval import (
-    ApprovalDecision,
-    ApprovalTimeoutError,
-    ApprovedRequestMismatchError,
-)
-from durable_agents.waits.callback import Callback, CallbackFailedError, CallbackTimeoutError
+
+# Old import paths (``import durable_agents.models``) resolve, with a warning, for one release.
+install()
 
 __all__ = [
     "DEFAULT_RETRY",
@@ -141,7 +149,6 @@ __all__ = [
     "AgentDefinition",
     "AgentNotFoundError",
     "AgentRegistry",
-    "AgentTestRunner",
     "ApprovalDecision",
     "ApprovalTimeoutError",
     "ApprovedRequestMismatchError",
@@ -153,37 +160,27 @@ __all__ = [
     "CallbackFailedError",
     "CallbackTimeoutError",
     "ChildRunFailedError",
-    "Clock",
     "CompletionPolicy",
     "ConditionCheckFailedError",
     "ConditionNotMetError",
     "ConfigurationError",
     "ContentBlock",
     "ContinueAsNewNotAllowedError",
-    "Crash",
     "CredentialProvider",
     "DurableContext",
     "DurableError",
-    "Entry",
     "EntryConflictError",
-    "EntryType",
-    "EventBridgePublisher",
     "EventMessage",
-    "EventPublisher",
     "EventWaitTimeoutError",
     "Found",
     "FunctionSerdes",
     "IdempotencyConflictError",
-    "InMemoryJournal",
     "InfrastructureError",
-    "InputValidationError",
     "InvalidNameError",
     "InvocationBudget",
     "InvocationEndInfo",
-    "InvocationOutcome",
     "InvocationStartInfo",
     "Jitter",
-    "JournalStore",
     "LlmProvider",
     "LlmRequest",
     "LlmResponse",
@@ -199,16 +196,12 @@ __all__ = [
     "ModelConfig",
     "ModelOutputError",
     "ModelRequestError",
-    "ModelScript",
     "NestedOperationError",
     "NotFound",
     "NotPinnedError",
     "OpKind",
     "OperationEndInfo",
     "OperationStartInfo",
-    "OperationView",
-    "OutcomeKind",
-    "OutgoingEvent",
     "PayloadError",
     "Plugin",
     "Prompt",
@@ -220,11 +213,9 @@ __all__ = [
     "RetryPolicy",
     "RetryStrategy",
     "RunCancelledError",
-    "RunHeader",
     "RunNotFoundError",
     "RunStateConflictError",
     "RunStatus",
-    "Runtime",
     "ScriptedProvider",
     "Secret",
     "SecretSerializationError",
@@ -235,11 +226,8 @@ __all__ = [
     "StepError",
     "StepInterruptedError",
     "StepSemantics",
-    "StickyRuns",
     "SubAgentNotDeployedError",
     "SuspendExecution",
-    "SystemClock",
-    "TestResult",
     "Tool",
     "ToolAbandonedError",
     "ToolCall",
@@ -269,28 +257,13 @@ __all__ = [
 ]
 
 
-# The test harness is not part of the Lambda layer (layers/runtime/Makefile, LOCAL_ONLY): its
-# names resolve on first use, so that importing the package on Lambda never needs it.
-_HARNESS = frozenset({"AgentTestRunner", "Crash", "ModelScript", "OperationView", "TestResult"})
-
-if TYPE_CHECKING:
-    from durable_agents.testing import (
-        AgentTestRunner,
-        Crash,
-        ModelScript,
-        OperationView,
-        TestResult,
-    )
-
-
 def __getattr__(name: str) -> Any:
-    """Resolves the test harness's names lazily (``from durable_agents import AgentTestRunner``).
+    """Names that moved out of the package keep working for one release, with a warning.
+
+    ``from durable_agents import AgentTestRunner`` is ``durable_agents_local.testing`` now (the
+    test harness is not in the Lambda layer); see ``durable_agents._moved``.
 
     Raises:
         AttributeError: For any other unknown name.
     """
-    if name in _HARNESS:
-        from durable_agents import testing  # noqa: PLC0415
-
-        return getattr(testing, name)
-    raise AttributeError(f"module 'durable_agents' has no attribute {name!r}")
+    return moved_attribute(__name__, name)

@@ -7,18 +7,15 @@ import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
+from durable_agents.core.ids import check_name
+from durable_agents.core.invocation_budget import ONE_OPERATION, InvocationBudget
+from durable_agents.core.versions import VersionBundle
 from durable_agents.errors import AgentNotFoundError, ConfigurationError, VersionNotDeployedError
-from durable_agents.ids import check_name
-from durable_agents.invocation_budget import ONE_OPERATION, InvocationBudget
+from durable_agents.journal.retention import retention_seconds
 from durable_agents.llm.types import ModelConfig
 from durable_agents.prompts import Prompt, PromptRegistry
-from durable_agents.retention import retention_seconds
-from durable_agents.versions import VersionBundle
-
-if TYPE_CHECKING:
-    from durable_agents.migrations import Migration
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -37,11 +34,11 @@ class AgentDefinition(Generic[In, Out]):
         prompts: The prompts its runs pin at start (``name`` = the latest, ``name@version``).
         model_configs: The model configurations its runs pin at start (the same way).
         execution_timeout_ms: How long a run may take from its start (None: no limit); past
-            it the run ends ``TIMED_OUT`` (``durable_agents.cancellation``).
+            it the run ends ``TIMED_OUT`` (``durable_agents.engine.cancellation``).
         retention_s: How long a finished run is kept (None: the deployment's default;
-            ``durable_agents.retention``).
+            ``durable_agents.journal.retention``).
         invocation_budget: How much of a run one StepRunner invocation advances
-            (``durable_agents.invocation_budget``; one operation by default).
+            (``durable_agents.core.invocation_budget``; one operation by default).
     """
 
     name: str
@@ -65,6 +62,30 @@ class AgentDefinition(Generic[In, Out]):
         return self.fn(ctx, value)
 
 
+class RegisteredMigration(Protocol):
+    """What the registry keeps of a migration (``durable_agents.migrations.Migration``)."""
+
+    @property
+    def agent(self) -> str:
+        """The agent whose runs it moves."""
+        ...
+
+    @property
+    def from_version(self) -> str:
+        """The version runs are moved from."""
+        ...
+
+    @property
+    def to_version(self) -> str:
+        """The version runs are moved to."""
+        ...
+
+    @property
+    def fn(self) -> Callable[[Any], Any]:
+        """The plan: ``RecordedRun`` -> ``MigrationPlan``."""
+        ...
+
+
 class AgentRegistry:
     """Agents by name and version; several versions of one agent may be deployed together."""
 
@@ -73,9 +94,9 @@ class AgentRegistry:
         self._latest: dict[str, str] = {}
         self.prompts = PromptRegistry()
         """The prompts and model configurations runs of these agents pin."""
-        self._migrations: dict[tuple[str, str, str], Migration] = {}
+        self._migrations: dict[tuple[str, str, str], RegisteredMigration] = {}
 
-    def add_migration(self, migration: Migration) -> None:
+    def add_migration(self, migration: RegisteredMigration) -> None:
         """Registers an explicit migration of runs between two versions of an agent.
 
         Raises:
@@ -90,11 +111,13 @@ class AgentRegistry:
             )
         self._migrations[key] = migration
 
-    def migration(self, agent: str, from_version: str, to_version: str) -> Migration | None:
+    def migration(
+        self, agent: str, from_version: str, to_version: str
+    ) -> RegisteredMigration | None:
         """Returns the migration registered between two versions, if any."""
         return self._migrations.get((agent, from_version, to_version))
 
-    def migrations_from(self, agent: str, from_version: str) -> list[Migration]:
+    def migrations_from(self, agent: str, from_version: str) -> list[RegisteredMigration]:
         """Every migration registered from ``from_version`` of ``agent``."""
         return [
             m

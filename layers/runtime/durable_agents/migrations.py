@@ -11,7 +11,7 @@ decision, declared in code and taken for one run at a time::
             results={"create-ticket": {**ticket, "priority": "normal"}},  # v2's state shape
         )
 
-``durable_agents.migration_commit.migrate_run`` then (1) reads the run (consistently), (2)
+``durable_agents.admin.migration_commit.migrate_run`` then (1) reads the run (consistently), (2)
 asks the migration for its plan, (3) checks that the plan names exactly the recorded
 operations, in order, (4) **replays the
 recorded journal — transformed as planned — with the new code** in a dry run that can write
@@ -29,17 +29,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from durable_agents.agent import AgentDefinition, AgentRegistry, default_registry
-from durable_agents.errors import DurableError
-from durable_agents.ids import check_name
-from durable_agents.journal.generation_keys import id_prefix, pos_prefix
-from durable_agents.migration_records import (
+from durable_agents.core.ids import check_name
+from durable_agents.core.migration_records import (
     MIGRATION_NAME,
     migrated_view,
     migration_entries,
     migration_position,
 )
-from durable_agents.models import Entry, EntryType, OpKind, RunSnapshot, RunStatus
-from durable_agents.serde import encode
+from durable_agents.core.models import Entry, EntryType, OpKind, RunSnapshot, RunStatus
+from durable_agents.core.serde import encode
+from durable_agents.errors import DurableError
+from durable_agents.journal.generation_keys import id_prefix, pos_prefix
 
 MIGRATABLE = frozenset({RunStatus.SUSPENDED, RunStatus.PAUSED, RunStatus.VERSION_UNAVAILABLE})
 

@@ -198,7 +198,7 @@ class Plugin(Protocol):
 
     Example:
         >>> from durable_agents import AgentRegistry, Plugin, agent
-        >>> from durable_agents.testing import AgentTestRunner
+        >>> from durable_agents_local.testing import AgentTestRunner
         >>> class Attempts(Plugin):
         ...     def __init__(self):
         ...         self.seen = []

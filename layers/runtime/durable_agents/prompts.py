@@ -34,8 +34,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from durable_agents.core.ids import check_name
 from durable_agents.errors import ConfigurationError, VersionUnavailableError
-from durable_agents.ids import check_name
 from durable_agents.llm.types import ModelConfig
 
 PROMPT_KEY = "prompt/"

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from durable_agents.core.log_context import log_safely
 from durable_agents.errors import StepInterruptedError
-from durable_agents.log_context import log_safely
 
 _log = logging.getLogger("durable_agents.retry")
 

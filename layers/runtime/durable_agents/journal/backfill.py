@@ -15,11 +15,11 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from durable_agents.aws_faults import GuardedClient, error_code
+from durable_agents.core.faults import GuardedClient, error_code
+from durable_agents.core.models import RunStatus
+from durable_agents.core.tenancy import DEFAULT_TENANT
 from durable_agents.journal.dynamodb_items import HEADER_SK, started_pk, tenant_pk, tenant_sk
 from durable_agents.journal.run_listing import started_key
-from durable_agents.models import RunStatus
-from durable_agents.tenancy import DEFAULT_TENANT
 
 
 def backfill_tenant_index(client: Any, table_name: str) -> int:

@@ -26,7 +26,17 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from durable_agents.aws_faults import GuardedClient, cancellation_reasons, error_code
+from durable_agents.core.faults import GuardedClient, cancellation_reasons, error_code
+from durable_agents.core.models import (
+    EffectChange,
+    Entry,
+    RunChange,
+    RunHeader,
+    RunSnapshot,
+    SideEffectRecord,
+    WaitChange,
+    WaitRecord,
+)
 from durable_agents.errors import (
     EffectConflictError,
     EffectNotFoundError,
@@ -61,18 +71,8 @@ from durable_agents.journal.entry_cache import DecodedEntries
 from durable_agents.journal.header_echo import ECHO_ATTR, echo_put, new_token
 from durable_agents.journal.item_size import transaction_put_budget
 from durable_agents.journal.payloads import INLINE_LIMIT_BYTES, S3PayloadStore
+from durable_agents.journal.retention import late_stamp_due, written_at_ms
 from durable_agents.journal.tail_cache import KnownRuns
-from durable_agents.models import (
-    EffectChange,
-    Entry,
-    RunChange,
-    RunHeader,
-    RunSnapshot,
-    SideEffectRecord,
-    WaitChange,
-    WaitRecord,
-)
-from durable_agents.retention import late_stamp_due, written_at_ms
 
 logger = logging.getLogger(__name__)
 

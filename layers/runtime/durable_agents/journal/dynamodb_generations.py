@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable_agents.aws_faults import GuardedClient
+from durable_agents.core.faults import GuardedClient
+from durable_agents.core.models import Entry, RunHeader, RunSnapshot, SideEffectRecord
 from durable_agents.journal.dynamodb_items import ItemCodec, pk
 from durable_agents.journal.entry_cache import DecodedEntries
 from durable_agents.journal.generation_keys import key_ranges
-from durable_agents.models import Entry, RunHeader, RunSnapshot, SideEffectRecord
 
 HINTS_KEPT = 10_000
 """How many runs' generations a process remembers (a hint: the header always decides)."""

@@ -10,18 +10,7 @@ import hashlib
 import json
 from typing import Any
 
-from durable_agents.errors import PayloadError
-from durable_agents.journal.item_size import (
-    HEADER_REST_BUDGET_BYTES,
-    HEADER_VALUE_BUDGET_BYTES,
-    ITEM_BUDGET_BYTES,
-    ItemTooLargeError,
-    attribute_size,
-    item_size,
-)
-from durable_agents.journal.payloads import INLINE_LIMIT_BYTES, S3PayloadStore
-from durable_agents.journal.run_listing import started_key
-from durable_agents.models import (
+from durable_agents.core.models import (
     EffectStatus,
     Entry,
     EntryType,
@@ -33,7 +22,18 @@ from durable_agents.models import (
     WaitRecord,
     WaitStatus,
 )
-from durable_agents.tenancy import DEFAULT_TENANT
+from durable_agents.core.tenancy import DEFAULT_TENANT
+from durable_agents.errors import PayloadError
+from durable_agents.journal.item_size import (
+    HEADER_REST_BUDGET_BYTES,
+    HEADER_VALUE_BUDGET_BYTES,
+    ITEM_BUDGET_BYTES,
+    ItemTooLargeError,
+    attribute_size,
+    item_size,
+)
+from durable_agents.journal.payloads import INLINE_LIMIT_BYTES, S3PayloadStore
+from durable_agents.journal.run_listing import started_key
 
 HEADER_SK = "#RUN"
 IDEM_SK = "#IDEM"

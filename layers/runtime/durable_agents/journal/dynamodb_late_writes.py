@@ -1,7 +1,7 @@
 """Writes for a finished run carry its expiry, on DynamoDB (ADR 0012, amendment).
 
 The reconciler stamps a finished run's items in two passes, the second an hour after the finish
-(``durable_agents.retention``). Whatever is written for the run after that would be kept for
+(``durable_agents.journal.retention``). Whatever is written for the run after that would be kept for
 ever: an entry is written without ``ttl``, and a wait or side-effect record rewritten by its
 whole-item Put loses the ``ttl`` it had. So the journal's write path carries the expiry itself:
 
@@ -30,9 +30,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from durable_agents.core.models import RunHeader
 from durable_agents.journal.dynamodb_items import EXPIRING_PK, HEADER_SK, pk, ts
-from durable_agents.models import RunHeader
-from durable_agents.retention import UNFINISHED_TRUSTED_S
+from durable_agents.journal.retention import UNFINISHED_TRUSTED_S
 
 MAX_RUNS_KEPT = 10_000
 """Runs a store remembers the expiry (or the unfinished state) of; then it starts over."""

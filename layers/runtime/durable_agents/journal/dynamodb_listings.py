@@ -12,7 +12,16 @@ import json
 from collections.abc import Collection
 from typing import Any
 
-from durable_agents.aws_faults import GuardedClient
+from durable_agents.core.faults import GuardedClient
+from durable_agents.core.models import (
+    RunHeader,
+    RunPage,
+    RunStatus,
+    SideEffectRecord,
+    WaitRecord,
+    WaitStatus,
+)
+from durable_agents.core.tenancy import DEFAULT_TENANT
 from durable_agents.errors import InfrastructureError
 from durable_agents.journal.dynamodb_items import (
     HEADER_SK,
@@ -27,15 +36,6 @@ from durable_agents.journal.dynamodb_items import (
 from durable_agents.journal.dynamodb_run_listing import list_runs_by_start
 from durable_agents.journal.run_listing import RunQuery
 from durable_agents.journal.store import JournalStore, Page
-from durable_agents.models import (
-    RunHeader,
-    RunPage,
-    RunStatus,
-    SideEffectRecord,
-    WaitRecord,
-    WaitStatus,
-)
-from durable_agents.tenancy import DEFAULT_TENANT
 
 BATCH_ROUNDS = 3  # BatchGetItem rounds before keys left unprocessed are a failure
 Filter = tuple[str, dict[str, str], dict[str, Any]]  # expression, names, values

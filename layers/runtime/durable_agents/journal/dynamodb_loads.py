@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from itertools import accumulate
 from typing import Any, Generic, TypeVar
 
-from durable_agents.aws_faults import GuardedClient
+from durable_agents.core.faults import GuardedClient
+from durable_agents.core.models import Entry, JournalRead, RunHeader, RunSnapshot, SideEffectRecord
 from durable_agents.errors import RunNotFoundError
 from durable_agents.journal.dynamodb_items import HEADER_SK, ItemCodec, pk
 from durable_agents.journal.entry_cache import DecodedEntries
@@ -35,7 +36,6 @@ from durable_agents.journal.tail_cache import (
     KnownRuns,
     tail_bounds,
 )
-from durable_agents.models import Entry, JournalRead, RunHeader, RunSnapshot, SideEffectRecord
 
 
 class TailReader:

@@ -1,11 +1,11 @@
-"""Stamping a finished run's items with its expiry on DynamoDB (``durable_agents.retention``).
+"""Stamping a finished run's items with its expiry on DynamoDB (``journal.retention``).
 
 The finishing header write set the header's ``ttl`` and listed the run in the sparse ``gsi2``
 partition ``EXPIRING`` (sort key ``<due_ms>#<run_id>``). A pass gives the same ``ttl`` to every
 item the run owns, each in its own small conditional update (never one transaction over the
 world): the items of its partition (journal entries, side-effect records), its approval and
 callback records (ids derived from its journal, each checked to be this run's), its event
-inbox records (``durable_agents.run_inbox``: for each name on the header's ``event_names``,
+inbox records (``durable_agents.engine.inbox``: for each name on the header's ``event_names``,
 the slots ``evs-…-1, 2, …`` read by key until the first missing one — slots have no gaps — and
 each slot's ``evk-…`` key record, stamped before its slot so that a stamped slot means both
 are), its idempotency key item (checked to map to this run), and tags its spilled payloads for
@@ -21,7 +21,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from durable_agents.aws_faults import error_code
+from durable_agents.core.faults import error_code
+from durable_agents.core.ids import key_id, slot_id, wait_id
+from durable_agents.core.models import OpKind, RunHeader
 from durable_agents.journal.dynamodb_items import (
     EXPIRING_PK,
     HEADER_SK,
@@ -32,11 +34,8 @@ from durable_agents.journal.dynamodb_items import (
     ts,
 )
 from durable_agents.journal.dynamodb_listings import DynamoDBListings
+from durable_agents.journal.retention import RETENTION_TAG, retention_class_days
 from durable_agents.journal.store import Page, next_stamp_due
-from durable_agents.models import OpKind, RunHeader
-from durable_agents.retention import RETENTION_TAG, retention_class_days
-from durable_agents.run_inbox import key_id, slot_id
-from durable_agents.waits.records import wait_id
 
 _WAIT_PREFIXES = {OpKind.APPROVAL.value: "apr", OpKind.CALLBACK.value: "cb"}
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from durable_agents.aws_faults import GuardedClient
+from durable_agents.core.faults import GuardedClient
+from durable_agents.core.models import RunPage
+from durable_agents.core.tenancy import DEFAULT_TENANT
 from durable_agents.journal.dynamodb_items import RUN_SHARDS, ItemCodec
 from durable_agents.journal.run_listing import RunQuery
-from durable_agents.models import RunPage
-from durable_agents.tenancy import DEFAULT_TENANT
 
 MAX_SHARD_QUERIES = 16  # per page: a filtered page may be short (and carry a cursor)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from durable_agents.core.models import UNSET, EffectChange, RunChange, RunStatus, WaitChange
+from durable_agents.core.tenancy import DEFAULT_TENANT
 from durable_agents.journal.dynamodb_items import (
     EXPIRING_PK,
     HEADER_SK,
@@ -23,11 +25,8 @@ from durable_agents.journal.dynamodb_items import (
 )
 from durable_agents.journal.header_echo import ECHO_ATTR
 from durable_agents.journal.item_size import ITEM_BUDGET_BYTES
-from durable_agents.models import UNSET, EffectChange, RunChange, RunStatus, WaitChange
-from durable_agents.retention import DEFAULT_RETENTION_S
-from durable_agents.tenancy import DEFAULT_TENANT
+from durable_agents.journal.retention import DEFAULT_RETENTION_S
 
-# The item must not exist yet: every entry key is deterministic, so a second writer of the same
 # transition (a duplicate event, a zombie invocation) collides here instead of writing twice.
 NOT_EXISTS = "attribute_not_exists(pk)"
 
@@ -138,7 +137,7 @@ def update_request(
             for attr, value in items.value_attrs(run_id, "error", text).items():
                 sets[attr] = value
                 removes.remove(attr)
-    if change.input is not UNSET:  # continue-as-new (durable_agents.generations)
+    if change.input is not UNSET:  # continue-as-new (durable_agents.engine.generations)
         removes += ["input", "input_ref"]
         for attr, value in items.value_attrs(run_id, "input", change.input).items():
             sets[attr] = value
@@ -152,7 +151,7 @@ def update_request(
             removes.append("waiting_on")
         else:
             sets["waiting_on"] = {"S": json.dumps(change.waiting_on, sort_keys=True)}
-    if change.cancel_requested is not UNSET:  # a stop request (durable_agents.cancellation)
+    if change.cancel_requested is not UNSET:  # a stop request (durable_agents.engine.cancellation)
         if change.cancel_requested is None:
             removes.append("cancel_requested")
         else:
@@ -164,7 +163,7 @@ def update_request(
             sets["wake_at_ms"] = {"N": str(change.wake_at_ms)}
     if change.status.terminal:
         # Finished: listed for the reconciler to stamp every other item with the expiry
-        # (durable_agents.retention); a finished run is never suspended, so gsi2 is free.
+        # (durable_agents.journal.retention); a finished run is never suspended, so gsi2 is free.
         sets["gsi2pk"] = {"S": EXPIRING_PK}
         sets["gsi2sk"] = {"S": f"{ts(change.updated_at_ms)}#{run_id}"}
         sets["stamp_due_at_ms"] = {"N": str(change.updated_at_ms)}

@@ -4,7 +4,7 @@ A journal entry item is written once and never changed (``attribute_not_exists``
 docs/adr/0001-journal-layout.md), so the entry decoded from it the first time is the entry for
 as long as the run exists. Keeping it saves decoding (and, for a spilled value, the S3 read) on
 every later load of the run, and it hands replay the *same* ``Entry`` objects, which is what lets
-``durable_agents.replay_index.WarmRecords`` fold only the entries that are new.
+``durable_agents.engine.replay_index.WarmRecords`` fold only the entries that are new.
 
 A run is identified by its id *and* its creation time: a run id can be used again once the old
 run expired (retention), and the new run's entries must never be mistaken for the old one's.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from durable_agents.models import Entry
+from durable_agents.core.models import Entry
 
 DEFAULT_MAX_ENTRIES = 100_000
 """How many entries a process keeps in all (runs least recently loaded are dropped first)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable_agents.models import (
+from durable_agents.core.models import (
     Entry,
     EntryType,
     ErrorInfo,
@@ -13,7 +13,7 @@ from durable_agents.models import (
     RunSnapshot,
     RunStatus,
 )
-from durable_agents.tenancy import DEFAULT_TENANT
+from durable_agents.core.tenancy import DEFAULT_TENANT
 
 FORMAT_VERSION = 1
 

@@ -10,7 +10,11 @@ sorts after every digit, so all of generation 0's entries come first.
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Sequence
+
+from durable_agents.core.ids import POSITION_WIDTH
+from durable_agents.errors import EffectNotFoundError
 
 GENERATION_DIGITS = 6
 
@@ -81,3 +85,26 @@ def split_op_id(rest: str) -> tuple[str, str]:
     if sep and head.startswith("g") and head[1:].isdigit():
         return pos_prefix(int(head[1:])), tail
     return "", rest
+
+
+_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,79}:([0-9]{1,9})$")
+
+
+def locate(operation_id: str) -> tuple[str, str]:
+    """Returns the run id and position encoded in an operation id.
+
+    Raises:
+        EffectNotFoundError: If the id is not of the form ``<run_id>:<name>:<n>[/<name>:<n>]``.
+    """
+    run_id, sep, rest = operation_id.partition(":")
+    if not sep or not run_id:
+        raise EffectNotFoundError(operation_id)
+    # A generation after the first (continue-as-new) names itself first: ``g<n>/``.
+    generation, rest = split_op_id(rest)
+    positions = []
+    for segment in rest.split("/"):
+        match = _SEGMENT.match(segment)
+        if match is None:
+            raise EffectNotFoundError(operation_id)
+        positions.append(f"{int(match.group(1)):0{POSITION_WIDTH}d}")
+    return run_id, generation + "/".join(positions)

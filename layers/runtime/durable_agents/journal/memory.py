@@ -6,22 +6,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from durable_agents.errors import (
-    EffectConflictError,
-    EffectNotFoundError,
-    EntryConflictError,
-    IdempotencyConflictError,
-    RunNotFoundError,
-    RunRevisionConflictError,
-    RunStateConflictError,
-    WaitConflictError,
-    WaitNotFoundError,
-)
-from durable_agents.journal.generation_keys import generation_of
-from durable_agents.journal.prefix_view import KeyedLog
-from durable_agents.journal.run_listing import RunQuery, started_key
-from durable_agents.journal.store import JournalStore, Page, finished, next_stamp_due
-from durable_agents.models import (
+from durable_agents.core.models import (
     EffectChange,
     EffectStatus,
     Entry,
@@ -35,7 +20,22 @@ from durable_agents.models import (
     WaitRecord,
     WaitStatus,
 )
-from durable_agents.retention import late_stamp_due, written_at_ms
+from durable_agents.errors import (
+    EffectConflictError,
+    EffectNotFoundError,
+    EntryConflictError,
+    IdempotencyConflictError,
+    RunNotFoundError,
+    RunRevisionConflictError,
+    RunStateConflictError,
+    WaitConflictError,
+    WaitNotFoundError,
+)
+from durable_agents.journal.generation_keys import generation_of
+from durable_agents.journal.prefix_view import KeyedLog
+from durable_agents.journal.retention import late_stamp_due, written_at_ms
+from durable_agents.journal.run_listing import RunQuery, started_key
+from durable_agents.journal.store import JournalStore, Page, finished, next_stamp_due
 
 
 class InMemoryJournal(JournalStore):

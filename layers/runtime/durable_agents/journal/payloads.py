@@ -13,7 +13,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from durable_agents.aws_faults import GuardedClient
+from durable_agents.core.faults import GuardedClient
 from durable_agents.errors import PayloadError
 
 INLINE_LIMIT_BYTES = 350_000
@@ -47,7 +47,7 @@ class S3PayloadStore:
         """Tags every object of a run (its prefix) with ``tags``; returns how many were tagged.
 
         Objects that already carry exactly these tags are left alone (a repeated pass writes
-        nothing); S3 lifecycle rules expire objects by tag (``durable_agents.retention``).
+        nothing); S3 lifecycle rules expire objects by tag (``durable_agents.journal.retention``).
         """
         wanted = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
         tagged = 0

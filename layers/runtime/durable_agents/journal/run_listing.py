@@ -24,10 +24,9 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 
+from durable_agents.core.models import RunHeader, RunStatus
 from durable_agents.errors import DurableError
-from durable_agents.models import RunHeader, RunStatus
 
-# The highest listing key: every ``<13 digits>#<run_id>`` sorts below it.
 KEY_CEILING = "9999999999999~"
 KEY_FLOOR = "0"
 

@@ -13,8 +13,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from durable_agents.errors import DurableError, RunNotFoundError
-from durable_agents.models import (
+from durable_agents.core.models import (
     EffectChange,
     Entry,
     ErrorInfo,
@@ -28,12 +27,13 @@ from durable_agents.models import (
     WaitRecord,
     WaitStatus,
 )
-from durable_agents.retention import DEFAULT_RETENTION_S, LATE_WRITE_GRACE_MS
-from durable_agents.scrub import scrub, scrub_value
+from durable_agents.core.scrub import scrub, scrub_value
+from durable_agents.errors import DurableError, RunNotFoundError
+from durable_agents.journal.retention import DEFAULT_RETENTION_S, LATE_WRITE_GRACE_MS
 
 _S = RunStatus
 _V = _S.VERSION_UNAVAILABLE
-# Ended on request or by its time limit (``durable_agents.cancellation``).
+# Ended on request or by its time limit (``durable_agents.engine.cancellation``).
 _STOPPED = frozenset({_S.CANCELLED, _S.TERMINATED, _S.TIMED_OUT})
 ALLOWED_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     _S.RUNNING: frozenset({_S.RUNNING, _S.SUSPENDED, _S.PAUSED, _V, _S.SUCCEEDED, _S.FAILED})
@@ -131,7 +131,7 @@ class JournalStore(ABC):
         """Atomically appends ``entries``, applies ``change``, writes ``effect`` and ``wait``.
 
         ``wait`` may be several wait records written in the same transaction (a run event and
-        the key that dedupes it, ``durable_agents.run_inbox``).
+        the key that dedupes it, ``durable_agents.engine.inbox``).
 
         Raises:
             EntryConflictError: If any entry already exists (nothing is written).
@@ -299,7 +299,7 @@ class JournalStore(ABC):
         """Returns the header and every entry, in program order (strongly consistent read).
 
         Only the entries and side-effect records of the header's current ``generation`` (a
-        run that continued as new, ``durable_agents.generations``): earlier generations are
+        run that continued as new, ``durable_agents.engine.generations``): earlier generations are
         history, read with ``load_generation``.
 
         Raises:
@@ -377,7 +377,7 @@ class JournalStore(ABC):
 
     @abstractmethod
     def stamp_expiry(self, run_id: str, now_ms: int) -> int:
-        """Gives every item of a finished run its expiry (one pass; ``durable_agents.retention``).
+        """Gives every item of a finished run its expiry (one pass; ``journal.retention``).
 
         Decided on a consistent read of the header: only a finished run whose stamping is due
         by ``now_ms`` is stamped, with the expiry its finishing write set. Idempotent: items

@@ -37,10 +37,10 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from durable_agents.ids import format_position
+from durable_agents.core.ids import format_position
+from durable_agents.core.migration_records import MIGRATION_POSITION_PREFIX
+from durable_agents.core.models import Entry, RunHeader, SideEffectRecord
 from durable_agents.journal.prefix_view import PrefixView
-from durable_agents.migration_records import MIGRATION_POSITION_PREFIX
-from durable_agents.models import Entry, RunHeader, SideEffectRecord
 
 DEFAULT_MAX_RUNS = 256
 """How many runs a process keeps the journal of (least recently loaded dropped first)."""

@@ -1,11 +1,9 @@
-"""Recorded model calls: types, model configuration, providers and the stream cache interface."""
+"""Recorded model calls: types, model configuration, the scripted provider and the stream cache.
 
-from durable_agents.llm.bedrock import (
-    MODEL_RETRY,
-    BedrockProvider,
-    ModelOutputError,
-    ModelRequestError,
-)
+The Bedrock provider is an AWS adapter: ``durable_agents.aws.bedrock.BedrockProvider`` (not
+imported here, so a handler that never calls a model never loads it).
+"""
+
 from durable_agents.llm.scripted import (
     Script,
     ScriptedModelBusyError,
@@ -15,12 +13,15 @@ from durable_agents.llm.scripted import (
     ScriptTurn,
 )
 from durable_agents.llm.types import (
+    MODEL_RETRY,
     ContentBlock,
     LlmProvider,
     LlmRequest,
     LlmResponse,
     Message,
     ModelConfig,
+    ModelOutputError,
+    ModelRequestError,
     ProviderNotFoundError,
     StopReason,
     StreamSink,
@@ -30,7 +31,6 @@ from durable_agents.llm.types import (
 
 __all__ = [
     "MODEL_RETRY",
-    "BedrockProvider",
     "ContentBlock",
     "LlmProvider",
     "LlmRequest",
@@ -51,3 +51,10 @@ __all__ = [
     "ToolSpec",
     "Usage",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # Names that moved out of this package keep working for one release (durable_agents._moved).
+    from durable_agents._moved import moved_attribute  # noqa: PLC0415 - deprecation shim, once
+
+    return moved_attribute(__name__, name)

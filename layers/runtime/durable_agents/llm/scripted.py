@@ -42,13 +42,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from durable_agents.errors import ConfigurationError
-from durable_agents.llm.bedrock import ModelRequestError
 from durable_agents.llm.types import (
     ContentBlock,
     LlmRequest,
     LlmResponse,
     Message,
     ModelConfig,
+    ModelRequestError,
     StopReason,
     Usage,
 )

@@ -6,6 +6,9 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from durable_agents.errors import DurableError
+from durable_agents.retry import RetryPolicy
+
 StopReason = Literal[
     "end_turn",
     "tool_use",
@@ -172,3 +175,49 @@ class StreamSink(Protocol):
 
 class ProviderNotFoundError(Exception):
     """No provider is registered under the configuration's provider name."""
+
+
+class ModelRequestError(DurableError):
+    """The model provider refused the request itself; resending it cannot help.
+
+    Raised for Bedrock's ``ValidationException`` (bad request, unknown tool, context too long),
+    ``AccessDeniedException`` and ``ResourceNotFoundException`` (model not enabled or unknown
+    model id), and by the scripted provider when a
+    script does not fit the conversation. List it in ``RetryPolicy.non_retryable``.
+
+    Attributes:
+        code: The provider's error code (``ValidationException``, ``ScriptMismatch``, …).
+    """
+
+    recorded_fields = ("code",)
+
+    def __init__(self, message: str, *, code: str = ""):
+        self.code = code
+        super().__init__(message)
+
+
+class ModelOutputError(DurableError):
+    """The model's answer cannot be represented (malformed output, tool input that is not JSON).
+
+    Retryable: sampling differs between attempts, so another call may well succeed.
+
+    Attributes:
+        code: What was wrong (the Converse stop reason, ``malformed_tool_use``, ``truncated``).
+    """
+
+    recorded_fields = ("code",)
+
+    def __init__(self, message: str, *, code: str = ""):
+        self.code = code
+        super().__init__(message)
+
+
+# The retry policy to pass as ``ctx.llm(..., retry=MODEL_RETRY)``: the default LLM backoff,
+# except that a refused request fails the step at once.
+MODEL_RETRY = RetryPolicy(
+    max_attempts=4,
+    initial_delay_seconds=2,
+    backoff_rate=2,
+    jitter=0.5,
+    non_retryable=(ModelRequestError,),
+)

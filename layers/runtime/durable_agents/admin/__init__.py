@@ -1,0 +1,1 @@
+"""What operators and the reconciler run: sweeps, retention stamping, migrations, reviews, views."""

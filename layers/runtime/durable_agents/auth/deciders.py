@@ -1,0 +1,76 @@
+"""Who is deciding: IAM callers, people with a JWT (any OIDC issuer), and signed links.
+
+Three ways to authenticate a decision, each ending in a ``Principal`` that
+``principals.may_decide`` checks against the approval's approver patterns:
+
+* **IAM** (``principal_from_iam``): API Gateway verified the SigV4 signature and put the
+  caller's ARN in ``requestContext.identity.userArn``.
+* **JWT** (``JwtVerifier``): an RS256 or ES256 token from an OIDC issuer (a Cognito user pool
+  or any other), verified with PyJWT against the issuer's JWKS (signature, pinned algorithm,
+  issuer, audience), fetched without following redirects and kept for a limited lifespan.
+* **Signed link** (``links.LinkSigner``): an HMAC-SHA256 token minted for one approval and one
+  approver pattern, expiring, keyed by a secret kept in Secrets Manager.
+
+Nothing here logs or returns a token, a JWT or the link key; error messages say what is wrong
+without repeating the credential.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from durable_agents.auth.jwks import ALGORITHMS, AuthUnavailableError, fetch_json
+from durable_agents.auth.jwt import (
+    JWKS_LIFESPAN_SECONDS,
+    JWKS_REFETCH_SECONDS,
+    LEEWAY_SECONDS,
+    MAX_JWKS_LIFESPAN_SECONDS,
+    MAX_JWT_CHARS,
+    USER_CLAIMS,
+    JwtVerifier,
+    jwt_verifier_from_env,
+)
+from durable_agents.auth.tokens import (
+    AuthenticationError,
+    NotAnApproverError,
+    b64encode,
+    bearer_token,
+)
+from durable_agents.core.principals import Principal
+
+# modules; their importers keep importing them from here.
+__all__ = [
+    "ALGORITHMS",
+    "JWKS_LIFESPAN_SECONDS",
+    "JWKS_REFETCH_SECONDS",
+    "LEEWAY_SECONDS",
+    "MAX_JWKS_LIFESPAN_SECONDS",
+    "MAX_JWT_CHARS",
+    "USER_CLAIMS",
+    "AuthUnavailableError",
+    "AuthenticationError",
+    "JwtVerifier",
+    "NotAnApproverError",
+    "b64encode",
+    "bearer_token",
+    "fetch_json",
+    "jwt_verifier_from_env",
+    "principal_from_iam",
+]
+
+
+def principal_from_iam(event: Mapping[str, Any]) -> Principal:
+    """The SigV4 caller API Gateway authenticated (``requestContext.identity.userArn``).
+
+    Raises:
+        AuthenticationError: If the event carries no caller ARN (the route is not IAM-authorised).
+    """
+    context = event.get("requestContext") or {}
+    identity = (context.get("identity") or {}) if isinstance(context, Mapping) else {}
+    arn = identity.get("userArn") if isinstance(identity, Mapping) else None
+    if not isinstance(arn, str) or not arn.startswith("arn:"):
+        raise AuthenticationError(
+            "this route needs a request signed with AWS credentials (SigV4)", scheme="IAM"
+        )
+    return Principal(via="iam", identity=arn)

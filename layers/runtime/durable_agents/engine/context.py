@@ -1,0 +1,421 @@
+"""``DurableContext``: what an agent function uses to do anything non-deterministic.
+
+The class is assembled from four modules: the replay plumbing (positions, operation ids,
+divergence checks) in ``durable_agents.engine.context_scope``, the waits (timers, polling,
+approvals,
+callbacks) in ``durable_agents.engine.context_waits``, the run's values (time, randomness, memory,
+pinned prompts and model configurations) in ``durable_agents.engine.context_values``, and the
+operations that do work (steps, tools, events, model calls, sub-agents, batches, child
+contexts, continue-as-new) here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeVar
+
+from durable_agents.agent import AgentDefinition
+from durable_agents.core.ids import check_name, name_of
+from durable_agents.core.models import OpKind
+from durable_agents.core.semantics import StepSemantics
+from durable_agents.core.serde import SerdesSpec, as_serdes, replay_value
+from durable_agents.engine.context_scope import replays_step
+from durable_agents.engine.context_values import ValueOperations
+from durable_agents.engine.context_waits import WaitOperations
+from durable_agents.engine.fingerprints import NO_ARGS, Fingerprint
+from durable_agents.engine.generations import run_continue_as_new
+from durable_agents.engine.operations.child import run_child
+from durable_agents.engine.operations.emit import run_emit
+from durable_agents.engine.operations.invoke import run_invoke
+from durable_agents.engine.operations.llm import run_llm
+from durable_agents.engine.operations.parallel import BatchResult, CompletionPolicy
+from durable_agents.engine.operations.step import return_hint, run_step
+from durable_agents.engine.operations.tool import run_tool
+from durable_agents.engine.replay_index import NOT_DECODED
+from durable_agents.llm.types import LlmRequest, LlmResponse, ModelConfig
+from durable_agents.retry import RetryPolicy
+from durable_agents.tools import Tool, ToolNotApprovedError
+
+# ``EnumType.__getattr__`` (about 900 instructions a read).
+_PARALLEL = OpKind.PARALLEL
+
+if TYPE_CHECKING:
+    pass
+
+T = TypeVar("T")
+
+
+class DurableContext(WaitOperations, ValueOperations):
+    """The handle an agent function receives. Each operation is recorded once and replayed.
+
+    Operation ids are derived from the run and the position in the code path:
+    ``<run_id>:<name>:<n>`` for the n-th operation of the run, and
+    ``<parent op id>/<name>:<n>`` inside a child context. On replay each operation checks that
+    the journal recorded the same kind and name at its position, and the same input fingerprint
+    where it has an input (see ``durable_agents.engine.fingerprints``); otherwise
+    ``ReplayDivergedError`` stops the run visibly.
+
+    Attributes:
+        run_id: The id of the run being executed.
+        logger: A logger that stays quiet while recorded operations are being replayed.
+    """
+
+    __slots__ = ()
+
+    # -- operations -------------------------------------------------------------------------
+
+    def step(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        name: str | None = None,
+        retry: RetryPolicy | None = None,
+        semantics: StepSemantics = StepSemantics.AT_LEAST_ONCE,
+        result_type: Any = None,
+        serdes: SerdesSpec | None = None,
+    ) -> T:
+        """Runs ``fn(*args)`` once and records its result; replays return the record.
+
+        Args:
+            fn: The work: reads, computation, an external call. It must not call ``ctx``. It
+                receives a ``StepContext`` (attempt, operation id, logger, deadline) first if
+                its signature asks for it (``durable_agents.engine.step_context``).
+            *args: Arguments passed to ``fn``. Not recorded, but fingerprinted when they are
+                JSON values or pydantic models: a replay with other arguments diverges. Pass the
+                input here rather than capturing it in a closure (closures are not checked).
+            name: The operation name (defaults to ``fn.__name__``).
+            retry: The retry policy (default: 3 attempts, exponential backoff with jitter).
+            semantics: AT_LEAST_ONCE (an interrupted attempt runs again) or AT_MOST_ONCE
+                (an interrupted attempt is a failure, retried only if the policy lists
+                ``StepInterruptedError``).
+            result_type: The type to validate the recorded result against (defaults to
+                ``fn``'s return annotation).
+            serdes: A custom serializer for the result (a ``Serdes`` or a pair of functions);
+                by default datetimes, decimals, sets, dataclasses, … round-trip as tagged
+                JSON (docs/values-and-errors.md).
+
+        Returns:
+            The result, exactly as a replay will return it (serializer round trip).
+
+        Raises:
+            Exception: The step's final error, rebuilt with the same type, ``args`` and
+                attributes on the first run and on every replay (``StepError`` if its class
+                cannot be rebuilt here).
+            ReplayDivergedError: If the journal recorded another operation at this position.
+
+        Example:
+            >>> def research(ctx, topic: str) -> str:
+            ...     return ctx.step(lambda: topic.upper(), name="shout")
+        """
+        # A string name is checked only if replay does not find it recorded here already.
+        op_name = name_of(fn) if name is None else name if type(name) is str else check_name(name)
+        inv = self._inv
+        # Replay's common case, inlined (``replayed_record`` decides the same, a call away):
+        # a finished step at the next position, nothing else going on, no plugin to tell,
+        # its result returned. Every other case (a fault, a cancel, live, in a step, another
+        # record, a plugin that hears replays) goes on below.
+        if serdes is None and inv.replaying_quietly:
+            counter = self._counter + 1
+            plan = self._plan
+            if plan is None:
+                record = self._record_at(counter)
+            else:
+                try:
+                    record = plan[counter]
+                except IndexError:  # past the plan: the frontier, or a gap in the positions
+                    record = self._record_at(counter)
+            if record is not None and (
+                (record.replays_as == op_name and not args) or replays_step(record, op_name, args)
+            ):
+                self._counter = counter
+                if result_type is not None:
+                    hint = result_type
+                else:  # as getattr(fn, "__annotations__", None), without a call
+                    try:
+                        hint = return_hint(fn) if fn.__annotations__ else None
+                    except AttributeError:
+                        hint = None
+                cached = record.decoded  # OpRecord.replayed's first test, inlined
+                if cached is not NOT_DECODED and cached[0] is hint and cached[1] is None:
+                    return cached[2]  # type: ignore[no-any-return]
+                return record.replayed(hint, None, replay_value)  # type: ignore[no-any-return]
+        if name is not None:
+            op_name = check_name(op_name)
+        fingerprint = Fingerprint.of_args(args) if args else NO_ARGS
+        return run_step(  # type: ignore[no-any-return]
+            self,
+            fn,
+            args,
+            op_name,
+            retry,
+            semantics,
+            result_type,
+            fingerprint=fingerprint,
+            serdes=None if serdes is None else as_serdes(serdes),
+        )
+
+    def tool(self, tool: Tool[Any, T], request: Any, *, name: str | None = None) -> T:
+        """Calls a tool that changes the outside world, exactly once, with recovery.
+
+        PREPARE records the canonical request (sorted-key JSON of the validated model) and an
+        idempotency key derived from the run and position; EXECUTE calls the tool with that key;
+        COMMIT records the result and the external id in one transaction. If the process dies
+        in between, recovery asks the provider (``lookup``), re-executes only when that is
+        safe (not found, or ``idempotent``), compensates a ``reversible`` tool, and otherwise
+        pauses the run for a person (``NEEDS_REVIEW``). The request is never rebuilt.
+
+        Args:
+            tool: The declared tool (``@tool``).
+            request: The request model, or a dict it validates.
+            name: The operation name (defaults to the tool name).
+
+        Returns:
+            The tool's result, exactly as a replay will return it.
+
+        Raises:
+            ToolRejectedError: The provider definitely refused (recorded; same on replay).
+            ToolAbandonedError: A person abandoned the call in review.
+            ToolGaveUpError: Every allowed attempt failed and the provider confirms nothing
+                happened.
+            ToolNotApprovedError: The tool requires approval and a person rejected the call.
+            ApprovalTimeoutError: The tool requires approval and nobody decided in time.
+            pydantic.ValidationError: If ``request`` does not match the tool's request model.
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        op_name = check_name(name) if name is not None else tool.name
+        model = tool.request_model.model_validate(request)
+        if tool.needs_approval(model):
+            decision = self.wait_for_approval(
+                f"{op_name}-approval",
+                request=model,
+                approvers=list(tool.approvers),
+                summary=f"Run {tool.name} with the request below?",
+                timeout=tool.approval_timeout_seconds,
+            )
+            if not decision.approved:
+                raise ToolNotApprovedError(tool.name, decision.decided_by, decision.comment)
+            # Execute exactly what the person approved (a replay computing another request has
+            # already diverged at the approval, whose fingerprint is the request's).
+            request = tool.request_model.model_validate_json(decision.request)
+        return run_tool(self, tool, request, op_name)  # type: ignore[no-any-return]
+
+    def emit(self, detail_type: str, detail: Any, *, name: str = "emit") -> str:
+        """Publishes an event through the transactional outbox, exactly once per position.
+
+        The event is written into the journal as this operation's record (one conditional
+        write); the relay (DynamoDB stream → Relay function → EventBridge) publishes it with
+        ``event_id`` = the operation id. A crash can neither lose the event (it is in the
+        journal before the run moves on) nor create a second one (replay returns the record);
+        the relay delivers at least once, so consumers dedupe on ``event_id``.
+
+        Args:
+            detail_type: The EventBridge detail type (1-128 characters).
+            detail: The event detail (JSON; secrets are refused).
+            name: The operation name.
+
+        Returns:
+            The event id.
+
+        Raises:
+            ValueError: If ``detail_type`` is empty or too long.
+            SecretSerializationError: If the detail holds a secret.
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        return run_emit(self, detail_type, detail, check_name(name))
+
+    def llm(
+        self,
+        name: str,
+        request: LlmRequest,
+        *,
+        config: ModelConfig,
+        stream: bool = False,
+        retry: RetryPolicy | None = None,
+    ) -> LlmResponse:
+        """Calls the model once; the whole response is recorded and replayed, never re-asked.
+
+        Args:
+            name: The operation name (for example ``turn-3``).
+            request: The messages and tool specs.
+            config: The versioned model configuration (model id, temperature, prompt, …).
+            stream: Stream text chunks to the stream cache while the call runs.
+            retry: The retry policy for transient provider errors.
+
+        Returns:
+            The recorded response: content blocks, tool calls, stop reason, usage, model id.
+
+        Raises:
+            ConfigurationError: If no provider serves ``config.provider``.
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        return run_llm(self, check_name(name), request, config, stream=stream, retry=retry)
+
+    def invoke(
+        self,
+        agent: AgentDefinition[Any, T] | str,
+        value: Any,
+        *,
+        name: str | None = None,
+        tenant_id: str | None = None,
+        payload_serdes: SerdesSpec | None = None,
+        result_serdes: SerdesSpec | None = None,
+    ) -> T:
+        """Runs a sub-agent as a child run and waits for its output (holding no compute).
+
+        The child is started exactly once, however often this run replays: its id comes from
+        this operation's position and creating it is a conditional write.
+
+        Args:
+            agent: The sub-agent: what ``@agent`` returned, or the name of any agent of the
+                deployment (its latest version).
+            value: Its input.
+            name: The operation name (defaults to the agent name).
+            tenant_id: The child run's tenant (default: this run's).
+            payload_serdes: Makes the child's input: ``serialize(value)`` must be JSON text.
+            result_serdes: Makes this call's result from the JSON text of the child's output
+                (default: validated by the sub-agent's output type).
+
+        Returns:
+            The child's output.
+
+        Raises:
+            ChildRunFailedError: If the child run failed (its error type and message inside).
+            SubAgentNotDeployedError: If the sub-agent is not deployed (the run pauses).
+            ReplayDivergedError: If the journal recorded another operation at this position.
+            ValueError: If ``tenant_id`` is not a valid tenant name.
+        """
+        agent_name = agent if isinstance(agent, str) else agent.name
+        return run_invoke(  # type: ignore[no-any-return]
+            self,
+            agent,
+            value,
+            check_name(name or agent_name),
+            tenant_id,
+            payload_serdes=as_serdes(payload_serdes),
+            result_serdes=as_serdes(result_serdes),
+        )
+
+    def parallel(
+        self,
+        branches: Sequence[Callable[[DurableContext], Any]]
+        | Mapping[str, Callable[[DurableContext], Any]],
+        *,
+        name: str = "parallel",
+        completion: CompletionPolicy | None = None,
+        max_concurrency: int | None = None,
+        serdes: SerdesSpec | None = None,
+        nesting: Literal["nested", "flat"] = "nested",
+    ) -> BatchResult[Any]:
+        """Runs branches as independent child scopes; on Lambda, each in its own invocation.
+
+        Args:
+            branches: Functions ``fn(child_ctx)``, or a mapping of branch names to them; their
+                results are recorded as step results are (tagged JSON).
+            name: The operation name.
+            completion: When the batch is done (default: all branches, failing on the first
+                failure). Only the failure tolerances end a batch early on failures.
+            max_concurrency: At most this many branches in progress at a time.
+            serdes: A custom serializer for every branch's result.
+            nesting: ``flat``: branches write no scope record of their own (one write less
+                per branch; a finished branch is replayed until the batch records its result).
+
+        Returns:
+            A ``BatchResult`` with every branch's outcome in index order (``throw_if_error()``
+            raises on any failure, ``raise_on_failure()`` on an exceeded tolerance).
+
+        Raises:
+            ValueError: If ``max_concurrency`` is below 1.
+            InvalidNameError: If a branch name is not a valid operation name.
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        from durable_agents.engine.operations.parallel import (  # noqa: PLC0415
+            ALL_SUCCESSFUL,
+            branch_names,
+            run_batch,
+        )
+
+        fns, names = branch_names(branches)
+        policy = completion or ALL_SUCCESSFUL
+        spec = as_serdes(serdes)
+        flat = _flat(nesting)
+        return run_batch(
+            self, _PARALLEL, check_name(name), fns, policy, max_concurrency, spec, names, flat
+        )
+
+    def map(
+        self,
+        items: Sequence[Any],
+        fn: Callable[..., Any],
+        *,
+        name: str = "map",
+        completion: CompletionPolicy | None = None,
+        max_concurrency: int | None = None,
+        serdes: SerdesSpec | None = None,
+        item_namer: Callable[[Any, int], str] | None = None,
+        nesting: Literal["nested", "flat"] = "nested",
+    ) -> BatchResult[Any]:
+        """Runs ``fn(child_ctx, item, index)`` for every item, like ``parallel``.
+
+        ``fn`` may take ``(child_ctx, item, index, items)`` instead. ``serdes`` serializes
+        each item's result (as for ``parallel``); ``item_namer(item, index)`` names each
+        item's branch (``branch-<i>`` by default); ``nesting`` as for ``parallel``.
+
+        Raises:
+            ValueError: If ``max_concurrency`` is below 1.
+            InvalidNameError: If ``item_namer`` gives an invalid operation name.
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        from durable_agents.engine.operations.parallel import (  # noqa: PLC0415
+            ALL_SUCCESSFUL,
+            map_branches,
+            run_batch,
+        )
+
+        fns, names = map_branches(items, fn, item_namer)
+        policy = completion or ALL_SUCCESSFUL
+        spec = as_serdes(serdes)
+        flat = _flat(nesting)
+        return run_batch(
+            self, OpKind.MAP, check_name(name), fns, policy, max_concurrency, spec, names, flat
+        )
+
+    def run_in_child_context(
+        self,
+        fn: Callable[[DurableContext], T],
+        *,
+        name: str | None = None,
+        result_type: Any = None,
+        serdes: SerdesSpec | None = None,
+    ) -> T:
+        """Runs ``fn(child_ctx)`` as one operation with its own nested operation ids.
+
+        Once the child's result is recorded, replays return it without running ``fn`` again.
+        ``serdes`` serializes the result as for ``step``.
+
+        Raises:
+            Exception: The child's final error, re-raised identically on replay.
+            ReplayDivergedError: If the journal recorded another operation at this position.
+        """
+        op_name = check_name(name) if name is not None else name_of(fn)
+        return run_child(self, fn, op_name, result_type, serdes=as_serdes(serdes))  # type: ignore[no-any-return]
+
+    def continue_as_new(self, input_value: Any) -> NoReturn:
+        """Ends this generation of the run and starts the next with ``input_value`` (ADR 0016).
+
+        Same run id, fresh journal: the agent function runs again from its start with the new
+        input, and replay reads only the new generation. Never returns. Call it only from the
+        agent function's own context. Events sent to the run and not yet taken stay for the
+        next generation. See docs/context.md ("Continue as new").
+
+        Raises:
+            ContinueAsNewNotAllowedError: Inside a step, a child context or a parallel branch.
+            InputValidationError: If ``input_value`` does not match the agent's input type.
+            PayloadError: If it cannot be recorded (for example it holds a secret).
+        """
+        run_continue_as_new(self, input_value, self._pos_prefix)
+
+
+def _flat(nesting: str) -> bool:
+    if nesting not in ("nested", "flat"):
+        raise ValueError(f"nesting is 'nested' or 'flat', not {nesting!r}")
+    return nesting == "flat"

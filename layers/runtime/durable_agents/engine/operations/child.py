@@ -1,0 +1,76 @@
+"""``ctx.run_in_child_context``: a named scope whose operations nest under one operation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from durable_agents.core.models import Entry, EntryType, OpKind
+from durable_agents.core.serde import (
+    Serdes,
+    decode_value,
+    encode_value,
+    error_info,
+    rebuild_error,
+    replay_value,
+)
+from durable_agents.engine.fingerprints import Fingerprint
+from durable_agents.engine.operations.step import return_hint
+
+# Enum members read per operation, as module names: on Python 3.11 ``OpKind.X`` goes through
+# ``EnumType.__getattr__`` (about 900 instructions a read).
+_SUCCEEDED = EntryType.SUCCEEDED
+
+if TYPE_CHECKING:
+    from durable_agents.engine.context import DurableContext
+
+
+def run_child(
+    ctx: DurableContext,
+    fn: Callable[[Any], Any],
+    name: str,
+    result_type: Any,
+    *,
+    kind: OpKind = OpKind.CHILD,
+    fingerprint: Fingerprint | None = None,
+    serdes: Serdes | None = None,
+    on_recorded: Callable[[Entry], None] | None = None,
+) -> Any:
+    """Executes or replays one child scope (see ``DurableContext.run_in_child_context``).
+
+    Composite operations built from a scope (durable polling) reuse it with their own kind,
+    and with the ``fingerprint`` of their input, recorded with the scope's result.
+    ``on_recorded`` is given the result entry this execution recorded, once it is written (a
+    batch's branch: the batch then refers to that record instead of copying what it holds).
+
+    Raises:
+        Exception: The scope's error, rebuilt as its record holds it (``rebuild_error``).
+        SuspendExecution: When the scope suspends, or another invocation recorded it first.
+    """
+    inv = ctx.invocation
+    position, op_id, record = ctx.next_operation(kind, name, fingerprint)
+    meta = fingerprint.meta() if fingerprint is not None else {}
+    hint = result_type if result_type is not None else return_hint(fn)
+    if record is not None and record.result is not None:
+        return replay_value(record.result, hint, serdes)
+    child = ctx.child(op_id, position)
+    try:
+        value = fn(child)
+        child.check_scope_end()
+        payload = encode_value(value, hint, serdes)
+        # Read back before recording: a value a replay could not read is a failure, now.
+        value = decode_value(payload, hint, serdes)
+    except Exception as exc:
+        if inv.fault is not None:
+            raise
+        info = error_info(exc)
+        failed = inv.entry(position, op_id, kind, name, EntryType.FAILED, error=info, meta=meta)
+        inv.record(op_id, [failed])
+        if on_recorded is not None:
+            on_recorded(failed)
+        raise rebuild_error(info) from exc
+    succeeded = inv.entry(position, op_id, kind, name, _SUCCEEDED, value=payload, meta=meta)
+    inv.record(op_id, [succeeded])
+    if on_recorded is not None:
+        on_recorded(succeeded)
+    return value

@@ -1,0 +1,98 @@
+"""The header of a new run: its agent's latest version, its validated input, its pins.
+
+``Runtime.start_run`` creates it (conditionally: an idempotency key matches an earlier start)
+and publishes its first ``Step Ready``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from durable_agents.agent import AgentDefinition, AgentRegistry, timeout_to_ms
+from durable_agents.core.clock import Clock
+from durable_agents.core.models import RunHeader, RunStatus
+from durable_agents.core.serde import encode
+from durable_agents.core.tenancy import check_tenant
+from durable_agents.errors import DurableError
+from durable_agents.journal.retention import default_retention_s
+from durable_agents.journal.store import input_hash
+
+__all__ = ["InputValidationError", "new_header", "new_run_id", "validate_input"]
+
+
+class InputValidationError(DurableError):
+    """The run input does not match the agent's declared input type."""
+
+    def __init__(self, agent: str, errors: list[dict[str, Any]]):
+        self.agent = agent
+        self.errors = errors
+        super().__init__(f"input does not match agent {agent!r}: {errors}")
+
+
+def new_run_id() -> str:
+    """Returns a fresh run id (``run-`` and 16 hex digits)."""
+    return f"run-{secrets.token_hex(8)}"
+
+
+def validate_input(definition: AgentDefinition[Any, Any], value: Any) -> Any:
+    """``value`` as the agent's declared input type (unchanged when it declares none).
+
+    Raises:
+        InputValidationError: If it does not match.
+    """
+    if definition.input_type is None:
+        return value
+    try:
+        return TypeAdapter(definition.input_type).validate_python(value)
+    except ValidationError as exc:
+        errors = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()]
+        raise InputValidationError(definition.name, errors) from exc
+
+
+def new_header(
+    registry: AgentRegistry,
+    clock: Clock,
+    agent_name: str,
+    input_value: Any,
+    *,
+    run_id: str,
+    parent_run_id: str | None,
+    idempotency_key: str | None,
+    tenant: str,
+    execution_timeout: float | None,
+) -> RunHeader:
+    """The header a run of the latest version of ``agent_name`` starts with.
+
+    Raises:
+        AgentNotFoundError: If no such agent is registered.
+        InputValidationError: If the input does not match the agent's input type.
+        PayloadError: If the input cannot be recorded (for example it holds a secret).
+        ValueError: If ``tenant`` is not a valid tenant name, or the timeout not positive.
+    """
+    check_tenant(tenant)
+    limit_ms = timeout_to_ms(execution_timeout)
+    definition = registry.latest(agent_name)
+    value = validate_input(definition, input_value)
+    input_json = encode(value, definition.input_type)
+    now = clock.now_ms()
+    return RunHeader(
+        run_id=run_id,
+        agent=definition.name,
+        # The bundle, plus the exact prompt and model-config versions (and content hashes)
+        # this run will use for its whole life.
+        versions=definition.versions.as_dict()
+        | registry.prompts.pin(definition.prompts, definition.model_configs),
+        status=RunStatus.RUNNING,
+        input=input_json,
+        created_at_ms=now,
+        updated_at_ms=now,
+        parent_run_id=parent_run_id,
+        idempotency_key=idempotency_key,
+        input_hash=input_hash(definition.name, input_json),
+        tenant=tenant,
+        execution_timeout_ms=definition.execution_timeout_ms if limit_ms is None else limit_ms,
+        retention_s=definition.retention_s or default_retention_s(),
+    )

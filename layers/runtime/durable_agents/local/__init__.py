@@ -1,1 +1,0 @@
-"""Local mode: the same handlers against moto, with no AWS account and no Docker."""

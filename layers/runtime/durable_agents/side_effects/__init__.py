@@ -1,1 +1,0 @@
-"""Side effects that never repeat: tool declarations and the PREPARE → EXECUTE → COMMIT protocol."""

@@ -1,1 +1,0 @@
-"""Waiting on the outside world: human approvals and external callbacks."""

@@ -1,0 +1,384 @@
+"""``durable-agents local``: the template's functions, run in one process against moto.
+
+Start-up: start (or attach to) the moto server process, provision what ``template.yaml``
+declares, set the functions' environment, import their handlers; then deliver EventBridge
+events from the rules' SQS queues, fire Schedule events, and serve the Api routes on
+``http://127.0.0.1:3000``. SIGTERM/SIGINT stop it cleanly: no new work is taken, running
+handlers finish, the HTTP server closes, and the moto process it started is stopped (unless
+``keep_moto``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from types import FrameType
+from typing import Protocol
+from urllib.parse import urlsplit
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from durable_agents.errors import ConfigurationError, InfrastructureError
+from durable_agents_local import moto_server
+from durable_agents_local.agents_loading import VARIABLE as AGENTS_VARIABLE
+from durable_agents_local.agents_loading import (
+    choose_agent_modules,
+    describe,
+    load_agents,
+    model_scripts_setting,
+    put_on_path,
+)
+from durable_agents_local.aws import LocalSession
+from durable_agents_local.crash import CrashHooks, install
+from durable_agents_local.event_router import QueueConsumers
+from durable_agents_local.functions import FunctionSpec, make_resolver, read_functions
+from durable_agents_local.http_api import HOST, ApiServer, Route
+from durable_agents_local.invoke import LocalFunction, load_handler
+from durable_agents_local.oidc import LocalIssuer
+from durable_agents_local.provision import Clients, RuleQueue, provision
+from durable_agents_local.reattach import store_watch
+from durable_agents_local.scheduler import ScheduleLoop
+from durable_agents_local.secrets import create_secrets
+from durable_agents_local.stream_router import StreamPoller, StreamRoute
+from durable_agents_local.template import load_template
+from durable_agents_local.worker_environment import (
+    SERVICE_URL_VARIABLES,
+    apply_environment,
+    function_environment,
+    services_environment,
+)
+from durable_agents_local.worker_options import WorkerOptions
+
+__all__ = [
+    "EXIT_SETUP_FAILED",
+    "SERVICE_URL_VARIABLES",
+    "Worker",
+    "WorkerOptions",
+    "apply_environment",
+    "configure_logging",
+    "function_environment",
+    "run_local",
+    "services_environment",
+]
+
+log = logging.getLogger("durable_agents_local")
+
+EXIT_SETUP_FAILED = 2
+
+
+class _Part(Protocol):
+    """A worker thread group: event consumers, a stream poller, a schedule loop."""
+
+    def start(self) -> None: ...
+
+    def join(self, timeout: float | None = None) -> None: ...
+
+
+class _Formatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s.%(msecs)03d %(message)s", datefmt="%H:%M:%S")
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        if record.levelno >= logging.WARNING:
+            head, _, rest = text.partition(" ")
+            text = f"{head} {record.levelname}: {rest}"
+        return text
+
+
+def configure_logging(quiet: bool) -> None:
+    """Sends local mode's own log lines to stderr (one per invocation unless ``quiet``)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Formatter())
+    log.handlers[:] = [handler]
+    log.setLevel(logging.WARNING if quiet else logging.INFO)
+    log.propagate = False
+
+
+class Worker:
+    """Local mode, started and stopped (see the module docstring).
+
+    Args:
+        options: How to run.
+    """
+
+    def __init__(self, options: WorkerOptions):
+        self.options = options
+        self.stop_event = threading.Event()
+        self._moto: moto_server.MotoProcess | None = None
+        self._parts: list[_Part] = []
+        self._api: ApiServer | None = None
+        self._api_thread: threading.Thread | None = None
+        self.endpoint = ""
+        self._crash_modules: list[str] = []
+        self._agents_line = ""
+        self._issuer: LocalIssuer | None = None
+
+    # -- start -------------------------------------------------------------------------------
+
+    def _start_moto(self) -> str:
+        if self.options.moto_endpoint:
+            url = urlsplit(self.options.moto_endpoint)
+            if not moto_server.is_listening(url.hostname or HOST, url.port or 80):
+                raise ConfigurationError(f"no moto server answers at {self.options.moto_endpoint}")
+            return self.options.moto_endpoint.rstrip("/")
+        self._moto = moto_server.MotoProcess(self.options.moto_port, self.options.state_dir)
+        try:
+            self._moto.start()
+        except moto_server.PortInUseError as exc:
+            raise ConfigurationError(
+                f"{exc}: stop what runs there, pick another --moto-port, or attach to a "
+                f"running moto server with --moto-endpoint {self._moto.endpoint}"
+            ) from exc
+        return self._moto.endpoint
+
+    def _functions(self, specs: Sequence[FunctionSpec]) -> dict[str, LocalFunction]:
+        timeouts = self.options.function_timeouts
+        for spec in specs:
+            for unsupported in spec.unsupported:
+                log.warning("%s: event %s is not run locally", spec.logical_id, unsupported)
+        return {
+            spec.logical_id: LocalFunction(
+                spec,
+                load_handler(spec),
+                region=self.options.region,
+                timeout_seconds=timeouts.get(spec.logical_id, timeouts.get("*")),
+            )
+            for spec in specs
+        }
+
+    def _install_crash(self, specs: Sequence[FunctionSpec]) -> None:
+        spec = self.options.crash_at
+        if spec is None:
+            return
+        modules = [sys.modules[s.handler.rpartition(".")[0]] for s in specs]
+        installed = install(dict.fromkeys(modules), CrashHooks(spec))
+        if not installed:
+            raise ConfigurationError(
+                "--crash-at needs a handler module with get_runtime() (the StepRunner's)"
+            )
+        self._crash_modules = installed
+
+    def _check(self, specs: Sequence[FunctionSpec]) -> None:
+        opts = self.options
+        unknown = set(opts.function_timeouts) - {"*"} - {s.logical_id for s in specs}
+        if unknown:
+            raise ConfigurationError(f"--function-timeout names unknown functions: {unknown}")
+        if not moto_server.port_is_free(opts.api_port):
+            raise ConfigurationError(
+                f"{HOST}:{opts.api_port} is already in use; pick another --port"
+            )
+
+    def start(self) -> None:
+        """Starts everything; returns once the Api server accepts requests.
+
+        Raises:
+            ConfigurationError: If the template, a handler, moto or a port is unusable.
+        """
+        opts = self.options
+        template = load_template(opts.template)
+        template_dir = opts.template.resolve().parent
+        resolver = make_resolver(template, opts.region)
+        specs = read_functions(template, template_dir, resolver)
+        self._check(specs)
+        self.endpoint = self._start_moto()
+        session = LocalSession(self.endpoint, opts.region)
+        # ``!Ref`` of a secret is its ARN, known once moto has created it: read them again.
+        arns = create_secrets(template, session)
+        if arns:
+            resolver = replace(resolver, refs={**resolver.refs, **arns})
+            specs = read_functions(template, template_dir, resolver)
+        clients = Clients(session)
+
+        def reprovision() -> tuple[list[RuleQueue], list[StreamRoute]]:
+            create_secrets(template, session)
+            return provision(clients, template, specs, visibility_timeout=opts.visibility_timeout)
+
+        queues, streams = reprovision()
+        env = function_environment(specs, opts, self.endpoint)
+        chosen = choose_agent_modules(opts.agents, os.environ, env)
+        env[AGENTS_VARIABLE] = ",".join(chosen.modules)
+        # The template names scripts inside the functions' packages: make those importable first.
+        put_on_path([s.code_dir for s in specs])
+        scripts = model_scripts_setting(env.get("SCRIPTED_MODEL_FILE", ""), opts.model_scripts)
+        if scripts:
+            env["SCRIPTED_MODEL_FILE"] = scripts
+        if opts.oidc_port is not None:
+            self._issuer = LocalIssuer(opts.oidc_port)
+            self._issuer.start()
+            env.update(self._issuer.environment())
+        apply_environment(env)
+        # Imported here, before the handlers and before "ready": a bad module stops the start.
+        self._agents_line = describe(load_agents(chosen, [s.code_dir for s in specs]), chosen)
+        functions = self._functions(specs)
+        self._install_crash(specs)
+        routes = [
+            Route(a.method, a.path, functions[s.logical_id], iam=a.iam)
+            for s in specs
+            for a in s.apis
+        ]
+        try:
+            self._api = ApiServer(routes, opts.api_port, caller_arn=opts.caller_arn)
+        except OSError as exc:
+            raise ConfigurationError(
+                f"cannot serve the Api on {HOST}:{opts.api_port}: {exc.strerror}; "
+                "pick another --port"
+            ) from exc
+        stop = self.stop_event
+        self._parts = [
+            *(
+                QueueConsumers(
+                    clients.sqs,
+                    q,
+                    functions[q.function_id],
+                    region=opts.region,
+                    concurrency=opts.concurrency,
+                    visibility_timeout=opts.visibility_timeout,
+                    stop=stop,
+                )
+                for q in queues
+            ),
+            *(StreamPoller(clients, r, functions[r.function_id], stop) for r in streams),
+            *store_watch(
+                clients, queues, reprovision, stop, self._moto.revive if self._moto else None
+            ),
+            *(
+                ScheduleLoop(
+                    functions[s.logical_id],
+                    e,
+                    interval=opts.schedule_interval,
+                    region=opts.region,
+                    stop=stop,
+                )
+                for s in specs
+                for e in s.schedules
+            ),
+        ]
+        for part in self._parts:
+            part.start()
+        self._api_thread = threading.Thread(
+            target=self._api.serve_forever, name="api-server", daemon=True
+        )
+        self._api_thread.start()
+        self._banner(
+            specs,
+            routes,
+            [q.rule_name for q in queues],
+            [f"{r.function_id}.{r.event.event_id}" for r in streams],
+        )
+
+    def _banner(
+        self,
+        specs: Sequence[FunctionSpec],
+        routes: Sequence[Route],
+        rules: Iterable[str],
+        streams: Iterable[str],
+    ) -> None:
+        opts = self.options
+        kept = f"state in {opts.state_dir}/" if opts.state_dir else "ephemeral"
+        moto = (
+            f"{self.endpoint} (started, pid {self._moto.pid}, {kept})"
+            if self._moto
+            else f"{self.endpoint} (attached)"
+        )
+        lines = [
+            "durable-agents local mode",
+            f"  journal   moto at {moto}",
+            f"  agents    {self._agents_line}",
+            f"  api       {self.api_url}  " + ", ".join(f"{r.method} {r.resource}" for r in routes),
+            f"  events    {', '.join(rules) or 'none'}: {opts.concurrency} consumers per rule, "
+            f"redelivery after {opts.visibility_timeout} s",
+            f"  streams   {', '.join(streams) or 'none'}",
+            f"  schedules {', '.join(f'{s.logical_id}.{e.event_id}' for s in specs for e in s.schedules) or 'none'}"  # noqa: E501
+            f" every {opts.schedule_interval:g} s; stall after {opts.stall_after} s",
+        ]
+        for name, seconds in sorted(opts.function_timeouts.items()):
+            target = "every function" if name == "*" else name
+            lines.append(f"  timeout   {seconds:g} s for {target}")
+        if self._issuer is not None:
+            lines.append(
+                f"  oidc      {self._issuer.url} (local issuer for /people/...: "
+                "durable-agents token USER --group GROUP prints a token)"
+            )
+        services = services_environment(opts.services_url)
+        if services:
+            lines.append("  services  " + ", ".join(f"{k}={v}" for k, v in services.items()))
+        if opts.crash_at is not None:
+            lines.append(
+                f"  crash-at  {opts.crash_at}: SIGKILL to this process, once "
+                f"(hooks in {', '.join(self._crash_modules)})"
+            )
+        lines.append("ready (Ctrl-C stops)")
+        log.info("\n".join(lines))
+
+    @property
+    def api_url(self) -> str:
+        """The Api server's base URL."""
+        port = self._api.server_address[1] if self._api else self.options.api_port
+        return f"http://{HOST}:{port}"
+
+    # -- stop --------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stops taking work, lets running handlers finish, closes the server and moto."""
+        self.stop_event.set()
+        if self._api is not None:
+            if self._api_thread is not None:  # shutdown() waits for serve_forever to end
+                self._api.shutdown()
+            self._api.server_close()
+        for part in self._parts:
+            part.join()
+        if self._issuer is not None:
+            self._issuer.stop()
+        if self._moto is not None and not self.options.keep_moto:
+            self._moto.stop()
+        elif self._moto is not None:
+            log.info("moto server left running at %s (pid %s)", self.endpoint, self._moto.pid)
+
+    def handle_signals(self) -> None:
+        """Makes SIGTERM/SIGINT stop the worker (call from the main thread)."""
+
+        def _on_signal(signum: int, frame: FrameType | None) -> None:
+            log.info("%s received: stopping", signal.Signals(signum).name)
+            self.stop_event.set()
+
+        signal.signal(signal.SIGTERM, _on_signal)
+        signal.signal(signal.SIGINT, _on_signal)
+
+    def wait(self) -> None:
+        """Blocks until ``stop_event`` is set (by a signal or another thread)."""
+        while not self.stop_event.wait(0.5):
+            pass
+
+
+def run_local(options: WorkerOptions) -> int:
+    """Runs local mode until SIGTERM/SIGINT.
+
+    Returns:
+        0 after a clean stop, 2 if it could not start.
+    """
+    configure_logging(options.quiet)
+    worker = Worker(options)
+    worker.handle_signals()
+    try:
+        try:
+            worker.start()
+        except (
+            ConfigurationError,
+            OSError,
+            RuntimeError,
+            BotoCoreError,
+            ClientError,
+            InfrastructureError,
+        ) as exc:
+            log.error("cannot start local mode: %s", exc)
+            return EXIT_SETUP_FAILED
+        worker.wait()
+    finally:
+        worker.stop()
+    return 0

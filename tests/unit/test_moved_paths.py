@@ -1,0 +1,57 @@
+"""Old import paths (before the 0.2 layout) work for one release, with a warning (ADR 0020)."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+import durable_agents
+from durable_agents._moved import MODULES
+from durable_agents.core.models import ErrorInfo
+from durable_agents.core.serde_errors import rebuild_error
+from durable_agents.tools import ToolRejectedError
+
+
+def test_an_old_module_path_is_the_new_module_and_warns() -> None:
+    code = (
+        "import warnings; warnings.simplefilter('error')\n"
+        "try:\n    import durable_agents.models\nexcept DeprecationWarning as w:\n    print(w)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "durable_agents.models moved to durable_agents.core.models" in out.stdout
+    with pytest.warns(DeprecationWarning):
+        old = importlib.import_module("durable_agents.side_effects.tools")
+    assert old.ToolRejectedError is ToolRejectedError
+
+
+def test_every_old_path_resolves() -> None:
+    for old, new in MODULES.items():
+        if new.startswith("durable_agents_local"):
+            continue  # checked by the CLI and harness tests (local mode's own dependencies)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # warned once per process
+            assert importlib.import_module(old) is importlib.import_module(new), old
+
+
+def test_root_names_that_moved_warn_and_resolve() -> None:
+    with pytest.warns(DeprecationWarning, match="durable_agents.engine.runtime.Runtime"):
+        runtime = durable_agents.Runtime
+    assert runtime is importlib.import_module("durable_agents.engine.runtime").Runtime
+    with pytest.raises(AttributeError):
+        durable_agents.NoSuchName  # noqa: B018
+
+
+def test_an_error_recorded_under_its_old_module_rebuilds_as_its_class() -> None:
+    # A journal written before 0.2 says where the class lived then.
+    rebuilt = rebuild_error(
+        ErrorInfo("ToolRejectedError", "no", "durable_agents.side_effects.tools")
+    )
+    assert type(rebuilt) is ToolRejectedError
+    refused = rebuild_error(
+        ErrorInfo("ModelRequestError", "bad", "durable_agents.llm.bedrock", {"code": "X"})
+    )
+    assert type(refused).__name__ == "ModelRequestError" and refused.code == "X"  # type: ignore[attr-defined]
