@@ -23,6 +23,7 @@ import importlib.abc
 import importlib.machinery
 import sys
 import warnings
+from functools import partial
 from types import ModuleType
 
 REMOVED_IN = "0.3"
@@ -241,6 +242,15 @@ def moved_attribute(package: str, name: str) -> object:
     return getattr(importlib.import_module(home), name)
 
 
+def _exported_by(package: str, module: str, name: str) -> object:
+    """A gone package's attribute: the name its old ``__init__`` took from ``module``."""
+    home = importlib.import_module(module)
+    if name.startswith("_") or not hasattr(home, name):
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+    _warn(f"{package}.{name}", f"{module}.{name}")
+    return getattr(home, name)
+
+
 class _AliasLoader(importlib.abc.Loader):
     def __init__(self, target: ModuleType) -> None:
         self._target = target
@@ -260,16 +270,12 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder):
         self, fullname: str, path: object = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname in PACKAGES:
-            exported = PACKAGES[fullname]
             package = ModuleType(fullname, f"moved in 0.2: see {__name__}")
             package.__path__ = []
+            exported = PACKAGES[fullname]
             if exported is not None:
-                package.__getattr__ = lambda name: moved_attribute(fullname, name)  # type: ignore[method-assign]
-                for attribute in dir(importlib.import_module(exported)):
-                    if not attribute.startswith("_"):
-                        ATTRIBUTES.setdefault((fullname, attribute), exported)
-            spec = importlib.machinery.ModuleSpec(fullname, _AliasLoader(package), is_package=True)
-            return spec
+                package.__getattr__ = partial(_exported_by, fullname, exported)  # type: ignore[method-assign]
+            return importlib.machinery.ModuleSpec(fullname, _AliasLoader(package), is_package=True)
         new = MODULES.get(fullname)
         if new is None:
             return None

@@ -4,6 +4,7 @@ The Bedrock provider is an AWS adapter: ``durable_agents.aws.bedrock.BedrockProv
 imported here, so a handler that never calls a model never loads it).
 """
 
+from durable_agents._moved import moved_attribute
 from durable_agents.llm.scripted import (
     Script,
     ScriptedModelBusyError,
@@ -55,6 +56,4 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     # Names that moved out of this package keep working for one release (durable_agents._moved).
-    from durable_agents._moved import moved_attribute  # noqa: PLC0415 - deprecation shim, once
-
     return moved_attribute(__name__, name)
