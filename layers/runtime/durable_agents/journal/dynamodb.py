@@ -21,7 +21,7 @@ are the ``dynamodb_listings`` mixin, and items are encoded by ``dynamodb_items``
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -32,10 +32,13 @@ from durable_agents.core.models import (
     Entry,
     RunChange,
     RunHeader,
+    RunPage,
     RunSnapshot,
+    RunStatus,
     SideEffectRecord,
     WaitChange,
     WaitRecord,
+    WaitStatus,
 )
 from durable_agents.errors import (
     EffectConflictError,
@@ -64,20 +67,23 @@ from durable_agents.journal.dynamodb_late_writes import (
     relist_request,
     with_ttl,
 )
+from durable_agents.journal.dynamodb_listings import IndexListings
 from durable_agents.journal.dynamodb_loads import TailReader
-from durable_agents.journal.dynamodb_retention import DynamoDBRetention
+from durable_agents.journal.dynamodb_retention import ExpiryStamper
 from durable_agents.journal.dynamodb_writes import NOT_EXISTS, effect_put, update_request, wait_put
 from durable_agents.journal.entry_cache import DecodedEntries
 from durable_agents.journal.header_echo import ECHO_ATTR, echo_put, new_token
 from durable_agents.journal.item_size import transaction_put_budget
 from durable_agents.journal.payloads import INLINE_LIMIT_BYTES, S3PayloadStore
 from durable_agents.journal.retention import late_stamp_due, written_at_ms
+from durable_agents.journal.run_listing import RunQuery
+from durable_agents.journal.store import JournalStore, Page
 from durable_agents.journal.tail_cache import KnownRuns
 
 logger = logging.getLogger(__name__)
 
 
-class DynamoDBJournal(DynamoDBRetention):
+class DynamoDBJournal(JournalStore):
     """Journal backend on a DynamoDB table (the one ``template.yaml`` declares).
 
     Args:
@@ -104,11 +110,11 @@ class DynamoDBJournal(DynamoDBRetention):
         tail_reads: bool | None = None,
         header_echo_reads: bool = True,
     ):
+        self._table = table_name
+        self._items = ItemCodec(payloads, inline_limit_bytes)
         # Throttling, 500s, timeouts and TransactionConflict abort the invocation
         # (InfrastructureError); only the protocol's own condition failures reach the code below.
         self._client = client if isinstance(client, GuardedClient) else GuardedClient(client)
-        self._table = table_name
-        self._items = ItemCodec(payloads, inline_limit_bytes)
         self._decoded = DecodedEntries()
         self._known = KnownRuns()
         self._reader = TailReader(
@@ -126,6 +132,18 @@ class DynamoDBJournal(DynamoDBRetention):
         # Which runs this store read finished (their expiry) or unfinished lately: a write for
         # a finished run carries its expiry (dynamodb_late_writes).
         self._expiries = RunExpiries()
+
+    @property
+    def _client(self) -> GuardedClient:
+        """The guarded client the journal's parts send their requests with."""
+        return self._guarded
+
+    @_client.setter
+    def _client(self, client: GuardedClient) -> None:
+        # Replacing it (the fault tests wrap it) builds the parts again around the new one.
+        self._guarded = client
+        self._listings = IndexListings(client, self._table, self._items)
+        self._stamper = ExpiryStamper(client, self._table, self._items)
 
     # -- JournalStore ------------------------------------------------------------------------
 
@@ -487,3 +505,98 @@ class DynamoDBJournal(DynamoDBRetention):
         if item is None:
             raise WaitNotFoundError(wait_id)
         return self._items.wait_from_item(item)
+
+    # -- listings (IndexListings) ------------------------------------------------------------
+
+    def list_runs(
+        self,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        tenant: str | None = None,
+        agent: str | None = None,
+        version: str | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        include_children: bool = False,
+        parent: str | None = None,
+    ) -> RunPage:
+        """Lists runs newest start first (GSI ``gsi4``, see ``dynamodb_run_listing``).
+
+        Raises:
+            InvalidCursorError: If ``cursor`` is malformed or continues another query.
+        """
+        query = RunQuery(
+            status, agent, version, since_ms, until_ms, include_children, parent, tenant
+        )
+        return self._listings.runs(query, limit=limit, cursor=cursor)
+
+    def changed_runs_page(
+        self, status: RunStatus, *, limit: int = 50, cursor: str | None = None
+    ) -> Page[RunHeader]:
+        """One page of the runs in ``status``, least recently changed first (GSI ``gsi1``)."""
+        return self._listings.changed_runs_page(status, limit=limit, cursor=cursor)
+
+    def due_runs_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[RunHeader]:
+        """Returns one page of SUSPENDED runs whose timer is due (sparse GSI ``gsi2``)."""
+        return self._listings.due_runs_page(now_ms, limit=limit, cursor=cursor)
+
+    def stale_effects_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[SideEffectRecord]:
+        """Returns one page of PREPARED records past their stale time (sparse GSI ``gsi2``)."""
+        return self._listings.stale_effects_page(now_ms, limit=limit, cursor=cursor)
+
+    def effects_in_review(self, *, limit: int = 100) -> list[SideEffectRecord]:
+        """Returns records in NEEDS_REVIEW, oldest first (GSI ``gsi1``)."""
+        return self._listings.effects_in_review(limit=limit)
+
+    def reviews_page(
+        self, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[SideEffectRecord]:
+        """Returns one page of records in NEEDS_REVIEW, oldest first (GSI ``gsi1``)."""
+        return self._listings.reviews_page(limit=limit, cursor=cursor)
+
+    def waits_page(
+        self, kind: str, status: WaitStatus, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[WaitRecord]:
+        """Returns one page of waits of one kind and status, oldest first (GSI ``gsi1``)."""
+        return self._listings.waits_page(kind, status, limit=limit, cursor=cursor)
+
+    def list_waits(self, kind: str, status: WaitStatus, *, limit: int = 100) -> list[WaitRecord]:
+        """Returns waits of one kind and status, oldest first (GSI ``gsi1``)."""
+        return self._listings.list_waits(kind, status, limit=limit)
+
+    def due_waits_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[WaitRecord]:
+        """Returns one page of PENDING waits past their deadline or heartbeat (GSI ``gsi2``)."""
+        return self._listings.due_waits_page(now_ms, limit=limit, cursor=cursor)
+
+    def run_tenants(self, run_ids: Collection[str]) -> dict[str, str]:
+        """The tenant of each of these runs that exists: ``BatchGetItem``, 100 keys a request.
+
+        Raises:
+            InfrastructureError: If DynamoDB fails, or leaves keys unprocessed round after round.
+        """
+        return self._listings.run_tenants(run_ids)
+
+    # -- retention (IndexListings, ExpiryStamper) ---------------------------------------------
+
+    def expiring_runs_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[RunHeader]:
+        """One page of finished runs due for stamping (sparse GSI ``gsi2``, ``EXPIRING``)."""
+        return self._listings.expiring_runs_page(now_ms, limit=limit, cursor=cursor)
+
+    def stamp_expiry(self, run_id: str, now_ms: int) -> int:
+        """One stamping pass over every item of a finished run (``dynamodb_retention``).
+
+        Raises:
+            InfrastructureError: If DynamoDB or S3 fails for a reason other than a condition
+                (the run stays listed; the next sweep does the pass again).
+        """
+        return self._stamper.stamp_expiry(run_id, now_ms)

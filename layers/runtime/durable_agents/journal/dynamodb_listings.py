@@ -1,8 +1,9 @@
 """The index listings of the DynamoDB journal: runs, timers, side effects and waits by GSI.
 
 Every listing is one Query page of a GSI partition (eventually consistent) with an opaque cursor
-to the next page; ``run_tenants`` reads headers in batches. See docs/adr/0001-journal-layout.md
-for the indexes.
+to the next page; runs by start time are read across the shards of ``gsi4``
+(``dynamodb_run_listing``); ``run_tenants`` reads headers in batches. See
+docs/adr/0001-journal-layout.md for the indexes.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from durable_agents.core.models import (
 from durable_agents.core.tenancy import DEFAULT_TENANT
 from durable_agents.errors import InfrastructureError
 from durable_agents.journal.dynamodb_items import (
+    EXPIRING_PK,
     HEADER_SK,
     PREPARED_PK,
     REVIEW_PK,
@@ -35,41 +37,32 @@ from durable_agents.journal.dynamodb_items import (
 )
 from durable_agents.journal.dynamodb_run_listing import list_runs_by_start
 from durable_agents.journal.run_listing import RunQuery
-from durable_agents.journal.store import JournalStore, Page
+from durable_agents.journal.store import Page
 
 BATCH_ROUNDS = 3  # BatchGetItem rounds before keys left unprocessed are a failure
 Filter = tuple[str, dict[str, str], dict[str, Any]]  # expression, names, values
 
 
-class DynamoDBListings(JournalStore):
-    """The listing queries of ``DynamoDBJournal`` (a mixin: the journal sets the attributes)."""
+class IndexListings:
+    """The listings of ``DynamoDBJournal``: its index queries, each one page.
 
-    _client: GuardedClient
-    _table: str
-    _items: ItemCodec
+    Args:
+        client: The journal's guarded DynamoDB client.
+        table: The journal table.
+        items: The journal's item codec.
+    """
 
-    def list_runs(
-        self,
-        *,
-        status: RunStatus | None = None,
-        limit: int = 50,
-        cursor: str | None = None,
-        tenant: str | None = None,
-        agent: str | None = None,
-        version: str | None = None,
-        since_ms: int | None = None,
-        until_ms: int | None = None,
-        include_children: bool = False,
-        parent: str | None = None,
-    ) -> RunPage:
-        """Lists runs newest start first (GSI ``gsi4``, see ``dynamodb_run_listing``).
+    def __init__(self, client: GuardedClient, table: str, items: ItemCodec):
+        self._client = client
+        self._table = table
+        self._items = items
+
+    def runs(self, query: RunQuery, *, limit: int, cursor: str | None) -> RunPage:
+        """One page of runs, newest start first (GSI ``gsi4``, see ``dynamodb_run_listing``).
 
         Raises:
             InvalidCursorError: If ``cursor`` is malformed or continues another query.
         """
-        query = RunQuery(
-            status, agent, version, since_ms, until_ms, include_children, parent, tenant
-        )
         return list_runs_by_start(
             self._client, self._table, self._items, query, limit=limit, cursor=cursor
         )
@@ -127,6 +120,9 @@ class DynamoDBListings(JournalStore):
 
         Strongly consistent, and only ``run_id`` and ``tenant`` are read (a listing of 100
         approvals costs one request, not 100).
+
+        Raises:
+            InfrastructureError: If DynamoDB fails, or leaves keys unprocessed round after round.
         """
         tenants: dict[str, str] = {}
         wanted = list(dict.fromkeys(run_ids))
@@ -166,6 +162,15 @@ class DynamoDBListings(JournalStore):
             "gsi2", WAIT_DUE_PK, before_ms=now_ms, limit=limit, cursor=cursor
         )
         return Page([self._items.wait_from_item(item) for item in items], next_cursor)
+
+    def expiring_runs_page(
+        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
+    ) -> Page[RunHeader]:
+        """One page of finished runs due for stamping (sparse GSI ``gsi2``, ``EXPIRING``)."""
+        items, next_cursor = self._query_index(
+            "gsi2", EXPIRING_PK, before_ms=now_ms, limit=limit, cursor=cursor
+        )
+        return Page([self._items.header_from_item(item) for item in items], next_cursor)
 
     def _query_index(
         self,

@@ -21,36 +21,37 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from durable_agents.core.faults import error_code
+from durable_agents.core.faults import GuardedClient, error_code
 from durable_agents.core.ids import key_id, slot_id, wait_id
 from durable_agents.core.models import OpKind, RunHeader
 from durable_agents.journal.dynamodb_items import (
-    EXPIRING_PK,
     HEADER_SK,
     IDEM_SK,
     WAIT_SK,
+    ItemCodec,
     idem_pk,
     pk,
     ts,
 )
-from durable_agents.journal.dynamodb_listings import DynamoDBListings
 from durable_agents.journal.retention import RETENTION_TAG, retention_class_days
-from durable_agents.journal.store import Page, next_stamp_due
+from durable_agents.journal.store import next_stamp_due
 
 _WAIT_PREFIXES = {OpKind.APPROVAL.value: "apr", OpKind.CALLBACK.value: "cb"}
 
 
-class DynamoDBRetention(DynamoDBListings):
-    """The retention side of ``DynamoDBJournal`` (a mixin: the journal sets the attributes)."""
+class ExpiryStamper:
+    """The stamping passes of ``DynamoDBJournal`` (the runs due come from ``IndexListings``).
 
-    def expiring_runs_page(
-        self, now_ms: int, *, limit: int = 100, cursor: str | None = None
-    ) -> Page[RunHeader]:
-        """One page of finished runs due for stamping (sparse GSI ``gsi2``, ``EXPIRING``)."""
-        items, next_cursor = self._query_index(
-            "gsi2", EXPIRING_PK, before_ms=now_ms, limit=limit, cursor=cursor
-        )
-        return Page([self._items.header_from_item(item) for item in items], next_cursor)
+    Args:
+        client: The journal's guarded DynamoDB client.
+        table: The journal table.
+        items: The journal's item codec (it reads spilled values back, and tags payloads).
+    """
+
+    def __init__(self, client: GuardedClient, table: str, items: ItemCodec):
+        self._client = client
+        self._table = table
+        self._items = items
 
     def stamp_expiry(self, run_id: str, now_ms: int) -> int:
         """One stamping pass over every item of a finished run (see the module docstring).
