@@ -42,7 +42,6 @@ from durable_agents.core.models import (
 )
 from durable_agents.errors import (
     EffectConflictError,
-    EffectNotFoundError,
     EntryConflictError,
     IdempotencyConflictError,
     InfrastructureError,
@@ -50,16 +49,13 @@ from durable_agents.errors import (
     RunRevisionConflictError,
     RunStateConflictError,
     WaitConflictError,
-    WaitNotFoundError,
 )
-from durable_agents.journal.dynamodb_generations import HINTS_KEPT, generation_snapshot
+from durable_agents.journal.dynamodb_generations import GenerationHints
 from durable_agents.journal.dynamodb_items import (
     HEADER_SK,
     IDEM_SK,
-    WAIT_SK,
     ItemCodec,
     idem_pk,
-    pk,
 )
 from durable_agents.journal.dynamodb_late_writes import (
     RunExpiries,
@@ -68,7 +64,7 @@ from durable_agents.journal.dynamodb_late_writes import (
     with_ttl,
 )
 from durable_agents.journal.dynamodb_listings import IndexListings
-from durable_agents.journal.dynamodb_loads import TailReader
+from durable_agents.journal.dynamodb_loads import RunLoader
 from durable_agents.journal.dynamodb_retention import ExpiryStamper
 from durable_agents.journal.dynamodb_writes import NOT_EXISTS, effect_put, update_request, wait_put
 from durable_agents.journal.entry_cache import DecodedEntries
@@ -112,26 +108,17 @@ class DynamoDBJournal(JournalStore):
     ):
         self._table = table_name
         self._items = ItemCodec(payloads, inline_limit_bytes)
-        # Throttling, 500s, timeouts and TransactionConflict abort the invocation
-        # (InfrastructureError); only the protocol's own condition failures reach the code below.
-        self._client = client if isinstance(client, GuardedClient) else GuardedClient(client)
         self._decoded = DecodedEntries()
         self._known = KnownRuns()
-        self._reader = TailReader(
-            self._client,
-            table_name,
-            self._items,
-            self._decoded,
-            self._known,
-            tail_reads,
-            header_echo_reads,
-        )
-        # Runs seen past generation 0 (continue-as-new): their load skips the whole-partition
-        # Query. A hint only: the header read decides which generation is read.
-        self._generations: dict[str, int] = {}
+        self._generations = GenerationHints()
         # Which runs this store read finished (their expiry) or unfinished lately: a write for
         # a finished run carries its expiry (dynamodb_late_writes).
         self._expiries = RunExpiries()
+        self._tail_reads = tail_reads
+        self._header_echo_reads = header_echo_reads
+        # Throttling, 500s, timeouts and TransactionConflict abort the invocation
+        # (InfrastructureError); only the protocol's own condition failures reach the code below.
+        self._client = client if isinstance(client, GuardedClient) else GuardedClient(client)
 
     @property
     def _client(self) -> GuardedClient:
@@ -142,6 +129,17 @@ class DynamoDBJournal(JournalStore):
     def _client(self, client: GuardedClient) -> None:
         # Replacing it (the fault tests wrap it) builds the parts again around the new one.
         self._guarded = client
+        self._loader = RunLoader(
+            client,
+            self._table,
+            self._items,
+            decoded=self._decoded,
+            known=self._known,
+            expiries=self._expiries,
+            generations=self._generations,
+            tail_reads=self._tail_reads,
+            echo_reads=self._header_echo_reads,
+        )
         self._listings = IndexListings(client, self._table, self._items)
         self._stamper = ExpiryStamper(client, self._table, self._items)
 
@@ -429,17 +427,7 @@ class DynamoDBJournal(JournalStore):
         Raises:
             RunNotFoundError: If there is no such run.
         """
-        if run_id in self._generations:  # continued as new: read only its generation
-            return self.load_generation(run_id, None)
-        snapshot = self._reader.load(run_id)
-        self._expiries.seen(snapshot.header)
-        if snapshot.header.generation:
-            # The first load in this process of a run past generation 0 (ADR 0016): what the
-            # tail reader read spans generations; read the current one alone, and from now
-            # on only it (warm tail reads are for generation 0, ADR 0015).
-            self._known.forget(run_id)
-            return self._generation(snapshot.header, snapshot.header.generation)
-        return snapshot
+        return self._loader.load(run_id)
 
     def load_generation(self, run_id: str, generation: int | None) -> RunSnapshot:
         """Reads the header, then one generation's entries and effect records (two Queries).
@@ -447,17 +435,7 @@ class DynamoDBJournal(JournalStore):
         Raises:
             RunNotFoundError: If there is no such run.
         """
-        header = self.get_run(run_id)
-        return self._generation(header, header.generation if generation is None else generation)
-
-    def _generation(self, header: RunHeader, generation: int) -> RunSnapshot:
-        if header.generation:
-            if len(self._generations) >= HINTS_KEPT:
-                self._generations.clear()
-            self._generations[header.run_id] = header.generation
-        return generation_snapshot(
-            self._client, self._table, self._items, self._decoded, header, generation
-        )
+        return self._loader.load_generation(run_id, generation)
 
     def get_run(self, run_id: str) -> RunHeader:
         """Reads the run header (strongly consistent).
@@ -465,16 +443,7 @@ class DynamoDBJournal(JournalStore):
         Raises:
             RunNotFoundError: If there is no such run.
         """
-        item = self._client.get_item(
-            TableName=self._table,
-            Key={"pk": pk(run_id), "sk": {"S": HEADER_SK}},
-            ConsistentRead=True,
-        ).get("Item")
-        if item is None:
-            raise RunNotFoundError(run_id)
-        header = self._items.header_from_item(item)
-        self._expiries.seen(header)
-        return header
+        return self._loader.get_run(run_id)
 
     def get_effect(self, run_id: str, position: str) -> SideEffectRecord:
         """Reads one side-effect record (strongly consistent).
@@ -482,14 +451,7 @@ class DynamoDBJournal(JournalStore):
         Raises:
             EffectNotFoundError: If there is none at that position.
         """
-        item = self._client.get_item(
-            TableName=self._table,
-            Key={"pk": pk(run_id), "sk": {"S": f"S#{position}"}},
-            ConsistentRead=True,
-        ).get("Item")
-        if item is None:
-            raise EffectNotFoundError(f"{run_id}@{position}")
-        return self._items.effect_from_item(item)
+        return self._loader.get_effect(run_id, position)
 
     def get_wait(self, wait_id: str) -> WaitRecord:
         """Reads an approval or callback record (strongly consistent).
@@ -497,14 +459,7 @@ class DynamoDBJournal(JournalStore):
         Raises:
             WaitNotFoundError: If there is none with that id.
         """
-        item = self._client.get_item(
-            TableName=self._table,
-            Key={"pk": {"S": f"WAIT#{wait_id}"}, "sk": {"S": WAIT_SK}},
-            ConsistentRead=True,
-        ).get("Item")
-        if item is None:
-            raise WaitNotFoundError(wait_id)
-        return self._items.wait_from_item(item)
+        return self._loader.get_wait(wait_id)
 
     # -- listings (IndexListings) ------------------------------------------------------------
 

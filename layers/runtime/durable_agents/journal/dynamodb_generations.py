@@ -3,8 +3,9 @@
 A generation's entries are one sort-key range of the run's partition and its side-effect
 records another (``generation_keys``): two strongly consistent Queries that never read
 another generation's items, so a run's load costs what its current generation holds however
-long the run's lineage is. Kept apart from ``DynamoDBJournal.load``, whose generation-0 path
-(one Query of the whole partition) is unchanged.
+long the run's lineage is. Kept apart from the generation-0 loads of ``dynamodb_loads`` (one
+Query of the whole partition, or of its tail), which this process leaves for good once it sees a
+run past generation 0 (``GenerationHints``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,27 @@ from durable_agents.journal.generation_keys import key_ranges
 
 HINTS_KEPT = 10_000
 """How many runs' generations a process remembers (a hint: the header always decides)."""
+
+
+class GenerationHints:
+    """The runs this process saw past generation 0 (continue-as-new), up to ``HINTS_KEPT``.
+
+    Their load skips the whole-partition Query. A hint only: the header read decides which
+    generation is read.
+    """
+
+    def __init__(self) -> None:
+        self._runs: set[str] = set()
+
+    def __contains__(self, run_id: str) -> bool:
+        return run_id in self._runs
+
+    def note(self, header: RunHeader) -> None:
+        """Notes a header read: a run past generation 0 is loaded by generation from now on."""
+        if header.generation:
+            if len(self._runs) >= HINTS_KEPT:
+                self._runs.clear()
+            self._runs.add(header.run_id)
 
 
 def _query_range(

@@ -1,4 +1,6 @@
-"""Loading a run from the DynamoDB journal: the whole partition, or its tail (and header).
+"""Reading the DynamoDB journal: a run (whole, its tail, one generation), a header, a record.
+
+Every read is strongly consistent.
 
 A process that read a run before (``KnownRuns``) reads, on the next load, only the part of
 the partition that can still change (one consistent Query from the bounds
@@ -14,6 +16,9 @@ entries: a change that lands in between (an approval's result and the header's r
 transaction) is then seen as a newer journal under an older header, and the writes decided on
 that header are fenced by its revision and status (they lose and the run is read again). The
 other order could show a resumed header with the wait still pending.
+
+A run past generation 0 (continue-as-new, ADR 0016) is read one generation at a time
+(``dynamodb_generations``): the header, then that generation's two key ranges.
 """
 
 from __future__ import annotations
@@ -23,9 +28,18 @@ from itertools import accumulate
 from typing import Any, Generic, TypeVar
 
 from durable_agents.core.faults import GuardedClient
-from durable_agents.core.models import Entry, JournalRead, RunHeader, RunSnapshot, SideEffectRecord
-from durable_agents.errors import RunNotFoundError
-from durable_agents.journal.dynamodb_items import HEADER_SK, ItemCodec, pk
+from durable_agents.core.models import (
+    Entry,
+    JournalRead,
+    RunHeader,
+    RunSnapshot,
+    SideEffectRecord,
+    WaitRecord,
+)
+from durable_agents.errors import EffectNotFoundError, RunNotFoundError, WaitNotFoundError
+from durable_agents.journal.dynamodb_generations import GenerationHints, generation_snapshot
+from durable_agents.journal.dynamodb_items import HEADER_SK, WAIT_SK, ItemCodec, pk
+from durable_agents.journal.dynamodb_late_writes import RunExpiries
 from durable_agents.journal.entry_cache import DecodedEntries
 from durable_agents.journal.header_echo import HEADER_ECHO_SK, token_of
 from durable_agents.journal.item_size import item_size
@@ -38,8 +52,12 @@ from durable_agents.journal.tail_cache import (
 )
 
 
-class TailReader:
-    """Reads runs for ``DynamoDBJournal.load`` (whole, or header and tail when warm).
+class RunLoader:
+    """The reads of ``DynamoDBJournal`` (see the module docstring).
+
+    What it reads, it notes: the entries it decoded (``decoded``), what it read of each run
+    (``known``, for the next tail read), each header's expiry (``expiries``, for the writes
+    of ``dynamodb_late_writes``) and the runs past generation 0 (``generations``).
 
     Args:
         client: The journal's guarded DynamoDB client.
@@ -47,6 +65,8 @@ class TailReader:
         items: The journal's item codec.
         decoded: The entries this process decoded already.
         known: What this process read of each run.
+        expiries: What this process read of runs' expiries.
+        generations: The runs this process saw past generation 0.
         tail_reads: None: read the tail when it is estimated cheaper; True: always (a run
             read before); False: never.
         echo_reads: Whether a tail read trusts the header echo (False: every warm load reads
@@ -58,8 +78,11 @@ class TailReader:
         client: GuardedClient,
         table: str,
         items: ItemCodec,
+        *,
         decoded: DecodedEntries,
         known: KnownRuns,
+        expiries: RunExpiries,
+        generations: GenerationHints,
         tail_reads: bool | None = None,
         echo_reads: bool = True,
     ):
@@ -68,11 +91,97 @@ class TailReader:
         self._items = items
         self._decoded = decoded
         self._known = known
+        self._expiries = expiries
+        self._generations = generations
         self._tail_reads = tail_reads
         self._echo_reads = echo_reads
 
     def load(self, run_id: str) -> RunSnapshot:
-        """The run's header, entries and side-effect records (see the module docstring).
+        """Reads the header and the entries: the whole partition, or its tail when warm.
+
+        A run this process read before is read as its header and the part of the journal
+        that can still change (ADR 0015); ``RunSnapshot.read`` says which.
+
+        Raises:
+            RunNotFoundError: If there is no such run.
+            InfrastructureError: If DynamoDB (or S3, for a spilled value) fails.
+        """
+        if run_id in self._generations:  # continued as new: read only its generation
+            return self.load_generation(run_id, None)
+        snapshot = self._load_partition(run_id)
+        self._expiries.seen(snapshot.header)
+        if snapshot.header.generation:
+            # The first load in this process of a run past generation 0 (ADR 0016): what was
+            # read spans generations; read the current one alone, and from now on only it
+            # (warm tail reads are for generation 0, ADR 0015).
+            self._known.forget(run_id)
+            return self._generation(snapshot.header, snapshot.header.generation)
+        return snapshot
+
+    def load_generation(self, run_id: str, generation: int | None) -> RunSnapshot:
+        """Reads the header, then one generation's entries and effect records (two Queries).
+
+        Raises:
+            RunNotFoundError: If there is no such run.
+            InfrastructureError: If DynamoDB (or S3, for a spilled value) fails.
+        """
+        header = self.get_run(run_id)
+        return self._generation(header, header.generation if generation is None else generation)
+
+    def get_run(self, run_id: str) -> RunHeader:
+        """Reads the run header (strongly consistent).
+
+        Raises:
+            RunNotFoundError: If there is no such run.
+            InfrastructureError: If DynamoDB (or S3, for a spilled value) fails.
+        """
+        item = self._header_item(run_id)
+        if item is None:
+            raise RunNotFoundError(run_id)
+        header = self._items.header_from_item(item)
+        self._expiries.seen(header)
+        return header
+
+    def get_effect(self, run_id: str, position: str) -> SideEffectRecord:
+        """Reads one side-effect record (strongly consistent).
+
+        Raises:
+            EffectNotFoundError: If there is none at that position.
+            InfrastructureError: If DynamoDB (or S3, for a spilled value) fails.
+        """
+        item = self._client.get_item(
+            TableName=self._table,
+            Key={"pk": pk(run_id), "sk": {"S": f"S#{position}"}},
+            ConsistentRead=True,
+        ).get("Item")
+        if item is None:
+            raise EffectNotFoundError(f"{run_id}@{position}")
+        return self._items.effect_from_item(item)
+
+    def get_wait(self, wait_id: str) -> WaitRecord:
+        """Reads an approval or callback record (strongly consistent).
+
+        Raises:
+            WaitNotFoundError: If there is none with that id.
+            InfrastructureError: If DynamoDB (or S3, for a spilled value) fails.
+        """
+        item = self._client.get_item(
+            TableName=self._table,
+            Key={"pk": {"S": f"WAIT#{wait_id}"}, "sk": {"S": WAIT_SK}},
+            ConsistentRead=True,
+        ).get("Item")
+        if item is None:
+            raise WaitNotFoundError(wait_id)
+        return self._items.wait_from_item(item)
+
+    def _generation(self, header: RunHeader, generation: int) -> RunSnapshot:
+        self._generations.note(header)
+        return generation_snapshot(
+            self._client, self._table, self._items, self._decoded, header, generation
+        )
+
+    def _load_partition(self, run_id: str) -> RunSnapshot:
+        """The run's header, entries and side-effect records: whole, or header and tail.
 
         Raises:
             RunNotFoundError: If there is no such run.
@@ -80,9 +189,9 @@ class TailReader:
         """
         kept = self._known.peek(run_id)
         if kept is None or self._tail_reads is False:
-            return self.full_load(run_id)
+            return self._full_load(run_id)
         if self._tail_reads is None and not kept.tail_pays(self._echo_reads):
-            return self.full_load(run_id)
+            return self._full_load(run_id)
         spent = 0
         header_kept = kept.header if self._echo_reads and kept.echo is not None else None
         if header_kept is not None and not header_kept.status.terminal:
@@ -92,7 +201,7 @@ class TailReader:
             if trusted is not None:
                 tail = self._tail_load(header_kept, kept.header_bytes, kept.echo, trusted, 0)
                 if tail is None:
-                    return self.full_load(run_id)
+                    return self._full_load(run_id)
                 if isinstance(tail, RunSnapshot):
                     return tail
                 # The header changed since (or the echo is not its): what was read may be
@@ -102,11 +211,11 @@ class TailReader:
         known = self._known.get(run_id, header.created_at_ms)
         # A finished run may be losing items to its expiry: read it whole (it is rarely read).
         if known is None or header.status.terminal:
-            return self.full_load(run_id)
+            return self._full_load(run_id)
         snapshot = self._tail_load(header, header_bytes, token, known, spent + 1)
-        return snapshot if isinstance(snapshot, RunSnapshot) else self.full_load(run_id)
+        return snapshot if isinstance(snapshot, RunSnapshot) else self._full_load(run_id)
 
-    def full_load(self, run_id: str) -> RunSnapshot:
+    def _full_load(self, run_id: str) -> RunSnapshot:
         """Reads the header and every entry with strongly consistent Query pages.
 
         Raises:
@@ -224,16 +333,25 @@ class TailReader:
         return RunSnapshot(header, entries, effects, read)
 
     def _header(self, run_id: str) -> tuple[RunHeader, int, str | None]:
-        """The run header (consistent GetItem), its item's size and its echo token."""
-        item = self._client.get_item(
-            TableName=self._table,
-            Key={"pk": pk(run_id), "sk": {"S": HEADER_SK}},
-            ConsistentRead=True,
-        ).get("Item")
+        """The run header (consistent GetItem), its item's size and its echo token.
+
+        Raises:
+            RunNotFoundError: If there is no such run (nothing is kept of it then).
+        """
+        item = self._header_item(run_id)
         if item is None:
             self._known.forget(run_id)
             raise RunNotFoundError(run_id)
         return self._items.header_from_item(item), item_size(item), token_of(item)
+
+    def _header_item(self, run_id: str) -> dict[str, Any] | None:
+        """The run header's item (one consistent GetItem), None if there is none."""
+        item: dict[str, Any] | None = self._client.get_item(
+            TableName=self._table,
+            Key={"pk": pk(run_id), "sk": {"S": HEADER_SK}},
+            ConsistentRead=True,
+        ).get("Item")
+        return item
 
     def _entry(
         self, run_id: str, known: dict[str, Entry] | None, sk: str, item: dict[str, Any]
