@@ -81,3 +81,20 @@ def test_cancel_at_each_operation_without_faults(operation: str, cleanup: str) -
                     cleanup,
                 )
             )
+
+
+def test_an_event_sent_as_the_cancel_lands_is_a_refusal_not_an_error() -> None:
+    """Found by `make reliability` (seed 169): the Api sends the awaited event in the tick the
+    cancel is recorded. The inbox refuses it (``RunNotAcceptingEventsError``, a 409 to the
+    caller): the run is stopping. That is an answer to the sender, not an escaped error."""
+    rates = {
+        "commit_after": 0.2508520605390016, "commit_before": 0.049107864028156464,
+        "concurrent": 0.31908377491972006, "crash": 0.3172287330621892,
+        "delay": 0.3606121260488346, "dup2": 0.1, "dup5": 0.4, "loss": 0.2397297477262771,
+        "provider_lost": 0.37725004592706896, "publish": 0.15829878311446108,
+        "publish_partial": 0.023398620721628377, "read": 0.06317005088609305,
+        "reorder": 0.2282172027975774, "stale_index": 0.27719047054668167,
+        "timeout": 0.37042881013881523,
+    }  # fmt: skip
+    faults = FaultPlan(seed=169, rates=rates, window=19, max_faults=12, budget=1, reviewer=True)
+    _run(stop_sim.StopPlan(faults, "cancel", "tick", "after_execute", 0, 14, "reraise"))
