@@ -26,7 +26,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from durable_agents.core.faults import GuardedClient, cancellation_reasons, error_code
+from durable_agents.core.faults import GuardedClient, error_code
 from durable_agents.core.models import (
     EffectChange,
     Entry,
@@ -43,33 +43,23 @@ from durable_agents.core.models import (
 from durable_agents.errors import (
     EffectConflictError,
     EntryConflictError,
-    IdempotencyConflictError,
-    InfrastructureError,
     RunNotFoundError,
-    RunRevisionConflictError,
-    RunStateConflictError,
-    WaitConflictError,
 )
 from durable_agents.journal.dynamodb_generations import GenerationHints
 from durable_agents.journal.dynamodb_items import (
-    HEADER_SK,
-    IDEM_SK,
     ItemCodec,
-    idem_pk,
 )
 from durable_agents.journal.dynamodb_late_writes import (
     RunExpiries,
     header_ttl_request,
     relist_request,
-    with_ttl,
 )
 from durable_agents.journal.dynamodb_listings import IndexListings
 from durable_agents.journal.dynamodb_loads import RunLoader
 from durable_agents.journal.dynamodb_retention import ExpiryStamper
-from durable_agents.journal.dynamodb_writes import NOT_EXISTS, effect_put, update_request, wait_put
+from durable_agents.journal.dynamodb_writes import JournalWriter
 from durable_agents.journal.entry_cache import DecodedEntries
-from durable_agents.journal.header_echo import ECHO_ATTR, echo_put, new_token
-from durable_agents.journal.item_size import transaction_put_budget
+from durable_agents.journal.header_echo import new_token
 from durable_agents.journal.payloads import INLINE_LIMIT_BYTES, S3PayloadStore
 from durable_agents.journal.retention import late_stamp_due, written_at_ms
 from durable_agents.journal.run_listing import RunQuery
@@ -140,6 +130,7 @@ class DynamoDBJournal(JournalStore):
             tail_reads=self._tail_reads,
             echo_reads=self._header_echo_reads,
         )
+        self._writer = JournalWriter(client, self._table, self._items, self._loader)
         self._listings = IndexListings(client, self._table, self._items)
         self._stamper = ExpiryStamper(client, self._table, self._items)
 
@@ -147,78 +138,13 @@ class DynamoDBJournal(JournalStore):
 
     def _create_run(self, header: RunHeader) -> tuple[RunHeader, bool]:
         token = new_token()
-        header_put = {
-            "TableName": self._table,
-            "Item": {**self._items.header_item(header), ECHO_ATTR: {"S": token}},
-            "ConditionExpression": NOT_EXISTS,
-        }
-        created = self._put_header(header, header_put)
+        created = self._writer.create_run(header, token)
         self._expiries.seen(created[0])
         if created[1]:
             # The echo after the header, and only where none is yet (header_echo): a run
             # whose echo never lands is read the old way, header first.
-            self._start_echo(header.run_id, token, header.updated_at_ms)
+            self._writer.start_echo(header.run_id, token, header.updated_at_ms)
         return created
-
-    def _start_echo(self, run_id: str, token: str, at_ms: int) -> None:
-        try:
-            self._client.put_item(
-                **echo_put(self._table, run_id, token, at_ms, only_if_absent=True)
-            )
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            # A later change wrote the echo first (this Put came late): that one is current.
-        except InfrastructureError:
-            # The run exists (its header landed): failing its start now would make the caller
-            # start it again. Without an echo, every load reads its header (correct, one
-            # request more) until its first header change writes one.
-            logger.warning("run %s: its header echo was not written", run_id, exc_info=True)
-
-    def _put_header(self, header: RunHeader, header_put: dict[str, Any]) -> tuple[RunHeader, bool]:
-        if header.idempotency_key is None:
-            try:
-                self._client.put_item(**header_put)
-            except ClientError as exc:
-                if error_code(exc) == "ConditionalCheckFailedException":
-                    raise EntryConflictError(HEADER_SK) from exc
-                raise
-            return header, True
-        idem_key = {
-            "pk": {"S": idem_pk(header.tenant, header.agent, header.idempotency_key)},
-            "sk": {"S": IDEM_SK},
-        }
-        idem_put = {
-            "TableName": self._table,
-            "Item": {
-                **idem_key,
-                "run_id": {"S": header.run_id},
-                "input_hash": {"S": header.input_hash},
-            },
-            "ConditionExpression": NOT_EXISTS,
-        }
-        try:
-            self._client.transact_write_items(
-                TransactItems=[{"Put": header_put}, {"Put": idem_put}]
-            )
-        except ClientError as exc:
-            if error_code(exc) != "TransactionCanceledException":
-                raise
-            reasons = cancellation_reasons(exc)
-            if len(reasons) > 1 and reasons[1].get("Code") == "ConditionalCheckFailed":
-                existing = self._client.get_item(
-                    TableName=self._table, Key=idem_key, ConsistentRead=True
-                ).get("Item")
-                if existing is None:  # pragma: no cover - the key item is never deleted
-                    raise
-                existing_id = existing["run_id"]["S"]
-                if existing["input_hash"]["S"] != header.input_hash:
-                    raise IdempotencyConflictError(header.idempotency_key, existing_id) from exc
-                return self.get_run(existing_id), False
-            if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
-                raise EntryConflictError(HEADER_SK) from exc
-            raise
-        return header, True
 
     def _commit(
         self,
@@ -235,7 +161,7 @@ class DynamoDBJournal(JournalStore):
             if due is not None:
                 self._relist(run_id, due)
         try:
-            self._write(run_id, entries, change, effect, waits, ttl_s)
+            self._writer.write(run_id, entries, change, effect, waits, ttl_s)
         except (EntryConflictError, EffectConflictError):
             # Another writer got there first: whatever this process kept of the run may miss
             # more than that item, so the next load reads the partition whole (ADR 0015).
@@ -296,127 +222,6 @@ class DynamoDBJournal(JournalStore):
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
             # A pass is due later already (it covers this write), or the header expired.
-
-    def _write(
-        self,
-        run_id: str,
-        entries: Sequence[Entry],
-        change: RunChange | None,
-        effect: EffectChange | None,
-        waits: tuple[WaitChange, ...],
-        ttl_s: int | None = None,
-    ) -> None:
-        """Writes the commit; with ``ttl_s`` (a finished run's), every item put carries it."""
-        if len(entries) == 1 and change is None and effect is None and not waits:
-            item = self._items.entry_item(entries[0])  # a new dict: ours to add to
-            if ttl_s is not None:
-                item["ttl"] = {"N": str(ttl_s)}
-            try:
-                self._client.put_item(
-                    TableName=self._table,
-                    Item=item,
-                    ConditionExpression=NOT_EXISTS,
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                )
-            except ClientError as exc:
-                if error_code(exc) == "ConditionalCheckFailedException":
-                    old: Any = exc.response.get("Item")
-                    existing = self._items.entry_from_item(run_id, old) if old else None
-                    raise EntryConflictError(entries[0].sort_key, existing) from exc
-                raise
-            return
-        token = new_token()
-        if not entries and change is not None and effect is None and not waits:
-            update = update_request(self._table, self._items, run_id, change, token)
-            # The echo first (header_echo): until the header holds the same token, readers
-            # read the header; the other order would let them trust a changed one.
-            self._client.put_item(**echo_put(self._table, run_id, token, change.updated_at_ms))
-            try:
-                self._client.update_item(**update)
-            except ClientError as exc:
-                if error_code(exc) == "ConditionalCheckFailedException":
-                    raise self._state_conflict(run_id, change) from exc
-                raise
-            return
-        if not entries and change is None and effect is not None and not waits:
-            try:
-                self._client.put_item(
-                    **with_ttl(effect_put(self._table, self._items, effect), ttl_s)
-                )
-            except ClientError as exc:
-                if error_code(exc) == "ConditionalCheckFailedException":
-                    old_effect: Any = exc.response.get("Item")
-                    current = self._items.effect_from_item(old_effect) if old_effect else None
-                    raise EffectConflictError(effect.record.operation_id, current) from exc
-                raise
-            return
-        budget = transaction_put_budget(
-            len(entries) + (effect is not None) + len(waits) + (change is not None),
-            with_update=change is not None,
-        )
-        items: list[dict[str, Any]] = [
-            {
-                "Put": with_ttl(
-                    {
-                        "TableName": self._table,
-                        "Item": self._items.entry_item(entry, budget),
-                        "ConditionExpression": NOT_EXISTS,
-                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-                    },
-                    ttl_s,
-                )
-            }
-            for entry in entries
-        ]
-        if effect is not None:
-            put = effect_put(self._table, self._items, effect, budget)
-            items.append({"Put": with_ttl(put, ttl_s)})
-        items.extend(
-            {"Put": with_ttl(wait_put(self._table, self._items, w, budget), ttl_s)} for w in waits
-        )
-        if change is not None:
-            update = update_request(self._table, self._items, run_id, change, token)
-            update["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
-            items.append({"Update": update})
-            # The header echo moves with the header, atomically (header_echo); it has no
-            # condition, so it is never a cancellation reason below.
-            items.append({"Put": echo_put(self._table, run_id, token, change.updated_at_ms)})
-        try:
-            self._client.transact_write_items(TransactItems=items)
-        except ClientError as exc:
-            if error_code(exc) != "TransactionCanceledException":
-                raise
-            reasons = cancellation_reasons(exc)
-            for index, reason in enumerate(reasons):
-                if reason.get("Code") != "ConditionalCheckFailed":
-                    continue
-                old = reason.get("Item")
-                if index < len(entries):
-                    existing = self._items.entry_from_item(run_id, old) if old else None
-                    raise EntryConflictError(entries[index].sort_key, existing) from exc
-                position = index - len(entries)
-                if effect is not None:
-                    if position == 0:
-                        current = self._items.effect_from_item(old) if old else None
-                        raise EffectConflictError(effect.record.operation_id, current) from exc
-                    position -= 1
-                if position < len(waits):
-                    waiting = self._items.wait_from_item(old) if old else None
-                    raise WaitConflictError(waits[position].record.wait_id, waiting) from exc
-                assert change is not None
-                raise self._state_conflict(run_id, change) from exc
-            raise
-
-    def _state_conflict(self, run_id: str, change: RunChange) -> Exception:
-        try:
-            actual = self.get_run(run_id)
-        except RunNotFoundError as missing:
-            return missing
-        if actual.status in change.expected and change.expected_revision is not None:
-            return RunRevisionConflictError(
-                run_id, change.expected_revision, actual.revision, actual.status
-            )
-        return RunStateConflictError(run_id, sorted(change.expected), actual.status)
 
     def load(self, run_id: str) -> RunSnapshot:
         """Reads the header and the entries: the whole partition, or its tail when warm.

@@ -107,13 +107,6 @@ class RunExpiries:
         return at is not None and self._monotonic() - at < UNFINISHED_TRUSTED_S
 
 
-def with_ttl(request: dict[str, Any], ttl_s: int | None) -> dict[str, Any]:
-    """A Put request whose item carries ``ttl`` (unchanged when ``ttl_s`` is None)."""
-    if ttl_s is not None:
-        request["Item"] = {**request["Item"], "ttl": {"N": str(ttl_s)}}
-    return request
-
-
 def relist_request(table: str, run_id: str, due_ms: int) -> dict[str, Any]:
     """Lists a finished run for one more stamping pass at ``due_ms`` (``late_stamp_due``).
 

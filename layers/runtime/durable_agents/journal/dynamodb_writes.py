@@ -1,32 +1,62 @@
-"""The conditional write requests of the DynamoDB journal (built here, sent by the journal).
+"""The conditional writes of the DynamoDB journal: their requests, and sending them.
 
 Every request carries the condition that fences it: an item written once must not exist yet, a
 mutable record (side effect, wait) must still be as its writer read it, and a run header must
 still be in an expected status (and, for a change decided on a read, at that read's revision).
+A condition that fails becomes the conflict error that says which item, with what it holds now.
 See docs/adr/0001-journal-layout.md for the table layout.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Sequence
 from typing import Any
 
-from durable_agents.core.models import UNSET, EffectChange, RunChange, RunStatus, WaitChange
+from botocore.exceptions import ClientError
+
+from durable_agents.core.faults import GuardedClient, cancellation_reasons, error_code
+from durable_agents.core.models import (
+    UNSET,
+    EffectChange,
+    Entry,
+    RunChange,
+    RunHeader,
+    RunStatus,
+    WaitChange,
+)
 from durable_agents.core.tenancy import DEFAULT_TENANT
+from durable_agents.errors import (
+    EffectConflictError,
+    EntryConflictError,
+    IdempotencyConflictError,
+    InfrastructureError,
+    RunNotFoundError,
+    RunRevisionConflictError,
+    RunStateConflictError,
+    WaitConflictError,
+)
 from durable_agents.journal.dynamodb_items import (
     EXPIRING_PK,
     HEADER_SK,
+    IDEM_SK,
     WAKE_PK,
     ItemCodec,
+    idem_pk,
     pk,
     tenant_pk,
     tenant_sk,
     ts,
 )
-from durable_agents.journal.header_echo import ECHO_ATTR
-from durable_agents.journal.item_size import ITEM_BUDGET_BYTES
+from durable_agents.journal.dynamodb_loads import RunLoader
+from durable_agents.journal.header_echo import ECHO_ATTR, echo_put, new_token
+from durable_agents.journal.item_size import ITEM_BUDGET_BYTES, transaction_put_budget
 from durable_agents.journal.retention import DEFAULT_RETENTION_S
 
+logger = logging.getLogger(__name__)
+
+# The item must not exist yet: every entry key is deterministic, so a second writer of the same
 # transition (a duplicate event, a zombie invocation) collides here instead of writing twice.
 NOT_EXISTS = "attribute_not_exists(pk)"
 
@@ -238,3 +268,242 @@ def update_request(
         "ExpressionAttributeNames": names,
         "ExpressionAttributeValues": values,
     }
+
+
+def with_ttl(request: dict[str, Any], ttl_s: int | None) -> dict[str, Any]:
+    """A Put request whose item carries ``ttl`` (unchanged when ``ttl_s`` is None)."""
+    if ttl_s is not None:
+        request["Item"] = {**request["Item"], "ttl": {"N": str(ttl_s)}}
+    return request
+
+
+class JournalWriter:
+    """Sends the conditional writes of ``DynamoDBJournal`` and explains the ones refused.
+
+    Args:
+        client: The journal's guarded DynamoDB client.
+        table: The journal table.
+        items: The journal's item codec.
+        loader: Reads what a refused write met (the run header, for a conflict's evidence).
+    """
+
+    def __init__(self, client: GuardedClient, table: str, items: ItemCodec, loader: RunLoader):
+        self._client = client
+        self._table = table
+        self._items = items
+        self._loader = loader
+
+    def start_echo(self, run_id: str, token: str, at_ms: int) -> None:
+        """Writes a new run's header echo, only where none is yet (``header_echo``).
+
+        A storage failure is logged, not raised: the run exists (its header landed).
+        """
+        try:
+            self._client.put_item(
+                **echo_put(self._table, run_id, token, at_ms, only_if_absent=True)
+            )
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            # A later change wrote the echo first (this Put came late): that one is current.
+        except InfrastructureError:
+            # The run exists (its header landed): failing its start now would make the caller
+            # start it again. Without an echo, every load reads its header (correct, one
+            # request more) until its first header change writes one.
+            logger.warning("run %s: its header echo was not written", run_id, exc_info=True)
+
+    def create_run(self, header: RunHeader, echo_token: str) -> tuple[RunHeader, bool]:
+        """Writes a new run's header (stamped with ``echo_token``), and its idempotency key.
+
+        Returns:
+            The stored header and whether it was created by this call (False: the run the
+            idempotency key maps to, for the same input).
+
+        Raises:
+            IdempotencyConflictError: If the key maps to a run of another input.
+            EntryConflictError: If a run with this id already exists (and no key matched).
+            ItemTooLargeError: If the header cannot be made to fit.
+        """
+        header_put = {
+            "TableName": self._table,
+            "Item": {**self._items.header_item(header), ECHO_ATTR: {"S": echo_token}},
+            "ConditionExpression": NOT_EXISTS,
+        }
+        if header.idempotency_key is None:
+            try:
+                self._client.put_item(**header_put)
+            except ClientError as exc:
+                if error_code(exc) == "ConditionalCheckFailedException":
+                    raise EntryConflictError(HEADER_SK) from exc
+                raise
+            return header, True
+        idem_key = {
+            "pk": {"S": idem_pk(header.tenant, header.agent, header.idempotency_key)},
+            "sk": {"S": IDEM_SK},
+        }
+        idem_put = {
+            "TableName": self._table,
+            "Item": {
+                **idem_key,
+                "run_id": {"S": header.run_id},
+                "input_hash": {"S": header.input_hash},
+            },
+            "ConditionExpression": NOT_EXISTS,
+        }
+        try:
+            self._client.transact_write_items(
+                TransactItems=[{"Put": header_put}, {"Put": idem_put}]
+            )
+        except ClientError as exc:
+            if error_code(exc) != "TransactionCanceledException":
+                raise
+            reasons = cancellation_reasons(exc)
+            if len(reasons) > 1 and reasons[1].get("Code") == "ConditionalCheckFailed":
+                existing = self._client.get_item(
+                    TableName=self._table, Key=idem_key, ConsistentRead=True
+                ).get("Item")
+                if existing is None:  # pragma: no cover - the key item is never deleted
+                    raise
+                existing_id = existing["run_id"]["S"]
+                if existing["input_hash"]["S"] != header.input_hash:
+                    raise IdempotencyConflictError(header.idempotency_key, existing_id) from exc
+                return self._loader.get_run(existing_id), False
+            if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
+                raise EntryConflictError(HEADER_SK) from exc
+            raise
+        return header, True
+
+    def write(
+        self,
+        run_id: str,
+        entries: Sequence[Entry],
+        change: RunChange | None,
+        effect: EffectChange | None,
+        waits: tuple[WaitChange, ...],
+        ttl_s: int | None = None,
+    ) -> None:
+        """Writes a commit; with ``ttl_s`` (a finished run's), every item put carries it.
+
+        One conditional request when the commit is one item or one header change (a header
+        change on its own also puts its echo first), else one transaction.
+
+        Raises:
+            EntryConflictError: If an entry exists already (with it, when it was returned).
+            EffectConflictError: If the side-effect record is not as the writer read it.
+            WaitConflictError: If a wait record is not as the writer read it.
+            RunStateConflictError: If the header is not in an expected status.
+            RunRevisionConflictError: If it is, but no longer at the expected revision.
+            RunNotFoundError: If a header change finds no run.
+            ItemTooLargeError: If an item cannot be made to fit.
+        """
+        if len(entries) == 1 and change is None and effect is None and not waits:
+            item = self._items.entry_item(entries[0])  # a new dict: ours to add to
+            if ttl_s is not None:
+                item["ttl"] = {"N": str(ttl_s)}
+            try:
+                self._client.put_item(
+                    TableName=self._table,
+                    Item=item,
+                    ConditionExpression=NOT_EXISTS,
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+            except ClientError as exc:
+                if error_code(exc) == "ConditionalCheckFailedException":
+                    old: Any = exc.response.get("Item")
+                    existing = self._items.entry_from_item(run_id, old) if old else None
+                    raise EntryConflictError(entries[0].sort_key, existing) from exc
+                raise
+            return
+        token = new_token()
+        if not entries and change is not None and effect is None and not waits:
+            update = update_request(self._table, self._items, run_id, change, token)
+            # The echo first (header_echo): until the header holds the same token, readers
+            # read the header; the other order would let them trust a changed one.
+            self._client.put_item(**echo_put(self._table, run_id, token, change.updated_at_ms))
+            try:
+                self._client.update_item(**update)
+            except ClientError as exc:
+                if error_code(exc) == "ConditionalCheckFailedException":
+                    raise self._state_conflict(run_id, change) from exc
+                raise
+            return
+        if not entries and change is None and effect is not None and not waits:
+            try:
+                self._client.put_item(
+                    **with_ttl(effect_put(self._table, self._items, effect), ttl_s)
+                )
+            except ClientError as exc:
+                if error_code(exc) == "ConditionalCheckFailedException":
+                    old_effect: Any = exc.response.get("Item")
+                    current = self._items.effect_from_item(old_effect) if old_effect else None
+                    raise EffectConflictError(effect.record.operation_id, current) from exc
+                raise
+            return
+        budget = transaction_put_budget(
+            len(entries) + (effect is not None) + len(waits) + (change is not None),
+            with_update=change is not None,
+        )
+        items: list[dict[str, Any]] = [
+            {
+                "Put": with_ttl(
+                    {
+                        "TableName": self._table,
+                        "Item": self._items.entry_item(entry, budget),
+                        "ConditionExpression": NOT_EXISTS,
+                        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                    },
+                    ttl_s,
+                )
+            }
+            for entry in entries
+        ]
+        if effect is not None:
+            put = effect_put(self._table, self._items, effect, budget)
+            items.append({"Put": with_ttl(put, ttl_s)})
+        items.extend(
+            {"Put": with_ttl(wait_put(self._table, self._items, w, budget), ttl_s)} for w in waits
+        )
+        if change is not None:
+            update = update_request(self._table, self._items, run_id, change, token)
+            update["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+            items.append({"Update": update})
+            # The header echo moves with the header, atomically (header_echo); it has no
+            # condition, so it is never a cancellation reason below.
+            items.append({"Put": echo_put(self._table, run_id, token, change.updated_at_ms)})
+        try:
+            self._client.transact_write_items(TransactItems=items)
+        except ClientError as exc:
+            if error_code(exc) != "TransactionCanceledException":
+                raise
+            reasons = cancellation_reasons(exc)
+            for index, reason in enumerate(reasons):
+                if reason.get("Code") != "ConditionalCheckFailed":
+                    continue
+                old = reason.get("Item")
+                if index < len(entries):
+                    existing = self._items.entry_from_item(run_id, old) if old else None
+                    raise EntryConflictError(entries[index].sort_key, existing) from exc
+                position = index - len(entries)
+                if effect is not None:
+                    if position == 0:
+                        current = self._items.effect_from_item(old) if old else None
+                        raise EffectConflictError(effect.record.operation_id, current) from exc
+                    position -= 1
+                if position < len(waits):
+                    waiting = self._items.wait_from_item(old) if old else None
+                    raise WaitConflictError(waits[position].record.wait_id, waiting) from exc
+                assert change is not None
+                raise self._state_conflict(run_id, change) from exc
+            raise
+
+    def _state_conflict(self, run_id: str, change: RunChange) -> Exception:
+        """The error a refused header change met (read back: the header as it is now)."""
+        try:
+            actual = self._loader.get_run(run_id)
+        except RunNotFoundError as missing:
+            return missing
+        if actual.status in change.expected and change.expected_revision is not None:
+            return RunRevisionConflictError(
+                run_id, change.expected_revision, actual.revision, actual.status
+            )
+        return RunStateConflictError(run_id, sorted(change.expected), actual.status)
