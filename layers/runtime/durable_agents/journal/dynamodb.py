@@ -13,20 +13,25 @@ order. GSI ``gsi1`` lists runs by status (``STATUS#<status>`` / ``<updated_at_ms
 GSI ``gsi2`` is sparse and holds only SUSPENDED runs with a timer (``WAKE`` / ``<wake_at_ms>``),
 so the reconciler finds due timers with one Query.
 
-The write requests and their conditions are built in ``dynamodb_writes``, the index listings
-are the ``dynamodb_listings`` mixin, and items are encoded by ``dynamodb_items``. Loads are
-``dynamodb_loads``: a run this process read before is read as header and tail (ADR 0015).
+``DynamoDBJournal`` keeps what this process read of runs and holds one part per job, each given
+the client, the table and what else it needs:
+
+* ``ItemCodec`` (``dynamodb_items``): records to items and back, values spilled to S3;
+* ``RunLoader`` (``dynamodb_loads``): the reads: a run whole, as header and tail when this
+  process read it before (ADR 0015), or one generation (``dynamodb_generations``, ADR 0016);
+  headers and records by key;
+* ``JournalWriter`` (``dynamodb_writes``): the conditional writes and their conflicts;
+* ``LateWrites`` (``dynamodb_late_writes``): a write for a finished run carries its expiry;
+* ``IndexListings`` (``dynamodb_listings``, ``dynamodb_run_listing``): the index listings;
+* ``ExpiryStamper`` (``dynamodb_retention``): the stamping passes over finished runs.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from durable_agents.core.faults import GuardedClient, error_code
+from durable_agents.core.faults import GuardedClient
 from durable_agents.core.models import (
     EffectChange,
     Entry,
@@ -40,20 +45,10 @@ from durable_agents.core.models import (
     WaitRecord,
     WaitStatus,
 )
-from durable_agents.errors import (
-    EffectConflictError,
-    EntryConflictError,
-    RunNotFoundError,
-)
+from durable_agents.errors import EffectConflictError, EntryConflictError
 from durable_agents.journal.dynamodb_generations import GenerationHints
-from durable_agents.journal.dynamodb_items import (
-    ItemCodec,
-)
-from durable_agents.journal.dynamodb_late_writes import (
-    RunExpiries,
-    header_ttl_request,
-    relist_request,
-)
+from durable_agents.journal.dynamodb_items import ItemCodec
+from durable_agents.journal.dynamodb_late_writes import LateWrites, RunExpiries
 from durable_agents.journal.dynamodb_listings import IndexListings
 from durable_agents.journal.dynamodb_loads import RunLoader
 from durable_agents.journal.dynamodb_retention import ExpiryStamper
@@ -61,12 +56,9 @@ from durable_agents.journal.dynamodb_writes import JournalWriter
 from durable_agents.journal.entry_cache import DecodedEntries
 from durable_agents.journal.header_echo import new_token
 from durable_agents.journal.payloads import INLINE_LIMIT_BYTES, S3PayloadStore
-from durable_agents.journal.retention import late_stamp_due, written_at_ms
 from durable_agents.journal.run_listing import RunQuery
 from durable_agents.journal.store import JournalStore, Page
 from durable_agents.journal.tail_cache import KnownRuns
-
-logger = logging.getLogger(__name__)
 
 
 class DynamoDBJournal(JournalStore):
@@ -98,26 +90,29 @@ class DynamoDBJournal(JournalStore):
     ):
         self._table = table_name
         self._items = ItemCodec(payloads, inline_limit_bytes)
+        self._tail_reads = tail_reads
+        self._header_echo_reads = header_echo_reads
+        # What this process read of runs, which the parts note and ask: the entries decoded,
+        # each run's journal (for tail reads), the runs past generation 0, and which runs are
+        # finished (their expiry) or were unfinished lately (a write for a finished run
+        # carries its expiry, dynamodb_late_writes).
         self._decoded = DecodedEntries()
         self._known = KnownRuns()
         self._generations = GenerationHints()
-        # Which runs this store read finished (their expiry) or unfinished lately: a write for
-        # a finished run carries its expiry (dynamodb_late_writes).
         self._expiries = RunExpiries()
-        self._tail_reads = tail_reads
-        self._header_echo_reads = header_echo_reads
         # Throttling, 500s, timeouts and TransactionConflict abort the invocation
-        # (InfrastructureError); only the protocol's own condition failures reach the code below.
+        # (InfrastructureError); only the protocol's own condition failures reach the parts.
         self._client = client if isinstance(client, GuardedClient) else GuardedClient(client)
 
     @property
     def _client(self) -> GuardedClient:
-        """The guarded client the journal's parts send their requests with."""
+        """The guarded client every part sends its requests with."""
         return self._guarded
 
     @_client.setter
     def _client(self, client: GuardedClient) -> None:
-        # Replacing it (the fault tests wrap it) builds the parts again around the new one.
+        # The parts are built around the client; a new one (the fault tests wrap it) builds
+        # them again, and what this process read of runs is kept.
         self._guarded = client
         self._loader = RunLoader(
             client,
@@ -131,10 +126,11 @@ class DynamoDBJournal(JournalStore):
             echo_reads=self._header_echo_reads,
         )
         self._writer = JournalWriter(client, self._table, self._items, self._loader)
+        self._late_writes = LateWrites(client, self._table, self._expiries)
         self._listings = IndexListings(client, self._table, self._items)
         self._stamper = ExpiryStamper(client, self._table, self._items)
 
-    # -- JournalStore ------------------------------------------------------------------------
+    # -- writes (JournalWriter, LateWrites) ---------------------------------------------------
 
     def _create_run(self, header: RunHeader) -> tuple[RunHeader, bool]:
         token = new_token()
@@ -154,12 +150,7 @@ class DynamoDBJournal(JournalStore):
         effect: EffectChange | None,
         waits: tuple[WaitChange, ...],
     ) -> None:
-        written_ms = written_at_ms(entries, effect, waits)
-        ttl_s = self._late_ttl(run_id, change, effect, waits, written_ms)
-        if ttl_s is not None:
-            due = late_stamp_due(None, written_ms)
-            if due is not None:
-                self._relist(run_id, due)
+        ttl_s = self._late_writes.prepare(run_id, entries, change, effect, waits)
         try:
             self._writer.write(run_id, entries, change, effect, waits, ttl_s)
         except (EntryConflictError, EffectConflictError):
@@ -175,53 +166,7 @@ class DynamoDBJournal(JournalStore):
             else:
                 self._expiries.unfinished(run_id)
 
-    def _late_ttl(
-        self,
-        run_id: str,
-        change: RunChange | None,
-        effect: EffectChange | None,
-        waits: tuple[WaitChange, ...],
-        written_ms: int | None,
-    ) -> int | None:
-        """The run's ``ttl`` if this write is for a finished run (``dynamodb_late_writes``).
-
-        Raises:
-            RunNotFoundError: If the write rewrites a record of a run whose header is gone.
-        """
-        if change is not None:
-            return None  # conditioned on a live status: it never lands on a finished run
-        known = self._expiries.expiry_s(run_id, written_ms)
-        if known is not None:
-            return known
-        rewrites = (effect is not None and effect.expected_status is not None) or any(
-            wait.expected is not None for wait in waits
-        )
-        if not rewrites or self._expiries.recently_unfinished(run_id):
-            return None
-        item = self._client.get_item(**header_ttl_request(self._table, run_id)).get("Item")
-        if not item:
-            # Expired (TTL deletes a run's items in no set order): a record rewritten now
-            # would lose the ``ttl`` it has and be kept for ever.
-            raise RunNotFoundError(run_id)
-        if "ttl" not in item:
-            self._expiries.unfinished(run_id)
-            return None
-        ttl_s = int(item["ttl"]["N"])
-        self._expiries.finished(run_id, ttl_s)
-        return ttl_s
-
-    def _relist(self, run_id: str, due_ms: int) -> None:
-        """Lists a finished run for one more stamping pass (before the write it is for).
-
-        Before, so that a write never lands without its pass coming; a pass for a write that
-        then fails finds nothing new, at no harm.
-        """
-        try:
-            self._client.update_item(**relist_request(self._table, run_id, due_ms))
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            # A pass is due later already (it covers this write), or the header expired.
+    # -- reads (RunLoader) -------------------------------------------------------------------
 
     def load(self, run_id: str) -> RunSnapshot:
         """Reads the header and the entries: the whole partition, or its tail when warm.

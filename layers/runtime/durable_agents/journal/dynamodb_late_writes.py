@@ -27,12 +27,20 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from durable_agents.core.models import RunHeader
+from botocore.exceptions import ClientError
+
+from durable_agents.core.faults import GuardedClient, error_code
+from durable_agents.core.models import EffectChange, Entry, RunChange, RunHeader, WaitChange
+from durable_agents.errors import RunNotFoundError
 from durable_agents.journal.dynamodb_items import EXPIRING_PK, HEADER_SK, pk, ts
-from durable_agents.journal.retention import UNFINISHED_TRUSTED_S
+from durable_agents.journal.retention import (
+    UNFINISHED_TRUSTED_S,
+    late_stamp_due,
+    written_at_ms,
+)
 
 MAX_RUNS_KEPT = 10_000
 """Runs a store remembers the expiry (or the unfinished state) of; then it starts over."""
@@ -105,6 +113,92 @@ class RunExpiries:
         with self._lock:
             at = self._unfinished_at.get(run_id)
         return at is not None and self._monotonic() - at < UNFINISHED_TRUSTED_S
+
+
+class LateWrites:
+    """Gives a write for a finished run that run's expiry (see the module docstring).
+
+    Args:
+        client: The journal's guarded DynamoDB client.
+        table: The journal table.
+        expiries: What this process read of runs' expiries (this notes what it reads too).
+    """
+
+    def __init__(self, client: GuardedClient, table: str, expiries: RunExpiries):
+        self._client = client
+        self._table = table
+        self._expiries = expiries
+
+    def prepare(
+        self,
+        run_id: str,
+        entries: Sequence[Entry],
+        change: RunChange | None,
+        effect: EffectChange | None,
+        waits: tuple[WaitChange, ...],
+    ) -> int | None:
+        """The ``ttl`` every item of this write must carry (None: the run is not finished).
+
+        A finished run is first listed for one more stamping pass.
+
+        Raises:
+            RunNotFoundError: If the write rewrites a record of a run whose header is gone.
+        """
+        written_ms = written_at_ms(entries, effect, waits)
+        ttl_s = self._ttl(run_id, change, effect, waits, written_ms)
+        if ttl_s is not None:
+            due = late_stamp_due(None, written_ms)
+            if due is not None:
+                self._relist(run_id, due)
+        return ttl_s
+
+    def _ttl(
+        self,
+        run_id: str,
+        change: RunChange | None,
+        effect: EffectChange | None,
+        waits: tuple[WaitChange, ...],
+        written_ms: int | None,
+    ) -> int | None:
+        """The run's ``ttl`` if this write is for a finished run.
+
+        Raises:
+            RunNotFoundError: If the write rewrites a record of a run whose header is gone.
+        """
+        if change is not None:
+            return None  # conditioned on a live status: it never lands on a finished run
+        known = self._expiries.expiry_s(run_id, written_ms)
+        if known is not None:
+            return known
+        rewrites = (effect is not None and effect.expected_status is not None) or any(
+            wait.expected is not None for wait in waits
+        )
+        if not rewrites or self._expiries.recently_unfinished(run_id):
+            return None
+        item = self._client.get_item(**header_ttl_request(self._table, run_id)).get("Item")
+        if not item:
+            # Expired (TTL deletes a run's items in no set order): a record rewritten now
+            # would lose the ``ttl`` it has and be kept for ever.
+            raise RunNotFoundError(run_id)
+        if "ttl" not in item:
+            self._expiries.unfinished(run_id)
+            return None
+        ttl_s = int(item["ttl"]["N"])
+        self._expiries.finished(run_id, ttl_s)
+        return ttl_s
+
+    def _relist(self, run_id: str, due_ms: int) -> None:
+        """Lists a finished run for one more stamping pass (before the write it is for).
+
+        Before, so that a write never lands without its pass coming; a pass for a write that
+        then fails finds nothing new, at no harm.
+        """
+        try:
+            self._client.update_item(**relist_request(self._table, run_id, due_ms))
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            # A pass is due later already (it covers this write), or the header expired.
 
 
 def relist_request(table: str, run_id: str, due_ms: int) -> dict[str, Any]:
