@@ -28,8 +28,6 @@ ROOT = Path(__file__).resolve().parents[1]
 MODULES = (
     "durable_agents",
     "durable_agents.engine.context_scope",
-    "durable_agents.engine.context_waits",
-    "durable_agents.engine.context_values",
     "durable_agents_local.testing",
     "durable_agents.llm",
     "durable_agents.engine.tool_loop",

@@ -76,7 +76,7 @@ from durable_agents.engine.inbox import (
     RunNotAcceptingEventsError,
     TooManyEventNamesError,
 )
-from durable_agents.engine.operations.wait_records import WaitGoneError, closed_for_finished_run
+from durable_agents.engine.wait_records import WaitGoneError, closed_for_finished_run
 from durable_agents.engine.runtime import InputValidationError, Runtime
 from durable_agents.errors import (
     AgentNotFoundError,

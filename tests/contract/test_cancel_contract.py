@@ -17,7 +17,7 @@ from durable_agents.engine.cancellation import (
 )
 from durable_agents.engine.events import RUN_FINISHED, CollectingPublisher
 from durable_agents.engine.operations.approval import record_decision
-from durable_agents.engine.operations.wait_records import WaitGoneError
+from durable_agents.engine.wait_records import WaitGoneError
 from durable_agents.errors import RunCancelledError, RunStateConflictError
 from durable_agents.journal.store import JournalStore
 from durable_agents_local.testing import AgentTestRunner, Crash, SimulatedCrash

@@ -213,8 +213,8 @@ def test_exactly_one_of_until_and_wait_strategy(kwargs: dict[str, Any]) -> None:
 
 
 def test_the_module_s_examples_run() -> None:
-    from durable_agents.engine import context_waits
+    from durable_agents.engine import context
     from durable_agents.engine.operations import condition
 
     assert doctest.testmod(condition).failed == 0
-    assert doctest.testmod(context_waits).failed == 0
+    assert doctest.testmod(context).failed == 0

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from durable_agents import AgentRegistry, DurableContext, agent
 from durable_agents.core.models import EffectStatus, OpKind, RunStatus, WaitStatus
 from durable_agents.engine.operations.approval import ApprovedRequestMismatchError, record_decision
-from durable_agents.engine.operations.wait_records import settle
+from durable_agents.engine.wait_records import settle
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.item_size import ITEM_LIMIT_BYTES, item_size
 from durable_agents.journal.store import JournalStore

@@ -40,12 +40,12 @@ from durable_agents.core.models import (
 )
 from durable_agents.engine.operations.approval import expire_approval, record_decision
 from durable_agents.engine.operations.callback import complete_callback, heartbeat
-from durable_agents.engine.operations.wait_records import (
+from durable_agents.engine.runtime import Runtime
+from durable_agents.engine.wait_records import (
     RUN_FINISHED,
     WaitGoneError,
     closed_for_finished_run,
 )
-from durable_agents.engine.runtime import Runtime
 from durable_agents.errors import (
     EffectNotFoundError,
     RunNotFoundError,

@@ -140,7 +140,7 @@ def test_waits_and_reviews_are_paged_in_index_order(journal: JournalStore) -> No
         WaitChange,
         WaitStatus,
     )
-    from durable_agents.engine.operations.wait_records import pending_wait
+    from durable_agents.engine.wait_records import pending_wait
 
     for i in range(5):
         run_id = f"run-{i}"

@@ -86,7 +86,7 @@ def test_the_earlier_form_keeps_its_journal_layout(journal: JournalStore) -> Non
 def test_the_docstring_examples_run() -> None:
     import doctest
 
-    from durable_agents.engine import context_waits
+    from durable_agents.engine import context
 
-    results = doctest.testmod(context_waits)
+    results = doctest.testmod(context)
     assert results.attempted >= 2 and results.failed == 0

@@ -21,7 +21,7 @@ from durable_agents.engine.operations.callback import (
     heartbeat,
     split_callback_id,
 )
-from durable_agents.engine.operations.wait_records import WaitGoneError
+from durable_agents.engine.wait_records import WaitGoneError
 from durable_agents.errors import WaitNotFoundError
 from durable_agents.journal.store import JournalStore
 from durable_agents.tools import ToolCall, ToolNotApprovedError, ToolRegistry, tool

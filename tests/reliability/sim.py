@@ -42,9 +42,9 @@ from durable_agents.engine.events import EventPublishError, step_ready
 from durable_agents.engine.invocation import InvocationHooks
 from durable_agents.engine.operations.approval import record_decision
 from durable_agents.engine.operations.callback import complete_callback, heartbeat
-from durable_agents.engine.operations.wait_records import WaitGoneError
 from durable_agents.engine.runtime import Runtime
 from durable_agents.engine.sticky.parking import StickyRuns
+from durable_agents.engine.wait_records import WaitGoneError
 from durable_agents.errors import InfrastructureError
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents_local.testing import SimulatedCrash

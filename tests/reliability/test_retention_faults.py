@@ -28,7 +28,7 @@ from durable_agents.admin.review import Decision, ReviewRequest, resolve
 from durable_agents.core.models import EffectStatus, Entry, EntryType, OpKind, RunStatus, WaitStatus
 from durable_agents.engine.operations.approval import record_decision
 from durable_agents.engine.operations.callback import complete_callback, heartbeat
-from durable_agents.engine.operations.wait_records import WaitGoneError
+from durable_agents.engine.wait_records import WaitGoneError
 from durable_agents.errors import InfrastructureError, WaitNotFoundError
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.retention import DAY_S, LATE_WRITE_GRACE_MS

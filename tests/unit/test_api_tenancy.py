@@ -356,7 +356,7 @@ def test_another_tenants_review_is_invisible_and_404(a_review: str) -> None:
 def _crowd(count: int) -> None:
     """``count`` older runs of tenant B, each with a pending approval and a call in review."""
     from durable_agents.core.models import EffectChange, EffectStatus, SideEffectRecord, WaitChange
-    from durable_agents.engine.operations.wait_records import pending_wait
+    from durable_agents.engine.wait_records import pending_wait
 
     journal = _journal()
     for i in range(count):

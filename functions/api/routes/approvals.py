@@ -61,7 +61,7 @@ from durable_agents.core.clock import iso
 from durable_agents.core.models import WaitRecord, WaitStatus
 from durable_agents.core.principals import Principal, iam_patterns, may_decide
 from durable_agents.engine.operations.approval import KIND, expire_approval, record_decision
-from durable_agents.engine.operations.wait_records import WaitGoneError, closed_for_finished_run
+from durable_agents.engine.wait_records import WaitGoneError, closed_for_finished_run
 
 logger = Logger(child=True)
 router = Router()  # type: ignore[no-untyped-call]

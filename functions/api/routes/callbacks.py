@@ -25,7 +25,7 @@ from api.routes.common import callback_view, check_wait_id, json_body, ok, runti
 from durable_agents.auth.deciders import principal_from_iam
 from durable_agents.core.models import WaitRecord, WaitStatus
 from durable_agents.engine.operations.callback import complete_callback, find_callback, heartbeat
-from durable_agents.engine.operations.wait_records import WaitGoneError, closed_for_finished_run
+from durable_agents.engine.wait_records import WaitGoneError, closed_for_finished_run
 
 logger = Logger(child=True)
 router = Router()  # type: ignore[no-untyped-call]

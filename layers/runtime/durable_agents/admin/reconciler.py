@@ -36,8 +36,8 @@ from durable_agents.core.models import RunStatus, WaitRecord, WaitStatus
 from durable_agents.engine.events import step_ready
 from durable_agents.engine.operations.approval import expire_approval
 from durable_agents.engine.operations.callback import expire_callback
-from durable_agents.engine.operations.wait_records import WaitGoneError
 from durable_agents.engine.runtime import Runtime
+from durable_agents.engine.wait_records import WaitGoneError
 from durable_agents.errors import RunNotFoundError, WaitNotFoundError
 from durable_agents.tools import ToolRegistry, default_tools
 

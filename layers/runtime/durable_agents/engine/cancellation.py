@@ -45,7 +45,6 @@ from durable_agents.core.models import (
 from durable_agents.core.serde import error_info
 from durable_agents.engine.events import EventPublisher, OutgoingEvent
 from durable_agents.engine.invocation import Invocation, Reason
-from durable_agents.engine.operations.wait_records import WaitGoneError, settle
 from durable_agents.engine.outcomes import InvocationOutcome, OutcomeKind
 from durable_agents.engine.replay_index import OpRecord, group_entries
 from durable_agents.engine.stop_requests import (
@@ -58,6 +57,7 @@ from durable_agents.engine.stop_requests import (
     request_stop,
 )
 from durable_agents.engine.time_limits import deadline_ms
+from durable_agents.engine.wait_records import WaitGoneError, settle
 from durable_agents.errors import (
     EntryConflictError,
     RunCancelledError,

@@ -9,6 +9,8 @@ The operations themselves are on ``DurableContext`` (``durable_agents.engine.con
 
 from __future__ import annotations
 
+import random as _random
+import uuid as _uuid
 from itertools import islice
 from typing import Any, Self
 
@@ -24,6 +26,7 @@ from durable_agents.errors import NestedOperationError, ReplayDivergedError
 
 # ``EnumType.__getattr__`` (about 900 instructions a read).
 _CANCEL = OpKind.CANCEL
+_UUID_NAMESPACE = _uuid.UUID("6f1d7a52-8d1c-4d8e-9a57-1f0f4f6b2c11")
 
 
 class OperationScope:
@@ -194,6 +197,16 @@ class OperationScope:
         if not prefix and counter < len(POSITIONS):  # format_position, inlined
             return records.get(POSITIONS[counter])
         return records.get(format_position(prefix, counter))
+
+    def uuid(self) -> _uuid.UUID:
+        """Returns a UUID that is the same on every replay (derived from the position)."""
+        self._n_uuid += 1
+        return _uuid.uuid5(_UUID_NAMESPACE, f"{self._id_prefix}uuid:{self._n_uuid}")
+
+    def random(self) -> float:
+        """Returns a float in [0, 1) that is the same on every replay (seeded by position)."""
+        self._n_random += 1
+        return _random.Random(f"{self._id_prefix}random:{self._n_random}").random()
 
     def child(self, op_id: str, position: str) -> Self:
         """Returns the nested context of a child operation."""

@@ -1,12 +1,9 @@
 """Driving the agent's code through one invocation, and turning how it stopped into an outcome.
 
-``Runtime._execute_loaded`` (and ``parked_turn.go_on``, for a parked agent) decide what runs
-(which definition, which invocation, sticky or not); this module runs it: ``drive`` calls the
-agent function, ``drive_sticky`` starts it on a new agent carrier and ``drive_parked`` runs it
-on its carrier (starting it, or going on from where it parked), parking it again when it may
-stay (``durable_agents.engine.sticky.parking``, ADR 0017). Both record how the agent ended the same
-way:
-``returned`` for a value, ``ended`` for what it raised.
+The runtime decides what runs (which definition, which invocation); this module runs it:
+``drive`` calls the agent function, and ``returned`` / ``ended`` record how the agent ended (a
+value, or what it raised). Sticky continuation drives the same function on an agent carrier
+(``durable_agents.engine.sticky.driving``) and records its endings with the same two.
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ from typing import Any
 
 from durable_agents.agent import AgentDefinition
 from durable_agents.core.clock import Clock
-from durable_agents.core.models import RunHeader, RunSnapshot, RunStatus
+from durable_agents.core.models import RunHeader, RunStatus
 from durable_agents.core.observability import ReplayAwareLogger
 from durable_agents.core.serde import decode, encode, error_info
 from durable_agents.engine import generations
@@ -24,17 +21,15 @@ from durable_agents.engine.invocation import Invocation
 from durable_agents.engine.outcomes import (
     InvocationOutcome,
     finish,
-    parked_outcome,
     pause,
     suspended,
 )
-from durable_agents.engine.sticky.carriers import PARKED
-from durable_agents.engine.sticky.parking import ParkedRun, StickyRuns, WriteTally
 from durable_agents.errors import SuspendExecution
 from durable_agents.journal.store import JournalStore
 
 # goes on up): the next generation, a suspension, an exception.
-_ENDINGS = (generations.ContinueAsNew, SuspendExecution, Exception)
+# How an agent function can stop, other than by returning (driven plainly or on a carrier).
+AGENT_ENDINGS = (generations.ContinueAsNew, SuspendExecution, Exception)
 
 
 def decode_input(definition: AgentDefinition[Any, Any], input_json: str) -> Any:
@@ -51,72 +46,6 @@ def root_context(inv: Invocation, logger: Any) -> DurableContext:
         pos_prefix=generations.pos_prefix(generation),
         logger=ReplayAwareLogger(inv, logger, run_id),
     )
-
-
-def drive_sticky(
-    store: JournalStore,
-    clock: Clock,
-    sticky: StickyRuns,
-    logger: Any,
-    definition: AgentDefinition[Any, Any],
-    snapshot: RunSnapshot,
-    fresh: Invocation,
-    tally: WriteTally,
-    stale: ParkedRun | None,
-) -> InvocationOutcome:
-    """``drive`` on a new agent carrier: the run replays on it, and its agent may park.
-
-    ``stale`` is the run's parked agent that did not go on (``parked_turn.go_on`` said no):
-    it is let go first.
-
-    Raises:
-        BaseException: Whatever ``drive`` raises.
-    """
-    sticky.discard(stale)
-    ctx = root_context(fresh, logger)
-    header = snapshot.header
-    agent = sticky.new_agent(
-        fresh.run_id, lambda: definition.fn(ctx, decode_input(definition, header.input))
-    )
-    parked = ParkedRun(agent, fresh, ctx, tally, definition, logger=logger)
-    return drive_parked(store, clock, sticky, parked, header)
-
-
-def drive_parked(
-    store: JournalStore,
-    clock: Clock,
-    sticky: StickyRuns,
-    parked: ParkedRun,
-    header: RunHeader,
-) -> InvocationOutcome:
-    """``drive`` on ``parked``'s carrier: its agent starts, or goes on from where it parked.
-
-    The agent stays parked if its budget ran out and nothing else is to be told. A parked
-    agent's turn, one per step, runs here without ``drive``'s frame: the carrier's three ways
-    to stop (parked, returned, raised) are told apart here, and the last two go to the same
-    ``returned`` and ``ended`` as ``drive``'s.
-
-    Raises:
-        BaseException: Whatever ``drive`` raises.
-    """
-    inv, agent = parked.invocation, parked.thread
-    inv.park = agent.park
-    try:  # the same call as ``drive``'s, on the agent's own stack (or on from where it parked)
-        value = agent.advance()
-    except _ENDINGS as ending:  # it raised or suspended: it is not parked any more
-        return ended(store, clock, inv, ending)
-    if value is not PARKED:
-        return returned(store, clock, parked.definition, inv, parked.context, value)
-    # At its budget's end, before its next operation.
-    if inv.fault is not None:  # a divergence the replay found: the run pauses
-        sticky.discard(parked)
-        return pause(store, clock, inv.header, error_info(inv.fault), inv.executed)
-    outcome = parked_outcome(inv.run_id, inv, agent.parked_at)
-    if inv.notifications:  # the next invocation derives them again: it replays
-        sticky.discard(parked)
-    else:  # its tally: the next invocation's freshness check
-        sticky.keep(inv.run_id, parked)
-    return outcome
 
 
 def drive(
@@ -136,7 +65,7 @@ def drive(
     """
     try:
         value = definition.fn(ctx, decode_input(definition, header.input))
-    except _ENDINGS as ending:
+    except AGENT_ENDINGS as ending:
         return ended(store, clock, inv, ending)
     return returned(store, clock, definition, inv, ctx, value)
 
@@ -158,7 +87,7 @@ def returned(
     try:
         ctx.check_scope_end()
         output = encode(value, definition.output_type)
-    except _ENDINGS as ending:
+    except AGENT_ENDINGS as ending:
         return ended(store, clock, inv, ending)
     if inv.fault is not None:  # the agent caught the divergence error and carried on
         return pause(store, clock, inv.header, error_info(inv.fault), inv.executed)

@@ -67,7 +67,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from durable_agents.engine.context import DurableContext
+    from durable_agents.engine.context_scope import OperationScope
 
 OPERATION_NAME = "continue_as_new"
 OPENING_NAME = "generation"
@@ -117,7 +117,7 @@ class ContinueAsNew(BaseException):
         super().__init__(f"continue as new at {op_id}")
 
 
-def run_continue_as_new(ctx: DurableContext, value: Any, scope_prefix: str) -> NoReturn:
+def run_continue_as_new(ctx: OperationScope, value: Any, scope_prefix: str) -> NoReturn:
     """Validates and encodes the next input, then ends the generation (see the module).
 
     Raises:

@@ -23,7 +23,7 @@ from durable_agents.core.models import (
 )
 from durable_agents.core.tenancy import DEFAULT_TENANT
 from durable_agents.engine.cancellation import prepare, settle_leftovers, stop_run
-from durable_agents.engine.drive import drive, drive_sticky, root_context
+from durable_agents.engine.drive import drive, root_context
 from durable_agents.engine.events import (
     CollectingPublisher,
     EventPublisher,
@@ -43,6 +43,7 @@ from durable_agents.engine.plugin_calls import InvocationSpan, PluginSet, QuietS
 from durable_agents.engine.run_events import republish
 from durable_agents.engine.run_starts import InputValidationError, new_header, new_run_id
 from durable_agents.engine.runtime_parts import RuntimeParts
+from durable_agents.engine.sticky.driving import drive_sticky
 from durable_agents.engine.sticky.parked_turn import AGENT_BUDGET, Limits, go_on
 from durable_agents.engine.sticky.parking import ParkedRun, StickyRuns, WriteTally
 from durable_agents.engine.wait_scheduler import WaitScheduler

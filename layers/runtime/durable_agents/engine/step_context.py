@@ -23,7 +23,7 @@ from durable_agents.core.clock import Clock
 from durable_agents.core.observability import ReplayAwareLogger
 
 if TYPE_CHECKING:
-    from durable_agents.engine.context import DurableContext
+    from durable_agents.engine.context_scope import OperationScope
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
@@ -103,7 +103,7 @@ def wants_context(fn: Callable[..., Any], n_args: int) -> bool:
 
 
 def call_step(
-    ctx: DurableContext,
+    ctx: OperationScope,
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     op_id: str,

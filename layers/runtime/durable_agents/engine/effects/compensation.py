@@ -20,6 +20,7 @@ person's ``abandon`` then compensates again under the same compensation key.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from durable_agents.core.credentials import CredentialMintError
@@ -30,7 +31,7 @@ from durable_agents.engine.effects.records import Settled, compensation_key, rel
 from durable_agents.tools import Tool, ToolAbandonedError, ToolCall
 
 if TYPE_CHECKING:
-    from durable_agents.engine.effects.protocol import SideEffectProtocol
+    from durable_agents.engine.effects.writes import EffectWrites
 
 _INTERRUPTED = (
     "the compensation claimed by attempt {attempt} was interrupted: it may or may not have "
@@ -39,9 +40,16 @@ _INTERRUPTED = (
 
 
 def compensate_then_execute(
-    protocol: SideEffectProtocol, tool: Tool[Any, Any], record: SideEffectRecord
+    protocol: EffectWrites,
+    tool: Tool[Any, Any],
+    record: SideEffectRecord,
+    execute: Callable[[Tool[Any, Any], SideEffectRecord], Settled],
 ) -> Settled:
-    """Recovery of a reversible call this holder has claimed: undo, record it, execute again."""
+    """Recovery of a reversible call this holder has claimed: undo, record it, execute again.
+
+    ``execute`` is the protocol's own (``SideEffectProtocol.execute``): the call made again once
+    its compensation is recorded.
+    """
     note = dict(record.note or {})
     pending = note.get("compensating")
     if pending is not None:
@@ -81,12 +89,10 @@ def compensate_then_execute(
     done = intent.replace(updated_at_ms=protocol.clock.now_ms(), note=done_note)
     if not protocol.write(intent, [], done, None):
         return Settled("lost_race")
-    return protocol.execute(tool, done)
+    return execute(tool, done)
 
 
-def abandon(
-    protocol: SideEffectProtocol, tool: Tool[Any, Any], record: SideEffectRecord
-) -> Settled:
+def abandon(protocol: EffectWrites, tool: Tool[Any, Any], record: SideEffectRecord) -> Settled:
     """Finishes a call a person abandoned: undo it once if the tool can, then fail it typed."""
     note = dict(record.note or {})
     if tool.compensate is None or note.get("compensated"):
@@ -130,7 +136,7 @@ def abandon(
 
 
 def _compensate(
-    protocol: SideEffectProtocol,
+    protocol: EffectWrites,
     tool: Tool[Any, Any],
     record: SideEffectRecord,
     number: int,
@@ -152,7 +158,7 @@ def _compensate(
 
 
 def _finish(
-    protocol: SideEffectProtocol,
+    protocol: EffectWrites,
     tool: Tool[Any, Any],
     record: SideEffectRecord,
     *,

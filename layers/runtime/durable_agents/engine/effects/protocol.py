@@ -199,7 +199,7 @@ class SideEffectProtocol(EffectWrites):
         if note.get("compensating") is not None:
             # A compensation was claimed and never recorded: settle that before anything else
             # (a lookup would see the state half undone).
-            return compensation.compensate_then_execute(self, tool, record)
+            return compensation.compensate_then_execute(self, tool, record, self.execute)
         request = tool.request_model.model_validate_json(record.canonical_request)
         try:
             call = self.call(tool, record)
@@ -247,7 +247,7 @@ class SideEffectProtocol(EffectWrites):
                     not_before_ms=settled_at,
                     executed=False,
                 )
-            return compensation.compensate_then_execute(self, tool, record)
+            return compensation.compensate_then_execute(self, tool, record, self.execute)
         if exhausted:
             reason = f"{reason}; {failed} of {tool.max_attempts} attempts failed"
         return self.needs_review(

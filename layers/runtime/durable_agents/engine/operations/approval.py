@@ -21,7 +21,7 @@ from durable_agents.core.serde import canonical_json, decode, encode, error_info
 from durable_agents.engine.events import OutgoingEvent
 from durable_agents.engine.fingerprints import Fingerprint
 from durable_agents.engine.invocation import Reason, Suspension
-from durable_agents.engine.operations.wait_records import (
+from durable_agents.engine.wait_records import (
     WaitGoneError,
     pending_wait,
     refuse_if_due,
@@ -40,7 +40,7 @@ _NOTIFIED = EntryType.NOTIFIED
 
 if TYPE_CHECKING:
     from durable_agents.core.clock import Clock
-    from durable_agents.engine.context import DurableContext
+    from durable_agents.engine.context_scope import OperationScope
     from durable_agents.journal.store import JournalStore
 
 APPROVAL_REQUESTED = "Approval Requested"
@@ -129,7 +129,7 @@ class ApprovalSpec:
 
 
 def run_wait_for_approval(
-    ctx: DurableContext, name: str, spec: ApprovalSpec, fingerprint: Fingerprint | None = None
+    ctx: OperationScope, name: str, spec: ApprovalSpec, fingerprint: Fingerprint | None = None
 ) -> ApprovalDecision:
     """Creates, checks, expires or replays one approval (see ``DurableContext``).
 

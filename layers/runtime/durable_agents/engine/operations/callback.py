@@ -35,7 +35,7 @@ from durable_agents.core.models import (
 )
 from durable_agents.core.serde import Serdes, canonical_json, encode_value, error_info, replay_value
 from durable_agents.engine.invocation import Reason, Suspension
-from durable_agents.engine.operations.wait_records import (
+from durable_agents.engine.wait_records import (
     WaitGoneError,
     pending_wait,
     refuse_if_due,
@@ -56,7 +56,7 @@ _SCHEDULED = EntryType.SCHEDULED
 
 if TYPE_CHECKING:
     from durable_agents.core.clock import Clock
-    from durable_agents.engine.context import DurableContext
+    from durable_agents.engine.context_scope import OperationScope
     from durable_agents.journal.store import JournalStore
 
 KIND = "callback"
@@ -157,7 +157,7 @@ class Callback:
 
 
 def run_create_callback(
-    ctx: DurableContext,
+    ctx: OperationScope,
     name: str,
     timeout_ms: int | None,
     heartbeat_ms: int | None,
@@ -216,7 +216,7 @@ def _recorded_id(value: str | None) -> str | None:
     return str(recorded["callback_id"])  # created before ids carried a secret
 
 
-def _await(ctx: DurableContext, handle: Callback) -> Any:
+def _await(ctx: OperationScope, handle: Callback) -> Any:
     inv = ctx.invocation
     record = inv.records.get(handle._position)
     if record is not None and record.result is not None:

@@ -22,11 +22,11 @@ from durable_agents.engine.operations.step import return_hint
 _SUCCEEDED = EntryType.SUCCEEDED
 
 if TYPE_CHECKING:
-    from durable_agents.engine.context import DurableContext
+    from durable_agents.engine.context_scope import OperationScope
 
 
 def run_child(
-    ctx: DurableContext,
+    ctx: OperationScope,
     fn: Callable[[Any], Any],
     name: str,
     result_type: Any,

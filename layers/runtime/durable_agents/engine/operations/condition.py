@@ -13,9 +13,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from durable_agents.core.models import OpKind
+from durable_agents.core.semantics import StepSemantics
 from durable_agents.core.serde import Serdes, error_info
 from durable_agents.engine.fingerprints import Fingerprint
 from durable_agents.engine.operations.child import run_child
+from durable_agents.engine.operations.step import run_step
+from durable_agents.engine.operations.wait import run_wait
 from durable_agents.errors import DurableError
 from durable_agents.retry import NO_RETRY, RetryPolicy, jitter_delay
 
@@ -23,7 +26,7 @@ from durable_agents.retry import NO_RETRY, RetryPolicy, jitter_delay
 _CONDITION = OpKind.CONDITION
 
 if TYPE_CHECKING:
-    from durable_agents.engine.context import DurableContext
+    from durable_agents.engine.context_scope import OperationScope
 
 
 class ConditionNotMetError(DurableError):
@@ -158,7 +161,7 @@ class Polling:
         return jitter_delay(base, pacing.jitter, draw)
 
 
-def run_condition(ctx: DurableContext, name: str, polling: Polling) -> Any:
+def run_condition(ctx: OperationScope, name: str, polling: Polling) -> Any:
     """Polls inside one scope of kind ``condition`` (see ``DurableContext.wait_for_condition``).
 
     Raises:
@@ -166,16 +169,22 @@ def run_condition(ctx: DurableContext, name: str, polling: Polling) -> Any:
         ConditionNotMetError: If ``max_attempts`` checks did not end the polling.
     """
 
-    def poll(scope: DurableContext) -> Any:
+    def poll(scope: OperationScope) -> Any:
         state = polling.initial_state
         for attempt in range(1, polling.max_attempts + 1):
             given = state
             try:
-                state = scope.step(
+                # The checks and pauses are a step and a timer of the scope, as
+                # ``ctx.step(check, given, name=...)`` and ``ctx.wait(...)`` record them.
+                state = run_step(
+                    scope,
                     polling.check,
-                    given,
-                    name=f"check-{attempt}",
-                    retry=polling.check_retry,
+                    (given,),
+                    f"check-{attempt}",
+                    polling.check_retry,
+                    StepSemantics.AT_LEAST_ONCE,
+                    None,
+                    fingerprint=Fingerprint.of_args((given,)),
                     serdes=polling.serdes,
                 )
             except Exception as exc:
@@ -189,7 +198,7 @@ def run_condition(ctx: DurableContext, name: str, polling: Polling) -> Any:
             if pause is None:
                 return state
             if attempt < polling.max_attempts:
-                scope.wait(pause, name=f"pause-{attempt}")
+                run_wait(scope, float(pause), f"pause-{attempt}")
         raise ConditionNotMetError(polling.max_attempts, state)
 
     # The first check's fingerprint covers the initial state while polling; the scope's own

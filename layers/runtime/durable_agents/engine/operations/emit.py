@@ -14,14 +14,14 @@ _EMIT = OpKind.EMIT
 _SUCCEEDED = EntryType.SUCCEEDED
 
 if TYPE_CHECKING:
-    from durable_agents.engine.context import DurableContext
+    from durable_agents.engine.context_scope import OperationScope
 
 MAX_DETAIL_TYPE = 128
 # EventBridge accepts entries up to 256 KB; leave room for the envelope.
 MAX_EVENT_BYTES = 200_000
 
 
-def run_emit(ctx: DurableContext, detail_type: str, detail: Any, name: str) -> str:
+def run_emit(ctx: OperationScope, detail_type: str, detail: Any, name: str) -> str:
     """Records the event once and returns its id (see ``DurableContext.emit``).
 
     Raises:

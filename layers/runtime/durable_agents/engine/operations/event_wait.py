@@ -48,7 +48,7 @@ _EVENT = OpKind.EVENT
 _STATUS = OpKind.STATUS
 
 if TYPE_CHECKING:
-    from durable_agents.engine.context import DurableContext
+    from durable_agents.engine.context_scope import OperationScope
     from durable_agents.engine.invocation import Invocation
 
 _PENDING = frozenset({WaitStatus.PENDING})
@@ -140,7 +140,7 @@ def event_floors(inv: Invocation, names: Iterable[str]) -> dict[str, int]:
     return {name: _cursor(inv, name) for name in sorted(names)}
 
 
-def run_wait_for_event(ctx: DurableContext, name: str, timeout_ms: int | None) -> EventMessage:
+def run_wait_for_event(ctx: OperationScope, name: str, timeout_ms: int | None) -> EventMessage:
     """Takes the next event of ``name``, or suspends until one arrives (or the timeout).
 
     Raises:
@@ -207,7 +207,7 @@ def _look_again(inv: Invocation, wait_id: str) -> SuspendExecution:
 
 
 def _take(
-    ctx: DurableContext, position: str, op_id: str, name: str, slot: WaitRecord
+    ctx: OperationScope, position: str, op_id: str, name: str, slot: WaitRecord
 ) -> EventMessage:
     inv = ctx.invocation
     details = slot.details
@@ -257,7 +257,7 @@ def _take(
     return message
 
 
-def run_set_status(ctx: DurableContext, value: Any, name: str) -> None:
+def run_set_status(ctx: OperationScope, value: Any, name: str) -> None:
     """Records ``value`` once as the run's published status (nothing is written on replay).
 
     Raises:

@@ -43,7 +43,7 @@ _INVOKE = OpKind.INVOKE
 
 if TYPE_CHECKING:
     from durable_agents.agent import AgentDefinition
-    from durable_agents.engine.context import DurableContext
+    from durable_agents.engine.context_scope import OperationScope
 
 
 class ChildRunFailedError(DurableError):
@@ -89,7 +89,7 @@ def _output_type(inv: Any, agent: str) -> Any:
 
 
 def run_invoke(
-    ctx: DurableContext,
+    ctx: OperationScope,
     agent: AgentDefinition[Any, Any] | str,
     value: Any,
     name: str,

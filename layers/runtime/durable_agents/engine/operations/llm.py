@@ -23,7 +23,7 @@ from durable_agents.llm.types import (
 from durable_agents.retry import RetryPolicy
 
 if TYPE_CHECKING:
-    from durable_agents.engine.context import DurableContext
+    from durable_agents.engine.context_scope import OperationScope
 
 _log = logging.getLogger("durable_agents.llm.streams")
 # Enum members read per operation, as module names: on Python 3.11 ``OpKind.X`` goes through
@@ -100,7 +100,7 @@ def request_fingerprint(request: LlmRequest, config: ModelConfig) -> Fingerprint
 
 
 def run_llm(
-    ctx: DurableContext,
+    ctx: OperationScope,
     name: str,
     request: LlmRequest,
     config: ModelConfig,

@@ -29,7 +29,7 @@ from durable_agents.errors import (
 _MEMORY = OpKind.MEMORY
 
 if TYPE_CHECKING:
-    from durable_agents.engine.context import DurableContext
+    from durable_agents.engine.context_scope import OperationScope
 
 DEFAULT_SCOPE = "default"
 MAX_LIST_LIMIT = 100
@@ -52,7 +52,7 @@ class Memory:
 
     __slots__ = ("_ctx", "namespace")
 
-    def __init__(self, ctx: DurableContext, scope: str = DEFAULT_SCOPE):
+    def __init__(self, ctx: OperationScope, scope: str = DEFAULT_SCOPE):
         self._ctx = ctx
         self.namespace = namespace_for(ctx.invocation.header.tenant, scope)
 

@@ -14,10 +14,10 @@ _NOW = OpKind.NOW
 _SUCCEEDED = EntryType.SUCCEEDED
 
 if TYPE_CHECKING:
-    from durable_agents.engine.context import DurableContext
+    from durable_agents.engine.context_scope import OperationScope
 
 
-def run_now(ctx: DurableContext) -> datetime:
+def run_now(ctx: OperationScope) -> datetime:
     """Returns the recorded time at this position, recording it on first execution."""
     inv = ctx.invocation
     position, op_id, record = ctx.next_operation(_NOW, "now")

@@ -66,7 +66,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from durable_agents.engine.context import DurableContext
+    from durable_agents.engine.context_scope import OperationScope
 
 T = TypeVar("T")
 
@@ -90,10 +90,10 @@ class _Branch:
 
 
 def run_batch(
-    ctx: DurableContext,
+    ctx: OperationScope,
     kind: OpKind,
     name: str,
-    branches: Sequence[Callable[[DurableContext], Any]],
+    branches: Sequence[Callable[[OperationScope], Any]],
     policy: CompletionPolicy,
     max_concurrency: int | None,
     serdes: Serdes | None = None,
@@ -269,8 +269,8 @@ def _all_known(states: list[_Branch]) -> bool:
 
 
 def _run_branch(
-    ctx: DurableContext,
-    scope: DurableContext,
+    ctx: OperationScope,
+    scope: OperationScope,
     state: _Branch,
     branch: Callable[..., Any],
     serdes: Serdes | None,
@@ -300,7 +300,7 @@ def _run_branch(
 
 
 def _run_flat(
-    scope: DurableContext, branch: Callable[..., Any], state: _Branch, serdes: Serdes | None
+    scope: OperationScope, branch: Callable[..., Any], state: _Branch, serdes: Serdes | None
 ) -> Any:
     """Runs a branch in its own id space, with no record of its own.
 
@@ -317,7 +317,7 @@ def _run_flat(
 
 
 def _complete(
-    ctx: DurableContext,
+    ctx: OperationScope,
     position: str,
     op_id: str,
     kind: OpKind,
@@ -362,7 +362,7 @@ def _complete(
 
 
 def _replayed(
-    ctx: DurableContext,
+    ctx: OperationScope,
     position: str,
     op_id: str,
     recorded: Entry,

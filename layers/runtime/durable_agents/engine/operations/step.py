@@ -34,7 +34,7 @@ from durable_agents.errors import (
 from durable_agents.retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy
 
 if TYPE_CHECKING:
-    from durable_agents.engine.context import DurableContext
+    from durable_agents.engine.context_scope import OperationScope
 
 
 @lru_cache(maxsize=1024)
@@ -72,7 +72,7 @@ class StepInfo:
 
 
 def run_step(
-    ctx: DurableContext,
+    ctx: OperationScope,
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     name: str,
@@ -172,7 +172,7 @@ def run_step(
     return value
 
 
-def _record_result(ctx: DurableContext, entry: Any, op_id: str) -> None:
+def _record_result(ctx: OperationScope, entry: Any, op_id: str) -> None:
     inv = ctx.invocation
     try:
         inv.commit([entry])
@@ -184,7 +184,7 @@ def _record_result(ctx: DurableContext, entry: Any, op_id: str) -> None:
 
 
 def _record_failure(
-    ctx: DurableContext,
+    ctx: OperationScope,
     position: str,
     op_id: str,
     name: str,
@@ -260,7 +260,7 @@ def _interruptions(record: OpRecord) -> int:
 
 
 def _handle_interrupted(
-    ctx: DurableContext,
+    ctx: OperationScope,
     position: str,
     op_id: str,
     name: str,

@@ -18,12 +18,12 @@ _TOOL = OpKind.TOOL
 _SUSPENDED = RunStatus.SUSPENDED
 
 if TYPE_CHECKING:
-    from durable_agents.engine.context import DurableContext
+    from durable_agents.engine.context_scope import OperationScope
 
 REVIEW_REQUESTED = "Review Requested"
 
 
-def run_tool(ctx: DurableContext, tool: Tool[Any, Any], request: Any, name: str) -> Any:
+def run_tool(ctx: OperationScope, tool: Tool[Any, Any], request: Any, name: str) -> Any:
     """Executes, recovers or replays one tool call (see ``DurableContext.tool``)."""
     inv = ctx.invocation
     fingerprint = ToolFingerprint(tool, request)
@@ -77,7 +77,7 @@ def _protocol(inv: Invocation) -> SideEffectProtocol:
     return protocol
 
 
-def settle(ctx: DurableContext, settled: Settled, tool: Tool[Any, Any], op_id: str) -> Any:
+def settle(ctx: OperationScope, settled: Settled, tool: Tool[Any, Any], op_id: str) -> Any:
     """Turns a protocol outcome into the operation's return value or a suspension."""
     inv = ctx.invocation
     if settled.entry is not None:

@@ -14,10 +14,10 @@ _SCHEDULED = EntryType.SCHEDULED
 _SUCCEEDED = EntryType.SUCCEEDED
 
 if TYPE_CHECKING:
-    from durable_agents.engine.context import DurableContext
+    from durable_agents.engine.context_scope import OperationScope
 
 
-def run_wait(ctx: DurableContext, seconds: float, name: str) -> None:
+def run_wait(ctx: OperationScope, seconds: float, name: str) -> None:
     """Arms, checks or completes one timer (see ``DurableContext.wait``).
 
     Raises:

@@ -22,20 +22,37 @@ observer took up the operation it parked in).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from durable_agents.core.log_context import note_run
 from durable_agents.core.models import RunSnapshot, RunStatus
 from durable_agents.engine.cancellation import nothing_to_stop, settle_leftovers
-from durable_agents.engine.drive import drive_parked
 from durable_agents.engine.follow_ups import publish_follow_up
 from durable_agents.engine.invocation import InvocationHooks
 from durable_agents.engine.outcomes import InvocationOutcome, OutcomeKind
 from durable_agents.engine.plugin_calls import InvocationSpan
+from durable_agents.engine.sticky.driving import drive_parked
 from durable_agents.engine.sticky.parking import ParkedRun
 
-if TYPE_CHECKING:  # the runtime calls this module; only its type is needed here
-    from durable_agents.engine.runtime import Runtime
+if TYPE_CHECKING:
+    import logging
+
+    from durable_agents.core.clock import Clock
+    from durable_agents.engine.events import EventPublisher
+    from durable_agents.engine.sticky.parking import StickyRuns
+    from durable_agents.journal.store import JournalStore
+
+
+class TurnHost(Protocol):
+    """What a parked turn needs of the runtime that goes on with it (``Runtime`` is one)."""
+
+    store: JournalStore
+    clock: Clock
+    publisher: EventPublisher
+    logger: logging.Logger
+    sticky: StickyRuns | None
+    invocation_services: dict[str, Any]
+
 
 __all__ = ["AGENT_BUDGET", "Limits", "go_on"]
 
@@ -50,7 +67,7 @@ _RUNNING, _CANCELLED = RunStatus.RUNNING, OutcomeKind.CANCELLED
 
 
 def go_on(
-    runtime: Runtime,
+    runtime: TurnHost,
     span: InvocationSpan,
     snapshot: RunSnapshot,
     parked: list[ParkedRun | None],
