@@ -6,12 +6,13 @@ import contextlib
 from dataclasses import asdict
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from durable_agents.admin.gauges import measure
 from durable_agents.admin.reconciler import expire_wait, sweep, wake_run
+from durable_agents.aws.deferred import DeferredTracer
 from durable_agents.aws.deployment import Settings, build_runtime, import_agent_modules
 from durable_agents.aws.telemetry import emit_single_metric, flush_metrics_safely, trace_safely
 from durable_agents.core.log_context import LOG_LOCATION, LogContextFilter
@@ -24,7 +25,8 @@ logger = Logger(location=LOG_LOCATION)
 # Revealed secrets are masked in every line this function writes (durable_agents.core.scrub).
 logger.registered_handler.addFilter(ScrubFilter())
 logger.registered_handler.addFilter(LogContextFilter())
-tracer = Tracer()
+# Made at the first invocation, not at init: it loads the X-Ray SDK (durable_agents.aws.deferred).
+tracer = DeferredTracer()
 metrics = Metrics()
 # At init, not on the first event: a module that does not import fails the deployment at once.
 AGENTS = import_agent_modules()

@@ -6,10 +6,11 @@ import os
 from typing import Any
 
 import boto3
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from durable_agents.aws.deferred import DeferredTracer
 from durable_agents.aws.outbox import events_from_stream, relay
 from durable_agents.core.log_context import LOG_LOCATION
 from durable_agents.core.scrub import ScrubFilter
@@ -18,7 +19,8 @@ from durable_agents.errors import ConfigurationError
 logger = Logger(location=LOG_LOCATION)  # file:function:line (durable_agents.core.log_context)
 # Revealed secrets are masked in every line this function writes (durable_agents.core.scrub).
 logger.registered_handler.addFilter(ScrubFilter())
-tracer = Tracer()
+# Made at the first invocation, not at init: it loads the X-Ray SDK (durable_agents.aws.deferred).
+tracer = DeferredTracer()
 metrics = Metrics()
 
 _client: Any = None

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
+from durable_agents.aws.deferred import DeferredTracer
 from durable_agents.aws.deployment import Settings, build_runtime, import_agent_modules
 from durable_agents.aws.telemetry import PowertoolsPlugin, flush_metrics_safely, trace_safely
 from durable_agents.core.log_context import LOG_LOCATION, LogContextFilter
@@ -27,7 +28,8 @@ logger = Logger(location=LOG_LOCATION)
 # Revealed secrets are masked in every line this function writes (durable_agents.core.scrub).
 logger.registered_handler.addFilter(ScrubFilter())
 logger.registered_handler.addFilter(LogContextFilter())
-tracer = Tracer()
+# Made at the first invocation, not at init: it loads the X-Ray SDK (durable_agents.aws.deferred).
+tracer = DeferredTracer()
 metrics = Metrics()
 # At init, not on the first event: a module that does not import fails the deployment at once.
 AGENTS = import_agent_modules()

@@ -97,8 +97,11 @@ def trace_safely(tracer: Any) -> Callable[[Handler], Handler]:
 
         @functools.wraps(handler)
         def wrapper(event: dict[str, Any], context: Any) -> dict[str, Any]:
+            # Outside the guard: a tracer that cannot be made at all (a DeferredTracer is made
+            # on this first use) fails the invocation; it is not a sink failing.
+            provider = tracer.provider
             try:
-                scope = tracer.provider.in_subsegment(name=name)
+                scope = provider.in_subsegment(name=name)
                 subsegment = scope.__enter__()
             except Exception:
                 _warn("the tracer could not open the handler's subsegment; untraced")

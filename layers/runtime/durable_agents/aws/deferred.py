@@ -1,0 +1,132 @@
+"""What a handler makes on first use instead of at init: the Tracer, rarely used clients.
+
+A cold start's init is the handler module's import (``docs/benchmarks.md``, "Cold start").
+Making Powertools' ``Tracer`` imports the X-Ray SDK, whose recorder makes a botocore session
+and an ``xray`` client as it loads; a boto3 client loads its service model. Neither is needed
+before the first invocation, and some clients (S3 for spilled payloads, ``bedrock-runtime``
+for models that are not scripted) are not needed by most invocations at all. Each object here
+stands in for the real one and makes it the first time something asks it for an attribute;
+after that every attribute is the real object's.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar, cast, overload
+
+from aws_lambda_powertools import Tracer
+
+_Handler = TypeVar("_Handler", bound=Callable[..., Any])
+# One lock for every deferred object: a boto3 session must not make two clients at once.
+# Re-entrant, so making one object may use another.
+_MAKING = threading.RLock()
+
+
+class DeferredClient:
+    """A boto3 client made by ``make`` the first time one of its attributes is read.
+
+    Args:
+        make: Makes the client (``lambda: session.client("s3")``); called once.
+    """
+
+    def __init__(self, make: Callable[[], Any]):
+        self._make: Callable[[], Any] | None = make
+        self._client: Any = None
+
+    @property
+    def client(self) -> Any:
+        """The client, made now if it was not yet.
+
+        Raises:
+            Exception: Whatever making it raises (it is tried again on the next use).
+        """
+        if self._make is not None:
+            with _MAKING:
+                if self._make is not None:
+                    self._client = self._make()
+                    self._make = None
+        return self._client
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_make", "_client"):  # not set yet (a copy): never recurse
+            raise AttributeError(name)
+        return getattr(self.client, name)
+
+
+class DeferredTracer:
+    """Powertools' ``Tracer``, made the first time one of its attributes is read.
+
+    ``capture_lambda_handler`` is the Tracer's, applied at the handler's first invocation, so
+    decorating a handler makes no Tracer either.
+
+    Args:
+        **options: The ``Tracer``'s arguments (``service``, ``disabled``, ``auto_patch``...).
+    """
+
+    def __init__(self, **options: Any):
+        self._options = options
+        self._tracer: Tracer | None = None
+
+    @property
+    def tracer(self) -> Tracer:
+        """The Tracer, made now if it was not yet (the X-Ray SDK is imported then).
+
+        Raises:
+            Exception: Whatever making it raises (it is tried again on the next use).
+        """
+        if self._tracer is None:
+            with _MAKING:
+                if self._tracer is None:
+                    self._tracer = Tracer(**self._options)
+        return self._tracer
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_options", "_tracer"):  # not set yet (a copy): never recurse
+            raise AttributeError(name)
+        return getattr(self.tracer, name)
+
+    @overload
+    def capture_lambda_handler(
+        self,
+        lambda_handler: _Handler,
+        capture_response: bool | None = None,
+        capture_error: bool | None = None,
+    ) -> _Handler: ...
+
+    @overload
+    def capture_lambda_handler(
+        self,
+        lambda_handler: None = None,
+        capture_response: bool | None = None,
+        capture_error: bool | None = None,
+    ) -> Callable[[_Handler], _Handler]: ...
+
+    def capture_lambda_handler(
+        self,
+        lambda_handler: _Handler | None = None,
+        capture_response: bool | None = None,
+        capture_error: bool | None = None,
+    ) -> _Handler | Callable[[_Handler], _Handler]:
+        """``Tracer.capture_lambda_handler``, with the Tracer made at the first invocation."""
+        if lambda_handler is None:
+            return functools.partial(
+                self.capture_lambda_handler,
+                capture_response=capture_response,
+                capture_error=capture_error,
+            )
+        handler = lambda_handler
+        traced: list[Callable[..., Any]] = []
+
+        @functools.wraps(handler)
+        def wrapper(event: Any, context: Any) -> Any:
+            if not traced:
+                traced.append(
+                    self.tracer.capture_lambda_handler(
+                        handler, capture_response=capture_response, capture_error=capture_error
+                    )
+                )
+            return traced[0](event, context)
+
+        return cast(_Handler, wrapper)
