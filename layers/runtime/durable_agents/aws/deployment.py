@@ -16,6 +16,7 @@ from durable_agents.agent import (
     default_registry,
 )
 from durable_agents.aws.bedrock import BedrockProvider
+from durable_agents.aws.deferred import DeferredClient
 from durable_agents.aws.eventbridge import EventBridgePublisher
 from durable_agents.aws.memory_table import DynamoDBMemoryStore
 from durable_agents.aws.scheduler import EventBridgeWaitScheduler
@@ -180,9 +181,11 @@ def import_agent_modules(
 def build_providers(settings: Settings, session: Any) -> dict[str, LlmProvider]:
     """The model providers: ``bedrock`` always, ``scripted`` when a script file is configured.
 
-    The ``bedrock-runtime`` client is made here, once per process; making it sends no request.
-    A real boto3 session gets the region and read timeout from the settings; other sessions
-    (the local one) are asked for a plain client.
+    The ``bedrock-runtime`` client is made once per process, by the first model call that
+    Bedrock answers (``DeferredClient``): a process whose agents call no Bedrock model never
+    loads its service model. A real boto3 session gets the region and read timeout from the
+    settings (the region is checked here); other sessions (the local one) are asked for a
+    plain client.
 
     Args:
         settings: The deployment settings.
@@ -193,19 +196,25 @@ def build_providers(settings: Settings, session: Any) -> dict[str, LlmProvider]:
     """
     import boto3  # noqa: PLC0415 - keep boto3 out of the import path of pure library use
     from botocore.config import Config  # noqa: PLC0415
+    from botocore.utils import validate_region_name  # noqa: PLC0415
 
     if isinstance(session, boto3.session.Session):
-        client = session.client(
-            "bedrock-runtime",
-            region_name=settings.bedrock_region,
-            config=Config(
-                read_timeout=settings.bedrock_read_timeout_seconds,
-                connect_timeout=5,
-                retries={"mode": "standard", "max_attempts": 3},
-            ),
+        # What making the client would refuse, refused now (InvalidRegionError), not by a
+        # model call.
+        if settings.bedrock_region:
+            validate_region_name(settings.bedrock_region)
+        config = Config(
+            read_timeout=settings.bedrock_read_timeout_seconds,
+            connect_timeout=5,
+            retries={"mode": "standard", "max_attempts": 3},
+        )
+        client = DeferredClient(
+            lambda: session.client(
+                "bedrock-runtime", region_name=settings.bedrock_region, config=config
+            )
         )
     else:
-        client = session.client("bedrock-runtime")
+        client = DeferredClient(lambda: session.client("bedrock-runtime"))
     providers: dict[str, LlmProvider] = {"bedrock": BedrockProvider(client)}
     if settings.scripted_model_file:
         providers["scripted"] = load_model_scripts(settings.scripted_model_file)
@@ -272,8 +281,9 @@ def build_runtime(
     # And name the run, agent and operation on their lines (durable_agents.core.log_context).
     install_log_context()
     session = session or boto3.session.Session()
+    # Made by the first value that spills or is read back (DeferredClient): most never do.
     payloads = (
-        S3PayloadStore(session.client("s3"), settings.payload_bucket)
+        S3PayloadStore(DeferredClient(lambda: session.client("s3")), settings.payload_bucket)
         if settings.payload_bucket
         else None
     )
