@@ -1,28 +1,29 @@
 """Api: thin HTTP handlers over the runtime (one Powertools resolver and its route groups).
 
-Reviews are here; runs, approvals (IAM, JWT, signed links), callbacks and streams are in
-``api.routes``. Everything a caller names is looked up within the caller's tenant
-(``api.routes.tenancy``): another tenant's is 404, exactly like none. Every rejection is a
-4xx with ``{"error": {"type": ..., "message": ...}}`` saying what is wrong (an HTML page
-instead when a browser asked for one).
+The routes (runs, reviews, approvals with IAM, JWT or signed links, callbacks, streams, the
+console) are ``api.routes``' ``Router``s, included here; what they share with this module (the
+logger, the runtime) is ``api.services``, below both: a route never imports this module.
+Everything a caller names is looked up within the caller's tenant (``api.routes.tenancy``):
+another tenant's is 404, exactly like none. Every rejection is a 4xx with
+``{"error": {"type": ..., "message": ...}}`` saying what is wrong (an HTML page instead when a
+browser asked for one).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote
 
-from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools import Tracer
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from api.approval_page import render_message_page
 from api.authn import require_iam_identity
@@ -31,6 +32,7 @@ from api.routes import (
     callbacks,
     console,
     openapi_doc,
+    reviews,
     run_events,
     run_stops,
     runs,
@@ -39,22 +41,18 @@ from api.routes import (
 from api.routes.common import (
     BadRequest,
     UnprocessableRequest,
+    error,
     html,
     prefers_html,
     wait_view,
 )
-from api.routes.common import error as _error
-from api.routes.common import json_body as _json_body
-from api.routes.common import ok as _ok
 from api.routes.limits import PayloadTooLargeError
-from api.routes.tenancy import TenantNotMappedError, check_effect_owner, collect, iam_caller
+from api.routes.tenancy import TenantNotMappedError
+from api.services import logger
 from durable_agents.admin.review import (
-    Decision,
     NotAReviewerError,
     ReviewAlreadyDecidedError,
-    ReviewRequest,
     ReviewResultError,
-    resolve,
 )
 from durable_agents.admin.views import effect_view
 from durable_agents.auth.deciders import (
@@ -62,22 +60,17 @@ from durable_agents.auth.deciders import (
     AuthUnavailableError,
     NotAnApproverError,
 )
-from durable_agents.aws.deployment import Settings, build_runtime, import_agent_modules
-from durable_agents.aws.telemetry import RunsStarted
-from durable_agents.core.log_context import LOG_LOCATION
-from durable_agents.core.models import SideEffectRecord, WaitStatus
-from durable_agents.core.principals import Principal, iam_patterns
-from durable_agents.core.scrub import ScrubFilter
+from durable_agents.aws.deployment import import_agent_modules
+from durable_agents.core.models import WaitStatus
 from durable_agents.engine.cancellation import RunNotCancellableError
-from durable_agents.engine.events import step_ready
 from durable_agents.engine.inbox import (
     EventIdConflictError,
     EventSendContendedError,
     RunNotAcceptingEventsError,
     TooManyEventNamesError,
 )
+from durable_agents.engine.runtime import InputValidationError
 from durable_agents.engine.wait_records import WaitGoneError, closed_for_finished_run
-from durable_agents.engine.runtime import InputValidationError, Runtime
 from durable_agents.errors import (
     AgentNotFoundError,
     EffectNotFoundError,
@@ -91,7 +84,6 @@ from durable_agents.errors import (
     WaitNotFoundError,
 )
 from durable_agents.migrations import MigrationNotFoundError, MigrationRefusedError
-from durable_agents.tools import default_tools
 
 
 class ThreadSafeRestResolver(APIGatewayRestResolver):
@@ -166,9 +158,6 @@ class ThreadSafeRestResolver(APIGatewayRestResolver):
         return super().resolve(event, context)
 
 
-logger = Logger(location=LOG_LOCATION)  # file:function:line (durable_agents.core.log_context)
-# Revealed secrets are masked in every line this function writes (durable_agents.core.scrub).
-logger.registered_handler.addFilter(ScrubFilter())
 tracer = Tracer()
 app = ThreadSafeRestResolver()
 # At init, not on the first request: a module that does not import fails the deployment at once.
@@ -176,31 +165,9 @@ AGENTS = import_agent_modules()
 # Every route but /people and /links needs an IAM caller, checked once for all (api.authn).
 app.use([require_iam_identity])
 
-_runtime: Runtime | None = None
-MAX_LIMIT = 100
 # Every id travels as one path segment; DynamoDB refuses keys over 2,048 bytes (moto does not),
 # so longer segments are refused here, before any route reads the table with them.
 MAX_PATH_SEGMENT_BYTES = 512
-
-
-def get_runtime() -> Runtime:
-    """Builds the runtime once per execution environment (on first use, not at import)."""
-    global _runtime  # noqa: PLW0603 - one runtime per Lambda execution environment
-    if _runtime is None:
-        # RunsStarted by agent, for every run a request creates (durable_agents.aws.telemetry).
-        _runtime = build_runtime(Settings.from_env(), logger=logger, plugins=[RunsStarted()])
-    return _runtime
-
-
-class ReviewDecisionRequest(BaseModel):
-    """Body of ``POST /reviews/{operation_id}``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    decision: Decision
-    comment: str = Field(default="", max_length=2000)
-    result: Any = None
-    external_id: str | None = Field(default=None, max_length=256)
 
 
 # What each domain error means for an HTTP caller. Domain exceptions carry no status codes.
@@ -300,94 +267,14 @@ def error_response(exc: Exception) -> Response[str]:
     if prefers_html(app.current_event):
         page = render_message_page(status.phrase, message)
         return html(status, page, headers=headers or None)
-    return _error(status, type(exc).__name__, message, headers=headers or None, **extra)
+    return error(status, type(exc).__name__, message, headers=headers or None, **extra)
 
 
 for _error_type in ERROR_STATUS:
     app.exception_handler(_error_type)(error_response)
 
 
-def _body() -> Any:
-    return _json_body(app.current_event)
-
-
-@app.get("/reviews")
-@tracer.capture_method(capture_response=False)
-def list_reviews() -> Response[str]:
-    """Lists the caller's tenant's tool calls waiting for a person, with the exact request."""
-    _, tenant = iam_caller(app.current_event)
-    store = get_runtime().store
-    records = collect(
-        tenant,
-        lambda cursor: store.reviews_page(limit=MAX_LIMIT, cursor=cursor),
-        lambda r: r.run_id,
-        MAX_LIMIT,
-    )
-    return _ok(HTTPStatus.OK, {"reviews": [effect_view(r) for r in records]})
-
-
-@app.post("/reviews/<operation_id>")
-@tracer.capture_method(capture_response=False)
-def decide_review(operation_id: str) -> Response[str]:
-    """Records a reviewer's decision (committed / retry / abandon) once and resumes the run.
-
-    Only the tool's declared reviewers may decide (``REVIEW_OPERATORS`` for a tool that
-    declares none; nobody until configured): 403 otherwise. A call of another tenant's run is
-    404, like one never recorded.
-    """
-    reviewer, tenant = iam_caller(app.current_event)
-    body = ReviewDecisionRequest.model_validate(_body())
-    return _ok(HTTPStatus.OK, effect_view(record_review(reviewer, tenant, operation_id, body)))
-
-
-def record_review(
-    reviewer: Principal, tenant: str, operation_id: str, body: ReviewDecisionRequest
-) -> SideEffectRecord:
-    """Records a review decision and wakes the run (``POST /reviews/{id}`` and the console's).
-
-    Raises:
-        EffectNotFoundError: If nothing is recorded there, or it is another tenant's run (404).
-        NotAReviewerError: If the reviewer may not decide it (403).
-        ReviewAlreadyDecidedError: If it is no longer in review (409).
-        AuthUnavailableError: If ``REVIEW_OPERATORS`` is malformed (503).
-    """
-    try:
-        operators = iam_patterns("REVIEW_OPERATORS", os.environ)
-    except ValueError as exc:
-        raise AuthUnavailableError(str(exc)) from exc
-    runtime = get_runtime()
-    # Operation ids of nested scopes contain "/": clients send it percent-encoded.
-    operation_id = unquote(operation_id)
-    # Before anything about the call is checked: another tenant's is "not recorded", not 403.
-    check_effect_owner(tenant, operation_id)
-    record = resolve(
-        runtime.store,
-        default_tools,
-        runtime.clock,
-        operation_id,
-        ReviewRequest(
-            decision=body.decision,
-            decided_by=reviewer.display,
-            comment=body.comment,
-            result=body.result,
-            external_id=body.external_id,
-            via=reviewer.via,
-        ),
-        reviewer=reviewer,
-        operators=operators,
-    )
-    runtime.publisher.publish([step_ready(record.run_id, "review-decided")])
-    logger.info(
-        "review decided",
-        extra={
-            "operation_id": operation_id,
-            "decision": body.decision.value,
-            "decided_by": reviewer.display,
-        },
-    )
-    return record
-
-
+app.include_router(reviews.router)
 app.include_router(runs.router)
 app.include_router(run_stops.router)
 app.include_router(run_events.router)

@@ -12,7 +12,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from api.routes.approvals import DecisionRequest, LinkDecisionRequest, MintLinkRequest
+from api.routes.callbacks import CallbackFailureRequest
 from api.routes.limits import MAX_CURSOR_CHARS, MAX_KEY_CHARS
+from api.routes.reviews import ReviewDecisionRequest
+from api.routes.run_query import MAX_VERSION_CHARS
+from api.routes.run_stops import StopRunRequest
+from api.routes.runs import MigrateRunRequest, StartRunRequest
+from durable_agents.core.models import RunStatus
 
 Security = Literal["sigv4", "jwt", "link"]
 
@@ -54,18 +61,6 @@ _LIMIT = Param("limit", {"type": "integer", "minimum": 1, "maximum": 100}, "Page
 
 def operations() -> dict[tuple[str, str], Operation]:
     """Every route of the Api, keyed by (method, OpenAPI path)."""
-    from api.app import ReviewDecisionRequest  # noqa: PLC0415 - no cycle
-    from api.routes.approvals import (  # noqa: PLC0415
-        DecisionRequest,
-        LinkDecisionRequest,
-        MintLinkRequest,
-    )
-    from api.routes.callbacks import CallbackFailureRequest  # noqa: PLC0415
-    from api.routes.run_query import MAX_VERSION_CHARS  # noqa: PLC0415
-    from api.routes.run_stops import StopRunRequest  # noqa: PLC0415
-    from api.routes.runs import MigrateRunRequest, StartRunRequest  # noqa: PLC0415
-    from durable_agents.core.models import RunStatus  # noqa: PLC0415
-
     statuses = [s.value for s in RunStatus]
     decided = (404, 409, 410, 413, 422)
     return {
@@ -279,10 +274,6 @@ def operations() -> dict[tuple[str, str], Operation]:
 
 def _console_operations(statuses: list[str]) -> dict[tuple[str, str], Operation]:
     """The run console's pages (HTML) and form actions (303 back to a page)."""
-    from api.app import ReviewDecisionRequest  # noqa: PLC0415 - no cycle
-    from api.routes.approvals import DecisionRequest  # noqa: PLC0415
-    from api.routes.run_stops import StopRunRequest  # noqa: PLC0415
-
     page = Operation(html_only=True, errors=(404,), tags=("console",))
     action = Operation(303, html_only=True, form=True, tags=("console",))
     return {

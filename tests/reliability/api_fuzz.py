@@ -211,10 +211,10 @@ def fuzz_stack() -> Iterator[FuzzStack]:
         }.items():
             mp.setenv(name, value)
         mp.delenv("PUBLIC_BASE_URL", raising=False)
-        from api import app as api_app
+        from api import services as api_services
         from api.routes import approvals, openapi_doc, streams
 
-        mp.setattr(api_app, "_runtime", None)
+        mp.setattr(api_services, "_runtime", None)
         mp.setattr(openapi_doc, "_document", None)
         mp.setattr(approvals, "_link_signer", None)
         mp.setattr(
@@ -223,7 +223,7 @@ def fuzz_stack() -> Iterator[FuzzStack]:
         mp.setattr(streams, "time", _FakeTime())
         journal = DynamoDBJournal(dynamodb, TABLE)
         runner = AgentTestRunner(refund, journal=journal, mode="faithful")
-        runtime = api_app.get_runtime()
+        runtime = api_services.get_runtime()
         mp.setattr(runtime, "clock", runner.clock)
         _, approval_id = start_approval(runner)
         callback_id = _seed_callback(journal, runner.clock)

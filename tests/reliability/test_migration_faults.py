@@ -155,13 +155,13 @@ def migrate(run_id: str) -> Any:
 @pytest.fixture
 def serve(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Installs a runtime as the Api's."""
-    from api import app as api_app
+    from api import services as api_services
 
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "1")
     monkeypatch.delenv("TENANT_MAP", raising=False)
 
     def bind(rt: Runtime) -> None:
-        monkeypatch.setattr(api_app, "_runtime", rt)
+        monkeypatch.setattr(api_services, "_runtime", rt)
 
     return bind
 

@@ -104,14 +104,14 @@ class IntrudedSimulator(Simulator):
 
 @pytest.fixture
 def api_over_the_simulator(monkeypatch: pytest.MonkeyPatch) -> Any:
-    from api import app as api_app
+    from api import services as api_services
     from api.routes import approvals
 
     monkeypatch.setenv("TENANT_MAP", json.dumps(TENANT_MAP))
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "1")
 
     def bind(sim: Simulator) -> None:
-        monkeypatch.setattr(api_app, "_runtime", sim.runtime)
+        monkeypatch.setattr(api_services, "_runtime", sim.runtime)
         verifier = JwtVerifier(ISSUER, AUDIENCE, jwks={"keys": [KEYS.jwk]}, clock=sim.clock)
         monkeypatch.setattr(approvals, "_jwt_verifier", verifier)
 

@@ -149,8 +149,8 @@ KEYS = Keys("api-key-1")
 @pytest.fixture
 def api(deployment: Deployment, monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
     """The Api with a link key in (moto) Secrets Manager and a JWT issuer with a local JWKS."""
-    from api.app import get_runtime
     from api.routes import approvals
+    from api.services import get_runtime
 
     arn = boto3.client("secretsmanager", region_name="us-east-1").create_secret(
         Name="approval-link-key", SecretString=secrets.token_urlsafe(48)
@@ -172,7 +172,7 @@ def api(deployment: Deployment, monkeypatch: pytest.MonkeyPatch) -> Iterator[Dep
 
 @pytest.fixture
 def pending(api: Deployment, monkeypatch: pytest.MonkeyPatch) -> Pending:
-    from api.app import get_runtime
+    from api.services import get_runtime
 
     journal = DynamoDBJournal(boto3.client("dynamodb", region_name="us-east-1"), TABLE)
     runner = AgentTestRunner(refund, journal=journal, mode="faithful")

@@ -85,11 +85,11 @@ def deployment(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[Deploymen
         "STALL_AFTER_SECONDS": "60",
     }.items():
         monkeypatch.setenv(name, value)
-    from api import app as api_app
+    from api import services as api_services
     from reconciler import app as reconciler_app
     from step_runner import app as step_app
 
-    for module in (api_app, step_app):
+    for module in (api_services, step_app):
         monkeypatch.setattr(module, "_runtime", None)
     monkeypatch.setattr(reconciler_app, "_runtime", None)
     monkeypatch.setattr(reconciler_app, "_settings", None)

@@ -52,7 +52,7 @@ def test_ten_concurrent_decisions_exactly_one_wins(
     moto_endpoint: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ten people press Approve at the same moment: one 200, nine 409 showing the winner."""
-    from api import app as api_app
+    from api import services as api_services
 
     client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
     table = f"journal-race-{secrets.token_hex(4)}"
@@ -64,7 +64,7 @@ def test_ten_concurrent_decisions_exactly_one_wins(
     api_client = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
     publisher = CollectingPublisher()
     monkeypatch.setattr(
-        api_app,
+        api_services,
         "_runtime",
         Runtime(DynamoDBJournal(api_client, table), publisher=publisher, clock=runner.clock),
     )

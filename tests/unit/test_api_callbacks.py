@@ -62,7 +62,7 @@ class Waiting:
 
 
 def start(deployment: Deployment, monkeypatch: pytest.MonkeyPatch, job: Job) -> Waiting:
-    from api.app import get_runtime
+    from api.services import get_runtime
 
     journal = DynamoDBJournal(boto3.client("dynamodb", region_name="us-east-1"), TABLE)
     runner = AgentTestRunner(waiter, journal=journal, mode="faithful")

@@ -246,7 +246,7 @@ def test_a_form_from_another_site_is_refused_and_changes_nothing(
     ):
         reply = form(path, fields, headers=base)
         assert reply.status == 403, reply.text
-    from api.app import get_runtime
+    from api.services import get_runtime
 
     store = get_runtime().store
     assert store.get_wait(pending.approval_id).status is WaitStatus.PENDING
@@ -266,7 +266,7 @@ def test_cancel_from_the_console(pending: Pending, api: Deployment) -> None:  # 
     assert reply.headers["Location"] == (
         f"../../../console/runs/{pending.run_id}?done=cancel-requested"
     )
-    from api.app import get_runtime
+    from api.services import get_runtime
 
     requested = get_runtime().store.get_run(pending.run_id).cancel_requested
     assert requested is not None and requested["reason"] == "customer <withdrew>"
@@ -294,7 +294,7 @@ def test_another_tenants_run_is_the_same_404_as_none(
     pending: Pending, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TENANT_MAP", json.dumps(TENANT_MAP))
-    from api.app import get_runtime
+    from api.services import get_runtime
 
     store = get_runtime().store
     header = store.get_run(pending.run_id)

@@ -12,9 +12,9 @@ from tests.unit.test_api import GOOD, call, start
 
 
 def _switch(run_id: str, input_json: str) -> None:
-    from api.routes.common import runtime
+    from api.services import get_runtime
 
-    store = runtime().store
+    store = get_runtime().store
     snapshot = store.load(run_id)
     inv = Invocation(store, snapshot, clock=SystemClock(), budget=None, lease_ms=60_000)
     signal = ContinueAsNew("00000001", f"{run_id}:continue_as_new:1", input_json)

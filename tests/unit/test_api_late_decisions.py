@@ -84,7 +84,7 @@ def finished_with_a_leftover(
     deployment: Deployment, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> tuple[Pending, str]:
     """The quorum run decided on its first wait through the Api, finished, and stamped."""
-    from api.app import get_runtime
+    from api.services import get_runtime
 
     journal = DynamoDBJournal(boto3.client("dynamodb", region_name="us-east-1"), TABLE)
     definition = approval_quorum if kind == "approval" else callback_quorum

@@ -139,7 +139,7 @@ def test_the_document_is_served_to_iam_callers(api: Deployment) -> None:  # noqa
 def test_an_infrastructure_failure_answers_the_documented_error_shape(
     deployment: Deployment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from api.app import get_runtime
+    from api.services import get_runtime
 
     def unavailable(*_: Any, **__: Any) -> Any:
         raise InfrastructureError("GetItem", "ProvisionedThroughputExceededException")

@@ -42,7 +42,7 @@ def listener_registry() -> AgentRegistry:
 @pytest.fixture
 def rt(api: Deployment, monkeypatch: pytest.MonkeyPatch) -> Runtime:  # noqa: F811
     """The Api's runtime (moto journal and bus), with the listener and a skip clock."""
-    from api.app import get_runtime
+    from api.services import get_runtime
 
     runtime = get_runtime()
     monkeypatch.setattr(runtime, "registry", listener_registry())

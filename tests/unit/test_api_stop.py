@@ -49,7 +49,7 @@ def stop_registry() -> AgentRegistry:
 @pytest.fixture
 def rt(api: Deployment, monkeypatch: pytest.MonkeyPatch) -> Runtime:  # noqa: F811
     """The Api's runtime (moto journal and bus), with the refunder and a skip clock."""
-    from api.app import get_runtime
+    from api.services import get_runtime
 
     CALLS.clear()
     runtime = get_runtime()

@@ -228,7 +228,7 @@ def test_without_a_map_everyone_is_the_default_tenant(api: Deployment) -> None:
 @pytest.fixture
 def a_approval(tenants: Deployment, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
     """Tenant A's run waiting on an approval: (run id, approval id)."""
-    from api.app import get_runtime
+    from api.services import get_runtime
 
     runner = AgentTestRunner(refund, journal=_journal(), mode="faithful")
     monkeypatch.setattr(get_runtime(), "clock", runner.clock)
@@ -287,7 +287,7 @@ def test_the_approvals_listing_shows_only_the_callers_tenant(
 
 
 def _person(tenant: Any) -> dict[str, str]:
-    from api.app import get_runtime
+    from api.services import get_runtime
 
     token = KEYS.sign(claims(get_runtime().clock, tenant=tenant))
     return {"Authorization": f"Bearer {token}"}
@@ -428,7 +428,7 @@ def test_a_callback_id_is_its_own_authorization_whatever_the_tenant(
     A shared integration (one IAM role for every tenant, here tenant B's) completes the
     callback it was handed; the public part of the id alone is 404, like any unknown id.
     """
-    from api.app import get_runtime
+    from api.services import get_runtime
     from tests.unit import test_api_callbacks as callbacks_api
 
     runner = AgentTestRunner(callbacks_api.waiter, journal=_journal(), mode="faithful")

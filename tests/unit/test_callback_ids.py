@@ -46,7 +46,7 @@ class Started:
 
 @pytest.fixture
 def started(deployment: Deployment, monkeypatch: pytest.MonkeyPatch) -> Started:
-    from api.app import get_runtime
+    from api.services import get_runtime
 
     SEEN.clear()
     journal = DynamoDBJournal(boto3.client("dynamodb", region_name="us-east-1"), TABLE)

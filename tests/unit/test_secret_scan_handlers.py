@@ -63,7 +63,7 @@ def forget_revealed_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> SkipClock:
     """One clock for every handler, so the test can let leases and stale deadlines pass."""
-    from api import app as api_app
+    from api import services as api_services
     from reconciler import app as reconciler_app
     from step_runner import app as step_app
 
@@ -72,7 +72,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> SkipClock:
     def build_runtime(settings: deployment.Settings, **kwargs: Any) -> Any:
         return deployment.build_runtime(settings, clock=shared, **kwargs)
 
-    for module in (api_app, step_app, reconciler_app):
+    for module in (api_services, step_app, reconciler_app):
         monkeypatch.setattr(module, "build_runtime", build_runtime)
     return shared
 

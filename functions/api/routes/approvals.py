@@ -38,11 +38,11 @@ from api.routes.common import (
     ok,
     prefers_html,
     public_base_url,
-    runtime,
     wake,
 )
 from api.routes.limits import MAX_LINK_BODY_BYTES
 from api.routes.tenancy import collect, iam_caller, owned_wait, tenant_of
+from api.services import get_runtime
 from durable_agents.auth.deciders import (
     AuthUnavailableError,
     JwtVerifier,
@@ -185,7 +185,7 @@ def _ensure_open(record: WaitRecord) -> None:
     """Raises WaitGoneError if the approval was decided or its deadline passed (expiring it)."""
     if record.status is not WaitStatus.PENDING:
         raise WaitGoneError(record)
-    rt = runtime()
+    rt = get_runtime()
     if record.deadline_ms is not None and rt.clock.now_ms() >= record.deadline_ms:
         try:
             record = expire_approval(rt.store, rt.clock, record)
@@ -205,7 +205,7 @@ def _decide(
     minted_by: str | None = None,
 ) -> WaitRecord:
     _ensure_open(record)
-    rt = runtime()
+    rt = get_runtime()
     try:
         settled = record_decision(
             rt.store,
@@ -276,7 +276,7 @@ def list_approvals() -> Response[str]:
     status, approved = STATES[state]
     records = collect(
         tenant,
-        lambda cursor: runtime().store.waits_page(KIND, status, limit=MAX_LIST, cursor=cursor),
+        lambda cursor: get_runtime().store.waits_page(KIND, status, limit=MAX_LIST, cursor=cursor),
         _run_id,
         limit,
         keep=lambda r: approved is None or bool((r.outcome or {}).get("approved")) is approved,
@@ -332,7 +332,7 @@ def mint_link(approval_id: str) -> Response[str]:
         record.wait_id,
         request.approver,
         request.ttl_seconds,
-        now_ms=runtime().clock.now_ms(),
+        now_ms=get_runtime().clock.now_ms(),
         minted_by=caller.identity,
     )
     url = f"{base_url}/links/approvals/{quote(record.wait_id)}?token={token}"
@@ -365,7 +365,7 @@ def _person(approval_id: str) -> tuple[Principal, WaitRecord]:
     """The signed-in person and the approval, if it is of their tenant (404 otherwise)."""
     verifier = jwt_verifier()
     token = bearer_token(header(_event(), "Authorization"))
-    principal = verifier.verify(token, now_ms=runtime().clock.now_ms())
+    principal = verifier.verify(token, now_ms=get_runtime().clock.now_ms())
     tenant = tenant_of(principal)
     return principal, owned_wait(tenant, find_wait(KIND, approval_id))
 
@@ -391,7 +391,7 @@ def person_decide_approval(approval_id: str) -> Response[str]:
 # ------------------------------------------------------------------------------- signed links
 def _link(approval_id: str, token: str | None) -> tuple[LinkClaims, WaitRecord]:
     signer = link_signer()
-    claims = signer.verify(token or "", approval_id, now_ms=runtime().clock.now_ms())
+    claims = signer.verify(token or "", approval_id, now_ms=get_runtime().clock.now_ms())
     record = find_wait(KIND, approval_id)
     _authorize(claims.principal, record)
     return claims, record

@@ -21,7 +21,8 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.routes.common import callback_view, check_wait_id, json_body, ok, runtime, wake
+from api.routes.common import callback_view, check_wait_id, json_body, ok, wake
+from api.services import get_runtime
 from durable_agents.auth.deciders import principal_from_iam
 from durable_agents.core.models import WaitRecord, WaitStatus
 from durable_agents.engine.operations.callback import complete_callback, find_callback, heartbeat
@@ -48,7 +49,7 @@ def _event() -> APIGatewayProxyEvent:
 
 def _pending(callback_id: str) -> tuple[str, WaitRecord]:
     caller = principal_from_iam(_event().raw_event)
-    record = find_callback(runtime().store, check_wait_id(callback_id))
+    record = find_callback(get_runtime().store, check_wait_id(callback_id))
     if record.status is not WaitStatus.PENDING:
         raise WaitGoneError(record)
     return caller.identity, record
@@ -61,7 +62,7 @@ def _wake_if_timed_out(record: WaitRecord) -> None:
 
 
 def _settle(record: WaitRecord, caller: str, **outcome: Any) -> Response[str]:
-    rt = runtime()
+    rt = get_runtime()
     try:
         settled = complete_callback(rt.store, rt.clock, record, **outcome)
     except WaitGoneError as exc:
@@ -101,7 +102,7 @@ def callback_failure(callback_id: str) -> Response[str]:
 def callback_heartbeat(callback_id: str) -> Response[str]:
     """Pushes the heartbeat deadline forward (a no-op for callbacks without one)."""
     _, record = _pending(callback_id)
-    rt = runtime()
+    rt = get_runtime()
     try:
         beat = heartbeat(rt.store, rt.clock, record)
     except WaitGoneError as exc:

@@ -6,7 +6,7 @@ import json
 import os
 import re
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from aws_lambda_powertools import Logger
@@ -16,14 +16,12 @@ from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from api.approval_page import HTML_HEADERS, approval_state
 from api.routes import limits
 from api.routes.limits import MAX_FORM_FIELDS, MAX_JSON_BODY_BYTES, body_text, parse_json
+from api.services import get_runtime
 from durable_agents.auth.deciders import AuthUnavailableError
 from durable_agents.core.clock import iso
 from durable_agents.core.models import WaitRecord
 from durable_agents.engine.events import EventPublishError, step_ready
 from durable_agents.errors import WaitNotFoundError
-
-if TYPE_CHECKING:
-    from durable_agents.engine.runtime import Runtime
 
 logger = Logger(child=True)
 
@@ -33,13 +31,6 @@ BadRequest = limits.BadRequest  # defined with the limits; the routes have alway
 
 class UnprocessableRequest(Exception):
     """The request is well-formed but asks for something this resource cannot do (422)."""
-
-
-def runtime() -> Runtime:
-    """The execution environment's runtime (built once, by ``api.app.get_runtime``)."""
-    from api.app import get_runtime  # noqa: PLC0415 - api.app owns the per-environment runtime
-
-    return get_runtime()
 
 
 def ok(status: HTTPStatus, body: Any, headers: dict[str, str] | None = None) -> Response[str]:
@@ -208,7 +199,7 @@ def find_wait(kind: str, wait_id: str) -> WaitRecord:
     Raises:
         WaitNotFoundError: If there is none of this kind.
     """
-    record = runtime().store.get_wait(check_wait_id(wait_id))
+    record = get_runtime().store.get_wait(check_wait_id(wait_id))
     if record.kind != kind:
         raise WaitNotFoundError(wait_id)
     return record
@@ -221,7 +212,7 @@ def wake(run_id: str, reason: str) -> None:
     RUNNING, so the reconciler re-drives it once it has been idle for ``STALL_AFTER_SECONDS``.
     """
     try:
-        runtime().publisher.publish([step_ready(run_id, reason)])
+        get_runtime().publisher.publish([step_ready(run_id, reason)])
     except EventPublishError:
         logger.warning(
             "Step Ready not published; the reconciler will resume the run",

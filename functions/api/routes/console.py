@@ -10,7 +10,7 @@ another tenant's run is the same 404 as none.
 The actions post HTML forms and go through the Api's own code paths and checks: cancel is
 ``run_stops.stop_run`` (``POST /runs/{id}/cancel``), an approval decision is the one
 ``POST /approvals/{id}`` makes (the caller must match an ``iam:`` approver pattern), a review
-decision is ``api.app.record_review`` (the tool's reviewers, else ``REVIEW_OPERATORS``). A
+decision is ``routes.reviews.record_review`` (the tool's reviewers, else ``REVIEW_OPERATORS``). A
 form post is accepted only from the console's own pages (``check_same_origin``: the browser's
 ``Sec-Fetch-Site``/``Origin``), so another site cannot make an operator's browser — or the
 signing proxy in front of it — act. Each action answers ``303 See Other`` back to its page.
@@ -36,11 +36,13 @@ from api.console_page import (
 )
 from api.console_timeline import child_run_ids, render_timeline_page
 from api.routes.approvals import DecisionRequest, _authorize, _decide
-from api.routes.common import BadRequest, find_wait, form_or_json_body, header, is_form, runtime
+from api.routes.common import BadRequest, find_wait, form_or_json_body, header, is_form
 from api.routes.limits import parse_json
+from api.routes.reviews import ReviewDecisionRequest, record_review
 from api.routes.run_query import list_page, listing_query
 from api.routes.run_stops import StopRunRequest, stop_run
 from api.routes.tenancy import collect, iam_caller, owned_run, owned_wait
+from api.services import get_runtime
 from durable_agents.core.ids import check_run_id
 from durable_agents.core.models import WaitStatus
 from durable_agents.core.tenancy import ALL_TENANTS
@@ -156,7 +158,7 @@ def console_runs() -> Response[str]:
     _, tenant = iam_caller(event)
     scope = None if tenant == ALL_TENANTS else tenant
     query = runs_query(dict(event.query_string_parameters or {}), scope)
-    page = list_page(runtime().store, query.list_kwargs)
+    page = list_page(get_runtime().store, query.list_kwargs)
     return _html(
         render_runs_page(
             page.runs, filters=query.echo, next_cursor=page.cursor, root=root_of(event.path)
@@ -174,7 +176,7 @@ def timeline_response(event: APIGatewayProxyEvent, run_id: str) -> Response[str]
     _, tenant = iam_caller(event)
     run_id = check_run_id(run_id)
     owned_run(tenant, run_id)
-    rt = runtime()
+    rt = get_runtime()
     snapshot = rt.store.load(run_id)
     chunks: list[StreamChunk] = []
     cache = rt.stream_sink
@@ -241,7 +243,7 @@ def console_pending() -> Response[str]:
     """Pending approvals and tool calls in review of the caller's tenant, with their actions."""
     event = _event()
     _, tenant = iam_caller(event)
-    store = runtime().store
+    store = get_runtime().store
     approvals = collect(
         tenant,
         lambda cursor: store.waits_page(KIND, WaitStatus.PENDING, limit=MAX_LIMIT, cursor=cursor),
@@ -275,8 +277,6 @@ def console_decide_approval(approval_id: str) -> Response[str]:
 @router.post("/console/reviews/<operation_id>")
 def console_decide_review(operation_id: str) -> Response[str]:
     """Decides a tool call in review (``POST /reviews/{id}``'s checks and recording)."""
-    from api.app import ReviewDecisionRequest, record_review  # noqa: PLC0415 - api.app owns it
-
     event = _event()
     reviewer, tenant = iam_caller(event)
     fields = _form(event)

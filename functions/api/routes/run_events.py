@@ -21,9 +21,10 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 
-from api.routes.common import header, json_body, ok, runtime, wake
+from api.routes.common import header, json_body, ok, wake
 from api.routes.limits import check_key
 from api.routes.tenancy import iam_caller, owned_run
+from api.services import get_runtime
 from durable_agents.core.clock import iso
 from durable_agents.core.ids import check_name, check_run_id
 from durable_agents.engine.generations import published_status
@@ -65,7 +66,7 @@ def post_run_event(run_id: str, name: str) -> Response[str]:
         check_key(key, "the Idempotency-Key header")
     payload = json_body(event, required=False)
     owned_run(tenant, run_id)
-    rt = runtime()
+    rt = get_runtime()
     sent = send_event(rt.store, rt.clock, run_id, name, payload, key or None)
     if sent.woke:
         # Lost, it is not lost: the run is RUNNING with the event recorded, and the
@@ -92,8 +93,8 @@ def get_status_value(run_id: str) -> Response[str]:
     _, tenant = iam_caller(_event())
     run_id = check_run_id(run_id)
     owned_run(tenant, run_id)
-    snapshot = runtime().store.load(run_id)
-    published = published_status(runtime().store, snapshot)  # earlier generations too
+    snapshot = get_runtime().store.load(run_id)
+    published = published_status(get_runtime().store, snapshot)  # earlier generations too
     return ok(
         HTTPStatus.OK,
         {

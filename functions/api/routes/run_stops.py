@@ -18,8 +18,9 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.routes.common import json_body, ok, runtime
+from api.routes.common import json_body, ok
 from api.routes.tenancy import iam_caller, owned_run
+from api.services import get_runtime
 from durable_agents.admin.views import run_view
 from durable_agents.core.ids import check_run_id
 from durable_agents.core.models import RunHeader
@@ -80,7 +81,7 @@ def stop_run(
         RunNotCancellableError: If the run is finished, or cannot run its code to cancel (409).
     """
     owned_run(tenant, run_id)
-    rt = runtime()
+    rt = get_runtime()
     header = request_stop(
         rt.store, rt.clock, rt.publisher, run_id, mode=mode, reason=request.reason,
         by=principal.display,

@@ -19,10 +19,11 @@ from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from api.routes import console
-from api.routes.common import BadRequest, header, json_body, ok, runtime, wants_html
+from api.routes.common import BadRequest, header, json_body, ok, wants_html
 from api.routes.limits import check_key
 from api.routes.run_query import MAX_VERSION_CHARS, list_page, listing_query
 from api.routes.tenancy import iam_caller, owned_run
+from api.services import get_runtime
 from durable_agents.admin.migration_commit import migrate_run
 from durable_agents.admin.views import history, run_view
 from durable_agents.core.ids import check_run_id
@@ -88,7 +89,7 @@ def start_run() -> Response[str]:
         check_key(request.idempotency_key, "idempotency_key")
     key = request.idempotency_key or header_key
     owner = DEFAULT_TENANT if tenant == ALL_TENANTS else tenant
-    run, created = runtime().start_run(
+    run, created = get_runtime().start_run(
         request.agent,
         request.input,
         idempotency_key=key,
@@ -125,7 +126,7 @@ def list_runs() -> Response[str]:
     _, tenant = iam_caller(event)
     scope = None if tenant == ALL_TENANTS else tenant
     query = listing_query(event.query_string_parameters or {}, scope)
-    page = list_page(runtime().store, query)
+    page = list_page(get_runtime().store, query)
     return ok(HTTPStatus.OK, {"runs": [run_view(h) for h in page.runs], "cursor": page.cursor})
 
 
@@ -147,7 +148,7 @@ def get_history(run_id: str) -> Response[str]:
     run = owned_run(tenant, check_run_id(run_id))
     # ``?generation=N``: an earlier generation of a run that continued as new (ADR 0016).
     wanted = _generation((_event().query_string_parameters or {}).get("generation"), run)
-    snapshot = runtime().store.load_generation(run_id, wanted)
+    snapshot = get_runtime().store.load_generation(run_id, wanted)
     return ok(
         HTTPStatus.OK,
         {"run_id": run_id, "generation": wanted, "events": history(snapshot)},
@@ -174,7 +175,7 @@ def redrive(run_id: str) -> Response[str]:
     event = _event()
     _, tenant = iam_caller(event)
     owned_run(tenant, check_run_id(run_id))
-    header_ = runtime().redrive(run_id)
+    header_ = get_runtime().redrive(run_id)
     logger.info("run re-driven", extra={"run_id": run_id, "caller": caller_name(event)})
     return ok(HTTPStatus.ACCEPTED, run_view(header_))
 
@@ -195,7 +196,7 @@ def migrate(run_id: str) -> Response[str]:
     request = MigrateRunRequest.model_validate(json_body(event))
     owned_run(tenant, run_id)
     result = migrate_run(
-        runtime(), run_id, request.to_version, by=principal.display, dry_run=request.dry_run
+        get_runtime(), run_id, request.to_version, by=principal.display, dry_run=request.dry_run
     )
     logger.info(
         "run migrated" if result.committed else "run migration checked (dry run)",

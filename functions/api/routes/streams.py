@@ -17,9 +17,10 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 
-from api.routes.common import BadRequest, header, ok, runtime
+from api.routes.common import BadRequest, header, ok
 from api.routes.limits import check_key
 from api.routes.tenancy import iam_caller, owned_run
+from api.services import get_runtime
 from durable_agents.core.ids import check_run_id
 from durable_agents.llm.streams import StreamCache, StreamChunk
 
@@ -70,7 +71,7 @@ def get_stream(run_id: str) -> Response[str]:
     """
     event = _event()
     _, tenant = iam_caller(event)
-    rt = runtime()
+    rt = get_runtime()
     run = owned_run(tenant, check_run_id(run_id))
     cache = rt.stream_sink
     if not isinstance(cache, StreamCache):

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 
-from api.routes.common import runtime
+from api.services import get_runtime
 from durable_agents.auth.deciders import AuthUnavailableError, principal_from_iam
 from durable_agents.core.models import RunHeader, WaitRecord
 from durable_agents.core.principals import Principal
@@ -101,7 +101,7 @@ def iam_caller(event: APIGatewayProxyEvent) -> tuple[Principal, str]:
 def run_tenant(run_id: str) -> str | None:
     """The tenant of a run, or None if there is no such run."""
     try:
-        return runtime().store.get_run(run_id).tenant
+        return get_runtime().store.get_run(run_id).tenant
     except RunNotFoundError:
         return None
 
@@ -112,7 +112,7 @@ def owned_run(tenant: str, run_id: str) -> RunHeader:
     Raises:
         RunNotFoundError: If there is no such run, or it is another tenant's.
     """
-    header = runtime().store.get_run(run_id)
+    header = get_runtime().store.get_run(run_id)
     if not visible(tenant, header.tenant):
         raise RunNotFoundError(run_id)
     return header
@@ -170,7 +170,7 @@ def collect(
         page = fetch(cursor)
         candidates = [item for item in page.items if keep(item)]
         if tenant != ALL_TENANTS and candidates:
-            owners = runtime().store.run_tenants({run_id_of(item) for item in candidates})
+            owners = get_runtime().store.run_tenants({run_id_of(item) for item in candidates})
             candidates = [
                 item
                 for item in candidates
