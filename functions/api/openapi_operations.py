@@ -12,7 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from api.routes.approvals import DecisionRequest, LinkDecisionRequest, MintLinkRequest
+from api.routes.approval_decisions import DecisionRequest
+from api.routes.approvals import LinkDecisionRequest, MintLinkRequest
 from api.routes.callbacks import CallbackFailureRequest
 from api.routes.limits import MAX_CURSOR_CHARS, MAX_KEY_CHARS
 from api.routes.reviews import ReviewDecisionRequest

@@ -2,5 +2,5 @@
 
 A route module never imports ``api.app``: what it needs from the execution environment is in
 ``api.services``; what route groups share is in the helper modules here (``common``,
-``tenancy``, ``limits``, ``run_query``).
+``tenancy``, ``limits``, ``run_query``, ``approval_decisions``).
 """

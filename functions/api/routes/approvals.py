@@ -7,17 +7,17 @@
 
 An approval belongs to its run's tenant: IAM and JWT callers of another tenant get the 404 of
 an unknown id (``routes.tenancy``); a signed link is bound to its one approval, so it needs no
-tenant. Every path ends in ``approval.record_decision``, which records a decision once: the
-first one wins, a second gets 409 with the first, and one after the deadline gets 410. So
-does one after the approval's run finished (a quorum went on without it): the approval is
-closed instead, and nothing of the decision is kept (docs/operations.md, "Retention").
+tenant. Every path ends in ``routes.approval_decisions.decide`` (the console's too), where
+``approval.record_decision`` records a decision once: the first one wins, a second gets 409
+with the first, and one after the deadline gets 410. So does one after the approval's run
+finished (a quorum went on without it): the approval is closed instead, and nothing of the
+decision is kept (docs/operations.md, "Retention").
 """
 
 from __future__ import annotations
 
 import os
 from http import HTTPStatus
-from typing import Literal
 from urllib.parse import quote
 
 from aws_lambda_powertools import Logger
@@ -27,6 +27,7 @@ from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.approval_page import render_approval_page, render_message_page
+from api.routes.approval_decisions import DecisionRequest, authorize, decide, ensure_open
 from api.routes.common import (
     BadRequest,
     UnprocessableRequest,
@@ -38,7 +39,6 @@ from api.routes.common import (
     ok,
     prefers_html,
     public_base_url,
-    wake,
 )
 from api.routes.limits import MAX_LINK_BODY_BYTES
 from api.routes.tenancy import collect, iam_caller, owned_wait, tenant_of
@@ -60,8 +60,7 @@ from durable_agents.auth.links import (
 from durable_agents.core.clock import iso
 from durable_agents.core.models import WaitRecord, WaitStatus
 from durable_agents.core.principals import Principal, iam_patterns, may_decide
-from durable_agents.engine.operations.approval import KIND, expire_approval, record_decision
-from durable_agents.engine.wait_records import WaitGoneError, closed_for_finished_run
+from durable_agents.engine.operations.approval import KIND
 
 logger = Logger(child=True)
 router = Router()  # type: ignore[no-untyped-call]
@@ -111,15 +110,6 @@ def link_signer() -> LinkSigner:
     return _link_signer
 
 
-class DecisionRequest(BaseModel):
-    """Body of a decision: ``POST /approvals/{id}`` and ``POST /people/approvals/{id}``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    decision: Literal["approve", "reject"]
-    comment: str = Field(default="", max_length=2000)
-
-
 class LinkDecisionRequest(DecisionRequest):
     """Body of ``POST /links/approvals/{id}`` (JSON or an HTML form)."""
 
@@ -143,16 +133,6 @@ def _event() -> APIGatewayProxyEvent:
 
 def _run_id(record: WaitRecord) -> str:
     return record.run_id
-
-
-def _authorize(principal: Principal, record: WaitRecord) -> None:
-    if not may_decide(principal, record.details.get("approvers", [])):
-        who = (
-            f"the link's approver {principal.identity}"
-            if principal.via == "link"
-            else principal.display
-        )
-        raise NotAnApproverError(f"{who} is not among the approvers of {record.wait_id}")
 
 
 def _authorize_minter(caller: Principal) -> None:
@@ -179,62 +159,6 @@ def _authorize_minter(caller: Principal) -> None:
 
 class LinkMinterError(NotAnApproverError):
     """The caller is authenticated but may not mint signed links (403)."""
-
-
-def _ensure_open(record: WaitRecord) -> None:
-    """Raises WaitGoneError if the approval was decided or its deadline passed (expiring it)."""
-    if record.status is not WaitStatus.PENDING:
-        raise WaitGoneError(record)
-    rt = get_runtime()
-    if record.deadline_ms is not None and rt.clock.now_ms() >= record.deadline_ms:
-        try:
-            record = expire_approval(rt.store, rt.clock, record)
-        except WaitGoneError as exc:
-            record = exc.record
-        if record.status is WaitStatus.EXPIRED:
-            wake(record.run_id, "approval-expired")
-        raise WaitGoneError(record)
-
-
-def _decide(
-    record: WaitRecord,
-    request: DecisionRequest,
-    *,
-    decided_by: str,
-    via: str,
-    minted_by: str | None = None,
-) -> WaitRecord:
-    _ensure_open(record)
-    rt = get_runtime()
-    try:
-        settled = record_decision(
-            rt.store,
-            rt.clock,
-            record,
-            approved=request.decision == "approve",
-            decided_by=decided_by,
-            comment=request.comment,
-            via=via,
-            minted_by=minted_by,
-        )
-    except WaitGoneError as exc:
-        # Closed because its run had finished: there is no run to wake.
-        if exc.record.status is WaitStatus.EXPIRED and not closed_for_finished_run(exc.record):
-            wake(exc.record.run_id, "approval-expired")
-        raise
-    wake(settled.run_id, "approval-decided")
-    logger.info(
-        "approval decided",
-        extra={
-            "approval_id": settled.wait_id,
-            "run_id": settled.run_id,
-            "approved": request.decision == "approve",
-            "via": via,
-            "decided_by": decided_by,
-            "minted_by": minted_by,
-        },
-    )
-    return settled
 
 
 def _show(record: WaitRecord, *, token: str | None = None) -> Response[str]:
@@ -297,9 +221,9 @@ def decide_approval(approval_id: str) -> Response[str]:
     event = _event()
     principal, tenant = iam_caller(event)
     record = owned_wait(tenant, find_wait(KIND, approval_id))
-    _authorize(principal, record)
+    authorize(principal, record)
     request = DecisionRequest.model_validate(form_or_json_body(event))
-    settled = _decide(record, request, decided_by=principal.display, via="iam")
+    settled = decide(record, request, decided_by=principal.display, via="iam")
     return _decided(settled)
 
 
@@ -326,7 +250,7 @@ def mint_link(approval_id: str) -> Response[str]:
             f"{request.approver!r} is an iam: approver: it decides with SigV4 "
             "(POST /approvals/{id}), never through a signed link"
         )
-    _ensure_open(record)
+    ensure_open(record)
     base_url = public_base_url(event)
     token, claims = link_signer().mint(
         record.wait_id,
@@ -374,7 +298,7 @@ def _person(approval_id: str) -> tuple[Principal, WaitRecord]:
 def person_get_approval(approval_id: str) -> Response[str]:
     """Shows an approval of the person's tenant to a signed-in person who is an approver."""
     principal, record = _person(approval_id)
-    _authorize(principal, record)
+    authorize(principal, record)
     return _show(record)
 
 
@@ -382,9 +306,9 @@ def person_get_approval(approval_id: str) -> Response[str]:
 def person_decide_approval(approval_id: str) -> Response[str]:
     """Records a signed-in person's decision (``user:`` or ``group:`` approver patterns)."""
     principal, record = _person(approval_id)
-    _authorize(principal, record)
+    authorize(principal, record)
     request = DecisionRequest.model_validate(form_or_json_body(_event()))
-    settled = _decide(record, request, decided_by=principal.display, via="jwt")
+    settled = decide(record, request, decided_by=principal.display, via="jwt")
     return _decided(settled)
 
 
@@ -393,7 +317,7 @@ def _link(approval_id: str, token: str | None) -> tuple[LinkClaims, WaitRecord]:
     signer = link_signer()
     claims = signer.verify(token or "", approval_id, now_ms=get_runtime().clock.now_ms())
     record = find_wait(KIND, approval_id)
-    _authorize(claims.principal, record)
+    authorize(claims.principal, record)
     return claims, record
 
 
@@ -426,7 +350,7 @@ def link_decide_approval(approval_id: str) -> Response[str]:
     else:
         claims, record = _link(approval_id, token if isinstance(token, str) else None)
     request = LinkDecisionRequest.model_validate({**body, "token": token})
-    settled = _decide(
+    settled = decide(
         record,
         DecisionRequest(decision=request.decision, comment=request.comment),
         decided_by=claims.decided_by,

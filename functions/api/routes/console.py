@@ -9,11 +9,12 @@ another tenant's run is the same 404 as none.
 
 The actions post HTML forms and go through the Api's own code paths and checks: cancel is
 ``run_stops.stop_run`` (``POST /runs/{id}/cancel``), an approval decision is the one
-``POST /approvals/{id}`` makes (the caller must match an ``iam:`` approver pattern), a review
-decision is ``routes.reviews.record_review`` (the tool's reviewers, else ``REVIEW_OPERATORS``). A
-form post is accepted only from the console's own pages (``check_same_origin``: the browser's
-``Sec-Fetch-Site``/``Origin``), so another site cannot make an operator's browser — or the
-signing proxy in front of it — act. Each action answers ``303 See Other`` back to its page.
+``POST /approvals/{id}`` makes (``routes.approval_decisions``: the caller must match an
+``iam:`` approver pattern), a review decision is ``routes.reviews.record_review`` (the tool's
+reviewers, else ``REVIEW_OPERATORS``). A form post is accepted only from the console's own
+pages (``check_same_origin``: the browser's ``Sec-Fetch-Site``/``Origin``), so another site
+cannot make an operator's browser — or the signing proxy in front of it — act. Each action
+answers ``303 See Other`` back to its page.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from api.console_page import (
     root_of,
 )
 from api.console_timeline import child_run_ids, render_timeline_page
-from api.routes.approvals import DecisionRequest, _authorize, _decide
+from api.routes.approval_decisions import DecisionRequest, authorize, decide
 from api.routes.common import BadRequest, find_wait, form_or_json_body, header, is_form
 from api.routes.limits import parse_json
 from api.routes.reviews import ReviewDecisionRequest, record_review
@@ -267,9 +268,9 @@ def console_decide_approval(approval_id: str) -> Response[str]:
     check_same_origin(event)  # before anything is read: a cross-site post learns nothing
     principal, tenant = iam_caller(event)
     record = owned_wait(tenant, find_wait(KIND, approval_id))
-    _authorize(principal, record)
+    authorize(principal, record)
     request = DecisionRequest.model_validate(_form(event))
-    _decide(record, request, decided_by=principal.display, via="iam")
+    decide(record, request, decided_by=principal.display, via="iam")
     verdict = "approved" if request.decision == "approve" else "rejected"
     return _see_other(f"{root_of(event.path)}console/approvals?done=approval-{verdict}")
 
