@@ -125,7 +125,7 @@ $(BENCH_STAMP):
 lint: $(VENV_STAMP) ## ruff check + ruff format --check + the layer contracts (.importlinter)
 	$(VENV)/bin/ruff check $(PY_DIRS)
 	$(VENV)/bin/ruff format --check $(PY_DIRS)
-	$(VENV)/bin/lint-imports --no-cache
+	PYTHONPATH=functions $(VENV)/bin/lint-imports --no-cache
 
 # mypy's config (pyproject.toml) checks the durable_agents package; the handlers under
 # functions/ have no __init__.py per function, so they are checked as namespace packages
