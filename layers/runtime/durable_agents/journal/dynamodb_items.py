@@ -1,6 +1,6 @@
 """Translating records to DynamoDB items and back (the journal table's item layout).
 
-Kept apart from the store (``dynamodb.py``), which decides *when* to write and under which
+Kept apart from the writes (``dynamodb_writes``), which decide *when* to write and under which
 conditions; this module only knows *what* an item looks like. See ADR 0001 for the layout.
 """
 

@@ -293,25 +293,6 @@ class JournalWriter:
         self._items = items
         self._loader = loader
 
-    def start_echo(self, run_id: str, token: str, at_ms: int) -> None:
-        """Writes a new run's header echo, only where none is yet (``header_echo``).
-
-        A storage failure is logged, not raised: the run exists (its header landed).
-        """
-        try:
-            self._client.put_item(
-                **echo_put(self._table, run_id, token, at_ms, only_if_absent=True)
-            )
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
-            # A later change wrote the echo first (this Put came late): that one is current.
-        except InfrastructureError:
-            # The run exists (its header landed): failing its start now would make the caller
-            # start it again. Without an echo, every load reads its header (correct, one
-            # request more) until its first header change writes one.
-            logger.warning("run %s: its header echo was not written", run_id, exc_info=True)
-
     def create_run(self, header: RunHeader, echo_token: str) -> tuple[RunHeader, bool]:
         """Writes a new run's header (stamped with ``echo_token``), and its idempotency key.
 
@@ -372,6 +353,25 @@ class JournalWriter:
                 raise EntryConflictError(HEADER_SK) from exc
             raise
         return header, True
+
+    def start_echo(self, run_id: str, token: str, at_ms: int) -> None:
+        """Writes a new run's header echo, only where none is yet (``header_echo``).
+
+        A storage failure is logged, not raised: the run exists (its header landed).
+        """
+        try:
+            self._client.put_item(
+                **echo_put(self._table, run_id, token, at_ms, only_if_absent=True)
+            )
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            # A later change wrote the echo first (this Put came late): that one is current.
+        except InfrastructureError:
+            # The run exists (its header landed): failing its start now would make the caller
+            # start it again. Without an echo, every load reads its header (correct, one
+            # request more) until its first header change writes one.
+            logger.warning("run %s: its header echo was not written", run_id, exc_info=True)
 
     def write(
         self,
