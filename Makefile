@@ -203,6 +203,7 @@ bench: $(VENV_STAMP) ## Benchmarks: AWS requests and cost per operation kind, pe
 	$(VENV)/bin/python scripts/bench_replay.py
 	$(VENV)/bin/python scripts/bench_invocations.py
 	$(VENV)/bin/python scripts/bench_warm_load.py
+	$(VENV)/bin/python scripts/bench_cold_start.py
 
 bench-local: $(VENV_STAMP) ## Local-mode runs/minute, ephemeral vs durable store (~10 min)
 	$(VENV)/bin/python scripts/bench_local.py
