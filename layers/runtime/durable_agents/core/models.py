@@ -209,8 +209,6 @@ class Entry:
     @property
     def sort_key(self) -> str:
         """The journal sort key: program order, then attempts, then the result."""
-        # Looked up in module tables: this runs for every entry written, and on Python 3.11
-        # every ``EntryType.X`` read goes through ``EnumType``'s ``__getattr__`` hook.
         kind = self.type
         if kind in _RESULT_TYPES:
             # "|" sorts after "/", so a scope's own entries (a child's result) follow its

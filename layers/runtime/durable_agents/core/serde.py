@@ -216,9 +216,6 @@ def decode_value(text: str | None, hint: Any = None, serdes: Serdes | None = Non
 
 # What ``json.loads`` runs, under three Python layers (typeshed does not declare it).
 _SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
-# Read on every replayed result: a module name, not ``EntryType.FAILED`` (on Python 3.11 each
-# read of an enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook).
-_FAILED = EntryType.FAILED
 
 
 def _loads(text: str) -> Any:
@@ -248,7 +245,7 @@ def replay_value(entry: Entry, hint: Any = None, serdes: Serdes | None = None) -
         Exception: The recorded error, rebuilt as ``rebuild_error`` does.
         PayloadError: If the recorded value cannot be decoded.
     """
-    if entry.type is _FAILED:
+    if entry.type is EntryType.FAILED:
         raise rebuild_error(entry.error or ErrorInfo("StepError", "unknown error"))
     return decode_value(entry.value, hint, serdes)
 

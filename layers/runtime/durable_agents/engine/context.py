@@ -49,9 +49,6 @@ from durable_agents.prompts import Prompt, pinned_for_run
 from durable_agents.retry import NO_RETRY, Jitter, RetryPolicy
 from durable_agents.tools import Tool, ToolNotApprovedError
 
-# ``EnumType.__getattr__`` (about 900 instructions a read).
-_PARALLEL = OpKind.PARALLEL
-
 T = TypeVar("T")
 
 
@@ -349,7 +346,7 @@ class DurableContext(OperationScope):
         spec = as_serdes(serdes)
         flat = _flat(nesting)
         return run_batch(
-            self, _PARALLEL, check_name(name), fns, policy, max_concurrency, spec, names, flat
+            self, OpKind.PARALLEL, check_name(name), fns, policy, max_concurrency, spec, names, flat
         )
 
     def map(

@@ -24,8 +24,6 @@ from durable_agents.engine.invocation import Invocation
 from durable_agents.engine.replay_index import OpRecord
 from durable_agents.errors import NestedOperationError, ReplayDivergedError
 
-# ``EnumType.__getattr__`` (about 900 instructions a read).
-_CANCEL = OpKind.CANCEL
 _UUID_NAMESPACE = _uuid.UUID("6f1d7a52-8d1c-4d8e-9a57-1f0f4f6b2c11")
 
 
@@ -100,7 +98,7 @@ class OperationScope:
         position = format_position(self._pos_prefix, counter)
         op_id = f"{self._id_prefix}{name}:{counter}"
         record = inv.records.get(position)
-        if inv.stop is not None or (record is not None and record.kind is _CANCEL):
+        if inv.stop is not None or (record is not None and record.kind is OpKind.CANCEL):
             stop_point(inv, position, op_id, kind, name, record)  # a cancel is seen (and replayed)
         if record is not None and (record.kind is not kind or record.name != name):
             inv.fault = ReplayDivergedError(
@@ -236,9 +234,6 @@ class OperationScope:
             raise inv.fault
 
 
-_STEP = OpKind.STEP
-
-
 def replays_step(record: OpRecord, name: str, args: tuple[Any, ...]) -> bool:
     """Whether a step ``name`` with ``args`` replays ``record`` by returning its result.
 
@@ -249,7 +244,7 @@ def replays_step(record: OpRecord, name: str, args: tuple[Any, ...]) -> bool:
     Raises:
         InvalidNameError: If ``name`` is not a valid operation name.
     """
-    if record.result is None or record.kind is not _STEP or record.name != name:
+    if record.result is None or record.kind is not OpKind.STEP or record.name != name:
         return False
     recorded = record.fingerprint
     no_args = recorded is None or recorded is NO_ARGS_VALUE or NO_ARGS.value == recorded

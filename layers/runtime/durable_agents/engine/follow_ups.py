@@ -27,9 +27,6 @@ _ENDED = frozenset(
         OutcomeKind.TIMED_OUT,
     }
 )
-# Read on every invocation: module names, not ``OutcomeKind.CONTINUE`` (on Python 3.11 each
-# read of an enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook).
-_CONTINUE, _SUSPENDED = OutcomeKind.CONTINUE, OutcomeKind.SUSPENDED
 
 
 def publish_follow_up(
@@ -49,16 +46,16 @@ def publish_follow_up(
     Raises:
         EventPublishError: If the bus refused an event (the invocation fails and is retried).
     """
-    if outcome.kind is _CONTINUE and not (pending or notifications or outcome.targets):
+    if outcome.kind is OutcomeKind.CONTINUE and not (pending or notifications or outcome.targets):
         publisher.publish([step_ready(outcome.run_id, "continue")])  # most invocations' one
         return
     events: list[OutgoingEvent] = list(pending)
-    if outcome.kind is _CONTINUE:
+    if outcome.kind is OutcomeKind.CONTINUE:
         if outcome.targets:  # parallel branches: one invocation each
             events += [step_ready(outcome.run_id, "branch", t) for t in outcome.targets]
         else:
             events.append(step_ready(outcome.run_id, "continue"))
-    elif outcome.kind is _SUSPENDED and outcome.wake_at_ms is not None:
+    elif outcome.kind is OutcomeKind.SUSPENDED and outcome.wake_at_ms is not None:
         if outcome.wake_at_ms <= clock.now_ms():  # a zero delay: no need to wait
             events.append(step_ready(outcome.run_id, "timer"))
     elif outcome.kind in _ENDED:

@@ -52,9 +52,6 @@ from durable_agents.errors import (
 from durable_agents.journal.generation_keys import generation_of, id_prefix, pos_prefix, split_op_id
 from durable_agents.journal.store import JournalStore
 
-# ``EnumType.__getattr__`` (about 900 instructions a read).
-_CONTINUE_AS_NEW = OpKind.CONTINUE
-
 __all__ = [
     "ContinueAsNew",
     "ContinueAsNewNotAllowedError",
@@ -137,7 +134,7 @@ def run_continue_as_new(ctx: OperationScope, value: Any, scope_prefix: str) -> N
         raise ContinueAsNewNotAllowedError("a child context")
     definition = resolve_pinned(inv.registry, inv.header)
     input_json = encode(validate_input(definition, value), definition.input_type)
-    position, op_id, record = ctx.next_operation(_CONTINUE_AS_NEW, OPERATION_NAME)
+    position, op_id, record = ctx.next_operation(OpKind.CONTINUE, OPERATION_NAME)
     if record is not None:
         raise SuspendExecution(Reason.CONTINUE, detail=f"{op_id}: continued as new; reload")
     inv.live = True

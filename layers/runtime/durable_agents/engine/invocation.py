@@ -33,11 +33,6 @@ from durable_agents.errors import (
 )
 
 _ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
-# Read on every commit and replay: module names, not ``RunStatus.SUSPENDED`` (on Python 3.11 each
-# read of an enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook, ~900
-# instructions).
-_SUSPENDED, _RUNNING = RunStatus.SUSPENDED, RunStatus.RUNNING
-_FAILED = EntryType.FAILED
 
 
 class Reason:
@@ -361,19 +356,19 @@ class Invocation(ReplayFlags):
             # (another invocation's timer, a settled wait) and undo it.
             change = RunChange(
                 expected=_ACTIVE,
-                status=_SUSPENDED,
+                status=RunStatus.SUSPENDED,
                 updated_at_ms=now,
                 # No later than its time limit: a run waiting for a person still times out.
                 wake_at_ms=cap_wake(self.header, suspension.wake_at_ms),
                 waiting_on=suspension.waiting_on,
                 expected_revision=self.header.revision,
             )
-        elif self.header.status is _SUSPENDED:
+        elif self.header.status is RunStatus.SUSPENDED:
             # Fenced by the read too: a migration may have re-pinned the run to other code
             # since, and nothing this (older) code decided may land after it.
             change = RunChange(
                 expected=_ACTIVE,
-                status=_RUNNING,
+                status=RunStatus.RUNNING,
                 updated_at_ms=now,
                 wake_at_ms=None,
                 waiting_on=None,
@@ -436,6 +431,6 @@ class Invocation(ReplayFlags):
         Raises:
             Exception: The recorded error, rebuilt with the same type and message.
         """
-        if entry.type is _FAILED:
+        if entry.type is EntryType.FAILED:
             raise rebuild_error(entry.error or ErrorInfo("StepError", "unknown error"))
         return decode(entry.value, hint)

@@ -82,10 +82,6 @@ _SUSPENDED_AS = {
     Reason.TIMER: OutcomeKind.SUSPENDED,
     Reason.EXTERNAL: OutcomeKind.SUSPENDED,
 }
-# Read on every suspension: module names, not ``OutcomeKind.CONTENDED`` (on Python 3.11 each
-# read of an enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook).
-_CONTENDED, _CONTINUE = OutcomeKind.CONTENDED, OutcomeKind.CONTINUE
-_SUSPENDED = RunStatus.SUSPENDED
 # A parked invocation's detail, but its next operation's id: the CONTINUE signal's wording.
 _PARKED_DETAIL = f"{Reason.CONTINUE}: {next_operation('')}"
 
@@ -106,7 +102,7 @@ def suspended(
         return InvocationOutcome(
             run_id, OutcomeKind.CONTINUE, list(inv.executed), detail="run changed; reload"
         )
-    kind = _SUSPENDED_AS.get(signal.reason, _CONTENDED)
+    kind = _SUSPENDED_AS.get(signal.reason, OutcomeKind.CONTENDED)
     return InvocationOutcome(
         run_id,
         kind,
@@ -128,7 +124,7 @@ def parked_outcome(run_id: str, inv: Invocation, op_id: str) -> InvocationOutcom
     # ``cap_wake(header, None)``: nothing to wake for but the run's time limit, if it has one.
     wake_at_ms = None if header.execution_timeout_ms is None else deadline_ms(header)
     return InvocationOutcome(
-        run_id, _CONTINUE, list(inv.executed), wake_at_ms, _PARKED_DETAIL + op_id
+        run_id, OutcomeKind.CONTINUE, list(inv.executed), wake_at_ms, _PARKED_DETAIL + op_id
     )
 
 
@@ -150,7 +146,7 @@ def mark_suspended(
     """
     header = inv.header
     wake_at_ms = cap_wake(header, signal.wake_at_ms)  # no later than the run's time limit
-    if header.status is _SUSPENDED and header.wake_at_ms == wake_at_ms:
+    if header.status is RunStatus.SUSPENDED and header.wake_at_ms == wake_at_ms:
         return True
     waiting = header.waiting_on if header.status is RunStatus.SUSPENDED else None
     change = RunChange(

@@ -36,11 +36,6 @@ FINGERPRINT_KEY = "fp"
 NOT_DECODED: Any = object()
 """``OpRecord.decoded`` before (or instead of) a cached decoded result."""
 
-# Looked up once: ``OpRecord.add`` runs for every entry of a run's first grouping.
-_SUCCEEDED, _FAILED, _STARTED = EntryType.SUCCEEDED, EntryType.FAILED, EntryType.STARTED
-_ATTEMPT_FAILED, _SCHEDULED = EntryType.ATTEMPT_FAILED, EntryType.SCHEDULED
-_NOTIFIED = EntryType.NOTIFIED
-
 # Results cached decoded: values no agent can change in place, so one decoded object can be
 # handed to every replay. Anything else is decoded afresh each time (agent code may mutate it).
 _IMMUTABLE = frozenset({int, float, str, bool, type(None)})
@@ -82,17 +77,17 @@ class OpRecord:
         attempt = entry.attempt
         self.attempts = max(self.attempts, attempt)
         kind = entry.type
-        if kind is _SUCCEEDED or kind is _FAILED:
+        if kind is EntryType.SUCCEEDED or kind is EntryType.FAILED:
             self.result = entry
-        elif kind is _STARTED:
+        elif kind is EntryType.STARTED:
             if self.last_started is None or attempt > self.last_started.attempt:
                 self.last_started = entry
-        elif kind is _ATTEMPT_FAILED:
+        elif kind is EntryType.ATTEMPT_FAILED:
             if self.last_failed is None or attempt > self.last_failed.attempt:
                 self.last_failed = entry
-        elif kind is _SCHEDULED:
+        elif kind is EntryType.SCHEDULED:
             self.scheduled = entry
-        elif kind is _NOTIFIED:
+        elif kind is EntryType.NOTIFIED:
             self.notified = entry
         if self.fingerprint is None and entry.meta:
             value = entry.meta.get(FINGERPRINT_KEY)

@@ -65,10 +65,6 @@ __all__ = [
     "new_run_id",
 ]
 
-# Read on every invocation: module names, not ``RunStatus.X`` (on Python 3.11 each read of an
-# enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook).
-_RUNNING, _PAUSED = RunStatus.RUNNING, RunStatus.PAUSED
-_VERSION_UNAVAILABLE, _CANCELLED = RunStatus.VERSION_UNAVAILABLE, OutcomeKind.CANCELLED
 LEASE_MARGIN_MS = 5_000
 DEFAULT_LEASE_MS = 15 * 60 * 1000 + LEASE_MARGIN_MS  # the Lambda maximum, plus clock skew
 
@@ -308,7 +304,7 @@ class Runtime(RuntimeParts):
                 self._publish_follow_up(outcome, snapshot.header, [], [])
             return outcome
         header = snapshot.header
-        if header.status.terminal or header.status is _PAUSED:
+        if header.status.terminal or header.status is RunStatus.PAUSED:
             if publish:
                 # Delivered again to a settled run: the publish after its last commit may have
                 # failed, or its process died before it. What that commit must tell others is
@@ -324,7 +320,7 @@ class Runtime(RuntimeParts):
             if publish and outcome.kind is OutcomeKind.CONTINUE:
                 self.publisher.publish([step_ready(run_id, "continue")])
             return outcome
-        if header.status is _VERSION_UNAVAILABLE:
+        if header.status is RunStatus.VERSION_UNAVAILABLE:
             # Its version is deployed (again): back to RUNNING, fenced by what was read, then
             # on with this same invocation.
             resumed = resume_available(self.store, self.clock, header)
@@ -340,7 +336,7 @@ class Runtime(RuntimeParts):
         # a budget never parks) and no cancel under way.
         limited = budget is not None or budget_ends_at_ms is not None
         sticky = self.sticky is not None and target is None and limited
-        sticky = sticky and stop is None and header.status is _RUNNING
+        sticky = sticky and stop is None and header.status is RunStatus.RUNNING
         tally = WriteTally(self.store, snapshot) if sticky else None
         inv = Invocation(
             tally or self.store,
@@ -364,7 +360,7 @@ class Runtime(RuntimeParts):
         else:
             ctx = root_context(inv, self.logger)
             outcome = drive(self.store, self.clock, definition, header, inv, ctx)
-        if outcome.kind is _CANCELLED:  # what cleanup left open is closed too
+        if outcome.kind is OutcomeKind.CANCELLED:  # what cleanup left open is closed too
             settle_leftovers(self.store, self.clock, self.publisher, self.store.load(run_id))
         if publish:
             self._publish_follow_up(outcome, header, inv.pending_events, inv.notifications)

@@ -50,9 +50,6 @@ from durable_agents.tools import (
     Unknown,
 )
 
-# ``EnumType.__getattr__`` (about 900 instructions a read).
-_PREPARED_STATUS = EffectStatus.PREPARED
-
 __all__ = ["UNCLEAR_BACKOFF", "Settled", "SideEffectProtocol", "idempotency_key", "operation_name"]
 
 _PREPARED = frozenset({EffectStatus.PREPARED})
@@ -91,7 +88,7 @@ class SideEffectProtocol(EffectWrites):
             tool_schema_version=tool.schema_version,
             canonical_request=canonical_json(model),
             idempotency_key=idempotency_key(operation_id),
-            status=_PREPARED_STATUS,
+            status=EffectStatus.PREPARED,
             attempt=1,
             prepared_at_ms=now,
             updated_at_ms=now,

@@ -46,11 +46,6 @@ from durable_agents.journal.store import JournalStore
 from durable_agents.retry import RetryPolicy
 from durable_agents.tools import Tool, ToolCall
 
-# ``EnumType.__getattr__`` (about 900 instructions a read).
-_SUCCEEDED = EntryType.SUCCEEDED
-_COMMITTED = EffectStatus.COMMITTED
-_TOOL = OpKind.TOOL
-
 ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
 # Unclear outcomes are looked at again after a short, growing pause (the provider may still be
 # processing the call); the delay is recorded on the record and the run header.
@@ -201,12 +196,12 @@ class EffectWrites:
         now = self.clock.now_ms()
         entry = self.entry(
             record,
-            _SUCCEEDED,
+            EntryType.SUCCEEDED,
             value=payload,
             meta={"via": how, "external_id": external_id},
         )
         done = record.replace(
-            status=_COMMITTED,
+            status=EffectStatus.COMMITTED,
             updated_at_ms=now,
             result=payload,
             external_id=external_id,
@@ -315,7 +310,7 @@ class EffectWrites:
             run_id=record.run_id,
             position=record.position,
             op_id=record.operation_id,
-            kind=_TOOL,
+            kind=OpKind.TOOL,
             name=operation_name(record.operation_id),
             type=type_,
             attempt=record.attempt,

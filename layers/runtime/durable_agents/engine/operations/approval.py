@@ -32,12 +32,6 @@ from durable_agents.errors import (
     SuspendExecution,
 )
 
-# Enum members read per operation, as module names: on Python 3.11 ``OpKind.X`` goes through
-# ``EnumType.__getattr__`` (about 900 instructions a read).
-_APPROVAL = OpKind.APPROVAL
-_SCHEDULED = EntryType.SCHEDULED
-_NOTIFIED = EntryType.NOTIFIED
-
 if TYPE_CHECKING:
     from durable_agents.core.clock import Clock
     from durable_agents.engine.context_scope import OperationScope
@@ -138,7 +132,7 @@ def run_wait_for_approval(
     """
     inv = ctx.invocation
     fingerprint = Fingerprint.of_text(spec.request) if fingerprint is None else fingerprint
-    position, op_id, record = ctx.next_operation(_APPROVAL, name, fingerprint)
+    position, op_id, record = ctx.next_operation(OpKind.APPROVAL, name, fingerprint)
     approval_id = wait_id("apr", op_id)
     if record is not None and record.result is not None:
         return _replay_decision(inv.replay(record.result, None), spec, inv.store, approval_id)
@@ -159,9 +153,9 @@ def run_wait_for_approval(
     waiting = inv.entry(
         position,
         op_id,
-        _APPROVAL,
+        OpKind.APPROVAL,
         name,
-        _SCHEDULED,
+        EntryType.SCHEDULED,
         due_at_ms=deadline_ms,
         value=canonical_json({"approval_id": approval_id}),
         meta=fingerprint.meta(),
@@ -210,7 +204,7 @@ def _pending_record(
 def _notify(inv: Any, pending: WaitRecord) -> None:
     """Queues ``Approval Requested``; the runtime records NOTIFIED once it was delivered."""
     delivered = inv.entry(
-        pending.position, pending.operation_id, _APPROVAL, pending.name, _NOTIFIED
+        pending.position, pending.operation_id, OpKind.APPROVAL, pending.name, EntryType.NOTIFIED
     )
     inv.notifications.append((approval_requested(pending), delivered))
 

@@ -49,11 +49,6 @@ from durable_agents.errors import (
     WaitNotFoundError,
 )
 
-# Enum members read per operation, as module names: on Python 3.11 ``OpKind.X`` goes through
-# ``EnumType.__getattr__`` (about 900 instructions a read).
-_CALLBACK = OpKind.CALLBACK
-_SCHEDULED = EntryType.SCHEDULED
-
 if TYPE_CHECKING:
     from durable_agents.core.clock import Clock
     from durable_agents.engine.context_scope import OperationScope
@@ -165,7 +160,7 @@ def run_create_callback(
 ) -> Callback:
     """Records a new callback (or replays its creation) and returns its handle."""
     inv = ctx.invocation
-    position, op_id, record = ctx.next_operation(_CALLBACK, name)
+    position, op_id, record = ctx.next_operation(OpKind.CALLBACK, name)
     public_id = wait_id("cb", op_id)
     if record is not None and (record.scheduled is not None or record.result is not None):
         # Replay: the id recorded when the callback was created (same secret every time).
@@ -190,9 +185,9 @@ def run_create_callback(
     created = inv.entry(
         position,
         op_id,
-        _CALLBACK,
+        OpKind.CALLBACK,
         name,
-        _SCHEDULED,
+        EntryType.SCHEDULED,
         due_at_ms=pending.deadline_ms,
         # ``callback_id`` stays the public id (the reconciler looks the record up by it).
         value=canonical_json({"callback_id": public_id, "secret": secret}),

@@ -17,10 +17,6 @@ from durable_agents.core.serde import (
 from durable_agents.engine.fingerprints import Fingerprint
 from durable_agents.engine.operations.step import return_hint
 
-# Enum members read per operation, as module names: on Python 3.11 ``OpKind.X`` goes through
-# ``EnumType.__getattr__`` (about 900 instructions a read).
-_SUCCEEDED = EntryType.SUCCEEDED
-
 if TYPE_CHECKING:
     from durable_agents.engine.context_scope import OperationScope
 
@@ -69,7 +65,9 @@ def run_child(
         if on_recorded is not None:
             on_recorded(failed)
         raise rebuild_error(info) from exc
-    succeeded = inv.entry(position, op_id, kind, name, _SUCCEEDED, value=payload, meta=meta)
+    succeeded = inv.entry(
+        position, op_id, kind, name, EntryType.SUCCEEDED, value=payload, meta=meta
+    )
     inv.record(op_id, [succeeded])
     if on_recorded is not None:
         on_recorded(succeeded)

@@ -22,9 +22,6 @@ from durable_agents.engine.operations.wait import run_wait
 from durable_agents.errors import DurableError
 from durable_agents.retry import NO_RETRY, RetryPolicy, jitter_delay
 
-# ``EnumType.__getattr__`` (about 900 instructions a read).
-_CONDITION = OpKind.CONDITION
-
 if TYPE_CHECKING:
     from durable_agents.engine.context_scope import OperationScope
 
@@ -209,7 +206,7 @@ def run_condition(ctx: OperationScope, name: str, polling: Polling) -> Any:
         poll,
         name,
         None,
-        kind=_CONDITION,
+        kind=OpKind.CONDITION,
         fingerprint=fingerprint,
         serdes=polling.serdes,
     )

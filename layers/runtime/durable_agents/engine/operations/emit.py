@@ -9,10 +9,6 @@ from durable_agents.core.serde import canonical_json
 from durable_agents.engine.fingerprints import Fingerprint
 from durable_agents.errors import PayloadError
 
-# ``EnumType.__getattr__`` (about 900 instructions a read).
-_EMIT = OpKind.EMIT
-_SUCCEEDED = EntryType.SUCCEEDED
-
 if TYPE_CHECKING:
     from durable_agents.engine.context_scope import OperationScope
 
@@ -32,7 +28,7 @@ def run_emit(ctx: OperationScope, detail_type: str, detail: Any, name: str) -> s
         raise ValueError(f"detail_type must be 1-{MAX_DETAIL_TYPE} characters")
     inv = ctx.invocation
     fingerprint = Fingerprint.of_value({"detail_type": detail_type, "detail": detail})
-    position, op_id, record = ctx.next_operation(_EMIT, name, fingerprint)
+    position, op_id, record = ctx.next_operation(OpKind.EMIT, name, fingerprint)
     if record is not None and record.result is not None:
         return op_id
     payload = canonical_json({"detail_type": detail_type, "detail": detail})
@@ -44,9 +40,9 @@ def run_emit(ctx: OperationScope, detail_type: str, detail: Any, name: str) -> s
     entry = inv.entry(
         position,
         op_id,
-        _EMIT,
+        OpKind.EMIT,
         name,
-        _SUCCEEDED,
+        EntryType.SUCCEEDED,
         value=payload,
         meta={"outbox": True, "event_id": op_id, **fingerprint.meta()},
     )

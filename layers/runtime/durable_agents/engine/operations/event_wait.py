@@ -43,18 +43,11 @@ from durable_agents.errors import (
     WaitConflictError,
 )
 
-# ``EnumType.__getattr__`` (about 900 instructions a read).
-_EVENT = OpKind.EVENT
-_STATUS = OpKind.STATUS
-
 if TYPE_CHECKING:
     from durable_agents.engine.context_scope import OperationScope
     from durable_agents.engine.invocation import Invocation
 
 _PENDING = frozenset({WaitStatus.PENDING})
-# Looked up once: ``_consumed`` compares every record of the run with them, and an enum
-# member's lookup (~0.1 us on CPython 3.11) was most of that pass in a long run.
-_EVENT, _GENERATION, _SUCCEEDED = OpKind.EVENT, OpKind.GENERATION, EntryType.SUCCEEDED
 
 
 class EventWaitTimeoutError(DurableError):
@@ -111,16 +104,16 @@ def _consumed(inv: Invocation, name: str) -> set[int]:
     taken: set[int] = set()
     for record in inv.records.values():
         kind = record.kind
-        if kind is not _EVENT and kind is not _GENERATION:
+        if kind is not OpKind.EVENT and kind is not OpKind.GENERATION:
             continue
         result = record.result
         if result is None:
             continue
-        if kind is _GENERATION:
+        if kind is OpKind.GENERATION:
             # Consumed by earlier generations (durable_agents.engine.generations): all below the
             # floor.
             taken.update(range(1, int(result.meta.get("event_floors", {}).get(name, 1))))
-        elif result.type is _SUCCEEDED:
+        elif result.type is EntryType.SUCCEEDED:
             data = json.loads(result.value or "{}")
             if data.get("name") == name:
                 taken.add(int(data["seq"]))
@@ -149,7 +142,7 @@ def run_wait_for_event(ctx: OperationScope, name: str, timeout_ms: int | None) -
         ReplayDivergedError: If the journal recorded another operation at this position.
     """
     inv = ctx.invocation
-    position, op_id, record = ctx.next_operation(_EVENT, name)
+    position, op_id, record = ctx.next_operation(OpKind.EVENT, name)
     if record is not None and record.result is not None:
         if record.result.type is EntryType.FAILED:
             inv.replay(record.result, None)  # the recorded timeout (or cancel) again
@@ -265,7 +258,7 @@ def run_set_status(ctx: OperationScope, value: Any, name: str) -> None:
         ReplayDivergedError: If the journal recorded another operation at this position.
     """
     inv = ctx.invocation
-    position, op_id, record = ctx.next_operation(_STATUS, name)
+    position, op_id, record = ctx.next_operation(OpKind.STATUS, name)
     if record is not None and record.result is not None:
         return
     entry = inv.entry(

@@ -37,10 +37,6 @@ from durable_agents.errors import (
     SuspendExecution,
 )
 
-# Enum members read per operation, as module names: on Python 3.11 ``OpKind.X`` goes through
-# ``EnumType.__getattr__`` (about 900 instructions a read).
-_INVOKE = OpKind.INVOKE
-
 if TYPE_CHECKING:
     from durable_agents.agent import AgentDefinition
     from durable_agents.engine.context_scope import OperationScope
@@ -108,7 +104,7 @@ def run_invoke(
     if payload_serdes is not None:
         value = _serialized_input(value, payload_serdes)
     fingerprint = Fingerprint.of_value({"agent": agent_name, "input": value})
-    position, op_id, record = ctx.next_operation(_INVOKE, name, fingerprint)
+    position, op_id, record = ctx.next_operation(OpKind.INVOKE, name, fingerprint)
     output_type = _output_type(inv, agent_name) if isinstance(agent, str) else agent.output_type
     if record is not None and record.result is not None:
         return _replay(inv, record.result, output_type, result_serdes)

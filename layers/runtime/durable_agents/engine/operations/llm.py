@@ -26,9 +26,6 @@ if TYPE_CHECKING:
     from durable_agents.engine.context_scope import OperationScope
 
 _log = logging.getLogger("durable_agents.llm.streams")
-# Enum members read per operation, as module names: on Python 3.11 ``OpKind.X`` goes through
-# ``EnumType.__getattr__`` (about 900 instructions a read).
-_AT_LEAST_ONCE, _LLM = StepSemantics.AT_LEAST_ONCE, OpKind.LLM
 
 # Model calls fail transiently (throttling, timeouts); they are safe to repeat (at least once).
 # A bad request or a missing provider fails the same way every time: never retried.
@@ -144,9 +141,9 @@ def run_llm(
         (),
         name,
         retry or LLM_RETRY,
-        _AT_LEAST_ONCE,
+        StepSemantics.AT_LEAST_ONCE,
         LlmResponse,
-        kind=_LLM,
+        kind=OpKind.LLM,
         pass_info=True,
         fingerprint=request_fingerprint(request, config),
         ready=ready,

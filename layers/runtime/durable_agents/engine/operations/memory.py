@@ -25,9 +25,6 @@ from durable_agents.errors import (
     SuspendExecution,
 )
 
-# ``EnumType.__getattr__`` (about 900 instructions a read).
-_MEMORY = OpKind.MEMORY
-
 if TYPE_CHECKING:
     from durable_agents.engine.context_scope import OperationScope
 
@@ -160,7 +157,7 @@ class Memory:
     ) -> Any:
         inv = self._ctx.invocation
         fingerprint = Fingerprint.of_value({"namespace": self.namespace, **args})
-        position, op_id, record = self._ctx.next_operation(_MEMORY, name, fingerprint)
+        position, op_id, record = self._ctx.next_operation(OpKind.MEMORY, name, fingerprint)
         if record is not None and record.result is not None:
             return inv.replay(record.result, None)
         self._store()  # none configured: refused before the budget is spent
@@ -189,7 +186,7 @@ class Memory:
     ) -> None:
         inv = self._ctx.invocation
         fingerprint = Fingerprint.of_value({"namespace": self.namespace, **args})
-        position, op_id, record = self._ctx.next_operation(_MEMORY, name, fingerprint)
+        position, op_id, record = self._ctx.next_operation(OpKind.MEMORY, name, fingerprint)
         if record is not None and record.result is not None:
             return
         self._store()  # none configured: refused before the budget is spent

@@ -9,10 +9,6 @@ from durable_agents.core.models import EntryType, OpKind
 from durable_agents.engine.invocation import Reason
 from durable_agents.errors import EntryConflictError, SuspendExecution
 
-# ``EnumType.__getattr__`` (about 900 instructions a read).
-_NOW = OpKind.NOW
-_SUCCEEDED = EntryType.SUCCEEDED
-
 if TYPE_CHECKING:
     from durable_agents.engine.context_scope import OperationScope
 
@@ -20,12 +16,14 @@ if TYPE_CHECKING:
 def run_now(ctx: OperationScope) -> datetime:
     """Returns the recorded time at this position, recording it on first execution."""
     inv = ctx.invocation
-    position, op_id, record = ctx.next_operation(_NOW, "now")
+    position, op_id, record = ctx.next_operation(OpKind.NOW, "now")
     if record is not None and record.result is not None:
         epoch_ms = int(inv.replay(record.result, None))
     else:
         epoch_ms = inv.now_ms()
-        entry = inv.entry(position, op_id, _NOW, "now", _SUCCEEDED, value=str(epoch_ms))
+        entry = inv.entry(
+            position, op_id, OpKind.NOW, "now", EntryType.SUCCEEDED, value=str(epoch_ms)
+        )
         try:
             inv.commit([entry])
         except EntryConflictError as exc:

@@ -46,9 +46,6 @@ from durable_agents.errors import (
     SuspendExecution,
 )
 
-# ``EnumType.__getattr__`` (about 900 instructions a read).
-_CHILD, _SUCCEEDED = OpKind.CHILD, EntryType.SUCCEEDED
-
 # A branch's outcome in the batch record, one letter per branch (see the module docstring).
 _LETTERS = {"succeeded": "s", "failed": "f"}
 # What a failure recorded without its error reads as (``Invocation.replay``'s fallback).
@@ -141,7 +138,7 @@ def run_batch(
         child = records.get(state.position)
         if child is not None and (result := child.result) is not None:
             state.recorded = True
-            if result.type is _SUCCEEDED:
+            if result.type is EntryType.SUCCEEDED:
                 state.status = "succeeded"
                 # Decoded as the branch's child scope replays it (its return annotation).
                 hint = None if flat else return_hint(branch)
@@ -307,7 +304,7 @@ def _run_flat(
     Its value's text is kept for the batch record (``state.payload``); it returns the value
     read back from that text, what a replay will return.
     """
-    position, op_id, _ = scope.next_operation(_CHILD, _label(state))
+    position, op_id, _ = scope.next_operation(OpKind.CHILD, _label(state))
     child = scope.child(op_id, position)
     value = branch(child)
     child.check_scope_end()
@@ -356,7 +353,7 @@ def _complete(
         outcome["values"] = values
     if errors:
         outcome["errors"] = errors
-    entry = inv.entry(position, op_id, kind, name, _SUCCEEDED, value=encode(outcome))
+    entry = inv.entry(position, op_id, kind, name, EntryType.SUCCEEDED, value=encode(outcome))
     inv.record(op_id, [entry])
     return _batch(items, reason)
 
@@ -399,7 +396,7 @@ def _replayed(
         branch_position = format_position(prefix, index + 1)
         child = records.get(branch_position)
         result = child.result if child is not None else None
-        if result is None or (result.type is _SUCCEEDED) != (letter == "s"):
+        if result is None or (result.type is EntryType.SUCCEEDED) != (letter == "s"):
             raise PayloadError(
                 f"batch {op_id} recorded branch {index} as {letter!r}, but the journal holds "
                 f"no such result at {branch_position}"

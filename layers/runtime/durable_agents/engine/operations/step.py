@@ -58,9 +58,6 @@ def return_hint(fn: Callable[..., Any]) -> Any:
 
 # ``StepSemantics.value`` is a Python-level descriptor call; this is read on every claim.
 _SEMANTICS_VALUES = {member: member.value for member in StepSemantics}
-# Module names, not ``EntryType.X`` per step: on Python 3.11 each read of an enum class's
-# attribute goes through ``EnumType``'s ``__getattr__`` hook.
-_STARTED, _SUCCEEDED = EntryType.STARTED, EntryType.SUCCEEDED
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +134,7 @@ def run_step(
         op_id,
         kind,
         name,
-        _STARTED,
+        EntryType.STARTED,
         attempt=attempt,
         lease_expires_at_ms=now + inv.lease_ms,
         meta={"semantics": _SEMANTICS_VALUES[semantics], **fingerprint.meta()},
@@ -167,7 +164,9 @@ def run_step(
         inv.in_step = False
     inv.hooks.after_execute(op_id, attempt)
 
-    result = inv.entry(position, op_id, kind, name, _SUCCEEDED, attempt=attempt, value=payload)
+    result = inv.entry(
+        position, op_id, kind, name, EntryType.SUCCEEDED, attempt=attempt, value=payload
+    )
     _record_result(ctx, result, op_id)
     return value
 

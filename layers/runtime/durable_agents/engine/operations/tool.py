@@ -13,10 +13,6 @@ from durable_agents.engine.invocation import Invocation, Reason
 from durable_agents.errors import EffectConflictError, SuspendExecution
 from durable_agents.tools import Tool
 
-# ``EnumType.__getattr__`` (about 900 instructions a read).
-_TOOL = OpKind.TOOL
-_SUSPENDED = RunStatus.SUSPENDED
-
 if TYPE_CHECKING:
     from durable_agents.engine.context_scope import OperationScope
 
@@ -27,7 +23,7 @@ def run_tool(ctx: OperationScope, tool: Tool[Any, Any], request: Any, name: str)
     """Executes, recovers or replays one tool call (see ``DurableContext.tool``)."""
     inv = ctx.invocation
     fingerprint = ToolFingerprint(tool, request)
-    position, op_id, record = ctx.next_operation(_TOOL, name, fingerprint)
+    position, op_id, record = ctx.next_operation(OpKind.TOOL, name, fingerprint)
     if record is not None and record.result is not None:
         return inv.replay(record.result, tool.result_type)
     effect = record.effect if record is not None else None
@@ -73,7 +69,7 @@ def _protocol(inv: Invocation) -> SideEffectProtocol:
     protocol = SideEffectProtocol(
         inv.store, inv.clock, lease_ms=inv.lease_ms, hooks=inv.hooks, credentials=inv.credentials
     )
-    protocol.resume_run = inv.header.status is _SUSPENDED
+    protocol.resume_run = inv.header.status is RunStatus.SUSPENDED
     return protocol
 
 

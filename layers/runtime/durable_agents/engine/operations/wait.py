@@ -8,11 +8,6 @@ from durable_agents.core.models import EntryType, OpKind
 from durable_agents.engine.invocation import Reason, Suspension
 from durable_agents.errors import SuspendExecution
 
-# ``EnumType.__getattr__`` (about 900 instructions a read).
-_WAIT = OpKind.WAIT
-_SCHEDULED = EntryType.SCHEDULED
-_SUCCEEDED = EntryType.SUCCEEDED
-
 if TYPE_CHECKING:
     from durable_agents.engine.context_scope import OperationScope
 
@@ -26,7 +21,7 @@ def run_wait(ctx: OperationScope, seconds: float, name: str) -> None:
     if seconds < 0:
         raise ValueError("a wait cannot be negative")
     inv = ctx.invocation
-    position, op_id, record = ctx.next_operation(_WAIT, name)
+    position, op_id, record = ctx.next_operation(OpKind.WAIT, name)
     if record is not None and record.result is not None:
         inv.replay(record.result, None)  # a timer closed by a cancel raises its error
         return
@@ -35,10 +30,10 @@ def run_wait(ctx: OperationScope, seconds: float, name: str) -> None:
         due = record.scheduled.due_at_ms or 0
         if due > now:
             raise SuspendExecution(Reason.TIMER, wake_at_ms=due, detail=op_id)
-        done = inv.entry(position, op_id, _WAIT, name, _SUCCEEDED)
+        done = inv.entry(position, op_id, OpKind.WAIT, name, EntryType.SUCCEEDED)
         inv.record(op_id, [done])
         return
     due = now + int(seconds * 1000)
-    armed = inv.entry(position, op_id, _WAIT, name, _SCHEDULED, due_at_ms=due)
+    armed = inv.entry(position, op_id, OpKind.WAIT, name, EntryType.SCHEDULED, due_at_ms=due)
     inv.record(op_id, [armed], Suspension(due, {"kind": "wait", "op_id": op_id, "until_ms": due}))
     raise SuspendExecution(Reason.TIMER, wake_at_ms=due, detail=op_id)

@@ -61,10 +61,6 @@ Limits = tuple[int | None, int | None]
 AGENT_BUDGET: Limits = (-1, -1)
 """The limits that say: the agent's own ``invocation_budget`` decides both."""
 
-# Read on every sticky invocation: module names, not ``RunStatus.RUNNING`` (on Python 3.11
-# each read of an enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook).
-_RUNNING, _CANCELLED = RunStatus.RUNNING, OutcomeKind.CANCELLED
-
 
 def go_on(
     runtime: TurnHost,
@@ -98,7 +94,7 @@ def go_on(
     """
     header = snapshot.header
     going_on = parked[0]
-    if going_on is None or going_on.definition is None or header.status is not _RUNNING:
+    if going_on is None or going_on.definition is None or header.status is not RunStatus.RUNNING:
         return None
     # The tally's own check (``ParkedRun.matches``), called directly: this runs per step.
     if not going_on.tally.matches(snapshot) or not going_on.thread.resumable():
@@ -140,7 +136,7 @@ def go_on(
     parked.pop()
     sticky.resumed += 1
     outcome = drive_parked(store, clock, sticky, going_on, header)  # parks it again, or lets go
-    if outcome.kind is _CANCELLED:  # what cleanup left open is closed too
+    if outcome.kind is OutcomeKind.CANCELLED:  # what cleanup left open is closed too
         settle_leftovers(store, clock, runtime.publisher, store.load(header.run_id))
     if publish:
         publish_follow_up(
