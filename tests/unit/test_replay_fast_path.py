@@ -1,4 +1,4 @@
-"""Replay's fast path (``OperationScope.replayed_record``) decides exactly as the slow one.
+"""Replay's fast paths (``replay_fast_path``, ``replayed_record``) decide exactly as the slow one.
 
 A finished step is replayed without building its operation id or going through
 ``next_operation``; these tests pin that every check still happens where the slow path made it:
@@ -19,7 +19,7 @@ import pytest
 from durable_agents import AgentRegistry, DurableContext, SkipClock, agent
 from durable_agents.core import ids, serde
 from durable_agents.core.models import OpKind, RunStatus
-from durable_agents.engine import context_scope
+from durable_agents.engine import replay_fast_path
 from durable_agents.engine.plugin_calls import PluginSet
 from durable_agents.engine.runtime import Runtime
 from durable_agents.journal.memory import InMemoryJournal
@@ -355,11 +355,11 @@ def test_a_replayed_result_follows_the_functions_return_annotation(fn: Any, expe
 def test_a_scopes_plan_holds_what_looking_each_position_up_gives(
     prefix: str, counters: list[int], table: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from durable_agents.engine.context_scope import records_by_counter
+    from durable_agents.engine.replay_fast_path import records_by_counter
     from durable_agents.engine.replay_index import OpRecord
 
     monkeypatch.setattr(ids, "POSITIONS", [_formatted("", n) for n in range(table)])
-    monkeypatch.setattr(context_scope, "POSITIONS", ids.POSITIONS)
+    monkeypatch.setattr(replay_fast_path, "POSITIONS", ids.POSITIONS)
     records = {
         ids.format_position(prefix, n): OpRecord(OpKind.STEP, f"s{n}", f"r:s{n}:{n}")
         for n in counters

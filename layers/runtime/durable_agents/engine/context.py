@@ -20,8 +20,8 @@ from durable_agents.core.ids import check_name, name_of
 from durable_agents.core.models import OpKind
 from durable_agents.core.principals import check_approvers
 from durable_agents.core.semantics import StepSemantics
-from durable_agents.core.serde import SerdesSpec, as_serdes, canonical_json, replay_value
-from durable_agents.engine.context_scope import OperationScope, replays_step
+from durable_agents.core.serde import SerdesSpec, as_serdes, canonical_json
+from durable_agents.engine.context_scope import OperationScope
 from durable_agents.engine.fingerprints import NO_ARGS, Fingerprint
 from durable_agents.engine.generations import run_continue_as_new
 from durable_agents.engine.operations.approval import ApprovalDecision
@@ -39,10 +39,10 @@ from durable_agents.engine.operations.llm import run_llm
 from durable_agents.engine.operations.memory import Memory
 from durable_agents.engine.operations.now import run_now
 from durable_agents.engine.operations.parallel import BatchResult, CompletionPolicy
-from durable_agents.engine.operations.step import return_hint, run_step
+from durable_agents.engine.operations.step import run_step
 from durable_agents.engine.operations.tool import run_tool
 from durable_agents.engine.operations.wait import run_wait
-from durable_agents.engine.replay_index import NOT_DECODED
+from durable_agents.engine.replay_fast_path import NOT_REPLAYED, replayed_step
 from durable_agents.errors import DurableError
 from durable_agents.llm.types import LlmRequest, LlmResponse, ModelConfig
 from durable_agents.prompts import Prompt, pinned_for_run
@@ -114,40 +114,11 @@ class DurableContext(OperationScope):
             >>> def research(ctx, topic: str) -> str:
             ...     return ctx.step(lambda: topic.upper(), name="shout")
         """
-        # A string name is checked only if replay does not find it recorded here already.
-        op_name = name_of(fn) if name is None else name if type(name) is str else check_name(name)
-        inv = self._inv
-        # Replay's common case, inlined (``replayed_record`` decides the same, a call away):
-        # a finished step at the next position, nothing else going on, no plugin to tell,
-        # its result returned. Every other case (a fault, a cancel, live, in a step, another
-        # record, a plugin that hears replays) goes on below.
-        if serdes is None and inv.replaying_quietly:
-            counter = self._counter + 1
-            plan = self._plan
-            if plan is None:
-                record = self._record_at(counter)
-            else:
-                try:
-                    record = plan[counter]
-                except IndexError:  # past the plan: the frontier, or a gap in the positions
-                    record = self._record_at(counter)
-            if record is not None and (
-                (record.replays_as == op_name and not args) or replays_step(record, op_name, args)
-            ):
-                self._counter = counter
-                if result_type is not None:
-                    hint = result_type
-                else:  # as getattr(fn, "__annotations__", None), without a call
-                    try:
-                        hint = return_hint(fn) if fn.__annotations__ else None
-                    except AttributeError:
-                        hint = None
-                cached = record.decoded  # OpRecord.replayed's first test, inlined
-                if cached is not NOT_DECODED and cached[0] is hint and cached[1] is None:
-                    return cached[2]  # type: ignore[no-any-return]
-                return record.replayed(hint, None, replay_value)  # type: ignore[no-any-return]
-        if name is not None:
-            op_name = check_name(op_name)
+        if serdes is None and self._inv.replaying_quietly:  # a speed trick, in its own module
+            replayed = replayed_step(self, fn, args, name, result_type)
+            if replayed is not NOT_REPLAYED:
+                return replayed  # type: ignore[no-any-return]
+        op_name = name_of(fn) if name is None else check_name(name)
         fingerprint = Fingerprint.of_args(args) if args else NO_ARGS
         return run_step(  # type: ignore[no-any-return]
             self,

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import random as _random
 import uuid as _uuid
-from itertools import islice
 from typing import Any, Self
 
-from durable_agents.core.ids import POSITIONS, check_name, format_position
+from durable_agents.core.ids import POSITIONS, format_position
 from durable_agents.core.log_context import note_operation
 from durable_agents.core.models import OpKind
 from durable_agents.core.observability import ReplayAwareLogger
@@ -52,7 +51,8 @@ class OperationScope:
         self._id_prefix = id_prefix
         self._pos_prefix = pos_prefix
         self._counter = 0
-        # The records at this scope's positions by counter, looked up at once (``_record_at``).
+        # The records at this scope's positions by counter, looked up at once: replay's fast
+        # path keeps it (``durable_agents.engine.replay_fast_path``), with ``_counter``.
         self._plan: list[OpRecord | None] | None = None
         self._n_uuid = 0
         self._n_random = 0
@@ -177,25 +177,6 @@ class OperationScope:
             inv.observer.operation(str(kind), name, op_id, position, record)
         return record
 
-    def _record_at(self, counter: int) -> OpRecord | None:
-        """The journal's record at this scope's ``counter``-th position, if it has one.
-
-        Replay's lookup for a step (``DurableContext.step`` reads ``_plan`` itself and calls
-        this where the plan has no answer). Once a scope replays its ``_PLAN_FROM``-th
-        operation, the records at all its positions up to the first without one are looked
-        up at once (``records_by_counter``): a replay then indexes a list rather than
-        formatting a position and looking it up. A scope of a few operations (a batch
-        branch) never pays for that. The records do not change while the invocation is not
-        live, and only such an invocation replays this way.
-        """
-        records = self._inv.records
-        if counter == _PLAN_FROM and self._plan is None:
-            self._plan = records_by_counter(records, self._pos_prefix)
-        prefix = self._pos_prefix
-        if not prefix and counter < len(POSITIONS):  # format_position, inlined
-            return records.get(POSITIONS[counter])
-        return records.get(format_position(prefix, counter))
-
     def uuid(self) -> _uuid.UUID:
         """Returns a UUID that is the same on every replay (derived from the position)."""
         self._n_uuid += 1
@@ -232,57 +213,3 @@ class OperationScope:
                 requested_name="(no further operation)",
             )
             raise inv.fault
-
-
-def replays_step(record: OpRecord, name: str, args: tuple[Any, ...]) -> bool:
-    """Whether a step ``name`` with ``args`` replays ``record`` by returning its result.
-
-    Exactly ``replayed_record``'s test of the record (a result, the kind, the name, the
-    fingerprint), then ``check_name``. A record that passes it for a step without arguments
-    remembers the name (``OpRecord.replays_as``): the next such step compares that alone.
-
-    Raises:
-        InvalidNameError: If ``name`` is not a valid operation name.
-    """
-    if record.result is None or record.kind is not OpKind.STEP or record.name != name:
-        return False
-    recorded = record.fingerprint
-    no_args = recorded is None or recorded is NO_ARGS_VALUE or NO_ARGS.value == recorded
-    if args and not (recorded is None or Fingerprint.of_args(args).value == recorded):
-        return False
-    if not (args or no_args):
-        return False
-    check_name(name)
-    if no_args:
-        record.replays_as = name
-    return True
-
-
-_PLAN_FROM = 8
-
-
-def records_by_counter(records: dict[str, OpRecord], prefix: str) -> list[OpRecord | None]:
-    """``records.get`` of positions ``prefix`` + 1, 2, …, k by counter (index 0 is None).
-
-    Every item is exactly what looking its position up gives; k only bounds the work: a
-    binary search for the scope's last recorded position (a scope's positions are taken in
-    order, so the ones recorded are 1 to k but for gaps, which only end the list early or
-    leave a None in it). Looked up in C while the position table lasts (it only grows).
-    """
-    get = records.get
-    table = len(POSITIONS)
-    found, absent = 0, min(len(records), table - 1) + 1  # recorded at found, not at absent
-    while absent - found > 1:
-        middle = (found + absent) // 2
-        if get(prefix + POSITIONS[middle]) is None:
-            absent = middle
-        else:
-            found = middle
-    positions: Any = islice(POSITIONS, 1, found + 1)
-    if prefix:
-        positions = map(prefix.__add__, positions)
-    plan: list[OpRecord | None] = [None, *map(get, positions)]
-    if found == table - 1:  # the table ran out before the records did
-        while (record := get(format_position(prefix, len(plan)))) is not None:
-            plan.append(record)
-    return plan

@@ -1,15 +1,15 @@
 """Whether an invocation may replay its next operation by returning its record: one flag.
 
-Replay's fast path (``DurableContext.step``, ``ReplayScope.replayed_record``) asks, once per
-replayed operation, whether anything is going on that needs the full checks: the invocation
-went live (past its frontier), the code is inside a step, a divergence was found, or a
-cancel is under way. Those four facts change a few times per invocation; they are read once
-per replayed operation. So they are properties here, and every change recomputes the
-answer, ``replaying``, which the fast path reads as one attribute (reading four was a
-measurable part of replaying a long run). ``replaying_quietly`` adds that no plugin wants to
-hear of replayed operations: the inlined path in ``DurableContext.step`` tells nobody.
-A live invocation replays nothing whatever the other facts say, so only a change of
-``live`` recomputes the answer then (a step sets ``in_step`` twice at the frontier).
+Replay's fast paths (``durable_agents.engine.replay_fast_path`` for steps,
+``OperationScope.replayed_record``) ask, once per replayed operation, whether anything is going
+on that needs the full checks: the invocation went live (past its frontier), the code is inside
+a step, a divergence was found, or a cancel is under way. Those four facts change a few times
+per invocation; they are read once per replayed operation. So they are properties here, and
+every change recomputes the answer, ``replaying``, which the fast path reads as one attribute
+(reading four was a measurable part of replaying a long run). ``replaying_quietly`` adds that
+no plugin wants to hear of replayed operations: ``replay_fast_path`` tells nobody. A live
+invocation replays nothing whatever the other facts say, so only a change of ``live``
+recomputes the answer then (a step sets ``in_step`` twice at the frontier).
 """
 
 from __future__ import annotations

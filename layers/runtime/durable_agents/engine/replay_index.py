@@ -69,7 +69,8 @@ class OpRecord:
     replays_as: str | None = field(default=None, compare=False, repr=False)
     """``name`` once a step without arguments replayed this record having checked everything
     (kind, name, fingerprint, a result, ``check_name``): a step asking for it again with an
-    equal name needs no check but that one (``DurableContext.step``). None until then."""
+    equal name needs no check but that one (``durable_agents.engine.replay_fast_path``). None
+    until then."""
 
     def add(self, entry: Entry) -> None:
         """Folds one entry into the record."""
