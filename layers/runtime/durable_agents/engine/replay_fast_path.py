@@ -20,8 +20,8 @@ always did. It reads and advances ``OperationScope``'s ``_counter`` and ``_plan`
 module does besides ``context_scope``.
 
 Kept because it pays (CONTRIBUTING.md, "Speed tricks must pay"): on Python 3.13, without it a
-warm replayed step costs about 1.8x (1.05 against 1.87 µs at 1,000 steps, 1.06 against
-1.99 µs at 10,000) and a faithful run of 1,000 steps 1.3-1.6x as much CPU (1.5x by
+warm replayed step costs 1.7-1.9x (1.05 against 1.79 µs at 1,000 steps, 1.05 against
+1.96 µs at 10,000) and a faithful run of 1,000 steps 1.3-1.6x as much CPU (1.5x by
 instructions). Being a call away from ``step`` rather than inlined in it costs a replayed step
 about 7% of its instructions. Figures and commands: docs/benchmarks.md, "Speed tricks on
 Python 3.13".
