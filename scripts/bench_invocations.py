@@ -43,7 +43,7 @@ MODES = ("continuous", "faithful", "sticky", "sticky-10")
 LABELS = {
     "continuous": "continuous (one invocation)",
     "faithful": "faithful, replayed every invocation",
-    "sticky": "faithful + sticky (the StepRunner's default)",
+    "sticky": "faithful + sticky (StepRunner opt-in, ADR 0021)",
     "sticky-10": "faithful + sticky, 10 operations per invocation",
 }
 START, END = "<!-- bench:invocations:start -->", "<!-- bench:invocations:end -->"

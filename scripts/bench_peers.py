@@ -9,7 +9,7 @@ with the peers and matplotlib: ``make venv-bench``). Runtimes:
 * ``da-continuous``, ``da-faithful``: the durable_agents harness,
   ``AgentTestRunner(agent, mode=...)`` on the in-memory journal;
 * ``da-sticky``: faithful mode with sticky continuation (``sticky=True``): one operation per
-  invocation as on Lambda, the agent parked between invocations (the StepRunner's default).
+  invocation as on Lambda, the agent parked between invocations (``STICKY_RUNS``, opt-in).
 
 Every measurement is its own process (``--child RUNTIME N``), so imports, caches and garbage
 of one runtime never reach another; rounds alternate the runtimes (the order rotates each
@@ -112,7 +112,7 @@ def harness_seconds(steps: int, mode: str, prepare: Callable[[Any], None] | None
     Args:
         steps: The run's length.
         mode: ``continuous``, ``faithful`` or ``sticky`` (faithful, with the agent parked
-            between invocations: the StepRunner's default, ADR 0017).
+            between invocations: ``STICKY_RUNS``, ADR 0017, opt-in since ADR 0021).
         prepare: Given the ``AgentTestRunner`` before the run starts (``bench_sticky_floor``
             replaces its runtime's ``execute``).
 

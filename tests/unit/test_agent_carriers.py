@@ -139,3 +139,14 @@ def test_settings_and_local_mode_choose_the_carrier() -> None:
     assert function_environment([spec], WorkerOptions(), endpoint)["STICKY_CARRIER"] == "thread"
     single = function_environment([spec], WorkerOptions(concurrency=1), endpoint)
     assert "STICKY_CARRIER" not in single
+
+
+def test_sticky_continuation_is_opt_in() -> None:
+    """ADR 0021: off unless STICKY_RUNS asks for it, in the template and without the variable."""
+    env = {"JOURNAL_TABLE": "j", "EVENT_BUS_NAME": "b"}
+    assert Settings.from_env(env).sticky_runs == 0
+    assert Settings.from_env({**env, "STICKY_RUNS": "16"}).sticky_runs == 16
+    with pytest.raises(ConfigurationError, match="STICKY_RUNS"):
+        Settings.from_env({**env, "STICKY_RUNS": "-1"})
+    template = (Path(__file__).parents[2] / "template.yaml").read_text(encoding="utf-8")
+    assert 'STICKY_RUNS: "0"' in template

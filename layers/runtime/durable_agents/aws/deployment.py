@@ -30,7 +30,7 @@ from durable_agents.engine.sticky.carriers import (
     check_carrier,
     default_carrier,
 )
-from durable_agents.engine.sticky.parking import DEFAULT_STICKY_RUNS, StickyRuns
+from durable_agents.engine.sticky.parking import StickyRuns
 from durable_agents.errors import ConfigurationError
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.payloads import S3PayloadStore
@@ -54,7 +54,9 @@ class Settings:
         stream_table: ``STREAM_TABLE``: the stream cache table (streamed model text).
         memory_table: ``MEMORY_TABLE``: the long-term memory table behind ``ctx.memory``.
         sticky_runs: ``STICKY_RUNS``: how many runs' agents one container keeps parked at
-            their frontier between invocations (sticky continuation, ADR 0017; 0: off).
+            their frontier between invocations (sticky continuation, ADR 0017). 0, the
+            default, is off: with Lambda's routing it pays only on a StepRunner of a few warm
+            containers (ADR 0021); 16 opts in.
         sticky_carrier: ``STICKY_CARRIER``: what they park on, ``greenlet`` (the default:
             Lambda runs every invocation of a container on one thread) or ``thread`` (for a
             process whose invocations run on several threads, as local mode's consumers).
@@ -88,7 +90,7 @@ class Settings:
     bedrock_region: str | None = None
     bedrock_read_timeout_seconds: int = 120
     memory_table: str | None = None
-    sticky_runs: int = DEFAULT_STICKY_RUNS
+    sticky_runs: int = 0
     sticky_carrier: CarrierKind = field(default_factory=default_carrier)
     header_echo_reads: bool = True
 
@@ -112,7 +114,7 @@ class Settings:
         except ValueError as exc:
             raise ConfigurationError("BEDROCK_READ_TIMEOUT must be an integer") from exc
         try:
-            sticky_runs = int(env.get("STICKY_RUNS", str(DEFAULT_STICKY_RUNS)))
+            sticky_runs = int(env.get("STICKY_RUNS", "0"))
         except ValueError as exc:
             raise ConfigurationError("STICKY_RUNS must be an integer") from exc
         if sticky_runs < 0:
