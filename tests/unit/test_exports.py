@@ -7,11 +7,13 @@ the reason, so a new error class has to be placed on one side or the other.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import durable_agents
 from durable_agents.errors import DurableError
@@ -213,3 +215,57 @@ def test_importing_the_package_stays_light() -> None:
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     ).stdout.strip()
     assert out == "", f"importing durable_agents loaded {out}"
+
+
+def _type_checking_imports() -> dict[str, str]:
+    """Each name the package imports under TYPE_CHECKING, with the module it is imported from."""
+    source = Path(durable_agents.__file__).read_text(encoding="utf-8")
+    block = next(
+        node
+        for node in ast.parse(source).body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+    )
+    return {
+        alias.name: node.module or ""
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+
+
+def test_the_lazy_table_the_typed_imports_and_all_agree() -> None:
+    # Type checkers read the imports, the runtime reads the table: one drifting from the other
+    # would give a name a type it does not have, or one that cannot be imported.
+    table = {name: module for module, names in durable_agents._EXPORTS.items() for name in names}
+    assert _type_checking_imports() == table
+    assert set(table) == set(durable_agents.__all__)
+
+
+def _modules_loaded_by(code: str) -> set[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", f"{code}\nimport sys\nprint(','.join(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    ).stdout.strip()
+    return set(out.split(","))
+
+
+def test_a_module_of_the_package_loads_only_what_it_imports() -> None:
+    # The Relay imports durable_agents.errors, core and aws.outbox; before the exports were
+    # lazy, any of them ran the package's __init__, which loaded the engine and pydantic.
+    loaded = _modules_loaded_by("import durable_agents.errors, durable_agents.core.scrub")
+    assert not {m for m in loaded if m.startswith(("durable_agents.engine", "pydantic"))}
+    assert "durable_agents.agent" not in loaded
+
+
+def test_agent_is_the_decorator_after_its_module_is_imported() -> None:
+    # Importing the submodule durable_agents.agent binds it on the package; the package's type
+    # keeps the name for the decorator, as eager imports did.
+    import durable_agents.agent as module_or_decorator
+
+    assert callable(durable_agents.agent)
+    assert durable_agents.agent.__module__ == "durable_agents.agent"
+    assert module_or_decorator is durable_agents.agent
+    assert "agent" in dir(durable_agents)
