@@ -18,7 +18,6 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote
 
-from aws_lambda_powertools import Tracer
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
@@ -60,6 +59,7 @@ from durable_agents.auth.deciders import (
     AuthUnavailableError,
     NotAnApproverError,
 )
+from durable_agents.aws.deferred import DeferredTracer
 from durable_agents.aws.deployment import import_agent_modules
 from durable_agents.core.models import WaitStatus
 from durable_agents.engine.cancellation import RunNotCancellableError
@@ -158,7 +158,8 @@ class ThreadSafeRestResolver(APIGatewayRestResolver):
         return super().resolve(event, context)
 
 
-tracer = Tracer()
+# Made at the first traced call, not at import: it loads the X-Ray SDK (aws.deferred).
+tracer = DeferredTracer()
 app = ThreadSafeRestResolver()
 # At init, not on the first request: a module that does not import fails the deployment at once.
 AGENTS = import_agent_modules()

@@ -13,7 +13,7 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import unquote
 
-from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
@@ -25,13 +25,15 @@ from api.services import get_runtime
 from durable_agents.admin.review import Decision, ReviewRequest, resolve
 from durable_agents.admin.views import effect_view
 from durable_agents.auth.deciders import AuthUnavailableError
+from durable_agents.aws.deferred import DeferredTracer
 from durable_agents.core.models import SideEffectRecord
 from durable_agents.core.principals import Principal, iam_patterns
 from durable_agents.engine.events import step_ready
 from durable_agents.tools import default_tools
 
 logger = Logger(child=True)
-tracer = Tracer()
+# Made at the first traced call, not at import: it loads the X-Ray SDK (aws.deferred).
+tracer = DeferredTracer()
 router = Router()  # type: ignore[no-untyped-call]
 MAX_LIMIT = 100
 

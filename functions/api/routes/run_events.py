@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from http import HTTPStatus
 
-from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
@@ -25,13 +25,15 @@ from api.routes.common import header, json_body, ok, wake
 from api.routes.limits import check_key
 from api.routes.tenancy import iam_caller, owned_run
 from api.services import get_runtime
+from durable_agents.aws.deferred import DeferredTracer
 from durable_agents.core.clock import iso
 from durable_agents.core.ids import check_name, check_run_id
 from durable_agents.engine.generations import published_status
 from durable_agents.engine.inbox import SentEvent, send_event
 
 logger = Logger(child=True)
-tracer = Tracer()
+# Made at the first traced call, not at import: it loads the X-Ray SDK (aws.deferred).
+tracer = DeferredTracer()
 router = Router()  # type: ignore[no-untyped-call]
 
 

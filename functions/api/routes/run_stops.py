@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from http import HTTPStatus
 
-from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
@@ -22,13 +22,15 @@ from api.routes.common import json_body, ok
 from api.routes.tenancy import iam_caller, owned_run
 from api.services import get_runtime
 from durable_agents.admin.views import run_view
+from durable_agents.aws.deferred import DeferredTracer
 from durable_agents.core.ids import check_run_id
 from durable_agents.core.models import RunHeader
 from durable_agents.core.principals import Principal
 from durable_agents.engine.cancellation import CANCEL, TERMINATE, request_stop
 
 logger = Logger(child=True)
-tracer = Tracer()
+# Made at the first traced call, not at import: it loads the X-Ray SDK (aws.deferred).
+tracer = DeferredTracer()
 router = Router()  # type: ignore[no-untyped-call]
 MAX_REASON_CHARS = 1000
 

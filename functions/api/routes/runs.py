@@ -12,7 +12,7 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Any
 
-from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
@@ -26,12 +26,14 @@ from api.routes.tenancy import iam_caller, owned_run
 from api.services import get_runtime
 from durable_agents.admin.migration_commit import migrate_run
 from durable_agents.admin.views import history, run_view
+from durable_agents.aws.deferred import DeferredTracer
 from durable_agents.core.ids import check_run_id
 from durable_agents.core.models import RunHeader
 from durable_agents.core.tenancy import ALL_TENANTS, DEFAULT_TENANT
 
 logger = Logger(child=True)
-tracer = Tracer()
+# Made at the first traced call, not at import: it loads the X-Ray SDK (aws.deferred).
+tracer = DeferredTracer()
 router = Router()  # type: ignore[no-untyped-call]
 MAX_TIMEOUT_SECONDS = 366 * 24 * 3600
 

@@ -19,6 +19,7 @@ million instructions (665 to 456 for the Api's), 6-9% of init plus set-up.
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, cast, overload
@@ -135,5 +136,65 @@ class DeferredTracer:
                     )
                 )
             return traced[0](event, context)
+
+        return cast(_Handler, wrapper)
+
+    @overload
+    def capture_method(
+        self,
+        method: _Handler,
+        capture_response: bool | None = None,
+        capture_error: bool | None = None,
+    ) -> _Handler: ...
+
+    @overload
+    def capture_method(
+        self,
+        method: None = None,
+        capture_response: bool | None = None,
+        capture_error: bool | None = None,
+    ) -> Callable[[_Handler], _Handler]: ...
+
+    def capture_method(
+        self,
+        method: _Handler | None = None,
+        capture_response: bool | None = None,
+        capture_error: bool | None = None,
+    ) -> _Handler | Callable[[_Handler], _Handler]:
+        """``Tracer.capture_method``, with the Tracer made at the method's first call.
+
+        A plain function is wrapped here and captured by the real Tracer on its first call,
+        so decorating routes at import makes no Tracer. Coroutines, generators and context
+        managers are captured by the Tracer at once (it wraps each kind its own way), which
+        makes it at import: none of the handlers has one.
+        """
+        if method is None:
+            return functools.partial(
+                self.capture_method,
+                capture_response=capture_response,
+                capture_error=capture_error,
+            )
+        if not inspect.isfunction(method) or (
+            inspect.iscoroutinefunction(method)
+            or inspect.isgeneratorfunction(method)
+            or inspect.isasyncgenfunction(method)
+            # contextlib.contextmanager: a wrapper of a generator function (as Powertools tells)
+            or inspect.isgeneratorfunction(getattr(method, "__wrapped__", None))
+        ):
+            return self.tracer.capture_method(
+                capture_response=capture_response, capture_error=capture_error
+            )(method)
+        function = method
+        traced: list[Callable[..., Any]] = []
+
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not traced:
+                traced.append(
+                    self.tracer.capture_method(
+                        capture_response=capture_response, capture_error=capture_error
+                    )(function)
+                )
+            return traced[0](*args, **kwargs)
 
         return cast(_Handler, wrapper)
