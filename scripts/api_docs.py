@@ -11,6 +11,7 @@ the broken links when there are any.
 from __future__ import annotations
 
 import html.parser
+import importlib
 import re
 import sys
 import urllib.parse
@@ -63,6 +64,11 @@ def build_reference(output_dir: Path) -> list[str]:
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        # The package imports its exports on first read (PEP 562) and pdoc reads a module's
+        # __dict__: read each export once so that pdoc finds it there.
+        package = importlib.import_module("durable_agents")
+        for name in package.__all__:
+            getattr(package, name)
         pdoc.pdoc(*MODULES, output_directory=output_dir)
     return [str(w.message) for w in caught]
 

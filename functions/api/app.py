@@ -54,11 +54,7 @@ from durable_agents.admin.review import (
     ReviewResultError,
 )
 from durable_agents.admin.views import effect_view
-from durable_agents.auth.deciders import (
-    AuthenticationError,
-    AuthUnavailableError,
-    NotAnApproverError,
-)
+from durable_agents.auth.tokens import AuthenticationError, AuthUnavailableError, NotAnApproverError
 from durable_agents.aws.deferred import DeferredTracer
 from durable_agents.aws.deployment import import_agent_modules
 from durable_agents.core.models import WaitStatus

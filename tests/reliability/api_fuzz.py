@@ -30,7 +30,7 @@ import botocore.client
 import pytest
 from moto import mock_aws
 
-from durable_agents.auth.deciders import JwtVerifier
+from durable_agents.auth.jwt import JwtVerifier
 from durable_agents.core.clock import SkipClock
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents_local.functions import make_resolver, read_functions

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from durable_agents.auth.deciders import JwtVerifier
+from durable_agents.auth.jwt import JwtVerifier
 from durable_agents.core.models import WaitStatus
 from durable_agents.engine.events import EventPublishError
 from durable_agents.errors import InfrastructureError

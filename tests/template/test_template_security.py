@@ -141,7 +141,7 @@ def test_tenant_parameters_reach_the_api(
 def test_jwt_user_claims_and_jwks_cache_reach_the_api_with_the_code_defaults(
     template: dict[str, Any], resources: dict[str, Any]
 ) -> None:
-    from durable_agents.auth import deciders as auth
+    from durable_agents.auth import jwt as auth
 
     env = props(resources, "ApiFunction")["Environment"]["Variables"]
     assert env["JWT_USER_CLAIMS"] == {"Ref": "JwtUserClaims"}

@@ -22,7 +22,7 @@ import boto3
 import pytest
 
 from durable_agents import AgentRegistry, DurableContext, agent
-from durable_agents.auth.deciders import JwtVerifier
+from durable_agents.auth.jwt import JwtVerifier
 from durable_agents.engine.operations.approval import ApprovalTimeoutError
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents_local.testing import AgentTestRunner

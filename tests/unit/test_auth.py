@@ -18,19 +18,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from durable_agents import SkipClock
-from durable_agents.auth.deciders import (
-    AuthenticationError,
-    AuthUnavailableError,
-    JwtVerifier,
-    bearer_token,
-    fetch_json,
-    jwt_verifier_from_env,
-    principal_from_iam,
-)
+from durable_agents.auth.deciders import principal_from_iam
+from durable_agents.auth.jwks import fetch_json
+from durable_agents.auth.jwt import JwtVerifier, jwt_verifier_from_env
 from durable_agents.auth.links import (
     LinkSigner,
     SecretsManagerKey,
 )
+from durable_agents.auth.tokens import AuthenticationError, AuthUnavailableError, bearer_token
 from durable_agents.core.principals import may_decide
 from durable_agents_local.secrets import create_secrets
 from durable_agents_local.template import load_template

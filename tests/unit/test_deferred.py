@@ -159,3 +159,26 @@ def test_no_handler_loads_the_xray_sdk_at_init(module: str) -> None:
         cwd=ROOT,
     ).stdout.strip()
     assert out == "False", f"importing {module} loaded the X-Ray SDK"
+
+
+def test_the_api_loads_the_jwt_stack_only_for_a_jwt() -> None:
+    # PyJWT and cryptography verify people's tokens; an Api called with IAM never needs them.
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "functions"), *sys.path]),
+        "JOURNAL_TABLE": "journal",
+        "EVENT_BUS_NAME": "bus",
+        "AGENT_MODULES": "agents.example",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    code = (
+        "import sys, api.app\n"
+        "print(sorted(m for m in ('jwt', 'cryptography') if m in sys.modules))\n"
+        "from api.routes.approvals import jwt_verifier\n"
+        "try:\n    jwt_verifier()\nexcept Exception as exc:\n    print(type(exc).__name__)\n"
+        "print('jwt' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=ROOT
+    ).stdout.split()
+    assert out == ["[]", "AuthUnavailableError", "True"]

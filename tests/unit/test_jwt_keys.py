@@ -16,12 +16,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from durable_agents import SkipClock
-from durable_agents.auth.deciders import (
-    AuthenticationError,
-    AuthUnavailableError,
-    JwtVerifier,
-    jwt_verifier_from_env,
-)
+from durable_agents.auth.jwt import JwtVerifier, jwt_verifier_from_env
+from durable_agents.auth.tokens import AuthenticationError, AuthUnavailableError
 from durable_agents.core.principals import may_decide
 from tests.unit.test_auth import AUDIENCE, ISSUER, Keys, claims
 

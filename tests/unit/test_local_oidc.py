@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from durable_agents.auth.deciders import AuthenticationError, jwt_verifier_from_env
+from durable_agents.auth.jwt import jwt_verifier_from_env
+from durable_agents.auth.tokens import AuthenticationError
 from durable_agents_local.oidc import (
     LOCAL_AUDIENCE,
     LocalIssuer,

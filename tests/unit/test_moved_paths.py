@@ -55,3 +55,21 @@ def test_an_error_recorded_under_its_old_module_rebuilds_as_its_class() -> None:
         ErrorInfo("ModelRequestError", "bad", "durable_agents.llm.bedrock", {"code": "X"})
     )
     assert type(refused).__name__ == "ModelRequestError" and refused.code == "X"  # type: ignore[attr-defined]
+
+
+def test_the_jwt_names_auth_deciders_re_exported_warn_and_resolve() -> None:
+    # auth.deciders (and so the old durable_agents.waits.auth) keeps only the IAM caller; the
+    # JWT stack it re-exported lives in auth.jwt, auth.jwks and auth.tokens.
+    from durable_agents.auth import deciders, jwks, jwt, tokens
+
+    for name, home in (
+        ("JwtVerifier", jwt),
+        ("jwt_verifier_from_env", jwt),
+        ("fetch_json", jwks),
+        ("AuthUnavailableError", tokens),
+        ("bearer_token", tokens),
+    ):
+        with pytest.warns(DeprecationWarning, match=f"{home.__name__}.{name}"):
+            assert getattr(deciders, name) is getattr(home, name)
+    with pytest.raises(AttributeError):
+        _ = deciders.NoSuchName

@@ -67,7 +67,7 @@ def test_tenant_names_and_visibility() -> None:
 
 
 def test_the_jwt_tenant_claim_is_configurable() -> None:
-    from durable_agents.auth.deciders import JwtVerifier, jwt_verifier_from_env
+    from durable_agents.auth.jwt import JwtVerifier, jwt_verifier_from_env
     from durable_agents.core.clock import SkipClock
     from tests.unit.test_auth import AUDIENCE, ISSUER, Keys, claims
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.routes.common import wake
 from api.services import get_runtime
-from durable_agents.auth.deciders import NotAnApproverError
+from durable_agents.auth.tokens import NotAnApproverError
 from durable_agents.core.models import WaitRecord, WaitStatus
 from durable_agents.core.principals import Principal, may_decide
 from durable_agents.engine.operations.approval import expire_approval, record_decision

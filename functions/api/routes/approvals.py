@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from http import HTTPStatus
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from aws_lambda_powertools import Logger
@@ -43,13 +44,6 @@ from api.routes.common import (
 from api.routes.limits import MAX_LINK_BODY_BYTES
 from api.routes.tenancy import collect, iam_caller, owned_wait, tenant_of
 from api.services import get_runtime
-from durable_agents.auth.deciders import (
-    AuthUnavailableError,
-    JwtVerifier,
-    NotAnApproverError,
-    bearer_token,
-    jwt_verifier_from_env,
-)
 from durable_agents.auth.links import (
     LINK_TTL_RANGE,
     MAX_LINK_CHARS,
@@ -57,10 +51,14 @@ from durable_agents.auth.links import (
     LinkSigner,
     SecretsManagerKey,
 )
+from durable_agents.auth.tokens import AuthUnavailableError, NotAnApproverError, bearer_token
 from durable_agents.core.clock import iso
 from durable_agents.core.models import WaitRecord, WaitStatus
 from durable_agents.core.principals import Principal, iam_patterns, may_decide
 from durable_agents.engine.operations.approval import KIND
+
+if TYPE_CHECKING:
+    from durable_agents.auth.jwt import JwtVerifier
 
 logger = Logger(child=True)
 router = Router()  # type: ignore[no-untyped-call]
@@ -86,6 +84,11 @@ def jwt_verifier() -> JwtVerifier:
     """
     global _jwt_verifier  # noqa: PLW0603 - one verifier (and JWKS cache) per environment
     if _jwt_verifier is None:
+        # Imported on the first JWT, not at init: PyJWT and cryptography are a sixth of the
+        # Api's import, and an Api whose callers all sign with IAM never needs them
+        # (docs/benchmarks.md, "Cold start").
+        from durable_agents.auth.jwt import jwt_verifier_from_env  # noqa: PLC0415 - cold start
+
         _jwt_verifier = jwt_verifier_from_env(os.environ)
     return _jwt_verifier
 

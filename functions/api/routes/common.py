@@ -17,7 +17,7 @@ from api.approval_page import HTML_HEADERS, approval_state
 from api.routes import limits
 from api.routes.limits import MAX_FORM_FIELDS, MAX_JSON_BODY_BYTES, body_text, parse_json
 from api.services import get_runtime
-from durable_agents.auth.deciders import AuthUnavailableError
+from durable_agents.auth.tokens import AuthUnavailableError
 from durable_agents.core.clock import iso
 from durable_agents.core.models import WaitRecord
 from durable_agents.engine.events import EventPublishError, step_ready

@@ -24,7 +24,7 @@ from api.routes.tenancy import check_effect_owner, collect, iam_caller
 from api.services import get_runtime
 from durable_agents.admin.review import Decision, ReviewRequest, resolve
 from durable_agents.admin.views import effect_view
-from durable_agents.auth.deciders import AuthUnavailableError
+from durable_agents.auth.tokens import AuthUnavailableError
 from durable_agents.aws.deferred import DeferredTracer
 from durable_agents.core.models import SideEffectRecord
 from durable_agents.core.principals import Principal, iam_patterns

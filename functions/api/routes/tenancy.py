@@ -14,7 +14,8 @@ from typing import TypeVar
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 
 from api.services import get_runtime
-from durable_agents.auth.deciders import AuthUnavailableError, principal_from_iam
+from durable_agents.auth.deciders import principal_from_iam
+from durable_agents.auth.tokens import AuthUnavailableError
 from durable_agents.core.models import RunHeader, WaitRecord
 from durable_agents.core.principals import Principal
 from durable_agents.core.tenancy import (

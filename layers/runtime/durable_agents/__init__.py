@@ -461,7 +461,10 @@ class _Package(ModuleType):
     @property
     def agent(self) -> Any:
         """The ``@agent`` decorator (``durable_agents.agent.agent``)."""
-        return importlib.import_module("durable_agents.agent").agent
+        decorator = importlib.import_module("durable_agents.agent").agent
+        # Kept in the module's own attributes too, for tools that read vars(module) (pdoc).
+        self.__dict__["agent"] = decorator
+        return decorator
 
     @agent.setter
     def agent(self, value: Any) -> None:

@@ -192,6 +192,33 @@ ATTRIBUTES: dict[tuple[str, str], str] = {
     ("durable_agents", "Clock"): "durable_agents.core.clock",
     ("durable_agents", "SystemClock"): "durable_agents.core.clock",
     ("durable_agents", "InputValidationError"): "durable_agents.engine.run_starts",
+    # auth.deciders (the old durable_agents.waits.auth) re-exported the JWT stack; it keeps
+    # only the IAM caller, so that importing it does not load PyJWT and cryptography.
+    **{
+        ("durable_agents.auth.deciders", name): "durable_agents.auth.jwt"
+        for name in (
+            "JWKS_LIFESPAN_SECONDS",
+            "JWKS_REFETCH_SECONDS",
+            "LEEWAY_SECONDS",
+            "MAX_JWKS_LIFESPAN_SECONDS",
+            "MAX_JWT_CHARS",
+            "USER_CLAIMS",
+            "JwtVerifier",
+            "jwt_verifier_from_env",
+        )
+    },
+    ("durable_agents.auth.deciders", "ALGORITHMS"): "durable_agents.auth.jwks",
+    ("durable_agents.auth.deciders", "fetch_json"): "durable_agents.auth.jwks",
+    **{
+        ("durable_agents.auth.deciders", name): "durable_agents.auth.tokens"
+        for name in (
+            "AuthUnavailableError",
+            "AuthenticationError",
+            "NotAnApproverError",
+            "b64encode",
+            "bearer_token",
+        )
+    },
 }
 
 # Packages that are gone: the old path is an empty package whose names are those of the module

@@ -5,11 +5,14 @@ Three ways to authenticate a decision, each ending in a ``Principal`` that
 
 * **IAM** (``principal_from_iam``): API Gateway verified the SigV4 signature and put the
   caller's ARN in ``requestContext.identity.userArn``.
-* **JWT** (``JwtVerifier``): an RS256 or ES256 token from an OIDC issuer (a Cognito user pool
-  or any other), verified with PyJWT against the issuer's JWKS (signature, pinned algorithm,
-  issuer, audience), fetched without following redirects and kept for a limited lifespan.
-* **Signed link** (``links.LinkSigner``): an HMAC-SHA256 token minted for one approval and one
-  approver pattern, expiring, keyed by a secret kept in Secrets Manager.
+* **JWT** (``auth.jwt.JwtVerifier``): an RS256 or ES256 token from an OIDC issuer (a
+  Cognito user pool or any other), verified with PyJWT against the issuer's JWKS (signature,
+  pinned algorithm, issuer, audience), fetched without following redirects and kept for a
+  limited lifespan.
+* **Signed link** (``auth.links.LinkSigner``): an HMAC-SHA256 token minted for one approval
+  and one approver pattern, expiring, keyed by a secret kept in Secrets Manager.
+
+This module is the IAM one; the other two are ``auth.jwt`` and ``auth.links``.
 
 Nothing here logs or returns a token, a JWT or the link key; error messages say what is wrong
 without repeating the credential.
@@ -20,44 +23,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from durable_agents.auth.jwks import ALGORITHMS, AuthUnavailableError, fetch_json
-from durable_agents.auth.jwt import (
-    JWKS_LIFESPAN_SECONDS,
-    JWKS_REFETCH_SECONDS,
-    LEEWAY_SECONDS,
-    MAX_JWKS_LIFESPAN_SECONDS,
-    MAX_JWT_CHARS,
-    USER_CLAIMS,
-    JwtVerifier,
-    jwt_verifier_from_env,
-)
-from durable_agents.auth.tokens import (
-    AuthenticationError,
-    NotAnApproverError,
-    b64encode,
-    bearer_token,
-)
+from durable_agents._moved import moved_attribute
+from durable_agents.auth.tokens import AuthenticationError
 from durable_agents.core.principals import Principal
 
-# modules; their importers keep importing them from here.
-__all__ = [
-    "ALGORITHMS",
-    "JWKS_LIFESPAN_SECONDS",
-    "JWKS_REFETCH_SECONDS",
-    "LEEWAY_SECONDS",
-    "MAX_JWKS_LIFESPAN_SECONDS",
-    "MAX_JWT_CHARS",
-    "USER_CLAIMS",
-    "AuthUnavailableError",
-    "AuthenticationError",
-    "JwtVerifier",
-    "NotAnApproverError",
-    "b64encode",
-    "bearer_token",
-    "fetch_json",
-    "jwt_verifier_from_env",
-    "principal_from_iam",
-]
+__all__ = ["principal_from_iam"]
+
+
+def __getattr__(name: str) -> Any:
+    """The JWT and token names this module re-exported resolve, with a warning, for one release.
+
+    They live in ``auth.jwt``, ``auth.jwks`` and ``auth.tokens``; importing them from here
+    loaded PyJWT and ``cryptography`` into every handler that needed only the IAM caller.
+
+    Raises:
+        AttributeError: For any other unknown name.
+    """
+    return moved_attribute(__name__, name)
 
 
 def principal_from_iam(event: Mapping[str, Any]) -> Principal:

@@ -19,17 +19,13 @@ from urllib.parse import urlsplit
 import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from durable_agents.errors import DurableError
+from durable_agents.auth.tokens import AuthUnavailableError
 
 ALGORITHMS = frozenset({"RS256", "ES256"})
 """The only signature algorithms accepted; the key's own algorithm must match the header's."""
 MIN_RSA_BITS = 2048
 _MAX_JWKS_BYTES = 1_000_000
 _FETCH_TIMEOUT_SECONDS = 5
-
-
-class AuthUnavailableError(DurableError):
-    """This way of signing in is not configured, or its keys cannot be fetched (503)."""
 
 
 def signing_keys(jwks: Mapping[str, Any]) -> dict[str, jwt.PyJWK]:

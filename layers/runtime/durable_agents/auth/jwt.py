@@ -15,12 +15,11 @@ import jwt
 
 from durable_agents.auth.jwks import (
     ALGORITHMS,
-    AuthUnavailableError,
     check_fetch_url,
     fetch_json,
     signing_keys,
 )
-from durable_agents.auth.tokens import AuthenticationError, _json_segment
+from durable_agents.auth.tokens import AuthenticationError, AuthUnavailableError, _json_segment
 from durable_agents.core.clock import Clock, SystemClock
 from durable_agents.core.principals import Principal
 from durable_agents.core.tenancy import DEFAULT_JWT_TENANT_CLAIM

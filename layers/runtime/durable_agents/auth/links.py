@@ -18,8 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from durable_agents.auth.jwks import AuthUnavailableError
-from durable_agents.auth.tokens import AuthenticationError, _b64decode, _json_segment, b64encode
+from durable_agents.auth.tokens import (
+    AuthenticationError,
+    AuthUnavailableError,
+    _b64decode,
+    _json_segment,
+    b64encode,
+)
 from durable_agents.core.principals import Principal
 
 MAX_LINK_CHARS = 2_048

@@ -31,6 +31,10 @@ class NotAnApproverError(DurableError):
     """The caller is authenticated but is not among the approval's approvers (403)."""
 
 
+class AuthUnavailableError(DurableError):
+    """This way of signing in is not configured, or its keys cannot be fetched (503)."""
+
+
 def _b64decode(segment: str) -> bytes:
     """Decodes unpadded base64url.
 
