@@ -65,7 +65,13 @@ c0, t0 = time.process_time_ns(), time.perf_counter_ns()
 __import__(sys.argv[1])
 t1, c1 = time.perf_counter_ns(), time.process_time_ns()
 module = sys.modules[sys.argv[1]]
-setup = getattr(module, "get_runtime", None) or getattr(module, "_events_client", None)
+# The Api builds its runtime in api.services, beside the app that mounts the routes.
+services = sys.modules.get(sys.argv[1].rpartition(".")[0] + ".services")
+setup = (
+    getattr(module, "get_runtime", None)
+    or getattr(services, "get_runtime", None)
+    or getattr(module, "_events_client", None)
+)
 if setup is not None and sys.argv[2] != "no":
     setup()
     tracer = getattr(module, "tracer", None)

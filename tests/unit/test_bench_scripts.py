@@ -144,3 +144,30 @@ def test_the_sticky_floor_drives_a_run_to_its_end_through_the_floor(
     # The first invocation (nothing parked yet) and the last (the run ends) go through the
     # runtime; the 28 between take the floor.
     assert len(through_runtime) == 2
+
+
+def test_the_cold_start_bench_times_each_handler_and_its_first_set_up(tmp_path: Path) -> None:
+    # One round per handler on this interpreter: every handler imports in the template's
+    # environment, and the handlers that build a runtime have their set-up timed (the Api's
+    # is in api.services).
+    import argparse
+
+    from bench_cold_start import HANDLERS, markdown, measure
+
+    args = argparse.Namespace(
+        python=sys.executable,
+        source=Path(__file__).resolve().parents[2],
+        against=None,
+        runs=1,
+        handlers=list(HANDLERS),
+        tracing="off",
+        instructions=False,
+        breakdown=False,
+    )
+    results = measure(args)
+    assert set(results["handlers"]) == set(HANDLERS)
+    for label, row in results["handlers"].items():
+        assert row["handler_import"][1] > 0 and row["handler_ratio"] > 0, label
+        assert row["handler_setup"][1] > 0, f"{label}: no first invocation's set-up was timed"
+    table = markdown(results, "python scripts/bench_cold_start.py --runs 1")
+    assert table.count("\n| ") == len(HANDLERS) + 1  # a header row and one row per handler
