@@ -64,11 +64,12 @@ def build_reference(output_dir: Path) -> list[str]:
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        # The package imports its exports on first read (PEP 562) and pdoc reads a module's
-        # __dict__: read each export once so that pdoc finds it there.
-        package = importlib.import_module("durable_agents")
-        for name in package.__all__:
-            getattr(package, name)
+        # Packages import their exports on first read (PEP 562, durable_agents._lazy) and pdoc
+        # reads a module's __dict__: read each export once so that pdoc finds it there.
+        for module_name in MODULES:
+            module = importlib.import_module(module_name)
+            for name in getattr(module, "__all__", ()):
+                getattr(module, name)
         pdoc.pdoc(*MODULES, output_directory=output_dir)
     return [str(w.message) for w in caught]
 

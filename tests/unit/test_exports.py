@@ -14,8 +14,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
+
+import pytest
 
 import durable_agents
+import durable_agents.llm
 from durable_agents.errors import DurableError
 
 EXPECTED = {
@@ -217,9 +221,9 @@ def test_importing_the_package_stays_light() -> None:
     assert out == "", f"importing durable_agents loaded {out}"
 
 
-def _type_checking_imports() -> dict[str, str]:
-    """Each name the package imports under TYPE_CHECKING, with the module it is imported from."""
-    source = Path(durable_agents.__file__).read_text(encoding="utf-8")
+def _type_checking_imports(package: ModuleType) -> dict[str, str]:
+    """Each name ``package`` imports under TYPE_CHECKING, with the module it is imported from."""
+    source = Path(package.__file__ or "").read_text(encoding="utf-8")
     block = next(
         node
         for node in ast.parse(source).body
@@ -233,12 +237,15 @@ def _type_checking_imports() -> dict[str, str]:
     }
 
 
-def test_the_lazy_table_the_typed_imports_and_all_agree() -> None:
+@pytest.mark.parametrize("package", [durable_agents, durable_agents.llm], ids=lambda p: p.__name__)
+def test_the_lazy_table_the_typed_imports_and_all_agree(package: ModuleType) -> None:
     # Type checkers read the imports, the runtime reads the table: one drifting from the other
     # would give a name a type it does not have, or one that cannot be imported.
-    table = {name: module for module, names in durable_agents._EXPORTS.items() for name in names}
-    assert _type_checking_imports() == table
-    assert set(table) == set(durable_agents.__all__)
+    table = {name: module for module, names in package._EXPORTS.items() for name in names}
+    assert _type_checking_imports(package) == table
+    assert set(table) == set(package.__all__)
+    for name in package.__all__:
+        assert getattr(package, name) is getattr(importlib.import_module(table[name]), name)
 
 
 def _modules_loaded_by(code: str) -> set[str]:
@@ -258,6 +265,10 @@ def test_a_module_of_the_package_loads_only_what_it_imports() -> None:
     loaded = _modules_loaded_by("import durable_agents.errors, durable_agents.core.scrub")
     assert not {m for m in loaded if m.startswith(("durable_agents.engine", "pydantic"))}
     assert "durable_agents.agent" not in loaded
+    # Every agent module reaches llm.types (ModelConfig); the scripted provider is not for all.
+    assert "durable_agents.llm.scripted" not in _modules_loaded_by(
+        "import durable_agents.llm.types"
+    )
 
 
 def test_agent_is_the_decorator_after_its_module_is_imported() -> None:

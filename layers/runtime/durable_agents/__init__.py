@@ -25,7 +25,8 @@ import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from durable_agents._moved import install, moved_attribute
+from durable_agents._lazy import lazy_exports
+from durable_agents._moved import install
 
 if TYPE_CHECKING:
     from durable_agents.agent import (
@@ -309,8 +310,6 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
 }
 
-_HOME = {name: module for module, names in _EXPORTS.items() for name in names}
-
 __all__ = [
     "DEFAULT_RETRY",
     "NO_RETRY",
@@ -425,22 +424,9 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """Imports an export from its module on first read, then keeps it in the package.
-
-    Names that moved out of the package keep working for one release, with a warning:
-    ``from durable_agents import AgentTestRunner`` is ``durable_agents_local.testing`` now
-    (the test harness is not in the Lambda layer); see ``durable_agents._moved``.
-
-    Raises:
-        AttributeError: For any other unknown name.
-    """
-    home = _HOME.get(name)
-    if home is None:
-        return moved_attribute(__name__, name)
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value
-    return value
+# Reads an export from its module the first time (and names that moved out, with a warning:
+# ``from durable_agents import AgentTestRunner`` is ``durable_agents_local.testing`` now).
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())
 
 
 def __dir__() -> list[str]:
