@@ -10,18 +10,29 @@ that is still pending), by finishing, or with a divergence, which refuses the mi
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from durable_agents.agent import AgentDefinition
 from durable_agents.core.migration_records import migration_entries, migration_record
-from durable_agents.core.models import RunChange, RunHeader, RunSnapshot, RunStatus
+from durable_agents.core.models import (
+    EffectChange,
+    Entry,
+    RunChange,
+    RunHeader,
+    RunSnapshot,
+    RunStatus,
+    WaitChange,
+    WaitRecord,
+)
 from durable_agents.core.observability import ReplayAwareLogger
 from durable_agents.core.serde import decode
 from durable_agents.engine import generations
 from durable_agents.engine.context import DurableContext
 from durable_agents.engine.events import EventPublishError, step_ready
 from durable_agents.engine.invocation import Invocation, Reason
+from durable_agents.engine.ports import InvocationStore
 from durable_agents.engine.runtime import Runtime
 from durable_agents.errors import (
     DurableError,
@@ -61,19 +72,58 @@ class MigrationResult:
     committed: bool
 
 
-class _DryRunStore:
-    """Reads from the journal; any write ends the dry run (the new code reached the frontier)."""
+class _DryRunStore(InvocationStore):
+    """Reads from the journal; any write ends the dry run (the new code reached the frontier).
 
-    def __init__(self, store: Any):
+    A write raises ``SuspendExecution`` (CONTINUE): the dry run stops where the new code
+    would write, as an invocation whose budget is spent would. The reads are the store's.
+    """
+
+    def __init__(self, store: InvocationStore):
         self._store = store
 
-    def commit(self, *_: Any, **__: Any) -> None:
-        raise SuspendExecution(Reason.CONTINUE, detail="dry run: the new code would write here")
+    def commit(
+        self,
+        run_id: str,
+        entries: Sequence[Entry],
+        change: RunChange | None = None,
+        effect: EffectChange | None = None,
+        wait: WaitChange | Sequence[WaitChange] | None = None,
+    ) -> None:
+        """Writes nothing: the new code reached the frontier.
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith(("get_", "list_", "load")):
-            return getattr(self._store, name)
-        raise AttributeError(f"the migration dry run does not offer {name!r}")
+        Raises:
+            SuspendExecution: Always (CONTINUE, "the new code would write here").
+        """
+        raise _would_write()
+
+    def create_run(self, header: RunHeader) -> tuple[RunHeader, bool]:
+        """Creates nothing (a sub-agent's run): the new code reached the frontier.
+
+        Raises:
+            SuspendExecution: Always (CONTINUE, "the new code would write here").
+        """
+        raise _would_write()
+
+    def get_run(self, run_id: str) -> RunHeader:
+        """The store's ``get_run``.
+
+        Raises:
+            RunNotFoundError: If there is no such run.
+        """
+        return self._store.get_run(run_id)
+
+    def get_wait(self, wait_id: str) -> WaitRecord:
+        """The store's ``get_wait``.
+
+        Raises:
+            WaitNotFoundError: If there is none with that id.
+        """
+        return self._store.get_wait(wait_id)
+
+
+def _would_write() -> SuspendExecution:
+    return SuspendExecution(Reason.CONTINUE, detail="dry run: the new code would write here")
 
 
 def migrate_run(

@@ -41,6 +41,7 @@ from durable_agents.core.models import (
     WaitStatus,
 )
 from durable_agents.core.serde import canonical_json
+from durable_agents.engine.ports import InvocationStore
 from durable_agents.errors import (
     DurableError,
     RunRevisionConflictError,
@@ -130,7 +131,7 @@ class SentEvent:
     woke: bool = False
 
 
-def find_wait(store: JournalStore, wait_id: str) -> WaitRecord | None:
+def find_wait(store: InvocationStore, wait_id: str) -> WaitRecord | None:
     """The record, or None (a strongly consistent read)."""
     try:
         return store.get_wait(wait_id)

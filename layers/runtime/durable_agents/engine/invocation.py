@@ -6,7 +6,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from durable_agents.agent import AgentRegistry
 from durable_agents.core.clock import Clock
+from durable_agents.core.credentials import CredentialProvider
 from durable_agents.core.leases import lease_end
 from durable_agents.core.models import (
     Entry,
@@ -20,10 +22,14 @@ from durable_agents.core.models import (
     WaitChange,
 )
 from durable_agents.core.serde import decode, rebuild_error
+from durable_agents.engine.events import OutgoingEvent
+from durable_agents.engine.memory_store import MemoryStore
 from durable_agents.engine.plugin_calls import InvocationObserver
+from durable_agents.engine.ports import InvocationServices, InvocationStore
 from durable_agents.engine.replay_flags import ReplayFlags
 from durable_agents.engine.replay_index import WARM_RECORDS, OpRecord
 from durable_agents.engine.time_limits import cap_wake
+from durable_agents.engine.wait_scheduler import WaitScheduler
 from durable_agents.errors import (
     EntryConflictError,
     RunRevisionConflictError,
@@ -31,6 +37,7 @@ from durable_agents.errors import (
     SuspendExecution,
     WaitConflictError,
 )
+from durable_agents.llm.types import LlmProvider, StreamSink
 
 _ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
 
@@ -85,6 +92,8 @@ class Suspension:
     """What a suspending commit records in the run header."""
 
     wake_at_ms: int | None
+    # The header's ``waiting_on`` (``RunChange.waiting_on``): a JSON object whose keys depend
+    # on the operation waiting (kind, op id, wait id, child run, ...), so its values are Any.
     waiting_on: dict[str, Any]
 
 
@@ -105,27 +114,27 @@ class Invocation(ReplayFlags):
 
     def __init__(
         self,
-        store: Any,
+        store: InvocationStore,
         snapshot: RunSnapshot,
         *,
         clock: Clock,
         budget: int | None,
         lease_ms: int,
         hooks: InvocationHooks = NO_HOOKS,
-        credentials: Any = None,
-        providers: dict[str, Any] | None = None,
-        stream_sink: Any = None,
+        credentials: CredentialProvider | None = None,
+        providers: dict[str, LlmProvider] | None = None,
+        stream_sink: StreamSink | None = None,
         target: str | None = None,
-        registry: Any = None,
-        wait_scheduler: Any = None,
-        memory: Any = None,
+        registry: AgentRegistry | None = None,
+        wait_scheduler: WaitScheduler | None = None,
+        memory: MemoryStore | None = None,
         observer: InvocationObserver | None = None,
         deadline_ms: int | None = None,
         records: dict[str, OpRecord] | None = None,
     ):
         super().__init__(quiet=observer is None or not observer.hears_replays)
         # With plugins, every write is reported to them once it landed (durable_agents.plugins).
-        self.store = store if observer is None else observer.watch(store)
+        self.store: InvocationStore = store if observer is None else observer.watch(store)
         self.observer = observer
         self.header: RunHeader = snapshot.header
         self.run_id = snapshot.header.run_id
@@ -139,21 +148,23 @@ class Invocation(ReplayFlags):
             else records
         )
         self.credentials = credentials
-        self.providers: dict[str, Any] = providers or {}
+        self.providers: dict[str, LlmProvider] = providers or {}
         self.stream_sink = stream_sink
         # A parallel branch this invocation was sent to advance (its position), if any.
         self.target = target
         # The positions of the parallel branches being executed, innermost last.
         self.branches: list[str] = []
-        self.registry = registry
+        # Without one (an invocation a test makes by hand) it knows no agent: a sub-agent is
+        # not deployed, a pinned prompt not found (the runtime always hands its own).
+        self.registry = AgentRegistry() if registry is None else registry
         self.wait_scheduler = wait_scheduler
         # The long-term memory store ``ctx.memory`` reads and writes (None: not configured).
         self.memory = memory
 
-        self.pending_events: list[Any] = []
+        self.pending_events: list[OutgoingEvent] = []
         # Events that tell a person something, each with the NOTIFIED entry recorded once it
         # was delivered; until then every replay derives the event again from the journal.
-        self.notifications: list[tuple[Any, Entry]] = []
+        self.notifications: list[tuple[OutgoingEvent, Entry]] = []
         self.clock = clock
         self.budget = budget
         self.lease_ms = lease_ms
@@ -173,14 +184,14 @@ class Invocation(ReplayFlags):
 
     def renew(
         self,
-        store: Any,
+        store: InvocationStore,
         header: RunHeader,
         budget: int | None,
         lease_ms: int,
         hooks: InvocationHooks,
         observer: InvocationObserver | None,
         deadline_ms: int,
-        services: dict[str, Any] | None,
+        services: InvocationServices | None,
     ) -> None:
         """Makes this (parked) invocation the new one: its store, header, budget, lease, hooks.
 
@@ -199,7 +210,13 @@ class Invocation(ReplayFlags):
         self.observer = observer
         self.header = header
         if services is not None:
-            self.__dict__.update(services)
+            self.clock = services["clock"]
+            self.credentials = services["credentials"]
+            self.providers = services["providers"]
+            self.stream_sink = services["stream_sink"]
+            self.registry = services["registry"]
+            self.wait_scheduler = services["wait_scheduler"]
+            self.memory = services["memory"]
         self.target = None
         self.branches = []
         self.pending_events = []
@@ -255,7 +272,11 @@ class Invocation(ReplayFlags):
         type_: EntryType,
         **fields: Any,
     ) -> Entry:
-        """Builds an entry of this run stamped with the current time."""
+        """Builds an entry of this run stamped with the current time.
+
+        ``fields`` are ``Entry``'s other fields (``value``, ``error``, ``meta``, ...), each of
+        its own type: ``Entry`` checks them, hence Any here.
+        """
         return Entry(
             run_id=self.run_id,
             position=position,
@@ -427,6 +448,9 @@ class Invocation(ReplayFlags):
 
     def replay(self, entry: Entry, hint: Any) -> Any:
         """Returns a recorded result, or raises the recorded error.
+
+        The result is the agent's own data, decoded as ``hint`` (a type, or None for JSON)
+        says: arbitrary, hence Any.
 
         Raises:
             Exception: The recorded error, rebuilt with the same type and message.

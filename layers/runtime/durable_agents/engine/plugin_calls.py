@@ -17,7 +17,18 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from durable_agents.core.clock import Clock
-from durable_agents.core.models import EffectStatus, Entry, EntryType, OpKind
+from durable_agents.core.models import (
+    EffectChange,
+    EffectStatus,
+    Entry,
+    EntryType,
+    OpKind,
+    RunChange,
+    RunHeader,
+    WaitChange,
+    WaitRecord,
+)
+from durable_agents.engine.ports import InvocationStore
 from durable_agents.plugins import (
     AttemptEndInfo,
     AttemptStartInfo,
@@ -222,7 +233,7 @@ class InvocationObserver:
         """Whether any plugin wants to hear of operations this invocation only replays."""
         return self._hears_replayed_start or self._hears_replayed_end
 
-    def watch(self, store: Any) -> Any:
+    def watch(self, store: InvocationStore) -> InvocationStore:
         """``store``, reporting every write of this invocation once it has landed."""
         return _ObservedStore(store, self)
 
@@ -236,7 +247,7 @@ class InvocationObserver:
             with contextlib.suppress(Exception):
                 _LOG.exception("plugin bookkeeping failed in %s; ignored", "operation")
 
-    def recorded(self, entries: Sequence[Entry], effect: Any) -> None:
+    def recorded(self, entries: Sequence[Entry], effect: EffectChange | None) -> None:
         """Reports what a write that landed recorded (its entries, a tool's claim)."""
         with _bookkeeping("recorded"):
             self._recorded(entries, effect)
@@ -297,7 +308,7 @@ class InvocationObserver:
             replayed=True,
         )
 
-    def _recorded(self, entries: Sequence[Entry], effect: Any) -> None:
+    def _recorded(self, entries: Sequence[Entry], effect: EffectChange | None) -> None:
         for entry in entries:
             state = self._open.get(entry.position) if entry.run_id == self._run_id else None
             if state is None:
@@ -312,9 +323,11 @@ class InvocationObserver:
                     self._attempt_ended(state, entry.attempt, _outcome(entry), entry, None)
                 error = entry.error.type if entry.error is not None else None
                 self._report_end(entry.position, _outcome(entry), error, entry.attempt, entry)
-        record = getattr(effect, "record", None)
-        state = self._open.get(record.position) if record is not None else None
-        if record is not None and state is not None and record.run_id == self._run_id:
+        if effect is None:
+            return
+        record = effect.record
+        state = self._open.get(record.position)
+        if state is not None and record.run_id == self._run_id:
             claimed = effect.expected_status is None or record.attempt != effect.expected_attempt
             if record.status is EffectStatus.PREPARED and claimed:  # a tool's attempt claimed
                 self._attempt_started(record.position, state, record.attempt)
@@ -423,18 +436,52 @@ def _outcome(result: Entry) -> str:
     return "failed" if result.type is EntryType.FAILED else "succeeded"
 
 
-class _ObservedStore:
-    """A journal store whose successful ``commit`` calls are reported to an observer."""
+class _ObservedStore(InvocationStore):
+    """A journal store whose successful ``commit`` calls are reported to an observer.
 
-    def __init__(self, store: Any, observer: InvocationObserver):
+    Every other method of the port is the store's own, passed on unchanged.
+    """
+
+    def __init__(self, store: InvocationStore, observer: InvocationObserver):
         self._store = store
         self._observer = observer
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
+    def commit(
+        self,
+        run_id: str,
+        entries: Sequence[Entry],
+        change: RunChange | None = None,
+        effect: EffectChange | None = None,
+        wait: WaitChange | Sequence[WaitChange] | None = None,
+    ) -> None:
+        """Commits through the real store, then reports what landed (never before).
 
-    def commit(self, run_id: str, entries: Sequence[Entry], *args: Any, **kwargs: Any) -> None:
-        """Commits through the real store, then reports what landed (never before)."""
-        self._store.commit(run_id, entries, *args, **kwargs)
-        effect = kwargs.get("effect", args[1] if len(args) > 1 else None)
+        Raises:
+            Exception: Whatever the store raises; nothing is reported then.
+        """
+        self._store.commit(run_id, entries, change, effect=effect, wait=wait)
         self._observer.recorded(entries, effect)
+
+    def create_run(self, header: RunHeader) -> tuple[RunHeader, bool]:
+        """The store's ``create_run`` (a run's creation is no operation's write to report).
+
+        Raises:
+            Exception: Whatever the store raises.
+        """
+        return self._store.create_run(header)
+
+    def get_run(self, run_id: str) -> RunHeader:
+        """The store's ``get_run``.
+
+        Raises:
+            Exception: Whatever the store raises.
+        """
+        return self._store.get_run(run_id)
+
+    def get_wait(self, wait_id: str) -> WaitRecord:
+        """The store's ``get_wait``.
+
+        Raises:
+            Exception: Whatever the store raises.
+        """
+        return self._store.get_wait(wait_id)

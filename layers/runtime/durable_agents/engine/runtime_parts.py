@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # the parts' types only
     from durable_agents.core.clock import Clock
     from durable_agents.core.credentials import CredentialProvider
     from durable_agents.engine.memory_store import MemoryStore
+    from durable_agents.engine.ports import InvocationServices
     from durable_agents.engine.wait_scheduler import WaitScheduler
     from durable_agents.llm.types import LlmProvider, StreamSink
 
@@ -52,7 +53,7 @@ class RuntimeParts:
         (False, True)
     """
 
-    invocation_services: dict[str, Any]
+    invocation_services: InvocationServices
     clock: Clock
     credentials: CredentialProvider | None
     providers: dict[str, LlmProvider]
@@ -65,7 +66,7 @@ class RuntimeParts:
         """Makes ``invocation_services`` from the parts as they are now (once all are set)."""
         self.invocation_services = self.current_parts()
 
-    def current_parts(self) -> dict[str, Any]:
+    def current_parts(self) -> InvocationServices:
         """The parts, by attribute name, as they are now.
 
         One list for a new invocation and a renewed one, so a part added here (and to

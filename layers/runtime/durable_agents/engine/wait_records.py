@@ -33,6 +33,7 @@ from durable_agents.core.models import (
     WaitRecord,
     WaitStatus,
 )
+from durable_agents.engine.ports import InvocationStore
 from durable_agents.errors import (
     DurableError,
     EntryConflictError,
@@ -120,7 +121,9 @@ def closed_for_finished_run(record: WaitRecord) -> bool:
     )
 
 
-def refuse_if_finished(store: JournalStore, clock: Clock, record: WaitRecord, kind: OpKind) -> None:
+def refuse_if_finished(
+    store: InvocationStore, clock: Clock, record: WaitRecord, kind: OpKind
+) -> None:
     """Closes a wait whose run has finished, then refuses the caller (a heartbeat's check).
 
     Raises:
@@ -133,7 +136,7 @@ def refuse_if_finished(store: JournalStore, clock: Clock, record: WaitRecord, ki
 
 
 def _close(
-    store: JournalStore, clock: Clock, record: WaitRecord, run: RunStatus, kind: OpKind
+    store: InvocationStore, clock: Clock, record: WaitRecord, run: RunStatus, kind: OpKind
 ) -> WaitRecord:
     """Closes a PENDING wait of a finished run; the record as it then stands."""
     error = ErrorInfo(
@@ -162,7 +165,7 @@ def _close(
 
 
 def settle(
-    store: JournalStore,
+    store: InvocationStore,
     clock: Clock,
     record: WaitRecord,
     *,
@@ -199,7 +202,7 @@ def settle(
 
 
 def _settle(
-    store: JournalStore,
+    store: InvocationStore,
     clock: Clock,
     record: WaitRecord,
     *,

@@ -36,13 +36,13 @@ from durable_agents.engine.effects.records import (
     review_note,
 )
 from durable_agents.engine.invocation import NO_HOOKS, InvocationHooks
+from durable_agents.engine.ports import InvocationStore
 from durable_agents.errors import (
     EffectConflictError,
     EntryConflictError,
     PayloadError,
     RunStateConflictError,
 )
-from durable_agents.journal.store import JournalStore
 from durable_agents.retry import RetryPolicy
 from durable_agents.tools import Tool, ToolCall
 
@@ -67,7 +67,7 @@ class EffectWrites:
 
     def __init__(
         self,
-        store: JournalStore,
+        store: InvocationStore,
         clock: Clock,
         *,
         lease_ms: int,

@@ -20,7 +20,7 @@ from durable_agents.core.models import (
 from durable_agents.core.serde import canonical_json, decode, encode, error_info
 from durable_agents.engine.events import OutgoingEvent
 from durable_agents.engine.fingerprints import Fingerprint
-from durable_agents.engine.invocation import Reason, Suspension
+from durable_agents.engine.invocation import Invocation, Reason, Suspension
 from durable_agents.engine.wait_records import (
     WaitGoneError,
     pending_wait,
@@ -35,6 +35,7 @@ from durable_agents.errors import (
 if TYPE_CHECKING:
     from durable_agents.core.clock import Clock
     from durable_agents.engine.context_scope import OperationScope
+    from durable_agents.engine.ports import InvocationStore
     from durable_agents.journal.store import JournalStore
 
 APPROVAL_REQUESTED = "Approval Requested"
@@ -173,7 +174,7 @@ def run_wait_for_approval(
 
 
 def _pending_record(
-    inv: Any,
+    inv: Invocation,
     position: str,
     op_id: str,
     name: str,
@@ -201,7 +202,7 @@ def _pending_record(
     )
 
 
-def _notify(inv: Any, pending: WaitRecord) -> None:
+def _notify(inv: Invocation, pending: WaitRecord) -> None:
     """Queues ``Approval Requested``; the runtime records NOTIFIED once it was delivered."""
     delivered = inv.entry(
         pending.position, pending.operation_id, OpKind.APPROVAL, pending.name, EntryType.NOTIFIED
@@ -210,7 +211,7 @@ def _notify(inv: Any, pending: WaitRecord) -> None:
 
 
 def _replay_decision(
-    data: dict[str, Any], spec: ApprovalSpec, store: JournalStore, approval_id: str
+    data: dict[str, Any], spec: ApprovalSpec, store: InvocationStore, approval_id: str
 ) -> ApprovalDecision:
     """The recorded decision as the agent receives it, with the exact request approved.
 
@@ -234,7 +235,7 @@ def _replay_decision(
     return ApprovalDecision(**fields, request=request)
 
 
-def _expire(store: JournalStore, clock: Clock, pending: WaitRecord) -> NoReturn:
+def _expire(store: InvocationStore, clock: Clock, pending: WaitRecord) -> NoReturn:
     try:
         expire_approval(store, clock, pending)
     except WaitGoneError as exc:
@@ -248,7 +249,7 @@ def timeout_error(record: WaitRecord) -> ApprovalTimeoutError:
     return ApprovalTimeoutError(record.wait_id, iso(record.deadline_ms) or "")
 
 
-def expire_approval(store: JournalStore, clock: Clock, record: WaitRecord) -> WaitRecord:
+def expire_approval(store: InvocationStore, clock: Clock, record: WaitRecord) -> WaitRecord:
     """Records that nobody decided in time (once; loses to a decision recorded first).
 
     Raises:

@@ -52,6 +52,7 @@ from durable_agents.errors import (
 if TYPE_CHECKING:
     from durable_agents.core.clock import Clock
     from durable_agents.engine.context_scope import OperationScope
+    from durable_agents.engine.ports import InvocationStore
     from durable_agents.journal.store import JournalStore
 
 KIND = "callback"
@@ -249,7 +250,7 @@ def timeout_error(record: WaitRecord) -> CallbackTimeoutError:
     return CallbackTimeoutError(record.wait_id, now_reason)
 
 
-def expire_callback(store: JournalStore, clock: Clock, record: WaitRecord) -> WaitRecord:
+def expire_callback(store: InvocationStore, clock: Clock, record: WaitRecord) -> WaitRecord:
     """Records the timeout (once; loses to a completion recorded first).
 
     Raises:

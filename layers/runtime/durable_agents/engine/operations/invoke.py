@@ -77,7 +77,7 @@ class SubAgentNotDeployedError(DurableError):
         )
 
 
-def _output_type(inv: Any, agent: str) -> Any:
+def _output_type(inv: Invocation, agent: str) -> Any:
     try:
         return inv.registry.latest(agent).output_type
     except AgentNotFoundError:

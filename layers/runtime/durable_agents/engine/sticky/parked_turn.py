@@ -22,7 +22,7 @@ observer took up the operation it parked in).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from durable_agents.core.log_context import note_run
 from durable_agents.core.models import RunSnapshot, RunStatus
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
     from durable_agents.core.clock import Clock
     from durable_agents.engine.events import EventPublisher
+    from durable_agents.engine.ports import InvocationServices
     from durable_agents.engine.sticky.parking import StickyRuns
     from durable_agents.journal.store import JournalStore
 
@@ -51,7 +52,7 @@ class TurnHost(Protocol):
     publisher: EventPublisher
     logger: logging.Logger
     sticky: StickyRuns | None
-    invocation_services: dict[str, Any]
+    invocation_services: InvocationServices
 
 
 __all__ = ["AGENT_BUDGET", "Limits", "go_on"]
@@ -109,8 +110,8 @@ def go_on(
         return None  # its code is the registry's: a replay runs the new registry's
     if going_on.logger is not runtime.logger:
         return None  # its contexts' loggers were made with the old one
-    observer = span.observer()
-    if observer is not None and inv.observer is None:
+    observer, previous = span.observer(), inv.observer
+    if observer is not None and previous is None:
         # Plugins given meanwhile: none took up the operation it parked in (a replay does).
         return None
     definition = going_on.definition
@@ -121,8 +122,8 @@ def go_on(
         return None
     note_run(agent=header.agent, tenant=header.tenant)
     span.agent = header.agent
-    if observer is not None:  # plugins hear it as after a replay
-        observer.take_up_parked(inv.observer)
+    if observer is not None and previous is not None:  # plugins hear it as after a replay
+        observer.take_up_parked(previous)
     going_on.services = services
     # Its store is its tally still: matched, it counts on from this read, passing the writes
     # on to the runtime's store as it is now (another client of the journal, say).

@@ -31,7 +31,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from durable_agents.core.models import EffectChange, Entry, RunChange, RunSnapshot, WaitChange
+from durable_agents.core.models import (
+    EffectChange,
+    Entry,
+    RunChange,
+    RunHeader,
+    RunSnapshot,
+    WaitChange,
+    WaitRecord,
+)
+from durable_agents.engine.invocation import Invocation
+from durable_agents.engine.ports import InvocationServices, InvocationStore
 from durable_agents.engine.sticky.carriers import (
     AgentCarrier,
     AgentThread,
@@ -56,17 +66,60 @@ DEFAULT_STICKY_RUNS = 16
 """Parked runs one process keeps by default (each is a parked stack and its agent's state)."""
 
 
-class _RefusingStore:
-    """The store an abandoned agent sees: any use raises, so its cleanup code writes nothing."""
+class _RefusingStore(InvocationStore):
+    """The store an abandoned agent sees: any use raises, so its cleanup code writes nothing.
 
-    def __getattr__(self, name: str) -> Any:
-        raise ParkedRunAbandonedError(f"the parked run was abandoned; store.{name} refused")
+    Every method of the port raises ``ParkedRunAbandonedError`` (nothing is read or written).
+    """
+
+    def commit(
+        self,
+        run_id: str,
+        entries: Sequence[Entry],
+        change: RunChange | None = None,
+        effect: EffectChange | None = None,
+        wait: WaitChange | Sequence[WaitChange] | None = None,
+    ) -> None:
+        """Refuses the write.
+
+        Raises:
+            ParkedRunAbandonedError: Always.
+        """
+        raise _refused("commit")
+
+    def create_run(self, header: RunHeader) -> tuple[RunHeader, bool]:
+        """Refuses the write.
+
+        Raises:
+            ParkedRunAbandonedError: Always.
+        """
+        raise _refused("create_run")
+
+    def get_run(self, run_id: str) -> RunHeader:
+        """Refuses the read.
+
+        Raises:
+            ParkedRunAbandonedError: Always.
+        """
+        raise _refused("get_run")
+
+    def get_wait(self, wait_id: str) -> WaitRecord:
+        """Refuses the read.
+
+        Raises:
+            ParkedRunAbandonedError: Always.
+        """
+        raise _refused("get_wait")
 
 
-REFUSING_STORE: Any = _RefusingStore()
+def _refused(method: str) -> ParkedRunAbandonedError:
+    return ParkedRunAbandonedError(f"the parked run was abandoned; store.{method} refused")
 
 
-class WriteTally:
+REFUSING_STORE: InvocationStore = _RefusingStore()
+
+
+class WriteTally(InvocationStore):
     """A journal store that keeps count of what its run's journal holds, as this process knows.
 
     It starts from a read of the run (``snapshot``). Every write of an invocation to the run
@@ -74,6 +127,8 @@ class WriteTally:
     and is counted once it landed. So after the invocation the counts say what the journal
     holds if nobody else wrote: the parked run's freshness check (``matches``). A parked run
     keeps its tally, and the invocation that goes on with it writes through the same one.
+    The port's other methods are the inner store's, passed on unchanged (``create_run``
+    writes another run, a sub-agent's: nothing of this run to count).
 
     The counts are those of one run: the run the snapshot shows (its id, and when it was
     created: a run id may be used again once its run expired) in the generation it shows.
@@ -87,7 +142,7 @@ class WriteTally:
             that goes on with a parked agent sets again (its runtime may have another one).
     """
 
-    def __init__(self, store: Any, snapshot: RunSnapshot):
+    def __init__(self, store: InvocationStore, snapshot: RunSnapshot):
         header = snapshot.header
         self.inner = store
         self._run_id = header.run_id
@@ -96,9 +151,6 @@ class WriteTally:
         self.revision = header.revision
         self.entries = len(snapshot.entries)
         self.effects = len(snapshot.effects)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
     def commit(
         self,
@@ -120,6 +172,30 @@ class WriteTally:
                 self.revision += 1
             if effect is not None and effect.expected_status is None:  # a new record
                 self.effects += 1
+
+    def create_run(self, header: RunHeader) -> tuple[RunHeader, bool]:
+        """The inner store's ``create_run`` (another run's: nothing is counted).
+
+        Raises:
+            Exception: Whatever the store raises.
+        """
+        return self.inner.create_run(header)
+
+    def get_run(self, run_id: str) -> RunHeader:
+        """The inner store's ``get_run``.
+
+        Raises:
+            Exception: Whatever the store raises.
+        """
+        return self.inner.get_run(run_id)
+
+    def get_wait(self, wait_id: str) -> WaitRecord:
+        """The inner store's ``get_wait``.
+
+        Raises:
+            Exception: Whatever the store raises.
+        """
+        return self.inner.get_wait(wait_id)
 
     def matches(self, snapshot: RunSnapshot) -> bool:
         """Whether ``snapshot`` shows exactly what was counted (nobody else wrote).
@@ -161,11 +237,11 @@ class ParkedRun:
     """
 
     thread: AgentCarrier
-    invocation: Any
+    invocation: Invocation
     context: Any
     tally: WriteTally
     definition: Any = None
-    services: dict[str, Any] | None = None
+    services: InvocationServices | None = None
     logger: Any = None
 
     def matches(self, snapshot: RunSnapshot) -> bool:
