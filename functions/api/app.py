@@ -56,7 +56,7 @@ from durable_agents.admin.review import (
 from durable_agents.admin.views import effect_view
 from durable_agents.auth.tokens import AuthenticationError, AuthUnavailableError, NotAnApproverError
 from durable_agents.aws.deferred import DeferredTracer
-from durable_agents.aws.deployment import import_agent_modules
+from durable_agents.aws.settings import import_agent_modules
 from durable_agents.core.models import WaitStatus
 from durable_agents.engine.cancellation import RunNotCancellableError
 from durable_agents.engine.inbox import (
@@ -65,7 +65,7 @@ from durable_agents.engine.inbox import (
     RunNotAcceptingEventsError,
     TooManyEventNamesError,
 )
-from durable_agents.engine.runtime import InputValidationError
+from durable_agents.engine.run_starts import InputValidationError
 from durable_agents.engine.wait_records import WaitGoneError, closed_for_finished_run
 from durable_agents.errors import (
     AgentNotFoundError,

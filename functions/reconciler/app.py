@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
@@ -13,12 +13,14 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from durable_agents.admin.gauges import measure
 from durable_agents.admin.reconciler import expire_wait, sweep, wake_run
 from durable_agents.aws.deferred import DeferredTracer
-from durable_agents.aws.deployment import Settings, build_runtime, import_agent_modules
+from durable_agents.aws.settings import Settings, import_agent_modules
 from durable_agents.aws.telemetry import emit_single_metric, flush_metrics_safely, trace_safely
 from durable_agents.core.log_context import LOG_LOCATION, LogContextFilter
 from durable_agents.core.scrub import ScrubFilter
-from durable_agents.engine.runtime import Runtime
 from durable_agents.errors import InfrastructureError, InvocationRetryError
+
+if TYPE_CHECKING:
+    from durable_agents.engine.runtime import Runtime
 
 # ctx.logger), and every line of an invocation names its run, agent and operation.
 logger = Logger(location=LOG_LOCATION)
@@ -39,6 +41,10 @@ def get_runtime() -> tuple[Runtime, Settings]:
     """Builds the runtime once per execution environment."""
     global _runtime, _settings  # noqa: PLW0603 - one runtime per execution environment
     if _runtime is None or _settings is None:
+        # Imported by the first invocation, not at init: the DynamoDB journal and the AWS
+        # adapters it loads (docs/benchmarks.md, "Cold start").
+        from durable_agents.aws.deployment import build_runtime  # noqa: PLC0415 - cold start
+
         _settings = Settings.from_env()
         _runtime = build_runtime(_settings, logger=logger)
     return _runtime, _settings

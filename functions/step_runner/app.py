@@ -6,7 +6,7 @@ unrecorded operation, record it with a conditional write, publish the next ``Ste
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
@@ -15,13 +15,15 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
 
 from durable_agents.aws.deferred import DeferredTracer
-from durable_agents.aws.deployment import Settings, build_runtime, import_agent_modules
+from durable_agents.aws.settings import Settings, import_agent_modules
 from durable_agents.aws.telemetry import PowertoolsPlugin, flush_metrics_safely, trace_safely
 from durable_agents.core.log_context import LOG_LOCATION, LogContextFilter
 from durable_agents.core.scrub import ScrubFilter
 from durable_agents.engine.events import STEP_READY
-from durable_agents.engine.runtime import Runtime
 from durable_agents.errors import InfrastructureError, InvocationRetryError, RunNotFoundError
+
+if TYPE_CHECKING:
+    from durable_agents.engine.runtime import Runtime
 
 # ctx.logger), and every line of an invocation names its run, agent and operation.
 logger = Logger(location=LOG_LOCATION)
@@ -50,6 +52,10 @@ def get_runtime() -> Runtime:
     """Builds the runtime once per execution environment (on first use, not at import)."""
     global _runtime  # noqa: PLW0603 - one runtime per Lambda execution environment
     if _runtime is None:
+        # Imported by the first invocation, not at init: the DynamoDB journal and the AWS
+        # adapters it loads (docs/benchmarks.md, "Cold start").
+        from durable_agents.aws.deployment import build_runtime  # noqa: PLC0415 - cold start
+
         # Its logs, metrics and trace annotations come from the runtime's plugin hooks.
         plugin = PowertoolsPlugin(logger=logger, metrics=metrics, tracer=tracer)
         _runtime = build_runtime(Settings.from_env(), logger=logger, plugins=[plugin])

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from durable_agents import AgentRegistry, agent
-from durable_agents.aws.deployment import Settings
+from durable_agents.aws.settings import Settings
 from durable_agents.core.models import RunStatus
 from durable_agents.engine.context import DurableContext
 from durable_agents.engine.runtime import OutcomeKind, Runtime

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from durable_agents.agent import AgentModuleError, AgentRegistry
-from durable_agents.aws.deployment import import_agent_modules
+from durable_agents.aws.settings import import_agent_modules
 from durable_agents_local.agents_loading import choose_agent_modules, load_agents
 
 ROOT = Path(__file__).resolve().parents[2]

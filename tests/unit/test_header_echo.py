@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from durable_agents.aws.deployment import Settings
+from durable_agents.aws.settings import Settings
 from durable_agents.core.models import RunChange, RunSnapshot, RunStatus
 from durable_agents.errors import ConfigurationError, RunRevisionConflictError
 from durable_agents.journal.dynamodb import DynamoDBJournal

@@ -73,3 +73,13 @@ def test_the_jwt_names_auth_deciders_re_exported_warn_and_resolve() -> None:
             assert getattr(deciders, name) is getattr(home, name)
     with pytest.raises(AttributeError):
         _ = deciders.NoSuchName
+
+
+def test_the_agent_modules_names_deployment_had_warn_and_resolve() -> None:
+    # Handlers import the settings at init (aws.settings) and the wiring at their first
+    # invocation (aws.deployment); a handler written against 0.1 keeps working for a release.
+    from durable_agents.aws import deployment, settings
+
+    with pytest.warns(DeprecationWarning, match="durable_agents.aws.settings.import_agent_modules"):
+        assert deployment.import_agent_modules is settings.import_agent_modules
+    assert deployment.Settings is settings.Settings  # used by the wiring itself: no warning

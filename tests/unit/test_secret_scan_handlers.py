@@ -68,12 +68,15 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> SkipClock:
     from step_runner import app as step_app
 
     shared = SkipClock()
+    original = deployment.build_runtime
 
     def build_runtime(settings: deployment.Settings, **kwargs: Any) -> Any:
-        return deployment.build_runtime(settings, clock=shared, **kwargs)
+        return original(settings, clock=shared, **kwargs)
 
+    # The handlers import build_runtime by their first invocation (cold start), from here.
+    monkeypatch.setattr(deployment, "build_runtime", build_runtime)
     for module in (api_services, step_app, reconciler_app):
-        monkeypatch.setattr(module, "build_runtime", build_runtime)
+        monkeypatch.setattr(module, "_runtime", None)
     return shared
 
 

@@ -207,6 +207,9 @@ ATTRIBUTES: dict[tuple[str, str], str] = {
             "jwt_verifier_from_env",
         )
     },
+    # Handlers import the settings at init and the wiring at their first invocation.
+    ("durable_agents.aws.deployment", "import_agent_modules"): "durable_agents.aws.settings",
+    ("durable_agents.aws.deployment", "agent_modules_from_env"): "durable_agents.aws.settings",
     ("durable_agents.auth.deciders", "ALGORITHMS"): "durable_agents.auth.jwks",
     ("durable_agents.auth.deciders", "fetch_json"): "durable_agents.auth.jwks",
     **{

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from durable_agents.agent import AgentDefinition
 from durable_agents.core.migration_records import migration_entries, migration_record
@@ -33,7 +33,6 @@ from durable_agents.engine.context import DurableContext
 from durable_agents.engine.events import EventPublishError, step_ready
 from durable_agents.engine.invocation import Invocation, Reason
 from durable_agents.engine.ports import InvocationStore
-from durable_agents.engine.runtime import Runtime
 from durable_agents.errors import (
     DurableError,
     EntryConflictError,
@@ -51,6 +50,10 @@ from durable_agents.migrations import (
     plan_results,
     recorded_run,
 )
+
+if TYPE_CHECKING:
+    # A type only: the Api's routes import this module, and its init need not load the runtime.
+    from durable_agents.engine.runtime import Runtime
 
 ATTEMPTS = 3  # a decision or a timer may land between the read and the write: read again
 

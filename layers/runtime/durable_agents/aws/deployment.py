@@ -1,17 +1,20 @@
-"""Wiring for the Lambda handlers: settings read once from the environment, clients made once."""
+"""Wiring for the Lambda handlers: the runtime on DynamoDB, S3 and EventBridge, clients made once.
+
+``build_runtime(Settings.from_env())`` is what a handler's first invocation calls; the
+settings and the agent modules are ``durable_agents.aws.settings``'s, which handlers import at
+init without loading the journal and the adapters imported here.
+"""
 
 from __future__ import annotations
 
 import importlib.resources
 import os
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
+from durable_agents._moved import moved_attribute
 from durable_agents.agent import (
-    AgentDefinition,
-    AgentModuleError,
     AgentRegistry,
     default_registry,
 )
@@ -20,16 +23,11 @@ from durable_agents.aws.deferred import DeferredClient
 from durable_agents.aws.eventbridge import EventBridgePublisher
 from durable_agents.aws.memory_table import DynamoDBMemoryStore
 from durable_agents.aws.scheduler import EventBridgeWaitScheduler
+from durable_agents.aws.settings import Settings
 from durable_agents.core.clock import Clock
 from durable_agents.core.log_context import install_log_context
 from durable_agents.core.scrub import install_log_scrubbing
 from durable_agents.engine.runtime import Runtime
-from durable_agents.engine.sticky.carriers import (
-    CARRIERS,
-    CarrierKind,
-    check_carrier,
-    default_carrier,
-)
 from durable_agents.engine.sticky.parking import StickyRuns
 from durable_agents.errors import ConfigurationError
 from durable_agents.journal.dynamodb import DynamoDBJournal
@@ -40,144 +38,13 @@ from durable_agents.llm.types import LlmProvider
 from durable_agents.plugins import Plugin
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """What a function needs to know about its deployment.
-
-    Attributes:
-        journal_table: ``JOURNAL_TABLE``: the journal table name.
-        event_bus_name: ``EVENT_BUS_NAME``: the bus for ``Step Ready`` and friends.
-        payload_bucket: ``PAYLOAD_BUCKET``: where oversized values spill (optional).
-        agent_modules: ``AGENT_MODULES``: comma-separated modules whose agents to register.
-        stall_after_seconds: ``STALL_AFTER_SECONDS``: when the reconciler re-drives a quiet
-            RUNNING run.
-        stream_table: ``STREAM_TABLE``: the stream cache table (streamed model text).
-        memory_table: ``MEMORY_TABLE``: the long-term memory table behind ``ctx.memory``.
-        sticky_runs: ``STICKY_RUNS``: how many runs' agents one container keeps parked at
-            their frontier between invocations (sticky continuation, ADR 0017). 0, the
-            default, is off: with Lambda's routing it pays only on a StepRunner of a few warm
-            containers (ADR 0021); 16 opts in.
-        sticky_carrier: ``STICKY_CARRIER``: what they park on, ``greenlet`` (the default:
-            Lambda runs every invocation of a container on one thread) or ``thread`` (for a
-            process whose invocations run on several threads, as local mode's consumers).
-        header_echo_reads: ``HEADER_ECHO_READS``: ``on`` (the default) or ``off``: whether a
-            warm load trusts the header echo and reads the journal's tail alone (ADR 0019).
-            ``off`` while functions from before header echoes may still change runs (an
-            upgrade: docs/operations.md).
-        schedule_group: ``SCHEDULE_GROUP``: EventBridge Scheduler group for wait deadlines.
-        scheduler_role_arn: ``SCHEDULER_ROLE_ARN``: the role Scheduler assumes.
-        scheduler_target_arn: ``SCHEDULER_TARGET_ARN``: the Reconciler it invokes. The three
-            together enable precise deadlines; without them the minute sweep expires waits.
-        scripted_model_file: ``SCRIPTED_MODEL_FILE``: model scripts, comma-separated, each
-            ``[CONFIG=]file`` (``load_model_scripts``); when set, the ``scripted`` provider
-            answers ``ModelConfig(provider="scripted")`` calls.
-        bedrock_region: ``BEDROCK_REGION``: the region of the ``bedrock-runtime`` client (the
-            function's own region if unset).
-        bedrock_read_timeout_seconds: ``BEDROCK_READ_TIMEOUT``: how long one model call may
-            take to answer (botocore's default of 60 s cuts off long generations).
-    """
-
-    journal_table: str
-    event_bus_name: str
-    payload_bucket: str | None
-    agent_modules: tuple[str, ...]
-    stall_after_seconds: int = 300
-    scripted_model_file: str | None = None
-    stream_table: str | None = None
-    schedule_group: str | None = None
-    scheduler_role_arn: str | None = None
-    scheduler_target_arn: str | None = None
-    bedrock_region: str | None = None
-    bedrock_read_timeout_seconds: int = 120
-    memory_table: str | None = None
-    sticky_runs: int = 0
-    sticky_carrier: CarrierKind = field(default_factory=default_carrier)
-    header_echo_reads: bool = True
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        """Reads the settings (call it at the handler edge, not at import time).
-
-        Raises:
-            ConfigurationError: If a required variable is missing or malformed.
-        """
-        env = os.environ if env is None else env
-        missing = [name for name in ("JOURNAL_TABLE", "EVENT_BUS_NAME") if not env.get(name)]
-        if missing:
-            raise ConfigurationError(f"missing environment variables: {', '.join(missing)}")
-        try:
-            stall = int(env.get("STALL_AFTER_SECONDS", "300"))
-        except ValueError as exc:
-            raise ConfigurationError("STALL_AFTER_SECONDS must be an integer") from exc
-        try:
-            read_timeout = int(env.get("BEDROCK_READ_TIMEOUT", "120"))
-        except ValueError as exc:
-            raise ConfigurationError("BEDROCK_READ_TIMEOUT must be an integer") from exc
-        try:
-            sticky_runs = int(env.get("STICKY_RUNS", "0"))
-        except ValueError as exc:
-            raise ConfigurationError("STICKY_RUNS must be an integer") from exc
-        if sticky_runs < 0:
-            raise ConfigurationError("STICKY_RUNS must be 0 (off) or more")
-        try:
-            sticky_carrier = check_carrier(env.get("STICKY_CARRIER") or default_carrier())
-        except ValueError as exc:
-            raise ConfigurationError(
-                f"STICKY_CARRIER must be one of {', '.join(CARRIERS)}"
-            ) from exc
-        echo_reads = (env.get("HEADER_ECHO_READS") or "on").strip().lower()
-        if echo_reads not in ("on", "off"):
-            raise ConfigurationError("HEADER_ECHO_READS must be on or off")
-        return cls(
-            journal_table=env["JOURNAL_TABLE"],
-            event_bus_name=env["EVENT_BUS_NAME"],
-            payload_bucket=env.get("PAYLOAD_BUCKET") or None,
-            stream_table=env.get("STREAM_TABLE") or None,
-            schedule_group=env.get("SCHEDULE_GROUP") or None,
-            scheduler_role_arn=env.get("SCHEDULER_ROLE_ARN") or None,
-            scheduler_target_arn=env.get("SCHEDULER_TARGET_ARN") or None,
-            agent_modules=agent_modules_from_env(env),
-            stall_after_seconds=stall,
-            scripted_model_file=env.get("SCRIPTED_MODEL_FILE") or None,
-            bedrock_region=env.get("BEDROCK_REGION") or None,
-            bedrock_read_timeout_seconds=read_timeout,
-            memory_table=env.get("MEMORY_TABLE") or None,
-            sticky_runs=sticky_runs,
-            sticky_carrier=sticky_carrier,
-            header_echo_reads=echo_reads == "on",
-        )
-
-
-def agent_modules_from_env(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """The modules ``AGENT_MODULES`` lists (comma-separated; blanks ignored)."""
-    env = os.environ if env is None else env
-    return tuple(m.strip() for m in env.get("AGENT_MODULES", "").split(",") if m.strip())
-
-
-def import_agent_modules(
-    env: Mapping[str, str] | None = None, registry: AgentRegistry | None = None
-) -> list[AgentDefinition[Any, Any]]:
-    """Imports the agent modules of ``AGENT_MODULES`` now: call it when a handler module loads.
-
-    On Lambda that is the execution environment's init, so a deployment whose agent module
-    does not import fails its init with this message (in the function's log, and as the
-    invocation's error) instead of answering every request with an error later.
-
-    Args:
-        env: The environment (``os.environ`` by default).
-        registry: Where the agents register (the default registry by default).
-
-    Returns:
-        The agents those modules registered.
+def __getattr__(name: str) -> Any:
+    """Names that moved to ``durable_agents.aws.settings`` resolve, with a warning, for a release.
 
     Raises:
-        AgentModuleError: If a module cannot be imported (it names the module and the error).
+        AttributeError: For any other unknown name.
     """
-    registry = registry or default_registry
-    try:
-        return registry.import_modules(agent_modules_from_env(env))
-    except AgentModuleError as exc:
-        raise AgentModuleError(exc.module, exc.cause, source="AGENT_MODULES") from exc.cause
+    return moved_attribute(__name__, name)
 
 
 def build_providers(settings: Settings, session: Any) -> dict[str, LlmProvider]:
