@@ -24,7 +24,6 @@ from api.routes.limits import check_key
 from api.routes.run_query import MAX_VERSION_CHARS, list_page, listing_query
 from api.routes.tenancy import iam_caller, owned_run
 from api.services import get_runtime
-from durable_agents.admin.migration_commit import migrate_run
 from durable_agents.admin.views import history, run_view
 from durable_agents.aws.deferred import DeferredTracer
 from durable_agents.core.ids import check_run_id
@@ -197,6 +196,10 @@ def migrate(run_id: str) -> Response[str]:
     run_id = check_run_id(run_id)
     request = MigrateRunRequest.model_validate(json_body(event))
     owned_run(tenant, run_id)
+    # Imported by the first migration, not at init: an operator's rare action, and the module
+    # replays agents (docs/benchmarks.md, "Cold start").
+    from durable_agents.admin.migration_commit import migrate_run  # noqa: PLC0415 - cold start
+
     result = migrate_run(
         get_runtime(), run_id, request.to_version, by=principal.display, dry_run=request.dry_run
     )
