@@ -82,8 +82,13 @@ class ScrubFilter(logging.Filter):
             record.args = ()
             if record.exc_info:
                 text = logging.Formatter().formatException(record.exc_info)
-                record.exc_text = scrub(text)
-                record.exc_info = None
+                scrubbed = scrub(text)
+                if scrubbed != text:
+                    # A secret in the traceback: formatters print exc_text instead. Powertools'
+                    # JSON formatter reads only exc_info, so it gets none to print. Otherwise
+                    # exc_info stays: other handlers keep the traceback and the exception name.
+                    record.exc_text = scrubbed
+                    record.exc_info = None
             for key, value in list(record.__dict__.items()):
                 if key not in _STANDARD_ATTRS:
                     record.__dict__[key] = scrub_value(value)
