@@ -36,7 +36,6 @@ from durable_agents.engine.runtime import Runtime
 from durable_agents.engine.sticky.carriers import PARKED
 
 WAYS = ("continuous", "sticky", "floor")
-_CONTINUE = OutcomeKind.CONTINUE
 
 
 def floor_execute(runtime: Any, run_id: str, **options: Any) -> Any:
@@ -59,7 +58,7 @@ def floor_execute(runtime: Any, run_id: str, **options: Any) -> Any:
         raise RuntimeError(f"the floor cannot finish a run (it returned {value!r})")
     runtime.sticky.keep(run_id, parked)
     runtime.publisher.publish([step_ready(run_id, "continue")])
-    return InvocationOutcome(run_id, _CONTINUE, list(inv.executed))
+    return InvocationOutcome(run_id, OutcomeKind.CONTINUE, list(inv.executed))
 
 
 def measure(way: str, steps: int) -> float:

@@ -139,10 +139,6 @@ class TestResult:
 
 # Operations that run their own code: an attempt is a claim (a STARTED entry).
 _CLAIMED = frozenset({OpKind.STEP, OpKind.LLM})
-# Read for every operation of a result: module names, not ``EntryType.X`` (on Python 3.11 each
-# read of an enum class's attribute goes through ``EnumType``'s ``__getattr__`` hook).
-_STARTED, _SUCCEEDED, _MIGRATION = EntryType.STARTED, EntryType.SUCCEEDED, OpKind.MIGRATION
-_TOOL = OpKind.TOOL
 
 
 def _attempts(record: Any) -> int:
@@ -153,11 +149,11 @@ def _attempts(record: Any) -> int:
     once anything of it is recorded — they are created once, whatever happens after.
     """
     if record.kind in _CLAIMED:
-        return sum(1 for e in record.entries if e.type is _STARTED)
+        return sum(1 for e in record.entries if e.type is EntryType.STARTED)
     if record.effect is not None:
         return int(record.effect.attempt)
-    if record.kind is _TOOL:
-        return sum(1 for e in record.entries if e.type is _STARTED)
+    if record.kind is OpKind.TOOL:
+        return sum(1 for e in record.entries if e.type is EntryType.STARTED)
     return 1 if record.entries else 0
 
 
@@ -165,13 +161,13 @@ def operation_views(snapshot: RunSnapshot) -> list[OperationView]:
     """Every operation of a run, in program order, as ``TestResult.operations`` shows them."""
     views = []
     for record in group_entries(snapshot.entries, snapshot.effects).values():
-        if record.kind is _MIGRATION:
+        if record.kind is OpKind.MIGRATION:
             continue
         result = record.result
         if result is None:
             status = "pending"
         else:
-            status = "succeeded" if result.type is _SUCCEEDED else "failed"
+            status = "succeeded" if result.type is EntryType.SUCCEEDED else "failed"
         views.append(
             OperationView(
                 op_id=record.op_id,
