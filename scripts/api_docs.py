@@ -11,7 +11,6 @@ the broken links when there are any.
 from __future__ import annotations
 
 import html.parser
-import importlib
 import re
 import sys
 import urllib.parse
@@ -64,12 +63,6 @@ def build_reference(output_dir: Path) -> list[str]:
     )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        # Packages import their exports on first read (PEP 562, durable_agents._lazy) and pdoc
-        # reads a module's __dict__: read each export once so that pdoc finds it there.
-        for module_name in MODULES:
-            module = importlib.import_module(module_name)
-            for name in getattr(module, "__all__", ()):
-                getattr(module, name)
         pdoc.pdoc(*MODULES, output_directory=output_dir)
     return [str(w.message) for w in caught]
 

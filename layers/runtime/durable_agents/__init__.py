@@ -440,22 +440,20 @@ class _Package(ModuleType):
     makes the import system bind it as the package's attribute ``agent``. With eager imports
     the package then rebound ``agent`` to the decorator; with lazy ones nothing would, and
     ``from durable_agents import agent`` would give the module. A property on the module's
-    type is looked up before the module's own attributes, so the decorator is what is read,
-    and the import system's binding is let go.
+    type is looked up before the module's own attributes, so the decorator is what is read;
+    and the import system's binding of the submodule keeps the decorator in the module's own
+    attributes instead, for tools that read ``vars(module)`` (pdoc).
     """
 
     @property
     def agent(self) -> Any:
         """The ``@agent`` decorator (``durable_agents.agent.agent``)."""
-        decorator = importlib.import_module("durable_agents.agent").agent
-        # Kept in the module's own attributes too, for tools that read vars(module) (pdoc).
-        self.__dict__["agent"] = decorator
-        return decorator
+        return importlib.import_module("durable_agents.agent").agent
 
     @agent.setter
     def agent(self, value: Any) -> None:
-        # Only the import system sets it (the submodule); the submodule stays in sys.modules.
-        pass
+        # Only the import system sets it, with the submodule (which stays in sys.modules).
+        self.__dict__["agent"] = value.agent if isinstance(value, ModuleType) else value
 
 
 sys.modules[__name__].__class__ = _Package
