@@ -136,41 +136,36 @@ def test_errors_of_a_traced_method_reach_the_caller() -> None:
         failing()
 
 
+# A handler's environment: the functions' code first, as Lambda lays it out, and the settings a
+# handler module reads at init.
+_HANDLER_ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([str(ROOT / "functions"), *sys.path]),
+    "JOURNAL_TABLE": "journal",
+    "EVENT_BUS_NAME": "bus",
+    "AGENT_MODULES": "agents.example",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def _run_in_handler_env(code: str, env: dict[str, str]) -> str:
+    """What ``code`` prints in a fresh interpreter with ``env``."""
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=ROOT
+    ).stdout
+
+
 @pytest.mark.parametrize("module", ["api.app", "step_runner.app", "reconciler.app", "relay.app"])
 def test_no_handler_loads_the_xray_sdk_at_init(module: str) -> None:
     # The SDK is half of the Api's init otherwise (docs/benchmarks.md, "Cold start").
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "functions"), *sys.path]),
-        "JOURNAL_TABLE": "journal",
-        "EVENT_BUS_NAME": "bus",
-        "AGENT_MODULES": "agents.example",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "LAMBDA_TASK_ROOT": str(ROOT / "functions"),  # Powertools' Tracer: "on Lambda"
-    }
+    env = {**_HANDLER_ENV, "LAMBDA_TASK_ROOT": str(ROOT / "functions")}  # Tracer: "on Lambda"
     env.pop("POWERTOOLS_TRACE_DISABLED", None)
-    code = f"import sys, {module}\nprint('aws_xray_sdk' in sys.modules)"
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-        cwd=ROOT,
-    ).stdout.strip()
-    assert out == "False", f"importing {module} loaded the X-Ray SDK"
+    out = _run_in_handler_env(f"import sys, {module}\nprint('aws_xray_sdk' in sys.modules)", env)
+    assert out.strip() == "False", f"importing {module} loaded the X-Ray SDK"
 
 
 def test_the_api_loads_the_jwt_stack_only_for_a_jwt() -> None:
     # PyJWT and cryptography verify people's tokens; an Api called with IAM never needs them.
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "functions"), *sys.path]),
-        "JOURNAL_TABLE": "journal",
-        "EVENT_BUS_NAME": "bus",
-        "AGENT_MODULES": "agents.example",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
     code = (
         "import sys, api.app\n"
         "print(sorted(m for m in ('jwt', 'cryptography') if m in sys.modules))\n"
@@ -178,7 +173,5 @@ def test_the_api_loads_the_jwt_stack_only_for_a_jwt() -> None:
         "try:\n    jwt_verifier()\nexcept Exception as exc:\n    print(type(exc).__name__)\n"
         "print('jwt' in sys.modules)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=ROOT
-    ).stdout.split()
+    out = _run_in_handler_env(code, _HANDLER_ENV).split()
     assert out == ["[]", "AuthUnavailableError", "True"]
