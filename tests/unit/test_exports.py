@@ -19,6 +19,7 @@ from types import ModuleType
 import pytest
 
 import durable_agents
+import durable_agents.journal
 import durable_agents.llm
 from durable_agents.errors import DurableError
 
@@ -237,7 +238,11 @@ def _type_checking_imports(package: ModuleType) -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize("package", [durable_agents, durable_agents.llm], ids=lambda p: p.__name__)
+@pytest.mark.parametrize(
+    "package",
+    [durable_agents, durable_agents.llm, durable_agents.journal],
+    ids=lambda p: p.__name__,
+)
 def test_the_lazy_table_the_typed_imports_and_all_agree(package: ModuleType) -> None:
     # Type checkers read the imports, the runtime reads the table: one drifting from the other
     # would give a name a type it does not have, or one that cannot be imported.
@@ -269,6 +274,9 @@ def test_a_module_of_the_package_loads_only_what_it_imports() -> None:
     assert "durable_agents.llm.scripted" not in _modules_loaded_by(
         "import durable_agents.llm.types"
     )
+    # Every handler reaches the journal package through the agent's retention; none deployed
+    # uses the in-memory journal.
+    assert "durable_agents.journal.memory" not in _modules_loaded_by("import durable_agents.agent")
 
 
 def test_agent_is_the_decorator_after_its_module_is_imported() -> None:
