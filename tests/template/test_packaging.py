@@ -105,7 +105,9 @@ def _build(resource: dict[str, Any], target: str, source: Path, artifacts: Path)
         subprocess.run(
             ["make", "--no-print-directory", "-f", str(source / "Makefile"), target],
             cwd=scratch,
-            env={**os.environ, "ARTIFACTS_DIR": str(artifacts)},
+            # The Makefiles compile with PYTHON313; this interpreter stands in for it here (the
+            # bytecode's tag follows), a real `sam build` uses python3.13 (make build-check).
+            env={**os.environ, "ARTIFACTS_DIR": str(artifacts), "PYTHON313": sys.executable},
             check=True,
             capture_output=True,
         )
@@ -343,11 +345,21 @@ class OnlyTheLayer:
             raise ModuleNotFoundError(f"not in the layer or the package: {name}", name=name)
         return None
 sys.meta_path.insert(0, OnlyTheLayer())
+# Lambda cannot write bytecode: a module whose shipped bytecode is missing or stale is compiled
+# from source here at every cold start. Record each one.
+from importlib import _bootstrap_external
+compiled = []
+to_code = _bootstrap_external.SourceLoader.source_to_code
+def recording(self, data, path, *args, **kwargs):
+    compiled.append(str(path))
+    return to_code(self, data, path, *args, **kwargs)
+_bootstrap_external.SourceLoader.source_to_code = recording
 module = importlib.import_module(sys.argv[2])
 if hasattr(module, "get_runtime"):
     module.get_runtime()  # what the first invocation does: clients, model scripts, agents
 print(json.dumps({
     "refused": refused,
+    "compiled": compiled,
     "files": sorted({m.__file__ for m in list(sys.modules.values())
                      if getattr(m, "__file__", None) and m.__name__.partition(".")[0]
                      in ("durable_agents", *json.loads(sys.argv[3]))}),
@@ -392,6 +404,49 @@ def test_handlers_load_from_the_layer_and_their_package_alone(
     assert not [r for r in report["refused"] if r.partition(".")[0] in {"yaml", "moto"}]
     outside = [f for f in report["files"] if not f.startswith((str(package), str(code)))]
     assert outside == [], f"{name} loaded code from outside its package and the layer"
+    # Every module of the layer and the package loads from the bytecode shipped with it (a real
+    # build's is for python3.13: this interpreter would compile it when it is another one).
+    if _bytecode_tag() == sys.implementation.cache_tag:
+        shipped = (str(package), str(code), str(layer))
+        assert [f for f in report["compiled"] if f.startswith(shipped)] == []
+
+
+def _bytecode_tag() -> str:
+    """The tag of the bytecode in the artifacts: a real build's python3.13, or this Python's."""
+    return "cpython-313" if BUILD_DIR else sys.implementation.cache_tag
+
+
+def _bytecode_of(source: Path, tag: str) -> Path:
+    return source.parent / "__pycache__" / f"{source.stem}.{tag}.pyc"
+
+
+def _shipped_sources(layer: Path, packages: dict[str, Path]) -> list[Path]:
+    trees = [layer / "durable_agents", *(d for p in packages.values() for d in p.iterdir())]
+    return sorted(f for tree in trees if tree.is_dir() for f in tree.rglob("*.py"))
+
+
+def test_every_module_shipped_carries_hash_checked_bytecode_for_the_runtime(
+    layer: Path, packages: dict[str, Path]
+) -> None:
+    # Lambda's /opt and /var/task are read-only: without bytecode in the artifacts, each cold
+    # start compiles every module it imports. Timestamp-checked bytecode would not help either:
+    # the zip rounds the sources' times, so each import would find it stale and compile anyway.
+    tag = _bytecode_tag()
+    sources = _shipped_sources(layer, packages)
+    assert len(sources) > 100
+    missing = [str(f) for f in sources if not _bytecode_of(f, tag).is_file()]
+    assert missing == []
+    checked_hash = 0b11  # PEP 552: hash-based, checked against the source at import
+    flags = {int.from_bytes(_bytecode_of(f, tag).read_bytes()[4:8], "little") for f in sources}
+    assert flags == {checked_hash}
+
+
+@pytest.mark.skipif(not BUILD_DIR, reason="checks a real `sam build`: make build-check")
+def test_built_layer_ships_bytecode_for_its_third_party_packages(layer: Path) -> None:
+    for top in ("boto3", "botocore", "pydantic", "aws_lambda_powertools"):
+        sources = list((layer / top).rglob("*.py"))
+        missing = [f for f in sources if not _bytecode_of(f, "cpython-313").is_file()]
+        assert sources and missing == [], top
 
 
 def _iter_script_files(env: dict[str, Any]) -> Iterator[tuple[str, str]]:
