@@ -13,6 +13,12 @@ busy machine disturbs less. Then it times the set-up its first invocation adds
 handler's tracer), reported beside the ratio, not in it. The time from the process's start to
 the end of the import (the interpreter's start-up included) is reported too.
 
+What is imported is what Lambda runs: each source tree's function package and layer code are
+built by its own Makefiles (functions/Makefile ``build-<Function>``, layers/runtime/Makefile
+``layer-source``, as ``sam build`` runs them, with ``--python`` as the runtime's Python), and
+the children cannot write bytecode (``PYTHONDONTWRITEBYTECODE``: Lambda's /opt and /var/task are
+read-only), so a build that ships none pays for compiling every module at every start. The
+layer's third-party packages are the interpreter's installed ones (the same pins, compiled).
 The environment is the template's (Globals plus the function's own variables, a parameter's
 default or a placeholder for a resource), with fake credentials: no request is sent. By
 default tracing is off, as anywhere but on Lambda (Powertools' Tracer disables itself without
@@ -92,11 +98,40 @@ _Loader.add_constructor("!Ref", lambda loader, node: {"Ref": loader.construct_sc
 _Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
 
 
-def lambda_env(function: str, tracing: bool, source: Path) -> dict[str, str]:
+def build(source: Path, function: str, python: str, into: Path) -> tuple[Path, Path]:
+    """The function's package and the layer's code, built from ``source`` as ``sam build`` does.
+
+    ``sam build`` runs ``make -f <code dir>/Makefile build-<LogicalId>`` in a copy of the code
+    directory with ``ARTIFACTS_DIR`` set; the same here, with ``PYTHON313`` set to ``python``.
+
+    Returns:
+        (the function's package directory, the layer's ``python/`` directory).
+
+    Raises:
+        subprocess.CalledProcessError: If a Makefile target fails.
+    """
+    built: list[Path] = []
+    for code, target in (("functions", f"build-{function}"), ("layers/runtime", "layer-source")):
+        scratch = into / f"{target}-source"
+        artifacts = into / target
+        if not artifacts.exists():
+            shutil.copytree(source / code, scratch, ignore=shutil.ignore_patterns("__pycache__"))
+            subprocess.run(
+                ["make", "--no-print-directory", "-f", str(source / code / "Makefile"), target],
+                cwd=scratch,
+                env={**os.environ, "ARTIFACTS_DIR": str(artifacts), "PYTHON313": python},
+                check=True,
+                capture_output=True,
+            )
+        built.append(artifacts)
+    return built[0], built[1] / "python"
+
+
+def lambda_env(function: str, tracing: bool, package: Path, layer: Path) -> dict[str, str]:
     """The function's environment as the template sets it, with placeholders for resources.
 
-    ``source`` is the tree whose handlers and runtime are imported (this repository's, or a
-    copy of it to compare with).
+    ``package`` and ``layer`` are the built function package and layer code
+    (:func:`build`), on the path in Lambda's order.
     """
     template = yaml.load((ROOT / "template.yaml").read_text(encoding="utf-8"), Loader=_Loader)
     parameters = template["Parameters"]
@@ -114,15 +149,16 @@ def lambda_env(function: str, tracing: bool, source: Path) -> dict[str, str]:
     env |= {
         "PATH": os.environ.get("PATH", ""),
         "HOME": os.environ.get("HOME", "/tmp"),
-        # Lambda's layout: the function's code, then the layer's python/ (here: the sources).
-        "PYTHONPATH": f"{source / 'functions'}{os.pathsep}{source / 'layers' / 'runtime'}",
+        # Lambda's layout: the function's code, then the layer's python/.
+        "PYTHONPATH": f"{package}{os.pathsep}{layer}",
+        "PYTHONDONTWRITEBYTECODE": "1",  # Lambda's code directories are read-only
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_REGION": "us-east-1",
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",  # no request is sent: clients are only made
     }
     if tracing:
-        env["LAMBDA_TASK_ROOT"] = str(source / "functions")  # Powertools' Tracer: "on Lambda"
+        env["LAMBDA_TASK_ROOT"] = str(package)  # Powertools' Tracer: "on Lambda"
     else:
         env["POWERTOOLS_TRACE_DISABLED"] = "1"
     return env
@@ -277,18 +313,22 @@ def quartiles(values: Sequence[float]) -> tuple[float, float, float]:
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Every handler, ``args.runs`` times, each run beside a bare ``import boto3``."""
-    cwd = tempfile.mkdtemp(prefix="bench-cold-")
+    scratch = Path(tempfile.mkdtemp(prefix="bench-cold-"))
+    builds = scratch / "builds"
+    cwd = str(scratch / "cwd")  # the children's: empty
+    os.mkdir(cwd)
     results: dict[str, Any] = {"handlers": {}}
     try:
         for label in args.handlers:
             function, module = HANDLERS[label]
             tracing = args.tracing == "on"
-            sides = {
-                "base": (BASELINE, lambda_env(function, tracing, args.source)),
-                "handler": (module, lambda_env(function, tracing, args.source)),
-            }
+            here = lambda_env(
+                function, tracing, *build(args.source, function, args.python, builds / "source")
+            )
+            sides = {"base": (BASELINE, here), "handler": (module, here)}
             if args.against:
-                sides["against"] = (module, lambda_env(function, tracing, args.against))
+                built = build(args.against, function, args.python, builds / "against")
+                sides["against"] = (module, lambda_env(function, tracing, *built))
             for name, env in [*sides.values(), *sides.values()]:  # warm the caches: not timed
                 run_child(args.python, name, env, cwd)
             samples: dict[str, list[float]] = collections.defaultdict(list)
@@ -317,7 +357,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             results["handlers"][label] = row
             print(_line(label, row), flush=True)
     finally:
-        shutil.rmtree(cwd, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
     version = subprocess.run(
         [args.python, "-c", "import platform; print(platform.python_version())"],
         capture_output=True,
