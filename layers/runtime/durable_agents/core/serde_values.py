@@ -86,8 +86,9 @@ def resolve_class(path: str) -> type | None:
     if found is not None:
         return found
     module, _, qualname = path.partition(":")
-    # Recorded before a module moved (0.2's layout): found where it lives now.
-    obj: Any = sys.modules.get(module) or sys.modules.get(current_class_path(module, qualname))
+    # Recorded before a module or the class moved (0.2's layout): found where it lives now,
+    # not through the old module's deprecated name for it.
+    obj: Any = sys.modules.get(current_class_path(module, qualname)) or sys.modules.get(module)
     if obj is None or not qualname:
         return None
     for part in qualname.split("."):
