@@ -73,13 +73,14 @@ from durable_agents.errors import (
     IdempotencyConflictError,
     InfrastructureError,
     InvalidNameError,
+    MigrationNotFoundError,
+    MigrationRefusedError,
     PayloadError,
     RunNotFoundError,
     RunStateConflictError,
     VersionUnavailableError,
     WaitNotFoundError,
 )
-from durable_agents.migrations import MigrationNotFoundError, MigrationRefusedError
 
 
 class ThreadSafeRestResolver(APIGatewayRestResolver):

@@ -15,15 +15,9 @@ from durable_agents.core.models import EntryType, OpKind, RunStatus
 from durable_agents.engine.events import CollectingPublisher
 from durable_agents.engine.invocation import Invocation
 from durable_agents.engine.runtime import Runtime
-from durable_agents.errors import SuspendExecution
+from durable_agents.errors import MigrationNotFoundError, MigrationRefusedError, SuspendExecution
 from durable_agents.journal.store import JournalStore
-from durable_agents.migrations import (
-    MigrationNotFoundError,
-    MigrationPlan,
-    MigrationRefusedError,
-    RecordedRun,
-    migration,
-)
+from durable_agents.migrations import MigrationPlan, RecordedRun, migration
 from tests.contract.test_versions_contract import approve, drive, v1, v2
 
 

@@ -21,13 +21,9 @@ from durable_agents.admin.migration_commit import migrate_run
 from durable_agents.core.models import RunStatus
 from durable_agents.engine.memory_store import InMemoryMemoryStore
 from durable_agents.engine.runtime import Runtime
+from durable_agents.errors import MigrationRefusedError
 from durable_agents.journal.store import JournalStore
-from durable_agents.migrations import (
-    MigrationPlan,
-    MigrationRefusedError,
-    RecordedRun,
-    migration,
-)
+from durable_agents.migrations import MigrationPlan, RecordedRun, migration
 from tests.contract.test_versions_contract import approve, drive
 
 

@@ -14,9 +14,8 @@ import pytest
 from durable_agents.admin.migration_commit import migrate_run
 from durable_agents.core.models import Entry, OpKind, RunChange, RunStatus
 from durable_agents.engine.runtime import Runtime
-from durable_agents.errors import InfrastructureError
+from durable_agents.errors import InfrastructureError, MigrationRefusedError
 from durable_agents.journal.store import JournalStore
-from durable_agents.migrations import MigrationRefusedError
 from tests.contract.test_migrations_contract import deployment, suspended_v1_run
 from tests.contract.test_versions_contract import approve, drive
 

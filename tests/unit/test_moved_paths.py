@@ -83,3 +83,21 @@ def test_the_agent_modules_names_deployment_had_warn_and_resolve() -> None:
     with pytest.warns(DeprecationWarning, match="durable_agents.aws.settings.import_agent_modules"):
         assert deployment.import_agent_modules is settings.import_agent_modules
     assert deployment.Settings is settings.Settings  # used by the wiring itself: no warning
+
+
+def test_the_migration_errors_live_with_the_other_domain_errors() -> None:
+    # The Api maps them to 409 without loading the migrations module at init; an error recorded
+    # under its old module (an Api answer or a CLI's saved output) still rebuilds as its class.
+    from durable_agents import errors, migrations
+
+    with pytest.warns(DeprecationWarning, match="durable_agents.errors.MigrationNotFoundError"):
+        assert migrations.MigrationNotFoundError is errors.MigrationNotFoundError
+    assert migrations.MigrationRefusedError is errors.MigrationRefusedError  # it raises it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a record is rebuilt from the class's home, silently
+        rebuilt = rebuild_error(
+            ErrorInfo("MigrationNotFoundError", "no", "durable_agents.migrations")
+        )
+    assert type(rebuilt) is errors.MigrationNotFoundError
+    with pytest.raises(AttributeError):
+        _ = migrations.NoSuchName

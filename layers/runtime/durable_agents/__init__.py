@@ -85,6 +85,8 @@ if TYPE_CHECKING:
         IdempotencyConflictError,
         InfrastructureError,
         InvalidNameError,
+        MigrationNotFoundError,
+        MigrationRefusedError,
         NestedOperationError,
         PayloadError,
         ReplayDivergedError,
@@ -113,9 +115,7 @@ if TYPE_CHECKING:
     )
     from durable_agents.migrations import (
         Migration,
-        MigrationNotFoundError,
         MigrationPlan,
-        MigrationRefusedError,
         RecordedOperation,
         RecordedRun,
         migration,
@@ -237,6 +237,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "IdempotencyConflictError",
         "InfrastructureError",
         "InvalidNameError",
+        "MigrationNotFoundError",
+        "MigrationRefusedError",
         "NestedOperationError",
         "PayloadError",
         "ReplayDivergedError",
@@ -265,9 +267,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "durable_agents.migrations": (
         "Migration",
-        "MigrationNotFoundError",
         "MigrationPlan",
-        "MigrationRefusedError",
         "RecordedOperation",
         "RecordedRun",
         "migration",

@@ -192,6 +192,10 @@ ATTRIBUTES: dict[tuple[str, str], str] = {
     ("durable_agents", "Clock"): "durable_agents.core.clock",
     ("durable_agents", "SystemClock"): "durable_agents.core.clock",
     ("durable_agents", "InputValidationError"): "durable_agents.engine.run_starts",
+    # The errors the Api answers with live with the other domain errors, so that the Api maps
+    # them without loading the migration machinery at init (MigrationRefusedError is still
+    # importable from durable_agents.migrations, which raises it).
+    ("durable_agents.migrations", "MigrationNotFoundError"): "durable_agents.errors",
     # auth.deciders (the old durable_agents.waits.auth) re-exported the JWT stack; it keeps
     # only the IAM caller, so that importing it does not load PyJWT and cryptography.
     **{
@@ -238,6 +242,8 @@ CLASSES: dict[tuple[str, str], str] = {
     ("durable_agents.llm.bedrock", "ModelOutputError"): "durable_agents.llm.types",
     ("durable_agents.aws.bedrock", "ModelRequestError"): "durable_agents.llm.types",
     ("durable_agents.aws.bedrock", "ModelOutputError"): "durable_agents.llm.types",
+    ("durable_agents.migrations", "MigrationRefusedError"): "durable_agents.errors",
+    ("durable_agents.migrations", "MigrationNotFoundError"): "durable_agents.errors",
 }
 
 

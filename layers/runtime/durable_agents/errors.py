@@ -360,3 +360,34 @@ class InvocationRetryError(DurableError):
         self.operation = cause.operation
         self.code = cause.code
         super().__init__(str(cause))
+
+
+class MigrationRefusedError(DurableError):
+    """The migration was not committed: the reason says why (nothing was written).
+
+    Attributes:
+        run_id: The run.
+        reason: What made it unsafe (a divergence found by the dry run, a plan that does not
+            match the journal, a run that is still executing, …).
+    """
+
+    recorded_fields = ("run_id", "reason")
+
+    def __init__(self, run_id: str, reason: str):
+        self.run_id = run_id
+        self.reason = reason
+        super().__init__(f"migration of run {run_id!r} refused: {reason}")
+
+
+class MigrationNotFoundError(DurableError):
+    """No migration is registered between the run's version and the requested one."""
+
+    def __init__(self, agent: str, from_version: str, to_version: str, known: list[str]):
+        self.agent = agent
+        self.from_version = from_version
+        self.to_version = to_version
+        self.known = known
+        super().__init__(
+            f"no migration of {agent!r} from version {from_version!r} to {to_version!r} is "
+            f"deployed; migrations from {from_version!r}: {known or 'none'}"
+        )

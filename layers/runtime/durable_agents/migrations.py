@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from durable_agents._moved import moved_attribute
 from durable_agents.agent import AgentDefinition, AgentRegistry, default_registry
 from durable_agents.core.ids import check_name
 from durable_agents.core.migration_records import (
@@ -38,41 +39,19 @@ from durable_agents.core.migration_records import (
 )
 from durable_agents.core.models import Entry, EntryType, OpKind, RunSnapshot, RunStatus
 from durable_agents.core.serde import encode
-from durable_agents.errors import DurableError
+from durable_agents.errors import MigrationRefusedError
 from durable_agents.journal.generation_keys import id_prefix, pos_prefix
 
 MIGRATABLE = frozenset({RunStatus.SUSPENDED, RunStatus.PAUSED, RunStatus.VERSION_UNAVAILABLE})
 
 
-class MigrationRefusedError(DurableError):
-    """The migration was not committed: the reason says why (nothing was written).
+def __getattr__(name: str) -> object:
+    """``MigrationNotFoundError`` moved to ``durable_agents.errors`` (warns, for one release).
 
-    Attributes:
-        run_id: The run.
-        reason: What made it unsafe (a divergence found by the dry run, a plan that does not
-            match the journal, a run that is still executing, …).
+    Raises:
+        AttributeError: If ``name`` is not a name that moved.
     """
-
-    recorded_fields = ("run_id", "reason")
-
-    def __init__(self, run_id: str, reason: str):
-        self.run_id = run_id
-        self.reason = reason
-        super().__init__(f"migration of run {run_id!r} refused: {reason}")
-
-
-class MigrationNotFoundError(DurableError):
-    """No migration is registered between the run's version and the requested one."""
-
-    def __init__(self, agent: str, from_version: str, to_version: str, known: list[str]):
-        self.agent = agent
-        self.from_version = from_version
-        self.to_version = to_version
-        self.known = known
-        super().__init__(
-            f"no migration of {agent!r} from version {from_version!r} to {to_version!r} is "
-            f"deployed; migrations from {from_version!r}: {known or 'none'}"
-        )
+    return moved_attribute(__name__, name)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,8 @@ from durable_agents.engine.ports import InvocationStore
 from durable_agents.errors import (
     DurableError,
     EntryConflictError,
+    MigrationNotFoundError,
+    MigrationRefusedError,
     RunRevisionConflictError,
     RunStateConflictError,
     SuspendExecution,
@@ -43,9 +45,7 @@ from durable_agents.errors import (
 )
 from durable_agents.migrations import (
     MIGRATABLE,
-    MigrationNotFoundError,
     MigrationPlan,
-    MigrationRefusedError,
     migration_entry,
     plan_results,
     recorded_run,
