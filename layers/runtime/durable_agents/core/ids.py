@@ -10,8 +10,10 @@ from typing import Any
 
 from durable_agents.errors import InvalidNameError
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,79}$")
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+# Matched with ``fullmatch``: ``re.match(r"^...$")`` also takes a trailing newline (``$``
+# matches before one), which would put "run-1\n" into keys, ids and log lines.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,79}")
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 POSITION_WIDTH = 8
 # Names already checked: every replayed operation checks its name again, and a regular
 # expression per operation was a measurable part of replaying a long run. Bounded: names that
@@ -33,7 +35,7 @@ def check_name(name: str, what: str = "operation") -> str:
     """
     if isinstance(name, str) and name in _VALID_NAMES:
         return name
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise InvalidNameError(
             f"invalid {what} name {name!r}: use 1-80 of [A-Za-z0-9_.-], starting with a "
             "letter or digit"
@@ -49,7 +51,7 @@ def check_run_id(run_id: str) -> str:
     Raises:
         InvalidNameError: If the id does not match ``[A-Za-z0-9][A-Za-z0-9_.-]{0,127}``.
     """
-    if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
+    if not isinstance(run_id, str) or not _RUN_ID.fullmatch(run_id):
         raise InvalidNameError(
             f"invalid run id {run_id!r}: use 1-128 of [A-Za-z0-9_.-], starting with a letter "
             "or digit"

@@ -82,28 +82,36 @@ def split_op_id(rest: str) -> tuple[str, str]:
     ``g3/fetch:2`` is ``("G000003:", "fetch:2")``; an op id of generation 0 is unchanged.
     """
     head, sep, tail = rest.partition("/")
-    if sep and head.startswith("g") and head[1:].isdigit():
+    # ASCII digits only: ``str.isdigit`` also takes "²" (which ``int`` then refuses) and
+    # "٣" (which ``int`` reads as 3, a second spelling of the same id).
+    if sep and _GENERATION.fullmatch(head):
         return pos_prefix(int(head[1:])), tail
     return "", rest
 
 
-_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,79}:([0-9]{1,9})$")
+_GENERATION = re.compile(r"g[0-9]{1,9}")
+# Matched with ``fullmatch``: ``$`` would also take a trailing newline.
+_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,79}:([0-9]{1,9})")
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 
 
 def locate(operation_id: str) -> tuple[str, str]:
     """Returns the run id and position encoded in an operation id.
 
     Raises:
-        EffectNotFoundError: If the id is not of the form ``<run_id>:<name>:<n>[/<name>:<n>]``.
+        EffectNotFoundError: If the id is not of the form
+            ``<run_id>:[g<n>/]<name>:<n>[/<name>:<n>]``, whole (no trailing newline): a run id
+            and names as ``core.ids`` checks them, ``<n>`` ASCII digits.
     """
     run_id, sep, rest = operation_id.partition(":")
-    if not sep or not run_id:
+    # The run id is read from the table next: one that no run can have is not looked up.
+    if not sep or not _RUN_ID.fullmatch(run_id):
         raise EffectNotFoundError(operation_id)
     # A generation after the first (continue-as-new) names itself first: ``g<n>/``.
     generation, rest = split_op_id(rest)
     positions = []
     for segment in rest.split("/"):
-        match = _SEGMENT.match(segment)
+        match = _SEGMENT.fullmatch(segment)
         if match is None:
             raise EffectNotFoundError(operation_id)
         positions.append(f"{int(match.group(1)):0{POSITION_WIDTH}d}")
