@@ -9,6 +9,7 @@ listing holds only the caller's tenant's runs (the operators' tenant ``*``: all)
 
 from __future__ import annotations
 
+import re
 from http import HTTPStatus
 from typing import Any
 
@@ -164,9 +165,17 @@ def _generation(text: str | None, run: RunHeader) -> int:
     """
     if text is None:
         return run.generation
-    if not text.isdigit() or int(text) > run.generation:
-        raise BadRequest(f"generation must be a whole number from 0 to {run.generation}")
+    # ASCII digits, and few of them: ``str.isdigit`` takes "²" (``int`` then raises) and
+    # ``int`` takes "٣" or 5,000 digits (a ValueError past 4,300): a 500 either way.
+    if _GENERATION.fullmatch(text) is None or int(text) > run.generation:
+        raise BadRequest(
+            f"generation must be a whole number from 0 to {run.generation} in ASCII digits; "
+            f"got {text[:20]!r}"
+        )
     return int(text)
+
+
+_GENERATION = re.compile(r"[0-9]{1,9}")
 
 
 @router.post("/runs/<run_id>/redrive")
