@@ -7,19 +7,27 @@ instance role), so ``durable-agents --stack NAME runs list`` works wherever ``aw
 Local mode (``http://127.0.0.1:3000``) checks no signature: requests go unsigned, naming the
 caller in ``X-Local-Caller-Arn`` when one is given, exactly as local mode documents.
 
+A signature (and a session token) is sent over https only, or over plain http to a loopback
+host (127.0.0.0/8, ::1, ``localhost``): a signed request to any other ``http://`` URL is
+refused before it is sent. Redirects are never followed: urllib would send the request's
+headers, the signature among them, on to whatever host the ``Location`` names. A 3xx answer
+is an ``ApiRefusedError`` naming the ``Location``.
+
 The Api URL is ``--api-url``, or the ``ApiUrl`` output of CloudFormation stack ``--stack``, or
 local mode's. Every failure is an ``ApiError`` whose message is one line for a terminal.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from email.message import Message
+from typing import IO, Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from durable_agents_local.identity import CALLER_HEADER
@@ -27,7 +35,9 @@ from durable_agents_local.identity import CALLER_HEADER
 LOCAL_API_URL = "http://127.0.0.1:3000"
 STACK_OUTPUT = "ApiUrl"  # template.yaml's Outputs
 SERVICE = "execute-api"
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+LOOPBACK_NAME = "localhost"
+_LOOPBACK_V4 = ipaddress.IPv4Network("127.0.0.0/8")
+_LOOPBACK_V6 = ipaddress.IPv6Address("::1")
 _REGION_IN_HOST = re.compile(r"\.execute-api\.([a-z0-9-]+)\.amazonaws\.com(?:\.cn)?$")
 
 
@@ -65,10 +75,82 @@ class ApiConfigError(ApiError):
     """The client cannot be set up: no credentials, no region, no such stack or output."""
 
 
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` is literally a loopback host: ``localhost``, 127.0.0.0/8 or ``::1``.
+
+    Only the literal forms count. A name that merely resolves to loopback
+    (``localhost.example.com``), an address in another spelling (``127.1``, ``2130706433``)
+    or an IPv4-mapped one (``::ffff:127.0.0.1``) does not: what a name resolves to can change,
+    and a wrong "no" only costs an error, a wrong "yes" a signature sent in the clear.
+    """
+    if host.lower() == LOOPBACK_NAME:
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:  # a name, or not the strict dotted / colon form
+        return False
+    if isinstance(address, ipaddress.IPv4Address):
+        return address in _LOOPBACK_V4
+    return address == _LOOPBACK_V6
+
+
 def is_local(url: str) -> bool:
     """Whether ``url`` is a loopback http URL (local mode: nothing to sign)."""
-    parts = urlsplit(url)
-    return parts.scheme == "http" and (parts.hostname or "") in LOOPBACK
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+    except ValueError:  # an unbalanced [ in an IPv6 host
+        return False
+    return parts.scheme == "http" and is_loopback_host(host)
+
+
+def require_secure(url: str) -> None:
+    """Refuses a URL that a signed request must not be sent to.
+
+    https is fine, and so is plain http to a loopback host (nothing crosses a network).
+
+    Raises:
+        ApiConfigError: If ``url`` is plain http to any other host (the signature and the
+            session token would cross the network unencrypted), or not an http(s) URL.
+    """
+    try:
+        parts = urlsplit(url)
+        scheme, host = parts.scheme, parts.hostname
+    except ValueError:  # an unbalanced [ in an IPv6 host
+        scheme, host = "", None
+    if scheme == "https" and host:
+        return
+    if is_local(url):
+        return
+    if scheme == "http" and host:
+        raise ApiConfigError(
+            f"refusing to sign requests to {url}: over plain http the SigV4 signature and "
+            "session token would cross the network unencrypted; use an https:// URL (plain "
+            "http is for local mode on 127.0.0.0/8, ::1 or localhost)"
+        )
+    raise ApiConfigError(f"expected the Api's https:// URL, got {url!r}")
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Never follows a redirect: the 3xx comes back as an ``HTTPError``.
+
+    urllib's own handler resends the request's headers (``Authorization``,
+    ``X-Amz-Security-Token``) to the host the ``Location`` names, whatever host that is.
+    """
+
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: Message,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
 
 
 def region_of(url: str) -> str | None:
@@ -137,7 +219,12 @@ class ApiClient:
         data: bytes | None,
         extra: Mapping[str, str] | None = None,
     ) -> dict[str, str]:
-        """The request's headers (``extra`` too, signed), with SigV4 when it has credentials."""
+        """The request's headers (``extra`` too, signed), with SigV4 when it has credentials.
+
+        Raises:
+            ApiConfigError: If there are credentials and ``url`` is plain http to a host that
+                is not loopback (``require_secure``): nothing is signed for it.
+        """
         headers = {
             "Accept": "application/json",
             "User-Agent": "durable-agents-cli",
@@ -149,6 +236,7 @@ class ApiClient:
             headers[CALLER_HEADER] = self.caller_arn
         if self.credentials is None:
             return headers
+        require_secure(url)
         from botocore.auth import SigV4Auth  # noqa: PLC0415
         from botocore.awsrequest import AWSRequest  # noqa: PLC0415
 
@@ -183,7 +271,10 @@ class ApiClient:
             ApiUnreachableError: If nothing answers.
             ApiNotAllowedError: On 401/403.
             ApiNotFoundError: On 404.
-            ApiRefusedError: On any other non-2xx status, or an answer that is not JSON.
+            ApiRefusedError: On any other non-2xx status (a redirect included: it is not
+                followed), or an answer that is not JSON.
+            ApiConfigError: If the request would be signed and sent over plain http to a host
+                that is not loopback (before anything is sent).
         """
         pairs = {k: str(v) for k, v in (query or {}).items() if v is not None}
         url = f"{self.base_url}{path}" + (f"?{urlencode(sorted(pairs.items()))}" if pairs else "")
@@ -192,10 +283,18 @@ class ApiClient:
             url, data=data, method=method, headers=self.headers(method, url, data, headers)
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310
+            with _OPENER.open(request, timeout=self.timeout) as response:
                 status, raw = int(response.status), response.read()
         except urllib.error.HTTPError as exc:
             status, raw = exc.code, exc.read()
+            if 300 <= status < 400:
+                location = exc.headers.get("Location") if exc.headers else None
+                raise ApiRefusedError(
+                    f"{method} {path} answered {status}, a redirect to {location!r}: not "
+                    "followed (it would carry the request's credentials there); is the URL "
+                    "the Api's own?",
+                    status,
+                ) from exc
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise ApiUnreachableError(f"cannot reach {self.base_url}: {reason}") from exc
@@ -240,11 +339,12 @@ def connect(
 
     A loopback http URL is local mode: unsigned. Any other URL is signed with the credentials
     of ``boto3.Session(profile_name=profile)``, for the URL's region (an execute-api host name
-    says it), else ``region``, else the profile's.
+    says it), else ``region``, else the profile's; it must be https.
 
     Raises:
         ApiConfigError: If the stack or its output cannot be read, there are no credentials,
-            or no region can be found for a URL that is not an execute-api host name.
+            no region can be found for a URL that is not an execute-api host name, or the URL
+            is plain http to a host that is not loopback (checked before credentials are read).
     """
     if api_url and stack:
         raise ApiConfigError("give --api-url or --stack, not both")
@@ -252,6 +352,8 @@ def connect(
         return ApiClient(LOCAL_API_URL, caller_arn=caller_arn)
     if api_url and is_local(api_url):
         return ApiClient(api_url.rstrip("/"), caller_arn=caller_arn)
+    if api_url:
+        require_secure(api_url)
     import boto3  # noqa: PLC0415
     from botocore.exceptions import BotoCoreError  # noqa: PLC0415
 
@@ -264,6 +366,7 @@ def connect(
     url = url.rstrip("/")
     if is_local(url):
         return ApiClient(url, caller_arn=caller_arn)
+    require_secure(url)  # a stack's ApiUrl output is https; anything else is refused too
     if credentials is None:
         raise ApiConfigError(
             "no AWS credentials found (environment, --profile, ~/.aws): cannot sign requests"

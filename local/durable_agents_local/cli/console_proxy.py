@@ -11,7 +11,9 @@ It forwards only what the console needs — ``GET``/``POST`` under ``/console`` 
 * a ``POST`` that the browser does not call same-origin (``Sec-Fetch-Site``), before signing
   anything — the Api checks the forwarded header again.
 
-Responses (redirects included: the console's are relative) are passed back as they are.
+The Api must be https (plain http only to a loopback host): the signature and the session
+token are not sent in the clear. Responses (redirects included: the console's are relative)
+are passed back as they are, never followed by the proxy.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
+
+from durable_agents_local.cli.api_client import is_loopback_host
 
 log = logging.getLogger("durable_agents.console")
 
@@ -57,6 +61,32 @@ def region_of(api_url: str) -> str:
     if not found:
         raise ConsoleProxyError(f"cannot tell the region of {api_url!r}: pass --region")
     return found.group(1)
+
+
+def upstream_of(api_url: str) -> SplitResult:
+    """The parts of the Api's URL, once it is one the proxy may send signed requests to.
+
+    >>> upstream_of("https://abc123.execute-api.eu-west-1.amazonaws.com/Prod/").path
+    '/Prod'
+
+    Raises:
+        ConsoleProxyError: If it is not an http(s) URL with a host, or it is plain http to a
+            host that is not loopback (127.0.0.0/8, ::1, localhost): the signature and the
+            session token would cross the network unencrypted.
+    """
+    try:
+        parts = urlsplit(api_url.rstrip("/"))
+        host = parts.hostname
+    except ValueError as exc:  # an unbalanced [ in an IPv6 host
+        raise ConsoleProxyError(f"--api-url must be the Api's URL, not {api_url!r}") from exc
+    if parts.scheme not in ("https", "http") or not host:
+        raise ConsoleProxyError(f"--api-url must be the Api's URL, not {api_url!r}")
+    if parts.scheme == "http" and not is_loopback_host(host):
+        raise ConsoleProxyError(
+            f"refusing to sign requests to {api_url}: over plain http the SigV4 signature and "
+            "session token would cross the network unencrypted; use the Api's https:// URL"
+        )
+    return parts
 
 
 def sigv4_signer(region: str) -> Signer:
@@ -106,10 +136,13 @@ class ConsoleProxy(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, api_url: str, signer: Signer, port: int = DEFAULT_PORT) -> None:
-        parts = urlsplit(api_url.rstrip("/"))
-        if parts.scheme not in ("https", "http") or not parts.hostname:
-            raise ConsoleProxyError(f"--api-url must be the Api's URL, not {api_url!r}")
-        self.upstream = parts
+        """Binds 127.0.0.1:``port`` (0: any free port).
+
+        Raises:
+            ConsoleProxyError: If ``api_url`` cannot be used (``upstream_of``).
+            OSError: If the port cannot be bound.
+        """
+        self.upstream = upstream_of(api_url)
         self.signer = signer
         super().__init__((HOST, port), _Handler)
         bound = self.server_address[1]
@@ -195,6 +228,7 @@ def add_parser(commands: Any) -> None:
 def run(args: Any) -> int:
     """Serves the console proxy until interrupted; 2 when the URL or credentials cannot work."""
     try:
+        upstream_of(args.api_url)  # a URL that cannot be used, before credentials are read
         signer = sigv4_signer(args.region or region_of(args.api_url))
         proxy = ConsoleProxy(args.api_url, signer, args.port)
     except (ConsoleProxyError, OSError) as exc:
