@@ -7,7 +7,11 @@ function; its ``statusCode``/``headers``/``body`` become the HTTP response. Unkn
 404 and known paths with another method 405, as JSON; a malformed ``Content-Length`` or a body
 that is not UTF-8 gets 400. The server is werkzeug's threaded WSGI server (a listen backlog of
 ``LISTEN_BACKLOG``); routing uses the raw request target, so ``%2F`` is not decoded before
-routing. IAM (SigV4) auth is not enforced: the server binds 127.0.0.1 only. Every IAM route's
+routing. A request whose ``Host`` is not one of the server's own loopback names (127.0.0.1,
+localhost, [::1], with its port) gets 421 before routing: a web page that rebinds its DNS name
+to 127.0.0.1 must not read runs, pass the console's same-origin check or pick a caller. A body
+shorter than its ``Content-Length`` gets 400 after ``BODY_READ_SECONDS``. IAM (SigV4) auth is
+not enforced: the server binds 127.0.0.1 only. Every IAM route's
 caller (``requestContext.identity.userArn``, what API Gateway puts there after checking the
 signature) is ``caller_arn`` (``--caller-arn``, ``LOCAL_CALLER_ARN`` by default), or the ARN a
 request's ``X-Local-Caller-Arn`` header names; the Api's own checks (approvers, link minters,
@@ -23,6 +27,7 @@ import logging
 import re
 import secrets
 import socket
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,7 +38,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
 
 from durable_agents.core.clock import SystemClock
-from durable_agents_local.identity import CALLER_HEADER, LOCAL_CALLER_ARN
+from durable_agents_local.identity import CALLER_HEADER, LOCAL_CALLER_ARN, is_own_host
 from durable_agents_local.invoke import LocalFunction
 from durable_agents_local.lambda_context import LOCAL_ACCOUNT_ID
 
@@ -44,6 +49,8 @@ DEFAULT_PORT = 3000
 STAGE = "local"
 MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
 LISTEN_BACKLOG = 1024
+BODY_READ_SECONDS = 3.0
+"""How long the whole body may take to arrive: a short body is answered, not waited on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,12 +251,47 @@ def _read_body(environ: Mapping[str, Any]) -> bytes:
         raise _BadRequestError(
             HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"the body exceeds {MAX_BODY_BYTES} bytes"
         )
-    data = stream.read(length) if length else b""
+    data = _read_exactly(stream, environ.get("werkzeug.socket"), length)
     if len(data) < length:
         raise _BadRequestError(
-            HTTPStatus.BAD_REQUEST, f"the body ended after {len(data)} of {length} bytes"
+            HTTPStatus.BAD_REQUEST,
+            f"the body ended after {len(data)} of the {length} bytes its Content-Length "
+            f"declares (nothing more arrived within {BODY_READ_SECONDS:g}s)",
         )
     return data
+
+
+def _read_exactly(stream: Any, sock: socket.socket | None, length: int) -> bytes:
+    """Up to ``length`` bytes, for at most ``BODY_READ_SECONDS`` in all.
+
+    Less comes back if the client stops sending or closes: a request whose Content-Length
+    overstates its body is answered with a 400 instead of waiting for the connection's idle
+    timeout, which drops it without a word.
+    """
+    chunks: list[bytes] = []
+    received = 0
+    deadline = time.monotonic() + BODY_READ_SECONDS
+    previous = sock.gettimeout() if sock is not None else None
+    try:
+        while received < length:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if sock is not None:  # per read: a client trickling bytes is bounded by the deadline
+                sock.settimeout(remaining)
+            read = getattr(stream, "read1", stream.read)  # read1: what has arrived, not all
+            try:
+                chunk: bytes = read(min(length - received, 65536))
+            except TimeoutError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+            received += len(chunk)
+    finally:
+        if sock is not None:
+            sock.settimeout(previous)
+    return b"".join(chunks)
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -326,7 +368,9 @@ class ApiServer(ThreadedWSGIServer):
         target = _undance(str(environ.get("RAW_URI") or environ.get("REQUEST_URI") or "/"))
         status, headers, payload = self._respond(method, target, environ)
         names = {k.lower() for k, _ in headers}
-        out = [(k, v) for k, v in headers if k.lower() not in ("content-length", "connection")]
+        # The server's own "Connection: close" (after a broken body) stays: it makes werkzeug
+        # close the connection instead of reading the rest of a body as the next request.
+        out = [(k, v) for k, v in headers if k.lower() != "content-length"]
         if "content-type" not in names:
             out.append(("Content-Type", "application/json"))
         out.append(("Content-Length", str(len(payload))))
@@ -336,6 +380,19 @@ class ApiServer(ThreadedWSGIServer):
     def _respond(
         self, method: str, target: str, environ: Mapping[str, Any]
     ) -> tuple[int, list[tuple[str, str]], bytes]:
+        host = environ.get("HTTP_HOST")
+        port = int(self.server_address[1])
+        if not is_own_host(None if host is None else _undance(str(host)), port):
+            # Before routing: a rebound page must not learn which routes exist either.
+            return (
+                HTTPStatus.MISDIRECTED_REQUEST.value,
+                [("Content-Type", "text/plain; charset=utf-8"), ("Connection", "close")],
+                (
+                    f"local mode answers only Host 127.0.0.1:{port}, localhost:{port} or "
+                    f"[::1]:{port}, not {_undance(str(host))[:100]!r}; open it by one of "
+                    "those names\n"
+                ).encode(),
+            )
         found = self.find(method, target)
         if isinstance(found, HTTPStatus):
             if found is HTTPStatus.METHOD_NOT_ALLOWED:
@@ -374,7 +431,9 @@ class ApiServer(ThreadedWSGIServer):
             return _error(HTTPStatus.BAD_GATEWAY, "the function returned no statusCode")
         raw = response.get("body") or ""
         payload = base64.b64decode(raw) if response.get("isBase64Encoded") else str(raw).encode()
-        return int(response["statusCode"]), response_headers(response), payload
+        # A function does not manage the connection; API Gateway would not let it either.
+        headers = [(k, v) for k, v in response_headers(response) if k.lower() != "connection"]
+        return int(response["statusCode"]), headers, payload
 
 
 def _phrase(status: int) -> str:

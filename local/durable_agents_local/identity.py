@@ -26,3 +26,37 @@ def check_caller_arn(text: str) -> str:
     if not text.startswith("arn:") or len(text.split(":", 5)) < 6 or not text.split(":", 5)[5]:
         raise ValueError(f"expected an IAM ARN (arn:aws:iam::ACCOUNT:user/NAME), got {text!r}")
     return text
+
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+"""The names local mode's servers answer to (with their own port, or none)."""
+
+
+def is_own_host(host: str | None, port: int) -> bool:
+    """Whether a request's ``Host`` header names this loopback server.
+
+    A web page whose DNS name an attacker rebinds to 127.0.0.1 reaches local mode's ports
+    from the victim's browser, but its requests still carry the attacker's name in ``Host``
+    (and in ``Origin``, so an Origin check compared with ``Host`` passes). Answering only the
+    loopback names shuts that out: a browser sends ``Host: localhost:PORT`` only to a page it
+    loaded from ``localhost:PORT``. A ``Host`` without a port (HTTP/1.0 tools, raw tests) names
+    no other site, so it is accepted for a loopback name; a request without ``Host`` at all
+    comes from no browser and is accepted too.
+
+    Args:
+        host: The ``Host`` header, or None if the request had none.
+        port: The port the server listens on.
+
+    Returns:
+        True if ``host`` is a loopback name, optionally with ``port``.
+    """
+    if host is None:
+        return True
+    host = host.strip().lower()
+    if host.startswith("["):  # an IPv6 literal: "[::1]" or "[::1]:3000"
+        name, bracket, rest = host.partition("]")
+        name += bracket
+    else:
+        name, colon, rest = host.partition(":")
+        rest = colon + rest
+    return name in LOOPBACK_NAMES and rest in ("", f":{port}")

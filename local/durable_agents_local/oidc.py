@@ -10,6 +10,11 @@ user pool's (``waits.auth.JwtVerifier``: RS256, issuer, audience, expiry). It se
 * ``POST /token`` (``{"user": ..., "groups": [...], "ttl_seconds": ...}``): a signed token
   for that person. ``durable-agents token USER --group G`` calls it and prints the token.
 
+It answers only requests whose ``Host`` is one of its own loopback names (127.0.0.1, localhost,
+[::1], with its port), with 421 otherwise: a web page that rebinds its DNS name to 127.0.0.1
+must not get tokens from it. A malformed request (a bad or overstated ``Content-Length``, a
+``ttl_seconds`` that is not a whole number) gets 400 with a message.
+
 It can never stand in for a real issuer on AWS: the signing key is made in memory at start-up
 and dies with the process; the issuer listens on loopback only, and its URL (``http://`` to
 127.0.0.1) is one a Lambda cannot reach; it refuses to start inside a Lambda execution
@@ -22,6 +27,7 @@ import json
 import os
 import secrets
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
@@ -34,6 +40,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from durable_agents.core.clock import SystemClock
 from durable_agents.errors import ConfigurationError
+from durable_agents_local.identity import is_own_host
 
 HOST = "127.0.0.1"
 DEFAULT_PORT = 3001
@@ -41,6 +48,8 @@ LOCAL_AUDIENCE = "durable-agents-local"
 DEFAULT_TTL_SECONDS = 3600
 MAX_TTL_SECONDS = 24 * 3600
 _MAX_BODY = 16 * 1024
+BODY_READ_SECONDS = 3.0
+"""How long a request's body may take to arrive before the issuer answers 400."""
 
 
 class LocalIssuerRefusedError(ConfigurationError):
@@ -49,6 +58,26 @@ class LocalIssuerRefusedError(ConfigurationError):
 
 class LocalTokenError(Exception):
     """The local issuer could not be reached or refused to mint a token."""
+
+
+class _BrokenBodyError(Exception):
+    """A request body the issuer cannot read as declared (answered 400, connection closed)."""
+
+
+def _ttl(value: Any) -> int:
+    """A token lifetime from a request: a JSON whole number of seconds (absent: the default).
+
+    Raises:
+        ValueError: For anything else (a float such as ``1e999``, a bool, a string).
+    """
+    if value is None:
+        return DEFAULT_TTL_SECONDS
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(
+            f"ttl_seconds must be a whole number of seconds, 1..{MAX_TTL_SECONDS}; "
+            f"got {json.dumps(value)[:40]}"
+        )
+    return value
 
 
 class LocalIssuer:
@@ -66,6 +95,17 @@ class LocalIssuer:
         self._thread: threading.Thread | None = None
 
     @property
+    def port(self) -> int:
+        """The port it listens on.
+
+        Raises:
+            RuntimeError: If the issuer is not started.
+        """
+        if self._server is None:
+            raise RuntimeError("the local issuer is not started")
+        return int(self._server.server_address[1])
+
+    @property
     def url(self) -> str:
         """The issuer URL (the ``iss`` claim).
 
@@ -74,7 +114,7 @@ class LocalIssuer:
         """
         if self._server is None:
             raise RuntimeError("the local issuer is not started")
-        return f"http://{HOST}:{self._server.server_address[1]}"
+        return f"http://{HOST}:{self.port}"
 
     def start(self) -> None:
         """Binds the port and serves in a daemon thread.
@@ -91,10 +131,15 @@ class LocalIssuer:
         issuer = self
 
         class _Handler(BaseHTTPRequestHandler):
+            # Idle or stalled connections are not held forever (setup() applies it).
+            timeout = 10
+
             def log_message(self, format: str, *args: Any) -> None:
                 """Silenced: local mode logs its own lines."""
 
             def do_GET(self) -> None:
+                if not self._own_host():
+                    return
                 documents = {
                     "/.well-known/openid-configuration": issuer.discovery,
                     "/.well-known/jwks.json": issuer.jwks,
@@ -106,31 +151,97 @@ class LocalIssuer:
                     self._reply(HTTPStatus.OK, make())
 
             def do_POST(self) -> None:
+                if not self._own_host():
+                    return
                 if self.path.split("?")[0] != "/token":
                     self._reply(HTTPStatus.NOT_FOUND, {"error": f"no endpoint at {self.path}"})
                     return
                 try:
-                    length = int(self.headers.get("Content-Length") or 0)
-                    if not 0 <= length <= _MAX_BODY:
-                        raise ValueError(f"the body must be at most {_MAX_BODY} bytes")
-                    body = json.loads(self.rfile.read(length) or b"{}")
+                    body = json.loads(self._body() or b"{}")
                     if not isinstance(body, dict):
                         raise ValueError("the body must be a JSON object")
                     token = issuer.mint(
                         str(body.get("user") or ""),
                         groups=[str(g) for g in body.get("groups") or []],
-                        ttl_seconds=int(body.get("ttl_seconds") or DEFAULT_TTL_SECONDS),
+                        ttl_seconds=_ttl(body.get("ttl_seconds")),
                     )
-                except (ValueError, TypeError) as exc:
+                except _BrokenBodyError as exc:
+                    self.close_connection = True  # the rest of the body must not be parsed
                     self._reply(HTTPStatus.BAD_REQUEST, {"error": str(exc)})
                     return
+                except (ValueError, TypeError, RecursionError) as exc:
+                    message = (
+                        "the body nests too deeply" if isinstance(exc, RecursionError) else str(exc)
+                    )
+                    self._reply(HTTPStatus.BAD_REQUEST, {"error": message})
+                    return
                 self._reply(HTTPStatus.OK, {"token": token, "token_type": "Bearer"})
+
+            def _own_host(self) -> bool:
+                """Whether ``Host`` names this issuer; answers 421 itself if not."""
+                port = issuer.port
+                host = self.headers.get("Host")
+                if is_own_host(host, port):
+                    return True
+                payload = (
+                    f"the local OIDC issuer answers only Host 127.0.0.1:{port}, "
+                    f"localhost:{port} or [::1]:{port}, not {str(host)[:100]!r}\n"
+                ).encode()
+                self.close_connection = True
+                self.send_response(HTTPStatus.MISDIRECTED_REQUEST)
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("Content-Length", str(len(payload)))
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.write(payload)
+                return False
+
+            def _body(self) -> bytes:
+                """The body its Content-Length declares, read within ``BODY_READ_SECONDS``.
+
+                Raises:
+                    _BrokenBodyError: For a Content-Length that is not a byte count, is over
+                        the limit, or overstates the body.
+                """
+                declared = (self.headers.get("Content-Length") or "").strip()
+                if not declared:
+                    return b""
+                if not declared.isdigit() or not declared.isascii():
+                    raise _BrokenBodyError(
+                        f"Content-Length {declared[:40]!r} is not a number of bytes"
+                    )
+                length = int(declared[:20])
+                if length > _MAX_BODY:
+                    raise _BrokenBodyError(
+                        f"the body must be at most {_MAX_BODY} bytes (Content-Length {length})"
+                    )
+                data = b""
+                deadline = time.monotonic() + BODY_READ_SECONDS
+                try:
+                    while len(data) < length and (remaining := deadline - time.monotonic()) > 0:
+                        self.connection.settimeout(remaining)
+                        chunk = self.rfile.read1(length - len(data))
+                        if not chunk:
+                            break
+                        data += chunk
+                except TimeoutError:
+                    pass
+                finally:
+                    self.connection.settimeout(self.timeout)
+                if len(data) < length:
+                    raise _BrokenBodyError(
+                        f"the body ended after {len(data)} of the {length} bytes its "
+                        f"Content-Length declares"
+                    )
+                return data
 
             def _reply(self, status: HTTPStatus, document: dict[str, Any]) -> None:
                 payload = json.dumps(document).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
+                if self.close_connection:
+                    self.send_header("Connection", "close")
                 self.end_headers()
                 self.wfile.write(payload)
 

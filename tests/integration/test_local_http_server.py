@@ -127,14 +127,16 @@ def test_an_encoded_slash_stays_in_its_segment(server: ApiServer) -> None:
 
 
 def test_unknown_paths_and_methods_are_json(server: ApiServer) -> None:
-    status, body = status_and_json(raw(server, b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"))
+    status, body = status_and_json(raw(server, b"GET /nope HTTP/1.1\r\nHost: localhost\r\n\r\n"))
     assert status == 404 and "no route" in body["error"]["message"]
-    status, body = status_and_json(raw(server, b"DELETE /runs HTTP/1.1\r\nHost: x\r\n\r\n"))
+    status, body = status_and_json(raw(server, b"DELETE /runs HTTP/1.1\r\nHost: localhost\r\n\r\n"))
     assert status == 405 and "POST" in body["error"]["message"]
 
 
 def test_a_body_over_the_limit_is_413(server: ApiServer) -> None:
-    answer = raw(server, b"POST /runs HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n\r\n")
+    answer = raw(
+        server, b"POST /runs HTTP/1.1\r\nHost: localhost\r\nContent-Length: 999999999\r\n\r\n"
+    )
     assert status_and_json(answer)[0] == 413
 
 
