@@ -142,10 +142,11 @@ def prefers_html(event: APIGatewayProxyEvent) -> bool:
 def json_body(
     event: APIGatewayProxyEvent, *, required: bool = True, limit: int = MAX_JSON_BODY_BYTES
 ) -> Any:
-    """The JSON body (None when empty and not ``required``), parsed under the limits.
+    r"""The JSON body (None when empty and not ``required``), parsed under the limits.
 
     Raises:
-        BadRequest: If it is missing (and required), not UTF-8 or not JSON within the limits.
+        BadRequest: If it is missing (and required), not UTF-8, not JSON within the limits,
+            or holds a string with a lone surrogate (``"\ud83d"``: not valid Unicode).
         PayloadTooLargeError: If it is longer than ``limit`` bytes.
     """
     text = body_text(event, limit=limit)
@@ -160,7 +161,9 @@ def form_or_json_body(event: APIGatewayProxyEvent, *, limit: int = MAX_JSON_BODY
     """A JSON body, or an HTML form's fields as a dict (at most ``MAX_FORM_FIELDS``).
 
     Raises:
-        BadRequest: If the body is missing, not JSON, has too many fields or a repeated one.
+        BadRequest: If the body is missing, not JSON, has too many fields or a repeated one,
+            or is not valid Unicode (a field that is not UTF-8 once percent-decoded, such as a
+            lone surrogate's bytes ``%ED%A0%BD``, or a JSON string with a lone surrogate).
         PayloadTooLargeError: If it is longer than ``limit`` bytes.
     """
     if not is_form(event):
@@ -168,7 +171,16 @@ def form_or_json_body(event: APIGatewayProxyEvent, *, limit: int = MAX_JSON_BODY
     raw = body_text(event, limit=limit) or ""
     fields: dict[str, str] = {}
     try:
-        pairs = parse_qsl(raw, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS)
+        # errors="strict": the default ("replace") would record U+FFFD in place of what the
+        # person typed (or a forged surrogate's bytes) without telling anyone.
+        pairs = parse_qsl(
+            raw, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS, errors="strict"
+        )
+    except UnicodeDecodeError as exc:  # a ValueError too: caught first
+        raise BadRequest(
+            "the form is not valid Unicode: a field is not UTF-8 once percent-decoded "
+            "(a lone surrogate's bytes, or a stray byte)"
+        ) from exc
     except ValueError as exc:  # "Max number of fields exceeded"
         raise BadRequest(f"the form has more than {MAX_FORM_FIELDS} fields") from exc
     for key, value in pairs:

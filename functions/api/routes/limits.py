@@ -93,14 +93,15 @@ def _no_constant(literal: str) -> Any:
 
 
 def parse_json(text: str) -> Any:
-    """Parses JSON under the depth and number-length limits.
+    """Parses JSON under the depth and number-length limits, into valid Unicode only.
 
     Raises:
-        BadRequest: If it is not JSON, too deep, has a number too long, NaN or Infinity.
+        BadRequest: If it is not JSON, too deep, has a number too long, NaN or Infinity, or a
+            string (a key or a value, at any depth) with a lone surrogate.
     """
     _check_depth(text)
     try:
-        return json.loads(
+        value = json.loads(
             text,
             parse_int=_number(int),
             parse_float=_number(float),
@@ -110,6 +111,58 @@ def parse_json(text: str) -> Any:
         raise BadRequest(f"the body is not valid JSON: {exc.msg} at position {exc.pos}") from exc
     except RecursionError as exc:  # the depth check counts brackets; this is a second fence
         raise BadRequest(f"the JSON body is nested deeper than {MAX_JSON_DEPTH} levels") from exc
+    check_unicode(text, value)
+    return value
+
+
+# A JSON escape of a UTF-16 surrogate (``\ud800``-``\udfff``): the only way valid UTF-8 text
+# parses into a string with one. (A backslash escaped before a "u" matches too: a false
+# alarm that costs a walk, never a miss.)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def check_unicode(text: str, value: Any) -> None:
+    r"""Refuses a parsed body holding a string that is not valid Unicode (a lone surrogate).
+
+    ``json.loads`` turns ``"\ud83d"`` (an escape, in a body that is valid UTF-8) into a
+    ``str`` that nothing can encode: taken in, it was recorded as an event or an outcome,
+    and the run that read it failed (``PayloadError ... surrogates not allowed``). A pair
+    (``"\ud83d\ude00"``) is one character, and accepted.
+
+    Raises:
+        BadRequest: If ``text`` or any key or string of ``value`` has a lone surrogate.
+    """
+    if not _encodes(text):
+        raise BadRequest(_NOT_UNICODE.format(where="the body"))
+    if _SURROGATE_ESCAPE.search(text) is None:
+        return  # nothing was escaped as a surrogate: every string is what the text held
+    pending: list[tuple[str, Any]] = [("$", value)]
+    while pending:  # no recursion: the depth is bounded, but a loop needs no stack at all
+        path, item = pending.pop()
+        if isinstance(item, str):
+            if not _encodes(item):
+                raise BadRequest(_NOT_UNICODE.format(where=f"the string at {path}"))
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if not _encodes(key):
+                    raise BadRequest(_NOT_UNICODE.format(where=f"a key in {path}"))
+                pending.append((f"{path}.{key}"[:200], child))
+        elif isinstance(item, list):
+            pending.extend((f"{path}[{i}]"[:200], child) for i, child in enumerate(item))
+
+
+_NOT_UNICODE = (
+    "{where} is not valid Unicode (a lone surrogate, such as an unpaired \\ud83d escape); "
+    "send text as UTF-8, or escape a character outside the BMP as a surrogate pair"
+)
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_key(value: str, what: str) -> str:
