@@ -9,7 +9,12 @@ It forwards only what the console needs — ``GET``/``POST`` under ``/console`` 
 * a request whose ``Host`` is not the proxy's own loopback address (a DNS-rebinding page
   would otherwise be "same-origin" with it);
 * a ``POST`` that the browser does not call same-origin (``Sec-Fetch-Site``), before signing
-  anything — the Api checks the forwarded header again.
+  anything — the Api checks the forwarded header again;
+* (400) a path with a ``.`` or ``..`` segment or a backslash, however percent-encoded: the
+  Api's side may resolve ``/console/../runs/{id}/cancel`` to a route that is not the console's,
+  so such a path never reaches the allow-list;
+* (400) a body whose length is not one plain ``Content-Length`` from 0 to ``MAX_BODY_BYTES``
+  (a chunked body included); the connection is closed after the answer, as the body is unread.
 
 The Api must be https (plain http only to a loopback host): the signature and the session
 token are not sent in the clear. Responses (redirects included: the console's are relative)
@@ -25,7 +30,7 @@ from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 from durable_agents_local.cli.api_client import is_loopback_host
 
@@ -38,6 +43,9 @@ TIMEOUT_SECONDS = 30
 FORWARDED_HEADERS = ("accept", "content-type", "sec-fetch-site", "origin")
 """What of the browser's request reaches the Api (no cookies, no credentials of its own)."""
 ALLOWED = re.compile(r"/console(/[^?#]*)?|/runs/[^/?#]+/history")
+_DIGITS = re.compile(r"[0-9]+")  # ASCII only: int() would also take "+3", " 3", "٣"
+_DECODE_ROUNDS = 3
+"""A path still changing after this many rounds of percent-decoding is refused."""
 _REGION = re.compile(r"\.execute-api\.([a-z]{2}(?:-[a-z]+)+-\d)\.amazonaws\.com$")
 
 Signer = Callable[[str, str, Mapping[str, str], bytes], dict[str, str]]
@@ -112,6 +120,70 @@ def sigv4_signer(region: str) -> Signer:
     return sign
 
 
+class BadRequestError(ValueError):
+    """The request is malformed (the message says how); the proxy answers 400."""
+
+
+def check_path(path: str) -> None:
+    """Refuses a request path with a dot segment or a backslash, however encoded.
+
+    The path (its query left aside) is percent-decoded until it no longer changes, as a
+    server behind the Api might decode it more than once; then a ``.`` or ``..`` segment
+    (``..;x`` too, which some servers read as ``..``) or a backslash (a separator to some)
+    refuses it.
+
+    >>> check_path("/console/runs/r-1?back=../..")
+    >>> check_path("/console/%2e%2e/runs/r-1/cancel")  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    BadRequestError: a '.' or '..' segment in the path is not accepted (...)
+
+    Raises:
+        BadRequestError: If the path has such a segment, a backslash, or is still encoded
+            after ``_DECODE_ROUNDS`` rounds of decoding.
+    """
+    decoded = path.split("?", 1)[0]
+    for _ in range(_DECODE_ROUNDS):
+        once = unquote(decoded, errors="replace")
+        if once == decoded:
+            break
+        decoded = once
+    else:
+        if unquote(decoded, errors="replace") != decoded:
+            raise BadRequestError("the path is percent-encoded too many times over")
+    if "\\" in decoded:
+        raise BadRequestError("a backslash in the path is not accepted")
+    if any(part.split(";", 1)[0] in (".", "..") for part in decoded.split("/")):
+        raise BadRequestError(
+            "a '.' or '..' segment in the path is not accepted (it could leave the console)"
+        )
+
+
+def body_length(lengths: list[str], transfer_encodings: list[str]) -> int:
+    """The request body's length, from its ``Content-Length`` header(s).
+
+    >>> body_length(["42"], [])
+    42
+
+    Raises:
+        BadRequestError: If the body is chunked (any ``Transfer-Encoding``), the headers
+            disagree, or the length is not ASCII digits from 0 to ``MAX_BODY_BYTES``.
+    """
+    if transfer_encodings:
+        raise BadRequestError("a Transfer-Encoding body is not accepted: send Content-Length")
+    values = {value.strip() for value in lengths}
+    if not values:
+        return 0
+    if len(values) > 1:
+        raise BadRequestError("Content-Length is given more than once, with different values")
+    (text,) = values
+    if not _DIGITS.fullmatch(text):
+        raise BadRequestError(f"Content-Length must be a number of bytes, not {text[:40]!r}")
+    # Checked by its digits first: int() refuses (ValueError) over 4300 of them.
+    if len(text.lstrip("0")) > len(str(MAX_BODY_BYTES)) or int(text) > MAX_BODY_BYTES:
+        raise BadRequestError(f"the body is over {MAX_BODY_BYTES} bytes (Content-Length)")
+    return int(text)
+
+
 def refusal(method: str, path: str, headers: Mapping[str, str], own_hosts: set[str]) -> str | None:
     """Why the proxy does not forward this request, or None to forward it.
 
@@ -123,6 +195,10 @@ def refusal(method: str, path: str, headers: Mapping[str, str], own_hosts: set[s
     if headers.get("host", "").lower() not in own_hosts:
         return "unexpected Host: open the console at the proxy's own address"
     route = path.split("?", 1)[0]
+    try:
+        check_path(path)  # ALLOWED would match /console/../runs/{id}/cancel
+    except BadRequestError as exc:
+        return str(exc)
     if method not in ("GET", "POST") or not ALLOWED.fullmatch(route):
         return "the proxy forwards the console only (/console, /runs/{id}/history)"
     if method == "POST" and (headers.get("sec-fetch-site") or "").lower() != "same-origin":
@@ -167,23 +243,39 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._forward("POST")
 
-    def _reply(self, status: int, body: bytes, headers: Mapping[str, str]) -> None:
+    def _reply(
+        self, status: int, body: bytes, headers: Mapping[str, str], *, close: bool = False
+    ) -> None:
         self.send_response(status)
         for key, value in headers.items():
             self.send_header(key, value)
         self.send_header("Content-Length", str(len(body)))
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
         self.wfile.write(body)
 
+    def _refuse(self, status: HTTPStatus, why: str) -> None:
+        # The body (if any) is left unread: closing the connection keeps it from being read
+        # as the next request.
+        plain = {"Content-Type": "text/plain; charset=utf-8", "Cache-Control": "no-store"}
+        self._reply(status, why.encode(), plain, close=True)
+
     def _forward(self, method: str) -> None:
         incoming = {k.lower(): v for k, v in self.headers.items()}
+        try:
+            check_path(self.path)
+            length = body_length(
+                self.headers.get_all("Content-Length") or [],
+                self.headers.get_all("Transfer-Encoding") or [],
+            )
+        except BadRequestError as exc:
+            self._refuse(HTTPStatus.BAD_REQUEST, str(exc))
+            return
         why = refusal(method, self.path, incoming, self.server.own_hosts)
-        length = int(incoming.get("content-length") or 0)
-        if why is None and not 0 <= length <= MAX_BODY_BYTES:
-            why = f"the body is over {MAX_BODY_BYTES} bytes"
         if why is not None:
-            plain = {"Content-Type": "text/plain; charset=utf-8", "Cache-Control": "no-store"}
-            self._reply(HTTPStatus.FORBIDDEN, why.encode(), plain)
+            self._refuse(HTTPStatus.FORBIDDEN, why)
             return
         body = self.rfile.read(length) if length else b""
         up = self.server.upstream
