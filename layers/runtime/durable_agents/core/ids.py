@@ -59,6 +59,42 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
+MAX_IDEMPOTENCY_KEY_CHARS = 256
+"""The longest idempotency key a run is started with (what the Api's ``Idempotency-Key`` takes).
+
+Its DynamoDB item's partition key is ``IDEM@<tenant>#<agent>#<key>``, at most 2,048 bytes:
+256 characters of at most 4 bytes of UTF-8 each, after a 64-character tenant and an
+80-character agent name, is 1,175.
+"""
+
+
+def check_idempotency_key(key: str) -> str:
+    """Validates a client's idempotency key before a run is started with it.
+
+    Checked here, not by each journal: the in-memory journal took any key and DynamoDB
+    refused a long one with a raw ``ValidationException``, so the same start succeeded
+    locally and failed deployed.
+
+    Raises:
+        InvalidNameError: If it is not a string, is empty, is longer than
+            ``MAX_IDEMPOTENCY_KEY_CHARS`` characters, or has a character that is not
+            printable (a control character such as a newline, or a lone surrogate).
+    """
+    if not isinstance(key, str) or not key:
+        raise InvalidNameError(f"invalid idempotency key {key!r}: it is empty or not a string")
+    if len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
+        raise InvalidNameError(
+            f"invalid idempotency key {key[:40]!r}...: it is {len(key)} characters; at most "
+            f"{MAX_IDEMPOTENCY_KEY_CHARS} are accepted"
+        )
+    if not key.isprintable():
+        raise InvalidNameError(
+            f"invalid idempotency key {key!r}: use printable characters only (no control "
+            "characters, newlines or lone surrogates)"
+        )
+    return key
+
+
 def name_of(fn: Callable[..., Any]) -> str:
     """Derives a stable operation name from a function (its ``__name__``, sanitised).
 

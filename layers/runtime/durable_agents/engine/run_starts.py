@@ -13,6 +13,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from durable_agents.agent import AgentDefinition, AgentRegistry, timeout_to_ms
 from durable_agents.core.clock import Clock
+from durable_agents.core.ids import check_idempotency_key
 from durable_agents.core.models import RunHeader, RunStatus
 from durable_agents.core.serde import encode
 from durable_agents.core.tenancy import check_tenant
@@ -70,9 +71,14 @@ def new_header(
         AgentNotFoundError: If no such agent is registered.
         InputValidationError: If the input does not match the agent's input type.
         PayloadError: If the input cannot be recorded (for example it holds a secret).
+        InvalidNameError: If ``idempotency_key`` is empty, too long or not printable
+            (``core.ids.check_idempotency_key``).
         ValueError: If ``tenant`` is not a valid tenant name, or the timeout not positive.
     """
     check_tenant(tenant)
+    if idempotency_key is not None:
+        # Before any journal sees it: each backend would fail differently (or not at all).
+        check_idempotency_key(idempotency_key)
     limit_ms = timeout_to_ms(execution_timeout)
     definition = registry.latest(agent_name)
     value = validate_input(definition, input_value)

@@ -167,6 +167,8 @@ class Runtime(RuntimeParts):
             InputValidationError: If the input does not match the agent's input type.
             IdempotencyConflictError: If the key was used with a different input.
             PayloadError: If the input cannot be recorded (for example it holds a secret).
+            InvalidNameError: If ``idempotency_key`` is empty, longer than 256 characters or
+                not printable (``core.ids.check_idempotency_key``), on every journal alike.
             ValueError: If ``tenant`` is not a valid tenant name, or the timeout not positive.
         """
         header = new_header(
