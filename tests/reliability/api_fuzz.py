@@ -49,6 +49,7 @@ WRITE_CALLS = re.compile(r"^(Put|Update|Delete|TransactWrite|BatchWrite|Create|S
 
 requests: Counter[str] = Counter()  # per operation, for the end-of-session report
 rejected: Counter[str] = Counter()
+poisoned: Counter[str] = Counter()  # requests whose body was not valid Unicode (all refused)
 statuses: Counter[int] = Counter()
 seconds: Counter[str] = Counter()  # time spent sending (generation excluded)
 elapsed: list[float] = []

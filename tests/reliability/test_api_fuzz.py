@@ -9,17 +9,26 @@ local mode's WSGI app in-process (``tests/reliability/api_fuzz.py`` says why). E
   ``content_type_conformance``, ``response_schema_conformance``);
 * if it is a rejection (4xx), changed nothing: no AWS call that writes succeeded during it.
 
+A third plan, ``hostile``, takes valid requests and corrupts them the ways that once got past
+the parsers (issue 31): Unicode digits ("²", "٣") and trailing newlines in the seeded path ids
+and in query values, numbers of thousands of digits, and bodies with a lone surrogate (a
+``"\\ud83d"`` escape in JSON, a surrogate's bytes ``%ED%A0%BD`` in a form). On top of the
+checks above, a body that is not valid Unicode is never accepted (it once was recorded, and
+the run that read it failed).
+
 ``make test`` runs ``API_FUZZ_REQUESTS`` (default 1,000, derandomized); ``make reliability``
 (``RELIABILITY_FULL=1``) runs at least 10,000 with fresh randomness and prints the count.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 import pytest
 import schemathesis
@@ -89,6 +98,108 @@ def _strategies(schema: Any, stack: FuzzStack, mode: GenerationMode) -> dict[str
     return out
 
 
+# Text that once reached int() or a key unchecked: Unicode digits ("²" passes str.isdigit and
+# int() raises; int() reads "٣" as 3), a trailing newline (r"^...$" matches before it), more
+# digits than int() converts (4,300).
+HOSTILE_TEXT = ["²", "٣", "1²", "0\n", "1\n", "\n", "9" * 5000]
+LONE_SURROGATES = ["\ud83d", "\udc00", "x\udfffy"]
+POISONED: set[str] = set()  # ids of the cases whose body is not valid Unicode
+
+
+def _hostile_ids(name: str, value: str) -> list[str]:
+    """Corruptions of a seeded path id: each must be a 4xx, never a 5xx."""
+    variants = [f"{value}\n", f"{value}²", f"{value}٣", "²", "٣"]
+    if name == "operation_id":  # "<run>:test-notify:1": the generation and position parsed
+        run_id, _, rest = value.partition(":")
+        variants += [
+            f"{run_id}:g²/{rest}",
+            f"{run_id}:g٣/{rest}",
+            f"{run_id}:g1\n/{rest}",
+            f"{run_id}:{rest[:-1]}²",
+            f"{run_id}:{rest[:-1]}٣",
+        ]
+    # Formatted into the path as they are: encoded here as a client would.
+    return [quote(v, safe="") for v in variants]
+
+
+def _poisoned_json(value: Any, surrogate: str, where: int) -> bytes:
+    """``value`` as JSON with a lone surrogate escaped in a value, in a key, deep, or whole."""
+    if isinstance(value, dict) and value:
+        key = sorted(value)[where % len(value)]
+        value = {**value, key: surrogate} if where % 3 == 0 else {**value, surrogate: 1}
+    elif where % 2 == 0:
+        value = [{"deep": [value, surrogate]}]
+    else:
+        value = surrogate
+    return json.dumps(value).encode()  # ensure_ascii: the surrogate goes as a \\u escape
+
+
+def _poisoned_form(value: Any, where: int) -> bytes:
+    """Form fields with one value as a surrogate's UTF-8 bytes, percent-encoded."""
+    fields = {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+    fields = fields or {"decision": "approve"}
+    key = sorted(fields)[where % len(fields)]
+    pairs = [
+        f"{quote_plus(k)}={'%ED%A0%BD' if k == key else quote_plus(v)}" for k, v in fields.items()
+    ]
+    return "&".join(pairs).encode()
+
+
+@st.composite
+def _hostile_case(
+    draw: st.DrawFn, base: Any, seeded: dict[str, str], query_names: list[str]
+) -> Any:
+    """A generated case with its ids, a query value or its body corrupted (issue 31)."""
+    case = draw(base)
+    corrupted = False
+    for name, value in seeded.items():
+        if draw(st.booleans()):
+            case.path_parameters = {
+                **case.path_parameters,
+                name: draw(st.sampled_from(_hostile_ids(name, value))),
+            }
+            corrupted = True
+    if query_names and (draw(st.booleans()) or not corrupted):
+        name = draw(st.sampled_from(query_names))
+        case.query = {**(case.query or {}), name: draw(st.sampled_from(HOSTILE_TEXT))}
+        corrupted = True
+    if case.media_type is not None and (draw(st.booleans()) or not corrupted):
+        where = draw(st.integers(0, 5))
+        if case.media_type == "application/x-www-form-urlencoded":
+            case.body = _poisoned_form(case.body, where)
+        else:
+            case.body = _poisoned_json(case.body, draw(st.sampled_from(LONE_SURROGATES)), where)
+        POISONED.add(case.id)
+    return case
+
+
+def _hostile_strategies(schema: Any, document: Any, stack: FuzzStack) -> dict[str, Any]:
+    """One strategy per operation: a valid request (seeded ids) with hostile parts mixed in."""
+    out: dict[str, Any] = {}
+    for result in schema.get_all_operations():
+        operation = result.ok()
+        path = operation.path
+        headers: dict[str, str] = {"X-Local-Caller-Arn": stack.caller_arn}
+        query: dict[str, str] = {}
+        if path.startswith("/people/"):
+            headers["Authorization"] = f"Bearer {stack.jwt}"
+        if path.startswith("/links/"):
+            query["token"] = stack.link_token
+        if path.startswith("/console/"):
+            headers["Sec-Fetch-Site"] = "same-origin"
+        seeded = stack.seeded(path)
+        declared = document["paths"][path][operation.method.lower()].get("parameters", [])
+        query_names = [p["name"] for p in declared if p["in"] == "query" and p["name"] != "token"]
+        base = operation.as_strategy(
+            generation_mode=GenerationMode.POSITIVE,
+            headers=headers,
+            query=query or None,
+            path_parameters=seeded or None,
+        )
+        out[operation.label] = _hostile_case(base, seeded, query_names)
+    return out
+
+
 def _fuzz(stack: FuzzStack, budget: int, *, derandomize: bool) -> int:
     """Sends at least ``budget`` generated requests; returns how many it sent."""
     # The document the Api serves. (from_wsgi would drop the operation it was loaded from.)
@@ -97,8 +208,11 @@ def _fuzz(stack: FuzzStack, budget: int, *, derandomize: bool) -> int:
     )
     assert served.status_code == 200, served.get_data(as_text=True)
     schema = schemathesis.openapi.from_dict(served.json)
-    modes = [GenerationMode.POSITIVE, GenerationMode.NEGATIVE]
-    plans = {mode: _strategies(schema, stack, mode) for mode in modes}
+    plans: dict[str, dict[str, Any]] = {
+        mode.value: _strategies(schema, stack, mode)
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+    }
+    plans["hostile"] = _hostile_strategies(schema, served.json, stack)
     sent = 0
     started = time.monotonic()
     rounds = 0
@@ -111,7 +225,7 @@ def _fuzz(stack: FuzzStack, budget: int, *, derandomize: bool) -> int:
                     sent += _fuzz_operation(stack, label, strategy, per_test, derandomize, rounds)
                 except Unsatisfiable:
                     # Nothing of this operation can be made invalid (no parameters, no body).
-                    assert mode is GenerationMode.NEGATIVE, label
+                    assert mode == GenerationMode.NEGATIVE.value, label
                     del strategies[label]
     api_fuzz.elapsed.append(time.monotonic() - started)
     return sent
@@ -144,6 +258,11 @@ def _fuzz_operation(
         if response.status_code in SERVED_5XX:
             return  # documented; not_a_server_error would count it
         case.validate_response(response, checks=CHECKS)
+        if case.id in POISONED:
+            api_fuzz.poisoned[label] += 1
+            assert response.status_code >= 400, (
+                "a body that is not valid Unicode was accepted:\n" + describe(case, response)
+            )
         if 400 <= response.status_code < 500:
             api_fuzz.rejected[label] += 1
             writes = stack.writes.calls[writes_before:]
@@ -175,6 +294,13 @@ def test_fuzz_every_route_short(stack: FuzzStack) -> None:
     assert api_fuzz.requests["POST /runs/{run_id}/migrate"] > 0
     assert api_fuzz.requests["POST /console/runs/{run_id}/cancel"] > 0
     assert api_fuzz.requests["GET /console/runs/{run_id}"] > 0
+    # The hostile plan reached the routes that take bodies with bodies that are not Unicode.
+    for route in (
+        "POST /runs",
+        "POST /runs/{run_id}/events/{name}",
+        "POST /approvals/{approval_id}",
+    ):
+        assert api_fuzz.poisoned[route] > 0, route
 
 
 @pytest.mark.reliability_full
