@@ -36,7 +36,7 @@ def _fits(text: str, width: int = 80) -> None:
 
 def test_clip_ellipsizes_and_flattens() -> None:
     assert clip("short", 10) == "short"
-    assert clip("a\nb", 10) == "a b"
+    assert clip("a\nb", 10) == "a\\nb"  # shown escaped, as every control character is
     assert clip("abcdefghij", 5) == "abcd…"
 
 

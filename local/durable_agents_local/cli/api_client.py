@@ -30,6 +30,7 @@ from email.message import Message
 from typing import IO, Any
 from urllib.parse import quote, urlencode, urlsplit
 
+from durable_agents_local.cli.tables import escape_controls
 from durable_agents_local.identity import CALLER_HEADER
 
 LOCAL_API_URL = "http://127.0.0.1:3000"
@@ -289,8 +290,9 @@ class ApiClient:
             status, raw = exc.code, exc.read()
             if 300 <= status < 400:
                 location = exc.headers.get("Location") if exc.headers else None
+                shown = escape_controls(location) if location else "nowhere (no Location)"
                 raise ApiRefusedError(
-                    f"{method} {path} answered {status}, a redirect to {location!r}: not "
+                    f"{method} {path} answered {status}, a redirect to {shown}: not "
                     "followed (it would carry the request's credentials there); is the URL "
                     "the Api's own?",
                     status,
@@ -318,7 +320,9 @@ def _message(answer: Any) -> str:
 
 
 def _error(method: str, path: str, status: int, answer: Any, missing: str | None) -> ApiError:
-    message = " ".join(_message(answer).split())
+    # One line (whitespace, line breaks included, collapsed), and what control characters
+    # remain shown escaped: the message is the Api's text, printed on a terminal.
+    message = escape_controls(" ".join(_message(answer).split()))
     if status in (401, 403):
         return ApiNotAllowedError(f"not allowed: {message} ({method} {path})", status, answer)
     if status == 404:

@@ -33,6 +33,7 @@ from typing import Any
 from urllib.parse import SplitResult, unquote, urlsplit
 
 from durable_agents_local.cli.api_client import is_loopback_host
+from durable_agents_local.cli.tables import escape_controls
 
 log = logging.getLogger("durable_agents.console")
 
@@ -235,7 +236,8 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def log_message(self, format: str, *args: Any) -> None:
-        log.info("%s %s", self.address_string(), format % args)
+        # The request line is anyone's bytes: a log read on a terminal gets them escaped.
+        log.info("%s %s", self.address_string(), escape_controls(format % args))
 
     def do_GET(self) -> None:
         self._forward("GET")
@@ -324,7 +326,7 @@ def run(args: Any) -> int:
         signer = sigv4_signer(args.region or region_of(args.api_url))
         proxy = ConsoleProxy(args.api_url, signer, args.port)
     except (ConsoleProxyError, OSError) as exc:
-        print(f"error: {exc}")
+        print(f"error: {escape_controls(str(exc))}")
         return 2
     print(f"console: {proxy.url}  (signing for {args.api_url}; Ctrl-C stops)", flush=True)
     try:

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ from typing import Any
 from durable_agents_local import moto_server
 from durable_agents_local.cli import console_proxy
 from durable_agents_local.cli import remote as cli_remote
+from durable_agents_local.cli.tables import escape_controls, escape_strings
 from durable_agents_local.crash import CRASH_POINTS, CrashSpec
 from durable_agents_local.identity import LOCAL_CALLER_ARN, check_caller_arn
 
@@ -252,10 +254,11 @@ def _token(args: argparse.Namespace) -> int:
     from durable_agents_local.oidc import LocalTokenError, request_token  # noqa: PLC0415
 
     try:
-        print(request_token(args.issuer, args.user, groups=args.group, ttl_seconds=args.ttl))
+        token = request_token(args.issuer, args.user, groups=args.group, ttl_seconds=args.ttl)
     except LocalTokenError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {escape_controls(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
+    print(escape_controls(token))  # a JWT has no control character; an issuer's answer might
     return 0
 
 
@@ -341,9 +344,14 @@ def _runs_start(args: argparse.Namespace) -> int:
             idempotency_key=args.idempotency_key,
         )
     except runs_start.RunStartError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # Its message can hold the Api's text (a refusal's message): shown escaped.
+        print(f"error: {escape_controls(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
-    print(json.dumps(started.run, indent=2) if args.json else runs_start.describe(started))
+    if args.json:  # json.dumps escapes every control character
+        print(json.dumps(started.run, indent=2))
+    else:  # describe() does not escape: it is given the run with its strings escaped
+        shown = dataclasses.replace(started, run=escape_strings(started.run))
+        print(escape_controls(runs_start.describe(shown), keep_newlines=True))
     ended_badly = ("FAILED", "PAUSED", "CANCELLED", "TERMINATED", "TIMED_OUT")
     return EXIT_ERROR if started.run["status"] in ended_badly else 0
 

@@ -3,7 +3,9 @@
 One code path for local mode and a deployed stack: every command is a request to the Api
 (``durable_agents_local.cli.api_client``), signed with SigV4 for a deployment (``--stack NAME`` or
 ``--api-url URL``), unsigned for local mode (the default, ``http://127.0.0.1:3000``). Tables
-fit 80 columns; ``--json`` prints the Api's JSON instead. Exit status: 0 done, 1 the Api
+fit 80 columns; ``--json`` prints the Api's JSON instead. What is printed for a person shows
+the control characters of the Api's text escaped (``tables.escape_controls``): run data is
+anyone's text, and a terminal obeys an ESC sequence. Exit status: 0 done, 1 the Api
 refused or could not be reached (or, for ``watch``, the run did not succeed), 2 the CLI
 cannot be set up (no credentials, no region, no such stack, a malformed argument).
 """
@@ -32,6 +34,8 @@ from durable_agents_local.cli.api_client import (
 from durable_agents_local.cli.api_client import segment as seg
 from durable_agents_local.cli.tables import (
     approvals_table,
+    escape_controls,
+    escape_strings,
     history_table,
     operations,
     reviews_table,
@@ -210,7 +214,7 @@ def _runs(client: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
         page = client.call("GET", "/runs", query=query)
         text = runs_table(page.get("runs") or [], width)
         if page.get("cursor"):
-            text += f"\nmore: --cursor {page['cursor']}"
+            text += f"\nmore: --cursor {escape_controls(str(page['cursor']))}"
         return page, text
     path, missing = f"/runs/{seg(args.run_id)}", f"run {args.run_id}"
     if args.action == "show":
@@ -226,15 +230,18 @@ def _runs(client: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
         return {"run_id": args.run_id, "operations": ops}, timeline_table(args.run_id, ops, width)
     if args.action == "redrive":
         run = client.call("POST", f"{path}/redrive", missing=missing)
-        return run, f"re-driven: {args.run_id} is {run['status']}; a Step Ready event is on its way"
+        status = escape_controls(str(run["status"]))
+        return run, f"re-driven: {args.run_id} is {status}; a Step Ready event is on its way"
+    # The describes below do not escape: they are given the answer with its strings escaped
+    # (a line break of the Api's would otherwise pass as one of theirs).
     if args.action == "migrate":
         body = {"to_version": args.to, "dry_run": args.dry_run}
         answer = client.call("POST", f"{path}/migrate", body=body, missing=missing)
-        return answer, runs_migrate.describe(answer)
+        return answer, runs_migrate.describe(escape_strings(answer))
     if args.action in STOPS:
         body = {"reason": args.reason}
         run = client.call("POST", f"{path}/{args.action}", body=body, missing=missing)
-        return run, describe_stop(run)
+        return run, describe_stop(escape_strings(run))
     # The body is the payload itself; the event id is the Idempotency-Key (sent again, the
     # same event: recorded once).
     key = {"Idempotency-Key": args.event_id} if args.event_id else None
@@ -255,7 +262,8 @@ def _approvals(client: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
     body = {"decision": args.decision, "comment": args.comment}
     path = f"/approvals/{seg(args.approval_id)}"
     decided = client.call("POST", path, body=body, missing=f"approval {args.approval_id}")
-    return decided, f"{args.approval_id}: {decided.get('status', args.decision)}"
+    status = escape_controls(str(decided.get("status", args.decision)))
+    return decided, f"{args.approval_id}: {status}"
 
 
 def _reviews(client: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
@@ -269,7 +277,7 @@ def _reviews(client: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
         body["external_id"] = args.external_id
     path = f"/reviews/{seg(args.operation_id)}"
     record = client.call("POST", path, body=body, missing=f"call in review {args.operation_id}")
-    return record, f"{args.operation_id}: {record.get('status')}"
+    return record, f"{args.operation_id}: {escape_controls(str(record.get('status')))}"
 
 
 def _watch(client: ApiClient, args: argparse.Namespace) -> int:
@@ -286,7 +294,7 @@ def _watch(client: ApiClient, args: argparse.Namespace) -> int:
         print(f"stopped watching; the run goes on: {args.run_id}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except WatchTimeoutError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {escape_controls(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
     print(json.dumps(run, indent=2) if args.json else outcome(run, watch.width))
     return exit_code(run)
@@ -303,7 +311,7 @@ def command(args: argparse.Namespace) -> int:
             caller_arn=args.caller_arn,
         )
     except ApiConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {escape_controls(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     handlers = {"runs": _runs, "approvals": _approvals, "reviews": _reviews}
     try:
@@ -314,7 +322,11 @@ def command(args: argparse.Namespace) -> int:
         hint = ""
         if is_local(client.base_url) and exc.status is None:
             hint = "; start local mode first (durable-agents local), or pass --stack/--api-url"
-        print(f"error: {exc}{hint}", file=sys.stderr)
+        # An ApiError's message escapes the Api's text already; this keeps any other part
+        # (an OS error's reason) from reaching the terminal raw as well.
+        print(f"error: {escape_controls(str(exc))}{hint}", file=sys.stderr)
         return EXIT_ERROR
-    print(json.dumps(data, indent=2) if args.json else text)
+    # json.dumps escapes every control character (ensure_ascii: C1 and bidi too). The text's
+    # parts from the Api were escaped where it was built; its own line breaks stay.
+    print(json.dumps(data, indent=2) if args.json else escape_controls(text, keep_newlines=True))
     return 0

@@ -4,12 +4,17 @@ Every table is built from the Api's JSON (the same views ``--json`` prints): run
 history, its operations (``runs timeline``), approvals and calls in review. A table wider than
 the terminal shrinks its widest columns first and ellipsizes the cells that no longer fit, so
 a line never wraps.
+
+Every cell, and every line the CLI prints for a person, shows the control characters of the
+Api's data escaped (``escape_controls``): run data is anyone's text (a tool's error message,
+an approval's summary), and an ESC sequence printed raw is obeyed by the terminal — it can
+retitle the window, erase a line and write a fake one in its place, or (a bidi override)
+make text read backwards.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -18,7 +23,18 @@ WIDTH = 80
 GAP = "  "
 ELLIPSIS = "…"
 MIN_COLUMN = 4
-_LINE_BREAKS = re.compile(r"[\r\n\t\v\f]+")
+
+_SHORT = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+# C0, DEL and C1 (0x80-0x9f: 8-bit forms of ESC sequences, CSI 0x9b among them) as \xNN;
+# the bidi embeddings, overrides (U+202A-U+202E) and isolates (U+2066-U+2069) as \uNNNN; lone
+# surrogates too (valid JSON, but print() cannot encode them).
+_ESCAPES: dict[int, str] = {
+    **{code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))},
+    **_SHORT,
+    **{code: f"\\u{code:04x}" for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))},
+    **{code: f"\\u{code:04x}" for code in range(0xD800, 0xE000)},
+}
+_ESCAPES_BUT_NEWLINES = {code: text for code, text in _ESCAPES.items() if code != 0x0A}
 
 # An operation's state after its last journal entry (``views.entry_event``'s ``event`` suffix).
 _STATE_AFTER = {
@@ -31,9 +47,46 @@ _STATE_AFTER = {
 }
 
 
+def escape_controls(text: str, *, keep_newlines: bool = False) -> str:
+    r"""``text`` with every control character shown escaped, as a terminal cannot obey it.
+
+    C0 controls, DEL and C1 controls become ``\xNN`` (``\n``, ``\t``, ``\r`` for those
+    three), the bidi embeddings, overrides and isolates and lone surrogates ``\uNNNN``. A
+    backslash is left as it is: the output is for reading, not for parsing back.
+
+    >>> escape_controls("\x1b]0;pwned\x07 ok\u202e")
+    '\\x1b]0;pwned\\x07 ok\\u202e'
+
+    Args:
+        text: Any text, the Api's included.
+        keep_newlines: Leave ``\n`` as it is (a multi-line text of the CLI's own making, whose
+            parts from the Api were escaped already).
+    """
+    return text.translate(_ESCAPES_BUT_NEWLINES if keep_newlines else _ESCAPES)
+
+
+def escape_strings(value: Any) -> Any:
+    """``value`` (the Api's JSON) with ``escape_controls`` applied to every string in it.
+
+    For text built from the Api's answer by code that does not escape (a ``describe``);
+    ``--json`` prints the answer itself (``json.dumps`` escapes every control character).
+    """
+    if isinstance(value, str):
+        return escape_controls(value)
+    if isinstance(value, Mapping):
+        return {escape_strings(k): escape_strings(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [escape_strings(v) for v in value]
+    return value
+
+
 def clip(text: str, width: int) -> str:
-    """``text`` cut to ``width`` characters, the last one an ellipsis if anything was cut."""
-    text = _LINE_BREAKS.sub(" ", text)  # a newline (or a \r) in a cell would break the table
+    """``text`` cut to ``width`` characters, the last one an ellipsis if anything was cut.
+
+    Its control characters are shown escaped first (``escape_controls``): a newline would
+    break the table, an ESC sequence would be obeyed by the terminal.
+    """
+    text = escape_controls(text)
     if len(text) <= width:
         return text
     return text[: max(width - 1, 0)] + ELLIPSIS if width > 0 else ""
@@ -52,7 +105,9 @@ def fit_table(
     or ``MIN_COLUMN``; the columns in ``keep``, ids one copies, never); cells longer than
     their column are ellipsized.
     """
-    cells = [[" ".join(c.split()) for c in row] for row in rows]
+    # Escaped before the whitespace is collapsed: str.split() would take some controls
+    # (\x1c-\x1f, \x85) for spaces, and the rest must not reach the terminal.
+    cells = [[" ".join(escape_controls(c).split()) for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in cells:
         widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]

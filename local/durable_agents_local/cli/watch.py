@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from durable_agents_local.cli.api_client import ApiClient, ApiUnreachableError, segment
-from durable_agents_local.cli.tables import clip, compact, duration, operations, seconds_between
+from durable_agents_local.cli.tables import (
+    clip,
+    compact,
+    duration,
+    escape_controls,
+    operations,
+    seconds_between,
+)
 
 MIN_INTERVAL = 0.5
 MAX_INTERVAL = 5.0
@@ -30,7 +37,9 @@ class WatchTimeoutError(Exception):
     """``--timeout`` ran out before the run ended (carries the last status)."""
 
     def __init__(self, run_id: str, status: str, seconds: float):
-        super().__init__(f"{run_id} is still {status} after {seconds:g}s")
+        # The status is the Api's text, printed: shown with its control characters escaped.
+        shown = escape_controls(f"{run_id} is still {status}")
+        super().__init__(f"{shown} after {seconds:g}s")
         self.status = status
 
 
