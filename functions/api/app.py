@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from api.approval_page import render_message_page
 from api.authn import require_iam_identity
+from api.cross_site import CrossSiteRequestError, UnsupportedMediaTypeError, refuse_cross_site
 from api.routes import (
     approvals,
     callbacks,
@@ -160,8 +161,10 @@ tracer = DeferredTracer()
 app = ThreadSafeRestResolver()
 # At init, not on the first request: a module that does not import fails the deployment at once.
 AGENTS = import_agent_modules()
-# Every route but /people and /links needs an IAM caller, checked once for all (api.authn).
-app.use([require_iam_identity])
+# Every state-changing request is refused if another site sent it or its body is not of a type
+# its route takes (api.cross_site), and every route but /people and /links needs an IAM caller
+# (api.authn): each checked once for all, before any route reads anything.
+app.use([refuse_cross_site, require_iam_identity])
 
 # Every id travels as one path segment; DynamoDB refuses keys over 2,048 bytes (moto does not),
 # so longer segments are refused here, before any route reads the table with them.
@@ -178,6 +181,8 @@ ERROR_STATUS: dict[type[Exception], HTTPStatus] = {
     NotAReviewerError: HTTPStatus.FORBIDDEN,
     TenantNotMappedError: HTTPStatus.FORBIDDEN,
     console.CrossSiteFormError: HTTPStatus.FORBIDDEN,
+    CrossSiteRequestError: HTTPStatus.FORBIDDEN,
+    UnsupportedMediaTypeError: HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
     AuthUnavailableError: HTTPStatus.SERVICE_UNAVAILABLE,
     WaitNotFoundError: HTTPStatus.NOT_FOUND,
     # 409 when it was already decided or completed, 410 when it expired (see error_response).

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
@@ -36,6 +36,7 @@ from api.console_page import (
     root_of,
 )
 from api.console_timeline import child_run_ids, render_timeline_page
+from api.cross_site import origin_names_host
 from api.routes.approval_decisions import DecisionRequest, authorize, decide
 from api.routes.common import BadRequest, find_wait, form_or_json_body, header, is_form
 from api.routes.limits import parse_json
@@ -103,8 +104,10 @@ def check_same_origin(event: APIGatewayProxyEvent) -> None:
                 f"{site[:40]!r})"
             )
         return
-    origin, host = header(event, "Origin"), header(event, "Host")
-    if origin and host and urlsplit(origin).netloc.lower() == host.strip().lower():
+    origin = header(event, "Origin")
+    # The middleware's parsing (api.cross_site): an unreadable Origin ("http://[") matches no
+    # host instead of raising.
+    if origin and origin_names_host(origin, header(event, "Host")):
         return
     raise CrossSiteFormError(
         "console forms are accepted from the console's own pages only (no Sec-Fetch-Site, and "
