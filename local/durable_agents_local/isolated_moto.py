@@ -8,6 +8,12 @@ serialises requests, so races behave as they would on AWS while clients stay con
 
 With a state directory (``durable_store``) the requests of every persisted service go through
 that lock, and the accepted writes are logged to disk before they are acknowledged.
+
+The store answers local mode's SDK clients, never a web page (``refuse_browsers``): a request
+whose ``Host`` is not the store's own loopback address gets 421 (a page that rebinds its DNS
+name to 127.0.0.1 must not read or write the journal), and a request carrying what only a
+browser sends (``Origin``, ``Sec-Fetch-*``) gets 403 (any page may post a form to 127.0.0.1
+blindly; S3's POST-object upload is such a form).
 """
 
 from __future__ import annotations
@@ -19,11 +25,66 @@ from typing import Any
 
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
+from durable_agents_local.identity import is_own_host
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+# Headers every browser adds to a request a page makes, and no AWS SDK sends.
+BROWSER_HEADERS = (
+    "HTTP_ORIGIN",
+    "HTTP_SEC_FETCH_SITE",
+    "HTTP_SEC_FETCH_MODE",
+    "HTTP_SEC_FETCH_DEST",
+)
+
 
 def _is_dynamodb(environ: dict[str, Any]) -> bool:
     # Only DynamoDB needs it; other services keep their concurrency (an SQS long poll must not
     # hold everyone else up).
     return str(environ.get("HTTP_X_AMZ_TARGET", "")).startswith("DynamoDB_")
+
+
+def _refusal(start_response: Callable[..., Any], status: str, message: str) -> Iterable[bytes]:
+    payload = message.encode()
+    start_response(
+        status,
+        [
+            ("Content-Type", "text/plain; charset=utf-8"),
+            ("Content-Length", str(len(payload))),
+            ("Connection", "close"),
+        ],
+    )
+    return [payload]
+
+
+def refuse_browsers(app: WsgiApp) -> WsgiApp:
+    """Wraps the store's WSGI app so that only local processes' SDK clients reach it.
+
+    Refused before moto sees anything (so nothing is read or written): 421 for a ``Host`` that
+    is not the store's own loopback address and port (``identity.is_own_host``), 403 for a
+    request with a browser's ``Origin`` or ``Sec-Fetch-*`` headers.
+    """
+
+    def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        host = environ.get("HTTP_HOST")
+        port = int(environ.get("SERVER_PORT") or 0)
+        if not is_own_host(None if host is None else str(host), port):
+            return _refusal(
+                start_response,
+                "421 Misdirected Request",
+                f"local mode's store answers only Host 127.0.0.1:{port} (or localhost, [::1]), "
+                f"not {str(host)[:100]!r}\n",
+            )
+        sent = [k[5:].replace("_", "-").title() for k in BROWSER_HEADERS if k in environ]
+        if sent:
+            return _refusal(
+                start_response,
+                "403 Forbidden",
+                f"local mode's store answers AWS SDK clients only, not a web page (the request "
+                f"carries {', '.join(sent)})\n",
+            )
+        return app(environ, start_response)
+
+    return guarded
 
 
 class IsolatedMotoServer(ThreadedMotoServer):
@@ -70,7 +131,7 @@ class IsolatedMotoServer(ThreadedMotoServer):
         from werkzeug.serving import make_server  # noqa: PLC0415
 
         try:
-            app = self._app()
+            app = refuse_browsers(self._app())
         except BaseException as exc:  # reported by start() in the caller's thread
             self.open_error = exc
             self._server_ready_event.set()

@@ -1,0 +1,129 @@
+"""Local mode's store (the moto server) answers its own clients, not web pages (issue 31).
+
+A page that rebinds its DNS name to 127.0.0.1 would read and write the journal through the
+store's port; its requests name the attacker's host in ``Host``, so the store refuses them
+(421). A page of any site can also post to 127.0.0.1 blindly (a "simple" request, e.g. an SQS
+form), and a browser marks such requests with ``Origin`` or ``Sec-Fetch-*`` headers, which the
+AWS SDKs never send: the store refuses those too (403). boto3 clients still work.
+"""
+
+from __future__ import annotations
+
+import http.client
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+
+from durable_agents_local.isolated_moto import IsolatedMotoServer
+from durable_agents_local.moto_server import HOST, endpoint_url, free_port
+
+LIST_TABLES = b"{}"
+
+
+@pytest.fixture
+def store(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    port = free_port()
+    server = IsolatedMotoServer(ip_address=HOST, port=port, verbose=False)
+    server.start()
+    try:
+        yield port
+    finally:
+        server.stop()
+
+
+def _client(service: str, port: int) -> Any:
+    make: Any = boto3.client  # typed per service name; the tests pick the name at run time
+    return make(service, region_name="us-east-1", endpoint_url=endpoint_url(port))
+
+
+def _post(port: int, headers: dict[str, str], body: bytes, path: str = "/") -> tuple[int, bytes]:
+    connection = http.client.HTTPConnection(HOST, port, timeout=10)
+    try:
+        connection.putrequest("POST", path, skip_host=True, skip_accept_encoding=True)
+        for name, value in {"Content-Length": str(len(body)), **headers}.items():
+            connection.putheader(name, value)
+        connection.endheaders(body)
+        reply = connection.getresponse()
+        return reply.status, reply.read()
+    finally:
+        connection.close()
+
+
+def _dynamodb_headers(host: str) -> dict[str, str]:
+    return {
+        "Host": host,
+        "Content-Type": "application/x-amz-json-1.0",
+        "X-Amz-Target": "DynamoDB_20120810.ListTables",
+        "Authorization": "AWS4-HMAC-SHA256 Credential=testing/20250101/us-east-1/dynamodb/"
+        "aws4_request, SignedHeaders=host, Signature=x",
+    }
+
+
+@pytest.mark.parametrize("host", ["evil.example:{port}", "evil.example", "127.0.0.1:1"])
+def test_the_store_refuses_a_foreign_host(store: int, host: str) -> None:
+    dynamodb = _client("dynamodb", store)
+    if "journal" not in dynamodb.list_tables()["TableNames"]:  # moto's state is per process
+        dynamodb.create_table(
+            TableName="journal",
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+    status, body = _post(store, _dynamodb_headers(host.format(port=store)), LIST_TABLES)
+    assert status == 421, body
+    assert b"journal" not in body
+    status, body = _post(store, _dynamodb_headers(f"127.0.0.1:{store}"), LIST_TABLES)
+    assert status == 200 and b"journal" in body  # the same request, to its own name
+
+
+@pytest.mark.parametrize(
+    "browser",
+    [
+        {"Origin": "http://evil.example"},
+        {"Origin": "null"},
+        {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors"},
+        {"Sec-Fetch-Mode": "no-cors"},
+    ],
+)
+def test_the_store_refuses_what_a_browser_sends_and_changes_nothing(
+    store: int, browser: dict[str, str]
+) -> None:
+    # S3's POST-object upload: a multipart form, which any page may send to any address.
+    s3 = _client("s3", store)
+    bucket = f"payloads-{len(browser)}-{abs(hash(frozenset(browser.items())))}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="spilled", Body=b"recorded")
+    boundary = "b0undary"
+    form = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="key"\r\n\r\nspilled\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="f"\r\n'
+        f"Content-Type: text/plain\r\n\r\nforged\r\n--{boundary}--\r\n"
+    ).encode()
+    headers = {
+        "Host": f"127.0.0.1:{store}",
+        "Content-Type": f"multipart/form-data; boundary={boundary}",
+    }
+    status, body = _post(store, {**headers, **browser}, form, path=f"/{bucket}")
+    assert status == 403, body
+    assert s3.get_object(Bucket=bucket, Key="spilled")["Body"].read() == b"recorded"
+    # The same form without a browser's headers is an SDK-like client's, and is served: so the
+    # refusal above is what kept the payload.
+    status, body = _post(store, headers, form, path=f"/{bucket}")
+    assert status < 300, body
+    assert s3.get_object(Bucket=bucket, Key="spilled")["Body"].read() == b"forged"
+
+
+def test_boto3_clients_still_work(store: int) -> None:
+    s3 = _client("s3", store)
+    s3.create_bucket(Bucket="payloads")
+    s3.put_object(Bucket="payloads", Key="k", Body=b"v")
+    assert s3.get_object(Bucket="payloads", Key="k")["Body"].read() == b"v"
+    sqs = _client("sqs", store)
+    url = sqs.create_queue(QueueName="q")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="m")
+    assert sqs.receive_message(QueueUrl=url)["Messages"][0]["Body"] == "m"
