@@ -227,12 +227,13 @@ def _read_body(environ: Mapping[str, Any]) -> bytes:
     """The request body, at most ``MAX_BODY_BYTES``.
 
     Raises:
-        _BadRequestError: 400 for a Content-Length that is not a decimal byte count, 413 for a
+        _BadRequestError: 400 for a Content-Length that is not a decimal byte count or that
+            overstates the body, or a chunked body that stalls (``_read_chunked``); 413 for a
             body over the limit.
     """
     stream = environ["wsgi.input"]
     if environ.get("wsgi.input_terminated"):  # chunked: read to the end, one byte past the cap
-        data: bytes = stream.read(MAX_BODY_BYTES + 1)
+        data: bytes = _read_chunked(stream, environ.get("werkzeug.socket"))
         if len(data) > MAX_BODY_BYTES:
             raise _BadRequestError(
                 HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"the body exceeds {MAX_BODY_BYTES} bytes"
@@ -258,6 +259,32 @@ def _read_body(environ: Mapping[str, Any]) -> bytes:
             f"the body ended after {len(data)} of the {length} bytes its Content-Length "
             f"declares (nothing more arrived within {BODY_READ_SECONDS:g}s)",
         )
+    return data
+
+
+def _read_chunked(stream: Any, sock: socket.socket | None) -> bytes:
+    """A chunked body to its end (at most one byte past the cap).
+
+    Each wait for more bytes is bounded by ``BODY_READ_SECONDS`` (werkzeug's dechunking stream
+    reads the socket itself, so there is no overall deadline as for a Content-Length body).
+
+    Raises:
+        _BadRequestError: 400 if nothing arrives for that long before the last chunk.
+    """
+    previous = sock.gettimeout() if sock is not None else None
+    if sock is not None:
+        sock.settimeout(BODY_READ_SECONDS)
+    try:
+        data: bytes = stream.read(MAX_BODY_BYTES + 1)
+    except TimeoutError as exc:
+        raise _BadRequestError(
+            HTTPStatus.BAD_REQUEST,
+            f"the chunked body stalled: nothing arrived for {BODY_READ_SECONDS:g}s before its "
+            "last chunk",
+        ) from exc
+    finally:
+        if sock is not None:
+            sock.settimeout(previous)
     return data
 
 

@@ -228,3 +228,19 @@ def test_the_issuer_answers_a_deeply_nested_body_with_400(issuer: LocalIssuer) -
     body = b"[" * 10000 + b"]" * 10000
     status, _, _ = _request(port, "POST", "/token", f"127.0.0.1:{port}", body)
     assert status == 400
+
+
+def test_the_api_answers_a_chunked_body_that_stalls(
+    api: ApiServer, recorder: RecordingFunction
+) -> None:
+    port = _port(api)
+    started = time.monotonic()
+    answer = _raw(
+        port,
+        f"POST /runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode()
+        + b"Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n",  # no last chunk: it never ends
+    )
+    assert _status(answer) == 400
+    assert b"chunked" in answer
+    assert time.monotonic() - started < 10
+    assert recorder.events == []
