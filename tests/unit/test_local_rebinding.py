@@ -209,7 +209,7 @@ def test_the_issuer_answers_a_bad_content_length_with_400(issuer: LocalIssuer, l
         + f"Content-Length: {length}\r\n\r\n{{}}".encode(),
     )
     assert _status(answer) == 400
-    assert b"Content-Length" in answer
+    assert "Content-Length" in json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
 
 
 @pytest.mark.parametrize("ttl", ["1e999", "-1e999", "1.5", "true", '"60"', "NaN"])
@@ -225,7 +225,7 @@ def test_the_issuer_answers_a_ttl_that_is_not_a_whole_number_with_400(
 
 def test_the_issuer_answers_a_deeply_nested_body_with_400(issuer: LocalIssuer) -> None:
     port = _port(issuer)
-    body = b"[" * 10000 + b"]" * 10000
+    body = b"[" * 5000 + b"]" * 5000  # within the size limit; deeper than the parser goes
     status, _, _ = _request(port, "POST", "/token", f"127.0.0.1:{port}", body)
     assert status == 400
 
