@@ -80,11 +80,12 @@ ERROR_SCHEMA: dict[str, Any] = {
 ERROR_DESCRIPTIONS = {
     400: "Malformed request (not JSON, a parameter out of range, an id that cannot be one)",
     401: "No or invalid credentials",
-    403: "Authenticated, but not allowed",
+    403: "Authenticated, but not allowed; or a state-changing request from another site",
     404: "No such resource",
     409: "Already decided or completed (the current state is in `error.current`)",
     410: "Gone: its deadline passed, or it was closed because its run was stopped or had finished",
     413: "Body too large",
+    415: "The body is not `application/json` (or a form, where a page posts one)",
     422: "The body does not match the schema",
     503: "A dependency is unavailable or not configured; retry (`Retry-After`)",
 }
@@ -165,7 +166,9 @@ def _responses(op: Operation) -> dict[str, Any]:
     if op.also is not None:
         status, meaning = op.also
         responses[str(status)] = {"description": meaning, "content": copy.deepcopy(ok_content)}
-    for status in sorted({*COMMON_ERRORS, *op.errors}):
+    # A body of another type is refused before routing (api.cross_site): 415.
+    typed = (415,) if op.body is not None else ()
+    for status in sorted({*COMMON_ERRORS, *op.errors, *typed}):
         responses[str(status)] = {
             "description": ERROR_DESCRIPTIONS[status],
             "content": copy.deepcopy(error_content),

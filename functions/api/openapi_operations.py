@@ -218,7 +218,6 @@ def operations() -> dict[tuple[str, str], Operation]:
         ("POST", "/approvals/{approval_id}/links"): Operation(
             201,
             body=MintLinkRequest,
-            form=True,
             example={"approver": "user:ada@example.com", "ttl_seconds": 3600},
             errors=decided,
             html=True,
