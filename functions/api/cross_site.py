@@ -6,10 +6,13 @@ So another site must not be able to make that browser post to the Api. Two thing
 request away, and every current browser sends at least one:
 
 * ``Sec-Fetch-Site``: ``cross-site`` or ``same-site`` is refused; ``same-origin`` and ``none``
-  (the person typed or bookmarked it) are not;
-* ``Origin``: it must name this host (the request's ``Host``). ``Origin: null`` (a sandboxed
-  frame, or a page sent with ``Referrer-Policy: no-referrer`` such as the approval page) is
-  accepted only when ``Sec-Fetch-Site`` vouches for the request.
+  (the person typed or bookmarked it) are not. A page cannot set it, so when a browser sent it,
+  it decides: through the signing proxy (``durable-agents console``) the page and its post are
+  both the proxy's, ``same-origin``, and the ``Origin`` forwarded with it is the proxy's, not
+  the Api's host;
+* ``Origin``, from a browser that sends no ``Sec-Fetch-Site``: it must name this host (the
+  request's ``Host``); ``null`` (a sandboxed frame, or a page sent with
+  ``Referrer-Policy: no-referrer``) is refused.
 
 A request with neither header did not come from a browser (curl, the SDKs, the CLI) and is
 accepted. Routes under ``/links/`` are exempt from the origin check: their requests carry a
@@ -96,12 +99,13 @@ def check_not_cross_site(event: APIGatewayProxyEvent) -> None:
     """Refuses a request another site made a browser send.
 
     Raises:
-        CrossSiteRequestError: If ``Sec-Fetch-Site`` says another site, or ``Origin`` is present
-            and names another host or none (``null`` is accepted only with ``Sec-Fetch-Site:
-            same-origin`` or ``none``).
+        CrossSiteRequestError: If ``Sec-Fetch-Site`` says another site, or, without it,
+            ``Origin`` is present and names another host or none (``null``, unreadable).
     """
     site = _header(event, "Sec-Fetch-Site")
-    if site is not None and site.strip().lower() not in OWN_SITE:
+    if site is not None:
+        if site.strip().lower() in OWN_SITE:
+            return  # the browser's own word, which no page can forge
         raise CrossSiteRequestError(
             f"requests that change state are not accepted from other sites (Sec-Fetch-Site: "
             f"{site[:40]!r}); send it from this origin, or without a browser"
@@ -109,8 +113,6 @@ def check_not_cross_site(event: APIGatewayProxyEvent) -> None:
     origin = _header(event, "Origin")
     if origin is None:
         return
-    if origin.strip() == "null" and site is not None:
-        return  # Sec-Fetch-Site (checked above) vouches for a page that hides its origin
     if not origin_names_host(origin, _header(event, "Host")):
         raise CrossSiteRequestError(
             f"requests that change state are not accepted from other sites (Origin "
