@@ -1,0 +1,663 @@
+"""A browser threat suite in headless Chromium: a hostile page attacks a real local-mode stack.
+
+The hostile pages are served by a tiny ``http.server`` of this module on another port of
+127.0.0.1 (another origin of the same site), and, in a second Chromium started with
+``--host-resolver-rules=MAP evil.test 127.0.0.1``, from ``http://evil.test:<port>`` (another
+site). Each attack is refused, and each test checks through the Api, as the local operator,
+that nothing changed:
+
+* a blind ``fetch(..., {mode: "no-cors"})`` or an auto-submitted form that starts a run (JSON
+  sent as ``text/plain``, the ``enctype=text/plain`` form trick), decides a pending approval,
+  cancels or terminates a run (with no body at all: only the cross-site check stands in the
+  way), or sends an event into a run: 403 from ``api.cross_site`` (a form's answer is the page
+  the browser shows, so its refusal is read there; a no-cors answer is opaque, so the state
+  is what tells);
+* framing the console: refused (``X-Frame-Options: DENY``, ``frame-ancestors 'none'``), and
+  Chromium shows nothing of it in the frame;
+* DNS rebinding: a page whose name resolves to 127.0.0.1 reaches the Api, the store and the
+  OIDC issuer with its own name in ``Host``: 421 from each, even for same-origin requests.
+
+The ``local`` fixture runs no ``--local-oidc`` issuer, so the issuer case starts the same
+server (``durable_agents_local.oidc.LocalIssuer``) in this process. Without Chromium the tests
+skip, like the other browser tests.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from html import escape
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from durable_agents_local.oidc import LocalIssuer
+from durable_agents_local.processes import WorkerProcess, http_json
+from durable_agents_local.services import ServicesHandle
+from tests.browser.test_approval_page import (  # noqa: F401 - the fixtures
+    CHROMEDRIVER,
+    CHROMIUM,
+    CHROMIUM_FLAGS,
+    MESSAGE,
+    browser,
+    local,
+    logs_on_failure,
+)
+from tests.browser.test_approval_page import pytestmark as approval_page_marks
+from tests.integration.local_stack import wait_until
+
+try:
+    from selenium import webdriver
+    from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.chrome.service import Service
+except ImportError:  # pragma: no cover - the dev extra installs it; the marks skip then
+    webdriver = None
+
+pytestmark = approval_page_marks
+EVIL = "evil.test"
+REFUSED_CROSS_SITE = "not accepted from other sites"
+# Time for anything a request might have set off (a wake, a reconciler pass) to show.
+SETTLE_SECONDS = 1.0
+
+Stack = tuple[WorkerProcess, ServicesHandle]
+
+
+class HostileSite:
+    """Serves the attacker's pages on 127.0.0.1:``port``, for any ``Host`` (evil.test too)."""
+
+    def __init__(self) -> None:
+        self.pages: dict[str, str] = {}
+        self._names = itertools.count()
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                page = site.pages.get(urlsplit(self.path).path)
+                payload = (page or "no such page").encode()
+                self.send_response(200 if page is not None else 404)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def add(self, html: str) -> str:
+        """Publishes a page; returns its path."""
+        path = f"/attack-{next(self._names)}.html"
+        self.pages[path] = html
+        return path
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def hostile() -> Iterator[HostileSite]:
+    site = HostileSite()
+    try:
+        yield site
+    finally:
+        site.stop()
+
+
+@pytest.fixture(scope="module")
+def rebinding_browser(
+    local: Stack,  # noqa: F811
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Any]:
+    """Chromium in which ``evil.test`` resolves to 127.0.0.1: a DNS name after rebinding."""
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--host-resolver-rules=MAP {EVIL} 127.0.0.1")
+    # Tries https:// first for a name (not for an IP): nothing listens there, so skip it.
+    options.add_argument("--disable-features=HttpsUpgrades,HttpsFirstBalancedModeAutoEnable")
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-rebinding')}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    driver.set_page_load_timeout(20)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture(params=["same-site", "cross-site"])
+def attacker(
+    request: pytest.FixtureRequest, hostile: HostileSite
+) -> tuple[Any, Callable[[str], str]]:
+    """A browser, and how to get a URL for a hostile page's path.
+
+    ``same-site``: the page is on 127.0.0.1 at another port (another origin; Chromium sends
+    ``Sec-Fetch-Site: same-site``). ``cross-site``: it is on ``evil.test`` (``cross-site``).
+    """
+    if request.param == "same-site":
+        driver = request.getfixturevalue("browser")
+        host = "127.0.0.1"
+    else:
+        driver = request.getfixturevalue("rebinding_browser")
+        host = EVIL
+    return driver, lambda path: f"http://{host}:{hostile.port}{path}"
+
+
+@pytest.fixture(scope="module")
+def approval(local: Stack) -> dict[str, Any]:  # noqa: F811
+    """A support run waiting for a refund approval (``group:support-leads``)."""
+    worker, _ = local
+    api = worker.base_url
+    with logs_on_failure(worker):
+        status, body = http_json(
+            "POST",
+            f"{api}/runs",
+            {"agent": "example-support", "input": MESSAGE, "idempotency_key": "threats"},
+        )
+        assert status in (200, 201), body
+        run_id = body["run"]["run_id"]
+
+        def pending() -> Any:
+            _, listed = http_json("GET", f"{api}/approvals?status=pending")
+            return next((a for a in listed["approvals"] if a["run_id"] == run_id), None)
+
+        found = wait_until(pending, 60, "the refund approval")
+        wait_until(lambda: _run(api, run_id)["status"] == "SUSPENDED", 60, "the run to suspend")
+        return dict(found)
+
+
+def _run(api: str, run_id: str) -> dict[str, Any]:
+    status, run = http_json("GET", f"{api}/runs/{run_id}")
+    assert status == 200, run
+    return dict(run)
+
+
+def _run_ids(api: str) -> set[str]:
+    ids: set[str] = set()
+    cursor = ""
+    while True:
+        status, page = http_json("GET", f"{api}/runs?children=true&limit=100{cursor}")
+        assert status == 200, page
+        ids.update(r["run_id"] for r in page["runs"])
+        if not page["cursor"]:
+            return ids
+        cursor = f"&cursor={urllib.request.quote(page['cursor'])}"
+
+
+def _history(api: str, run_id: str) -> list[Any]:
+    status, body = http_json("GET", f"{api}/runs/{run_id}/history")
+    assert status == 200, body
+    return list(body["events"])
+
+
+def _chat(api: str) -> str:
+    """A chat run waiting for its next message (``POST /runs/{id}/events/message``)."""
+    status, body = http_json(
+        "POST", f"{api}/runs", {"agent": "example-chat", "input": {"message": "hello"}}
+    )
+    assert status == 201, body
+    run_id = str(body["run"]["run_id"])
+
+    def waiting() -> bool:
+        run = _run(api, run_id)
+        assert run["status"] not in ("FAILED", "SUCCEEDED", "CANCELLED"), run
+        return run["status"] == "SUSPENDED"
+
+    wait_until(waiting, 60, f"chat run {run_id} to wait for a message")
+    return run_id
+
+
+def _script_json(value: Any) -> str:
+    """JSON that is safe inside a <script> element."""
+    return json.dumps(value).replace("<", "\\u003c")
+
+
+def _fetch_page(attempts: list[tuple[str, dict[str, Any]]]) -> str:
+    """A page that sends every ``fetch(url, init)`` and then sets its title to "done"."""
+    return f"""<!doctype html><title>attacking</title><script>
+const attempts = {_script_json(attempts)};
+Promise.allSettled(attempts.map(([url, init]) => fetch(url, init))).then((results) => {{
+  window.attackResults = results.map((r) => r.status === "fulfilled"
+    ? {{type: r.value.type, status: r.value.status}}
+    : {{error: String(r.reason)}});
+  document.title = "done";
+}});
+</script>"""
+
+
+def _form_page(action: str, fields: dict[str, str], enctype: str | None = None) -> str:
+    """A page that posts a form to ``action`` as soon as it loads (the browser follows)."""
+    inputs = "".join(
+        f'<input type="hidden" name="{escape(name)}" value="{escape(value)}">'
+        for name, value in fields.items()
+    )
+    encoding = f' enctype="{escape(enctype)}"' if enctype else ""
+    return (
+        f'<!doctype html><title>attacking</title><form method="POST" '
+        f'action="{escape(action)}"{encoding}>{inputs}</form>'
+        "<script>document.forms[0].submit()</script>"
+    )
+
+
+def _run_fetches(
+    attacker: tuple[Any, Callable[[str], str]],
+    hostile: HostileSite,
+    attempts: list[tuple[str, dict[str, Any]]],
+) -> list[dict[str, Any]]:
+    """Loads a hostile page that sends ``attempts``; returns what its script could see."""
+    driver, url = attacker
+    driver.get(url(hostile.add(_fetch_page(attempts))))
+    wait_until(lambda: driver.title == "done", 20, "the hostile page's requests")
+    results = driver.execute_script("return window.attackResults")
+    assert len(results) == len(attempts)
+    # An opaque answer (no-cors) or a network error: the page learns nothing, not even a status.
+    for result in results:
+        assert result.get("type") == "opaque" or "error" in result, result
+        assert result.get("status", 0) == 0, result
+    return list(results)
+
+
+def _body_text(driver: Any) -> str:
+    try:
+        return str(driver.execute_script("return document.body ? document.body.innerText : ''"))
+    except WebDriverException:  # the page was navigating away
+        return ""
+
+
+def _submit_form(
+    attacker: tuple[Any, Callable[[str], str]],
+    hostile: HostileSite,
+    api: str,
+    action: str,
+    fields: dict[str, str],
+    enctype: str | None = None,
+) -> str:
+    """Loads a hostile page that posts a form to the Api; returns the page the Api answered."""
+    driver, url = attacker
+    driver.get(url(hostile.add(_form_page(action, fields, enctype))))
+
+    def answered() -> str:
+        if not str(driver.current_url).startswith(api):
+            return ""
+        ready = driver.execute_script("return document.readyState") == "complete"
+        return _body_text(driver) if ready else ""
+
+    return str(wait_until(answered, 20, f"the form's answer from {action}"))
+
+
+def _nothing_happened_after(check: Callable[[], None]) -> None:
+    """Checks now, and again once anything the requests might have set off had time to show."""
+    check()
+    time.sleep(SETTLE_SECONDS)
+    check()
+
+
+# 1a. Starting a run.
+
+
+def test_a_hostile_page_cannot_start_a_run(
+    attacker: tuple[Any, Callable[[str], str]],
+    hostile: HostileSite,
+    local: Stack,  # noqa: F811
+) -> None:
+    worker, _ = local
+    api = worker.base_url
+    with logs_on_failure(worker):
+        before = _run_ids(api)
+        body = json.dumps({"agent": "example-chat", "input": {"message": "from a hostile page"}})
+        plain = {"Content-Type": "text/plain"}
+        _run_fetches(
+            attacker,
+            hostile,
+            [
+                # JSON as text/plain: a "simple" request, sent without a preflight.
+                (
+                    f"{api}/runs",
+                    {"method": "POST", "mode": "no-cors", "headers": plain, "body": body},
+                ),
+                # No Content-Type at all (a Blob without a type).
+                (f"{api}/runs", {"method": "POST", "mode": "no-cors", "body": body}),
+                # A real JSON request needs a preflight, which nothing answers: never sent.
+                (
+                    f"{api}/runs",
+                    {
+                        "method": "POST",
+                        "headers": {"Content-Type": "application/json"},
+                        "body": body,
+                    },
+                ),
+            ],
+        )
+        # The classic: a text/plain form whose one field spells the JSON ("name=value").
+        name, value = body[:-2] + ', "pad": "', '"}'
+        answer = _submit_form(attacker, hostile, api, f"{api}/runs", {name: value}, "text/plain")
+        assert REFUSED_CROSS_SITE in answer
+
+        _nothing_happened_after(lambda: _assert_equal(_run_ids(api), before, "the runs"))
+
+
+def _assert_equal(after: Any, before: Any, what: str) -> None:
+    assert after == before, f"{what} changed"
+
+
+# 1b. Deciding an approval.
+
+
+def test_a_hostile_page_cannot_decide_an_approval(
+    attacker: tuple[Any, Callable[[str], str]],
+    hostile: HostileSite,
+    local: Stack,  # noqa: F811
+    approval: dict[str, Any],
+) -> None:
+    worker, services = local
+    api = worker.base_url
+    aid = approval["approval_id"]
+    with logs_on_failure(worker):
+        decision = {"decision": "approve", "comment": "approved by a hostile page"}
+        for action in (f"{api}/approvals/{aid}", f"{api}/console/approvals/{aid}"):
+            answer = _submit_form(attacker, hostile, api, action, decision)
+            # Refused as cross-site, before the approver check (the local caller is none).
+            assert REFUSED_CROSS_SITE in answer, answer
+        form = {"Content-Type": "application/x-www-form-urlencoded"}
+        _run_fetches(
+            attacker,
+            hostile,
+            [
+                # A form body: these routes take one, so only the cross-site check refuses it.
+                (
+                    f"{api}/approvals/{aid}",
+                    {
+                        "method": "POST",
+                        "mode": "no-cors",
+                        "headers": form,
+                        "body": "decision=approve&comment=hostile",
+                    },
+                ),
+                (
+                    f"{api}/console/approvals/{aid}",
+                    {
+                        "method": "POST",
+                        "mode": "no-cors",
+                        "headers": form,
+                        "body": "decision=reject&comment=hostile",
+                    },
+                ),
+                (
+                    f"{api}/approvals/{aid}",
+                    {
+                        "method": "POST",
+                        "mode": "no-cors",
+                        "headers": {"Content-Type": "text/plain"},
+                        "body": json.dumps(decision),
+                    },
+                ),
+            ],
+        )
+
+        def still_pending() -> None:
+            status, now = http_json("GET", f"{api}/approvals/{aid}")
+            assert status == 200, now
+            assert now["status"] == "pending", now
+            assert not now.get("decision"), now
+            assert _run(api, approval["run_id"])["status"] != "SUCCEEDED"
+            # Approved, the run would pay the refund.
+            assert not [e for e in services.ledger("payments") if e["event"] == "charge.created"]
+
+        _nothing_happened_after(still_pending)
+
+
+# 1c. Cancelling or terminating a run.
+
+
+def test_a_hostile_page_cannot_stop_a_run(
+    attacker: tuple[Any, Callable[[str], str]],
+    hostile: HostileSite,
+    local: Stack,  # noqa: F811
+) -> None:
+    worker, _ = local
+    api = worker.base_url
+    with logs_on_failure(worker):
+        run_id = _chat(api)
+        before = _run(api, run_id)
+        for action in (f"{api}/console/runs/{run_id}/cancel", f"{api}/runs/{run_id}/cancel"):
+            answer = _submit_form(attacker, hostile, api, action, {"reason": "hostile"})
+            assert REFUSED_CROSS_SITE in answer, answer
+        # No body: only the cross-site check stands between this and a cancelled run.
+        bare = {"method": "POST", "mode": "no-cors"}
+        reason = {
+            **bare,
+            "headers": {"Content-Type": "text/plain"},
+            "body": json.dumps({"reason": "hostile"}),
+        }
+        _run_fetches(
+            attacker,
+            hostile,
+            [
+                (f"{api}/runs/{run_id}/cancel", bare),
+                (f"{api}/runs/{run_id}/terminate", bare),
+                (f"{api}/runs/{run_id}/cancel", reason),
+                (f"{api}/runs/{run_id}/terminate", reason),
+            ],
+        )
+        _nothing_happened_after(lambda: _assert_equal(_run(api, run_id), before, "the run"))
+
+        # The same request without a browser's headers (the local operator) does cancel it.
+        status, body = http_json("POST", f"{api}/runs/{run_id}/cancel", {"reason": "cleanup"})
+        assert status in (200, 202), body
+        wait_until(lambda: _run(api, run_id)["status"] == "CANCELLED", 60, "the cancel")
+
+
+# 1d. Sending an event into a run.
+
+
+def test_a_hostile_page_cannot_send_an_event(
+    attacker: tuple[Any, Callable[[str], str]],
+    hostile: HostileSite,
+    local: Stack,  # noqa: F811
+) -> None:
+    worker, _ = local
+    api = worker.base_url
+    with logs_on_failure(worker):
+        run_id = _chat(api)
+        before = (_run(api, run_id), _history(api, run_id))
+        events = f"{api}/runs/{run_id}/events/message"
+        bye = json.dumps({"text": "bye"})  # would end the conversation: the run would finish
+        _run_fetches(
+            attacker,
+            hostile,
+            [
+                (events, {"method": "POST", "mode": "no-cors"}),  # no body: a null event
+                (
+                    events,
+                    {
+                        "method": "POST",
+                        "mode": "no-cors",
+                        "headers": {"Content-Type": "text/plain"},
+                        "body": bye,
+                    },
+                ),
+                (
+                    events,
+                    {
+                        "method": "POST",
+                        "mode": "no-cors",
+                        "headers": {"Content-Type": "application/x-www-form-urlencoded"},
+                        "body": "text=bye",
+                    },
+                ),
+            ],
+        )
+        answer = _submit_form(attacker, hostile, api, events, {"text": "bye"})
+        assert REFUSED_CROSS_SITE in answer, answer
+
+        _nothing_happened_after(
+            lambda: _assert_equal(
+                (_run(api, run_id), _history(api, run_id)), before, "the run or its history"
+            )
+        )
+
+        # Sent by the local operator, the same event is recorded and ends the run.
+        status, body = http_json("POST", events, {"text": "bye"})
+        assert status == 202, body
+        wait_until(lambda: _run(api, run_id)["status"] == "SUCCEEDED", 60, "the chat to end")
+
+
+# 1e. Framing the console (clickjacking).
+
+
+@pytest.mark.parametrize("page", ["/console", "/console/approvals"])
+def test_the_console_refuses_to_be_framed(
+    attacker: tuple[Any, Callable[[str], str]],
+    hostile: HostileSite,
+    local: Stack,  # noqa: F811
+    page: str,
+) -> None:
+    worker, _ = local
+    api = worker.base_url
+    driver, url = attacker
+
+    # The headers, as any client gets them.
+    request = urllib.request.Request(f"{api}{page}", headers={"Accept": "text/html"})
+    with urllib.request.urlopen(request, timeout=10) as response:  # loopback
+        assert response.status == 200
+        assert response.headers["X-Frame-Options"] == "DENY"
+        assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"]
+        assert "<title>" in response.read().decode()
+
+    # In Chromium: the console in a frame of a hostile page, next to a page that may be framed.
+    allowed = hostile.add("<!doctype html><title>framed</title><p id=ok>framed fine</p>")
+    framing = hostile.add(
+        f"""<!doctype html><title>framing</title>
+<iframe id=console src="{escape(api + page)}"></iframe>
+<iframe id=control src="{escape(url(allowed))}"></iframe>
+<script>
+const frames = [...document.querySelectorAll("iframe")];
+Promise.all(frames.map((f) => new Promise((done) => f.addEventListener("load", done))))
+  .then(() => {{ document.title = "done"; }});
+setTimeout(() => {{ document.title = "done"; }}, 10000);
+</script>"""
+    )
+    driver.get_log("browser")  # drop what earlier pages logged
+    driver.get(url(framing))
+    wait_until(lambda: driver.title == "done", 20, "the frames to load")
+    try:
+        driver.switch_to.frame(driver.find_element("css selector", "#control"))
+        assert "framed fine" in _body_text(driver)  # webdriver does see inside a frame...
+        driver.switch_to.default_content()
+        driver.switch_to.frame(driver.find_element("css selector", "#console"))
+        shown = _body_text(driver)
+        source = str(driver.page_source)
+    finally:
+        driver.switch_to.default_content()
+    # ...and there is nothing of the console's in this one (Chromium's error page, at most).
+    assert "Runs" not in shown and "Approvals" not in shown.title(), shown
+    assert "<table" not in source and "<form" not in source
+    refused = [e["message"] for e in driver.get_log("browser") if "frame" in e["message"]]
+    assert any("X-Frame-Options" in m or "frame-ancestors" in m for m in refused), refused
+
+
+# 2. DNS rebinding: a name the attacker controls now resolves to 127.0.0.1.
+
+
+def _store_port(worker: WorkerProcess) -> int:
+    """The port of the moto server the worker uses (its ``--moto-endpoint``)."""
+    command = worker._command
+    endpoint = command[command.index("--moto-endpoint") + 1]
+    port = urlsplit(endpoint).port
+    assert port is not None, endpoint
+    return port
+
+
+@pytest.fixture(scope="module")
+def issuer() -> Iterator[LocalIssuer]:
+    """The ``--local-oidc`` issuer (the ``local`` fixture runs none), on a free port."""
+    started = LocalIssuer(0)
+    started.start()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+SAME_ORIGIN_REQUESTS = """
+const [requests, done] = [arguments[0], arguments[arguments.length - 1]];
+Promise.all(requests.map(([path, init]) => fetch(path, init).then(
+  async (r) => ({status: r.status, text: await r.text()}),
+  (e) => ({error: String(e)}),
+))).then(done);
+"""
+
+
+@pytest.mark.parametrize("target", ["api", "store", "issuer"])
+def test_a_rebound_name_is_misdirected(
+    rebinding_browser: Any,
+    local: Stack,  # noqa: F811
+    request: pytest.FixtureRequest,
+    target: str,
+) -> None:
+    worker, _ = local
+    api = worker.base_url
+    json_type = {"Content-Type": "application/json"}
+    if target == "api":
+        port = worker.api_port
+        page = "/console"
+        requests: list[tuple[str, dict[str, Any]]] = [
+            ("/runs", {}),
+            (
+                "/runs",
+                {
+                    "method": "POST",
+                    "headers": json_type,
+                    "body": json.dumps({"agent": "example-chat", "input": {"message": "rebound"}}),
+                },
+            ),
+        ]
+    elif target == "store":
+        port = _store_port(worker)
+        page = "/"
+        target_header = {
+            "Content-Type": "application/x-amz-json-1.0",
+            "X-Amz-Target": "DynamoDB_20120810.ListTables",
+        }
+        requests = [("/", {}), ("/", {"method": "POST", "headers": target_header, "body": "{}"})]
+    else:
+        port = request.getfixturevalue("issuer").port
+        page = "/.well-known/jwks.json"
+        requests = [
+            ("/.well-known/openid-configuration", {}),
+            (
+                "/token",
+                {
+                    "method": "POST",
+                    "headers": json_type,
+                    "body": json.dumps({"user": "mallory", "groups": ["support-leads"]}),
+                },
+            ),
+        ]
+
+    with logs_on_failure(worker):
+        before = _run_ids(api)
+        rebinding_browser.get(f"http://{EVIL}:{port}{page}")
+        shown = _body_text(rebinding_browser)
+        assert "answers only Host" in shown and f"{EVIL}:{port}" in shown, shown
+        # The page now is of the rebound origin: its own requests are same-origin, readable.
+        rebinding_browser.set_script_timeout(20)
+        answers = rebinding_browser.execute_async_script(SAME_ORIGIN_REQUESTS, requests)
+        for answer in answers:
+            assert answer.get("status") == 421, answer
+            assert "answers only Host" in answer["text"], answer
+            assert "keys" not in answer["text"] and "TableNames" not in answer["text"]
+        _nothing_happened_after(lambda: _assert_equal(_run_ids(api), before, "the runs"))
