@@ -50,6 +50,8 @@ WRITE_CALLS = re.compile(r"^(Put|Update|Delete|TransactWrite|BatchWrite|Create|S
 requests: Counter[str] = Counter()  # per operation, for the end-of-session report
 rejected: Counter[str] = Counter()
 poisoned: Counter[str] = Counter()  # requests whose body was not valid Unicode (all refused)
+# Hostile headers (Origin, Sec-Fetch-Site, Host, Content-Type) by kind and the status expected.
+hostile_headers: Counter[str] = Counter()
 statuses: Counter[int] = Counter()
 seconds: Counter[str] = Counter()  # time spent sending (generation excluded)
 elapsed: list[float] = []
@@ -66,6 +68,11 @@ def summary() -> list[str]:
     total = sum(requests.values())
     lines.append(f"{'total':<44}{total:>9}{sum(rejected.values()):>7}")
     lines.append("statuses: " + ", ".join(f"{k}={v}" for k, v in sorted(statuses.items())))
+    if hostile_headers:
+        lines.append(
+            "hostile headers refused: "
+            + ", ".join(f"{k}={v}" for k, v in sorted(hostile_headers.items()))
+        )
     if elapsed:
         lines.append(f"{total:,} requests in {sum(elapsed):.0f} s; 0 responses >= 500")
     return lines
@@ -130,6 +137,7 @@ class FuzzStack:
     callback_id: str
     operation_id: str
     writes: WriteRecorder
+    port: int  # what the local server takes as its own in ``Host`` (it is never served)
 
     def seeded(self, path: str) -> dict[str, str]:
         """Path parameters of ``path`` that name something that exists."""
@@ -258,6 +266,7 @@ def fuzz_stack() -> Iterator[FuzzStack]:
                     callback_id=callback_id,
                     operation_id=operation_id,
                     writes=writes,
+                    port=int(server.server_address[1]),
                 )
         finally:
             server.server_close()
