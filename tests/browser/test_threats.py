@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import threading
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterator
 from html import escape
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -64,6 +66,9 @@ EVIL = "evil.test"
 REFUSED_CROSS_SITE = "not accepted from other sites"
 # Time for anything a request might have set off (a wake, a reconciler pass) to show.
 SETTLE_SECONDS = 1.0
+# The worker's line for each Api invocation (durable_agents_local.invoke.summarize).
+ANSWERED = re.compile(r"ApiFunction\s+(?P<request>POST \S+) -> (?P<status>\d{3})\b")
+_MARKERS = itertools.count()
 
 Stack = tuple[WorkerProcess, ServicesHandle]
 
@@ -298,6 +303,41 @@ def _submit_form(
     return str(wait_until(answered, 20, f"the form's answer from {action}"))
 
 
+class ApiAnswers:
+    """What the Api answered to the POSTs that reach it from now on, read from the worker's log.
+
+    A no-cors answer is opaque to the page, but the Api logs each invocation: a GET for a run
+    that does not exist marks where this test's requests begin.
+    """
+
+    def __init__(self, worker: WorkerProcess) -> None:
+        self._worker = worker
+        self._marker = f"run-threat-marker-{next(_MARKERS)}"
+        http_json("GET", f"{worker.base_url}/runs/{self._marker}")
+        wait_until(lambda: self._marked() is not None, 10, "the marker in the worker's log")
+
+    def _marked(self) -> list[str] | None:
+        lines = list(self._worker.lines)
+        starts = [i for i, line in enumerate(lines) if self._marker in line]
+        return lines[starts[-1] + 1 :] if starts else None
+
+    def posts(self) -> Counter[tuple[str, int]]:
+        """Each POST since the marker, with its status, and how many times."""
+        lines = self._marked()
+        assert lines is not None, "the marker left the worker's log"
+        found = (ANSWERED.search(line) for line in lines)
+        return Counter((m["request"], int(m["status"])) for m in found if m)
+
+    def expect_refused(self, api: str, paths: dict[str, int]) -> None:
+        """Each path was POSTed exactly as many times as it maps to, and each refused (403)."""
+        prefix = len(urlsplit(api).scheme) + 3 + len(urlsplit(api).netloc)
+        expected = Counter({(f"POST {path[prefix:]}", 403): n for path, n in paths.items()})
+        try:
+            wait_until(lambda: self.posts() == expected, 10, "the Api's answers")
+        except AssertionError:
+            assert self.posts() == expected  # shows what it answered
+
+
 def _nothing_happened_after(check: Callable[[], None]) -> None:
     """Checks now, and again once anything the requests might have set off had time to show."""
     check()
@@ -317,6 +357,7 @@ def test_a_hostile_page_cannot_start_a_run(
     api = worker.base_url
     with logs_on_failure(worker):
         before = _run_ids(api)
+        answers = ApiAnswers(worker)
         body = json.dumps({"agent": "example-chat", "input": {"message": "from a hostile page"}})
         plain = {"Content-Type": "text/plain"}
         _run_fetches(
@@ -346,6 +387,8 @@ def test_a_hostile_page_cannot_start_a_run(
         answer = _submit_form(attacker, hostile, api, f"{api}/runs", {name: value}, "text/plain")
         assert REFUSED_CROSS_SITE in answer
 
+        # Two fetches and the form reached the Api (the JSON one never left the browser).
+        answers.expect_refused(api, {f"{api}/runs": 3})
         _nothing_happened_after(lambda: _assert_equal(_run_ids(api), before, "the runs"))
 
 
@@ -366,6 +409,7 @@ def test_a_hostile_page_cannot_decide_an_approval(
     api = worker.base_url
     aid = approval["approval_id"]
     with logs_on_failure(worker):
+        answers = ApiAnswers(worker)
         decision = {"decision": "approve", "comment": "approved by a hostile page"}
         for action in (f"{api}/approvals/{aid}", f"{api}/console/approvals/{aid}"):
             answer = _submit_form(attacker, hostile, api, action, decision)
@@ -407,6 +451,10 @@ def test_a_hostile_page_cannot_decide_an_approval(
             ],
         )
 
+        answers.expect_refused(
+            api, {f"{api}/approvals/{aid}": 3, f"{api}/console/approvals/{aid}": 2}
+        )
+
         def still_pending() -> None:
             status, now = http_json("GET", f"{api}/approvals/{aid}")
             assert status == 200, now
@@ -432,6 +480,7 @@ def test_a_hostile_page_cannot_stop_a_run(
     with logs_on_failure(worker):
         run_id = _chat(api)
         before = _run(api, run_id)
+        answers = ApiAnswers(worker)
         for action in (f"{api}/console/runs/{run_id}/cancel", f"{api}/runs/{run_id}/cancel"):
             answer = _submit_form(attacker, hostile, api, action, {"reason": "hostile"})
             assert REFUSED_CROSS_SITE in answer, answer
@@ -451,6 +500,14 @@ def test_a_hostile_page_cannot_stop_a_run(
                 (f"{api}/runs/{run_id}/cancel", reason),
                 (f"{api}/runs/{run_id}/terminate", reason),
             ],
+        )
+        answers.expect_refused(
+            api,
+            {
+                f"{api}/console/runs/{run_id}/cancel": 1,
+                f"{api}/runs/{run_id}/cancel": 3,
+                f"{api}/runs/{run_id}/terminate": 2,
+            },
         )
         _nothing_happened_after(lambda: _assert_equal(_run(api, run_id), before, "the run"))
 
@@ -474,6 +531,7 @@ def test_a_hostile_page_cannot_send_an_event(
         run_id = _chat(api)
         before = (_run(api, run_id), _history(api, run_id))
         events = f"{api}/runs/{run_id}/events/message"
+        answers = ApiAnswers(worker)
         bye = json.dumps({"text": "bye"})  # would end the conversation: the run would finish
         _run_fetches(
             attacker,
@@ -503,6 +561,7 @@ def test_a_hostile_page_cannot_send_an_event(
         answer = _submit_form(attacker, hostile, api, events, {"text": "bye"})
         assert REFUSED_CROSS_SITE in answer, answer
 
+        answers.expect_refused(api, {events: 4})
         _nothing_happened_after(
             lambda: _assert_equal(
                 (_run(api, run_id), _history(api, run_id)), before, "the run or its history"
