@@ -9,9 +9,14 @@ that nothing changed:
 * a blind ``fetch(..., {mode: "no-cors"})`` or an auto-submitted form that starts a run (JSON
   sent as ``text/plain``, the ``enctype=text/plain`` form trick), decides a pending approval,
   cancels or terminates a run (with no body at all: only the cross-site check stands in the
-  way), or sends an event into a run: 403 from ``api.cross_site`` (a form's answer is the page
-  the browser shows, so its refusal is read there; a no-cors answer is opaque, so the state
-  is what tells);
+  way), or sends an event into a run: 403 from ``api.cross_site``. A form's answer is the page
+  the browser then shows, so its refusal is read there; a no-cors answer is opaque to the page,
+  so each request's status is read from the worker's log (one line per Api invocation), and
+  the state tells the rest. Starting a run and deciding the approval would be refused even
+  without the cross-site check (415 for a body that is not JSON; the local caller is not among
+  ``group:support-leads``), so there the forms' pages show that the cross-site check answered
+  first; cancelling, terminating and sending an event would succeed without it (each of those
+  tests does it as the local operator at the end, to show the target was live);
 * framing the console: refused (``X-Frame-Options: DENY``, ``frame-ancestors 'none'``), and
   Chromium shows nothing of it in the frame;
 * DNS rebinding: a page whose name resolves to 127.0.0.1 reaches the Api, the store and the
