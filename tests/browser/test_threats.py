@@ -34,6 +34,7 @@ import json
 import re
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -42,6 +43,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+import boto3
+import botocore.exceptions
 import pytest
 
 from durable_agents_local.oidc import LocalIssuer
@@ -294,12 +297,18 @@ def _submit_form(
     action: str,
     fields: dict[str, str],
     enctype: str | None = None,
+    succeeded: Callable[[], bool] | None = None,
 ) -> str:
-    """Loads a hostile page that posts a form to the Api; returns the page the Api answered."""
+    """Loads a hostile page that posts a form to ``api``; returns the page ``api`` answered.
+
+    ``succeeded``: whether the attack took effect, checked while waiting (a 204 answer, say,
+    leaves the browser on the hostile page: there is no answer to wait for then).
+    """
     driver, url = attacker
     driver.get(url(hostile.add(_form_page(action, fields, enctype))))
 
     def answered() -> str:
+        assert succeeded is None or not succeeded(), f"the form to {action} took effect"
         if not str(driver.current_url).startswith(api):
             return ""
         ready = driver.execute_script("return document.readyState") == "complete"
@@ -631,6 +640,59 @@ setTimeout(() => {{ document.title = "done"; }}, 10000);
     assert "<table" not in source and "<form" not in source
     refused = [e["message"] for e in driver.get_log("browser") if "frame" in e["message"]]
     assert any("X-Frame-Options" in m or "frame-ancestors" in m for m in refused), refused
+
+
+# 1f. A blind form to the store (S3's POST-object upload is a plain HTML form).
+
+
+def test_a_hostile_page_cannot_write_to_the_store(
+    attacker: tuple[Any, Callable[[str], str]],
+    hostile: HostileSite,
+    local: Stack,  # noqa: F811
+) -> None:
+    worker, _ = local
+    store = f"http://127.0.0.1:{_store_port(worker)}"
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=store,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    bucket = s3.list_buckets()["Buckets"][0]["Name"]  # local mode made the template's buckets
+    key = f"threat-suite/hostile-{next(_MARKERS)}.txt"
+
+    def stored(name: str) -> bool:
+        try:
+            s3.head_object(Bucket=bucket, Key=name)
+        except botocore.exceptions.ClientError as exc:
+            assert exc.response["Error"]["Code"] == "404", exc.response
+            return False
+        return True
+
+    answer = _submit_form(
+        attacker,
+        hostile,
+        store,
+        f"{store}/{bucket}",
+        {"key": key, "file": "pwned"},
+        succeeded=lambda: stored(key),
+    )
+    assert "answers AWS SDK clients only, not a web page" in answer, answer
+    _nothing_happened_after(lambda: _assert_equal(stored(key), False, "the bucket"))
+
+    # The same form without a browser's headers is an upload: the store would have taken it.
+    control = f"{key}.control"
+    form = urllib.parse.urlencode({"key": control, "file": "not from a page"}).encode()
+    request = urllib.request.Request(
+        f"{store}/{bucket}",
+        data=form,
+        method="POST",
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:  # loopback
+        assert response.status in (200, 201, 204)
+    assert stored(control)
 
 
 # 2. DNS rebinding: a name the attacker controls now resolves to 127.0.0.1.
