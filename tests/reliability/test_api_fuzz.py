@@ -49,6 +49,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 from schemathesis.checks import not_a_server_error
+from schemathesis.core import NotSet
 from schemathesis.generation import GenerationMode
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -271,7 +272,8 @@ def _raw_body(body: Any, media_type: str) -> bytes:
 
 def _hostile_headers(draw: st.DrawFn, case: Any, route: _Route) -> None:
     """Gives a valid case a hostile ``Origin``, ``Sec-Fetch-Site``, ``Host`` or body type."""
-    kinds = HEADER_KINDS if case.media_type is not None else HEADER_KINDS[:3]
+    has_body = case.media_type is not None and not isinstance(case.body, NotSet)
+    kinds = HEADER_KINDS if has_body else HEADER_KINDS[:3]
     kind = draw(st.sampled_from(kinds))
     headers = dict(case.headers or {})
     expected: int | None = None
@@ -337,10 +339,12 @@ def _hostile_case(
         corrupted = True
     if case.media_type is not None and (draw(st.booleans()) or not corrupted):
         where = draw(st.integers(0, 5))
+        # An optional body left out (NotSet) is poisoned from nothing: it is sent then.
+        body = None if isinstance(case.body, NotSet) else case.body
         if case.media_type == "application/x-www-form-urlencoded":
-            case.body = _poisoned_form(case.body, where)
+            case.body = _poisoned_form(body, where)
         else:
-            case.body = _poisoned_json(case.body, draw(st.sampled_from(LONE_SURROGATES)), where)
+            case.body = _poisoned_json(body, draw(st.sampled_from(LONE_SURROGATES)), where)
         POISONED.add(case.id)
     return case
 
