@@ -20,6 +20,8 @@ that nothing changed:
 * a blind form to the store (S3's POST-object upload is an HTML form): 403 from
   ``isolated_moto.refuse_browsers`` (it carries ``Origin``), and no object is written; the
   same form posted without a browser's headers is stored;
+* reading the Api from the page (``fetch`` in cors mode): Chromium withholds every answer, as
+  the Api sends no ``Access-Control-Allow-Origin``;
 * framing the console: refused (``X-Frame-Options: DENY``, ``frame-ancestors 'none'``), and
   Chromium shows nothing of it in the frame;
 * DNS rebinding: a page whose name resolves to 127.0.0.1 reaches the Api, the store and the
@@ -601,7 +603,36 @@ def test_a_hostile_page_cannot_send_an_event(
         wait_until(lambda: _run(api, run_id)["status"] == "SUCCEEDED", 60, "the chat to end")
 
 
-# 1e. Framing the console (clickjacking).
+# 1e. Reading the Api (the same-origin policy: local mode answers no CORS request).
+
+
+def test_a_hostile_page_cannot_read_the_api(
+    attacker: tuple[Any, Callable[[str], str]],
+    hostile: HostileSite,
+    local: Stack,  # noqa: F811
+    approval: dict[str, Any],
+) -> None:
+    worker, _ = local
+    api = worker.base_url
+    paths = [
+        "/runs",
+        f"/runs/{approval['run_id']}/history",
+        "/approvals?status=pending",
+        f"/approvals/{approval['approval_id']}",
+        "/openapi.json",
+    ]
+    cors: list[tuple[str, dict[str, Any]]] = [(f"{api}{path}", {}) for path in paths]
+    results = _run_fetches(attacker, hostile, cors)
+    # Every answer was withheld from the page: no Access-Control-Allow-Origin on any of them.
+    assert all("Failed to fetch" in r.get("error", "") for r in results), results
+    for path in paths:
+        request = urllib.request.Request(f"{api}{path}", headers={"Origin": "http://evil.test"})
+        with urllib.request.urlopen(request, timeout=10) as response:  # loopback
+            assert response.status == 200, path
+            assert "Access-Control-Allow-Origin" not in response.headers, path
+
+
+# 1f. Framing the console (clickjacking).
 
 
 @pytest.mark.parametrize("page", ["/console", "/console/approvals"])
@@ -653,7 +684,7 @@ function frameLoaded() {{ if (++loaded === 2) document.title = "done"; }}
     assert any("X-Frame-Options" in m or "frame-ancestors" in m for m in refused), refused
 
 
-# 1f. A blind form to the store (S3's POST-object upload is a plain HTML form).
+# 1g. A blind form to the store (S3's POST-object upload is a plain HTML form).
 
 
 def test_a_hostile_page_cannot_write_to_the_store(
