@@ -12,6 +12,7 @@ browser asked for one).
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Mapping
 from http import HTTPStatus
@@ -169,6 +170,7 @@ app.use([refuse_cross_site, require_iam_identity])
 # Every id travels as one path segment; DynamoDB refuses keys over 2,048 bytes (moto does not),
 # so longer segments are refused here, before any route reads the table with them.
 MAX_PATH_SEGMENT_BYTES = 512
+CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 # What each domain error means for an HTTP caller. Domain exceptions carry no status codes.
@@ -289,11 +291,19 @@ app.include_router(console.router)
 
 
 def _oversized_segment(event: Mapping[str, Any]) -> str | None:
-    """Why the path cannot name anything of ours (a segment too long for a key), or None."""
+    """Why the path cannot name anything of ours, or None.
+
+    A segment too long for a key, or one holding a control character.
+    """
     for segment in str(event.get("path") or "").split("/"):
-        size = len(unquote(segment).encode("utf-8", errors="surrogatepass"))
+        decoded = unquote(segment)
+        size = len(decoded.encode("utf-8", errors="surrogatepass"))
         if size > MAX_PATH_SEGMENT_BYTES:
             return f"a path segment is {size} bytes; ids are at most {MAX_PATH_SEGMENT_BYTES} bytes"
+        # No id has one, and the router matches with ^...$, which takes a trailing newline:
+        # /runs/<id>%0A would be answered as /runs/<id>, a second spelling of the id.
+        if CONTROL_CHARACTER.search(decoded):
+            return "a path segment holds a control character; no run id, name or other id has one"
     return None
 
 
