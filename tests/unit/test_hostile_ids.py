@@ -55,3 +55,16 @@ def test_split_op_id_takes_ascii_digits_only() -> None:
     # Not a generation prefix: left for the caller to refuse as a position.
     assert split_op_id("g²/fetch:2") == ("", "g²/fetch:2")
     assert split_op_id("g٣/fetch:2") == ("", "g٣/fetch:2")
+
+
+@pytest.mark.parametrize("wait_id", ["apr-é", "apr-٣", "apr-\uff21", "cb-ß1"])
+def test_a_wait_id_with_a_character_outside_ascii_is_not_found_without_a_read(
+    wait_id: str,
+) -> None:
+    # Ids are made of [A-Za-z0-9_-]; str.isalnum also takes every Unicode letter and digit.
+    from api.routes.common import check_wait_id
+    from durable_agents.errors import WaitNotFoundError
+
+    with pytest.raises(WaitNotFoundError):
+        check_wait_id(wait_id)
+    assert check_wait_id("apr-0123_abcXYZ") == "apr-0123_abcXYZ"

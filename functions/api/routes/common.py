@@ -190,17 +190,18 @@ def form_or_json_body(event: APIGatewayProxyEvent, *, limit: int = MAX_JSON_BODY
     return fields
 
 
+# What approval and callback ids are made of: ASCII only (str.isalnum would also take every
+# Unicode letter and digit, then read the table for an id that cannot exist).
+WAIT_ID = re.compile(r"[A-Za-z0-9_-]+")
+
+
 def check_wait_id(wait_id: str) -> str:
     """Rejects ids that cannot be ours before reading the table.
 
     Raises:
         WaitNotFoundError: If the id is empty, too long or has unexpected characters.
     """
-    if (
-        not wait_id
-        or len(wait_id) > MAX_WAIT_ID_CHARS
-        or not all(c.isalnum() or c in "-_" for c in wait_id)
-    ):
+    if len(wait_id) > MAX_WAIT_ID_CHARS or not WAIT_ID.fullmatch(wait_id):
         raise WaitNotFoundError(wait_id[:MAX_WAIT_ID_CHARS])
     return wait_id
 
