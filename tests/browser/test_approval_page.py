@@ -108,18 +108,24 @@ def browser(
     local: tuple[WorkerProcess, ServicesHandle], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Any]:
     # Depends on `local`, so Chromium (and any socket it holds open) goes before the worker.
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    driver.set_page_load_timeout(20)
+    driver = chromium(tmp_path_factory.mktemp("chromium-profile"))
     try:
         yield driver
     finally:
         driver.quit()
+
+
+def chromium(profile: Path, *flags: str) -> Any:
+    """Headless Chromium with the suite's flags (and ``flags``), its console log kept."""
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (*CHROMIUM_FLAGS, *flags):
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={profile}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    driver.set_page_load_timeout(20)
+    return driver
 
 
 def _text(driver: Any, css: str) -> str:

@@ -56,11 +56,9 @@ from durable_agents_local.oidc import LocalIssuer
 from durable_agents_local.processes import WorkerProcess, http_json
 from durable_agents_local.services import ServicesHandle
 from tests.browser.test_approval_page import (  # noqa: F401 - the fixtures
-    CHROMEDRIVER,
-    CHROMIUM,
-    CHROMIUM_FLAGS,
     MESSAGE,
     browser,
+    chromium,
     local,
     logs_on_failure,
 )
@@ -68,11 +66,9 @@ from tests.browser.test_approval_page import pytestmark as approval_page_marks
 from tests.integration.local_stack import wait_until
 
 try:
-    from selenium import webdriver
     from selenium.common.exceptions import WebDriverException
-    from selenium.webdriver.chrome.service import Service
 except ImportError:  # pragma: no cover - the dev extra installs it; the marks skip then
-    webdriver = None
+    WebDriverException = Exception  # type: ignore[assignment,misc]
 
 pytestmark = approval_page_marks
 EVIL = "evil.test"
@@ -139,17 +135,12 @@ def rebinding_browser(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Any]:
     """Chromium in which ``evil.test`` resolves to 127.0.0.1: a DNS name after rebinding."""
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--host-resolver-rules=MAP {EVIL} 127.0.0.1")
-    # Tries https:// first for a name (not for an IP): nothing listens there, so skip it.
-    options.add_argument("--disable-features=HttpsUpgrades,HttpsFirstBalancedModeAutoEnable")
-    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-rebinding')}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    driver.set_page_load_timeout(20)
+    driver = chromium(
+        tmp_path_factory.mktemp("chromium-rebinding"),
+        f"--host-resolver-rules=MAP {EVIL} 127.0.0.1",
+        # Tries https:// first for a name (not for an IP): nothing listens there, so skip it.
+        "--disable-features=HttpsUpgrades,HttpsFirstBalancedModeAutoEnable",
+    )
     try:
         yield driver
     finally:
