@@ -8,14 +8,14 @@ socket (exactly the bytes written), so malformed headers and paths arrive as sen
 from __future__ import annotations
 
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 
 from durable_agents_local.cli.console_proxy import MAX_BODY_BYTES, ConsoleProxy, refusal
+from tests.unit.test_console_proxy import serving_proxy
 
 SEEN: list[str] = []
 
@@ -47,17 +47,8 @@ def _sign(method: str, url: str, headers: Any, body: bytes) -> dict[str, str]:
 @pytest.fixture
 def proxy() -> Iterator[ConsoleProxy]:
     SEEN.clear()
-    api = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
-    served = ConsoleProxy(f"http://127.0.0.1:{api.server_address[1]}/Prod", _sign, port=0)
-    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in (api, served)]
-    for thread in threads:
-        thread.start()
-    try:
+    with serving_proxy(_Api, _sign) as served:
         yield served
-    finally:
-        for server in (served, api):
-            server.shutdown()
-            server.server_close()
 
 
 def _raw(proxy: ConsoleProxy, request_line: str, headers: list[str], body: bytes = b"") -> bytes:

@@ -9,6 +9,7 @@ anything is signed or sent.
 
 from __future__ import annotations
 
+import contextlib
 import doctest
 import http.client
 import threading
@@ -63,13 +64,17 @@ def proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[ConsoleProxy]:
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     SEEN.clear()
-    api = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
-    served = ConsoleProxy(
-        f"http://127.0.0.1:{api.server_address[1]}/Prod", sigv4_signer("eu-west-1"), port=0
-    )
-    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in (api, served)]
-    for thread in threads:
-        thread.start()
+    with serving_proxy(_Api, sigv4_signer("eu-west-1")) as served:
+        yield served
+
+
+@contextlib.contextmanager
+def serving_proxy(api_handler: type[BaseHTTPRequestHandler], signer: Any) -> Iterator[ConsoleProxy]:
+    """A console proxy on 127.0.0.1 in front of a fake Api (``api_handler``), both served."""
+    api = ThreadingHTTPServer(("127.0.0.1", 0), api_handler)
+    served = ConsoleProxy(f"http://127.0.0.1:{api.server_address[1]}/Prod", signer, port=0)
+    for server in (api, served):
+        threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield served
     finally:
