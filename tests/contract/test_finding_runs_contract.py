@@ -13,7 +13,7 @@ import random
 import pytest
 
 from durable_agents.core.models import RunChange, RunHeader, RunStatus
-from durable_agents.journal.run_listing import InvalidCursorError
+from durable_agents.errors import InvalidCursorError
 from durable_agents.journal.store import JournalStore, input_hash
 
 RUNNING = RunStatus.RUNNING

@@ -193,3 +193,70 @@ def test_the_backfill_lists_headers_from_before_tenants(
     assert [h.run_id for h in listed] == ["run-old-2", "run-old-1"]  # newest first
     assert [h.run_id for h in journal.list_runs(tenant="acme").runs] == ["run-new"]
     assert backfill_tenant_index(client, "journal") == 0  # again: nothing left to do
+
+
+def _five_waits_and_reviews(journal: JournalStore) -> None:
+    from durable_agents.core.models import EffectChange, EffectStatus, SideEffectRecord, WaitChange
+    from durable_agents.engine.wait_records import pending_wait
+
+    for i in range(5):
+        run_id = f"run-{i}"
+        journal.create_run(_header(run_id, "a", at=i))
+        wait = pending_wait(run_id, "approval", f"apr-{i}", "00000001", f"{run_id}:ok:1", "ok",
+                            created_at_ms=10 + i, timeout_ms=None, details={})  # fmt: skip
+        journal.commit(run_id, [], None, None, WaitChange(wait))
+        effect = SideEffectRecord(run_id, "00000002", f"{run_id}:t:2", "t", "1", "{}", "k",
+                                  EffectStatus.NEEDS_REVIEW, 1, i, 20 + i, i, i)  # fmt: skip
+        journal.commit(run_id, [], None, EffectChange(effect))
+
+
+def test_a_listing_continues_right_after_any_item_of_a_page(journal: JournalStore) -> None:
+    # A caller that keeps only part of a page (the Api keeps the caller's tenant's records)
+    # continues from the position of the last record it kept: nothing skipped, nothing twice.
+    from durable_agents.core.models import WaitStatus
+
+    _five_waits_and_reviews(journal)
+    page = journal.waits_page("approval", WaitStatus.PENDING, limit=4)
+    assert [w.wait_id for w in page.items] == ["apr-0", "apr-1", "apr-2", "apr-3"]
+    assert len(page.positions) == len(page.items)
+    after_second = journal.waits_page(
+        "approval", WaitStatus.PENDING, limit=4, cursor=page.cursor_after(1)
+    )
+    assert [w.wait_id for w in after_second.items] == ["apr-2", "apr-3", "apr-4"]
+    assert page.cursor_after(3) == page.cursor
+    reviews = journal.reviews_page(limit=5)
+    rest = journal.reviews_page(limit=5, cursor=reviews.cursor_after(2))
+    assert [e.run_id for e in rest.items] == ["run-3", "run-4"]
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    ["not base64!", "e30=", "W10=", "eyJwayI6IDF9", "\u00b2", "", "a" * 900],
+)
+def test_a_cursor_the_journal_did_not_hand_out_is_refused(
+    journal: JournalStore, cursor: str
+) -> None:
+    from durable_agents.core.models import WaitStatus
+    from durable_agents.errors import InvalidCursorError
+
+    _five_waits_and_reviews(journal)
+    with pytest.raises(InvalidCursorError):
+        journal.waits_page("approval", WaitStatus.PENDING, limit=2, cursor=cursor)
+    with pytest.raises(InvalidCursorError):
+        journal.reviews_page(limit=2, cursor=cursor)
+
+
+def test_a_cursor_of_another_listing_is_refused(journal: JournalStore) -> None:
+    from durable_agents.core.models import WaitStatus
+    from durable_agents.errors import InvalidCursorError
+
+    _five_waits_and_reviews(journal)
+    waits = journal.waits_page("approval", WaitStatus.PENDING, limit=2)
+    reviews = journal.reviews_page(limit=2)
+    assert waits.cursor is not None and reviews.cursor is not None
+    with pytest.raises(InvalidCursorError):
+        journal.reviews_page(limit=2, cursor=waits.cursor)
+    with pytest.raises(InvalidCursorError):
+        journal.waits_page("approval", WaitStatus.PENDING, limit=2, cursor=reviews.cursor)
+    with pytest.raises(InvalidCursorError):
+        journal.waits_page("callback", WaitStatus.PENDING, limit=2, cursor=waits.cursor)

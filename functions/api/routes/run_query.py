@@ -23,7 +23,7 @@ from typing import Any
 from api.routes.limits import MAX_CURSOR_CHARS, BadRequest
 from durable_agents.core.ids import check_name, check_run_id
 from durable_agents.core.models import RunPage, RunStatus
-from durable_agents.journal.run_listing import InvalidCursorError
+from durable_agents.errors import InvalidCursorError
 from durable_agents.journal.store import JournalStore
 
 MAX_LIMIT = 100

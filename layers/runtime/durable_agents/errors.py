@@ -29,6 +29,18 @@ class InvalidNameError(DurableError, ValueError):
     """An operation or agent name cannot be used in a deterministic operation id."""
 
 
+class InvalidCursorError(DurableError, ValueError):
+    """A listing cursor this listing did not hand out: malformed, or another listing's.
+
+    Attributes:
+        cursor: The refused cursor.
+    """
+
+    def __init__(self, cursor: str, reason: str = "the cursor continues another listing"):
+        super().__init__(reason)
+        self.cursor = cursor
+
+
 class AgentNotFoundError(DurableError):
     """No agent is registered under the requested name (and version)."""
 

@@ -9,6 +9,7 @@ docs/adr/0001-journal-layout.md for the indexes.
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 from collections.abc import Collection
 from typing import Any
@@ -23,7 +24,7 @@ from durable_agents.core.models import (
     WaitStatus,
 )
 from durable_agents.core.tenancy import DEFAULT_TENANT
-from durable_agents.errors import InfrastructureError
+from durable_agents.errors import InfrastructureError, InvalidCursorError
 from durable_agents.journal.dynamodb_items import (
     EXPIRING_PK,
     HEADER_SK,
@@ -39,6 +40,7 @@ from durable_agents.journal.dynamodb_run_listing import list_runs_by_start
 from durable_agents.journal.run_listing import RunQuery
 from durable_agents.journal.store import Page
 
+KEY_BYTES = 1024  # DynamoDB's limit for a range key (and far above any key of ours)
 BATCH_ROUNDS = 3  # BatchGetItem rounds before keys left unprocessed are a failure
 Filter = tuple[str, dict[str, str], dict[str, Any]]  # expression, names, values
 
@@ -71,49 +73,46 @@ class IndexListings:
         self, status: RunStatus, *, limit: int = 50, cursor: str | None = None
     ) -> Page[RunHeader]:
         """One page of the runs in ``status``, least recently changed first (GSI ``gsi1``)."""
-        items, next_cursor = self._query_index(
-            "gsi1", f"STATUS#{status.value}", limit=limit, cursor=cursor
+        return self._query_index("gsi1", f"STATUS#{status.value}", limit=limit, cursor=cursor).map(
+            self._items.header_from_item
         )
-        return Page([self._items.header_from_item(item) for item in items], next_cursor)
 
     def due_runs_page(
         self, now_ms: int, *, limit: int = 100, cursor: str | None = None
     ) -> Page[RunHeader]:
         """Returns one page of SUSPENDED runs whose timer is due (sparse GSI ``gsi2``)."""
-        items, next_cursor = self._query_index(
-            "gsi2", WAKE_PK, before_ms=now_ms, limit=limit, cursor=cursor
+        return self._query_index("gsi2", WAKE_PK, before_ms=now_ms, limit=limit, cursor=cursor).map(
+            self._items.header_from_item
         )
-        return Page([self._items.header_from_item(item) for item in items], next_cursor)
 
     def stale_effects_page(
         self, now_ms: int, *, limit: int = 100, cursor: str | None = None
     ) -> Page[SideEffectRecord]:
         """Returns one page of PREPARED records past their stale time (sparse GSI ``gsi2``)."""
-        items, next_cursor = self._query_index(
+        return self._query_index(
             "gsi2", PREPARED_PK, before_ms=now_ms, limit=limit, cursor=cursor
-        )
-        return Page([self._items.effect_from_item(item) for item in items], next_cursor)
+        ).map(self._items.effect_from_item)
 
     def effects_in_review(self, *, limit: int = 100) -> list[SideEffectRecord]:
         """Returns records in NEEDS_REVIEW, oldest first (GSI ``gsi1``)."""
-        items, _ = self._query_index("gsi1", REVIEW_PK, limit=limit)
-        return [self._items.effect_from_item(item) for item in items]
+        page = self._query_index("gsi1", REVIEW_PK, limit=limit)
+        return [self._items.effect_from_item(item) for item in page.items]
 
     def reviews_page(
         self, *, limit: int = 100, cursor: str | None = None
     ) -> Page[SideEffectRecord]:
         """Returns one page of records in NEEDS_REVIEW, oldest first (GSI ``gsi1``)."""
-        items, next_cursor = self._query_index("gsi1", REVIEW_PK, limit=limit, cursor=cursor)
-        return Page([self._items.effect_from_item(item) for item in items], next_cursor)
+        return self._query_index("gsi1", REVIEW_PK, limit=limit, cursor=cursor).map(
+            self._items.effect_from_item
+        )
 
     def waits_page(
         self, kind: str, status: WaitStatus, *, limit: int = 100, cursor: str | None = None
     ) -> Page[WaitRecord]:
         """Returns one page of waits of one kind and status, oldest first (GSI ``gsi1``)."""
-        items, next_cursor = self._query_index(
+        return self._query_index(
             "gsi1", f"WAIT#{kind}#{status.value}", limit=limit, cursor=cursor
-        )
-        return Page([self._items.wait_from_item(item) for item in items], next_cursor)
+        ).map(self._items.wait_from_item)
 
     def run_tenants(self, run_ids: Collection[str]) -> dict[str, str]:
         """The tenant of each of these runs that exists: ``BatchGetItem``, 100 keys a request.
@@ -151,26 +150,24 @@ class IndexListings:
 
     def list_waits(self, kind: str, status: WaitStatus, *, limit: int = 100) -> list[WaitRecord]:
         """Returns waits of one kind and status, oldest first (GSI ``gsi1``)."""
-        items, _ = self._query_index("gsi1", f"WAIT#{kind}#{status.value}", limit=limit)
-        return [self._items.wait_from_item(item) for item in items]
+        page = self._query_index("gsi1", f"WAIT#{kind}#{status.value}", limit=limit)
+        return [self._items.wait_from_item(item) for item in page.items]
 
     def due_waits_page(
         self, now_ms: int, *, limit: int = 100, cursor: str | None = None
     ) -> Page[WaitRecord]:
         """Returns one page of PENDING waits past their deadline or heartbeat (GSI ``gsi2``)."""
-        items, next_cursor = self._query_index(
+        return self._query_index(
             "gsi2", WAIT_DUE_PK, before_ms=now_ms, limit=limit, cursor=cursor
-        )
-        return Page([self._items.wait_from_item(item) for item in items], next_cursor)
+        ).map(self._items.wait_from_item)
 
     def expiring_runs_page(
         self, now_ms: int, *, limit: int = 100, cursor: str | None = None
     ) -> Page[RunHeader]:
         """One page of finished runs due for stamping (sparse GSI ``gsi2``, ``EXPIRING``)."""
-        items, next_cursor = self._query_index(
+        return self._query_index(
             "gsi2", EXPIRING_PK, before_ms=now_ms, limit=limit, cursor=cursor
-        )
-        return Page([self._items.header_from_item(item) for item in items], next_cursor)
+        ).map(self._items.header_from_item)
 
     def _query_index(
         self,
@@ -183,12 +180,15 @@ class IndexListings:
         newest_first: bool = False,
         prefix: str | None = None,
         filter_: Filter | None = None,
-    ) -> tuple[list[dict[str, Any]], str | None]:
-        """One page of a GSI partition and the next page's cursor (None when there is none).
+    ) -> Page[dict[str, Any]]:
+        """One page of a GSI partition (raw items), with its cursor and each item's position.
 
         Oldest first unless ``newest_first``; optionally only keys before ``before_ms``, or
         only keys beginning with ``prefix``; optionally only items that pass ``filter_``
         (applied after ``limit`` items are read).
+
+        Raises:
+            InvalidCursorError: If ``cursor`` is not a key of this index partition.
         """
         condition = f"{index}pk = :pk"
         values: dict[str, Any] = {":pk": {"S": partition}}
@@ -211,13 +211,59 @@ class IndexListings:
             kwargs["FilterExpression"] = expression
             kwargs["ExpressionAttributeNames"] = names
             values.update(filter_values)
-        if cursor:
-            kwargs["ExclusiveStartKey"] = json.loads(base64.urlsafe_b64decode(cursor))
+        if cursor is not None:
+            kwargs["ExclusiveStartKey"] = start_key(cursor, index, partition)
         page = self._client.query(**kwargs)
+        items = list(page.get("Items", []))
         last = page.get("LastEvaluatedKey")
-        return list(page.get("Items", [])), _cursor(last) if last else None
+        names = _key_names(index)
+        # Any item's index and table keys are a valid ExclusiveStartKey: the place right
+        # after it.
+        positions = [_cursor({name: item[name] for name in names}) for item in items]
+        return Page(items, _cursor(last) if last else None, positions)
+
+
+def _key_names(index: str) -> tuple[str, ...]:
+    return ("pk", "sk", f"{index}pk", f"{index}sk")
 
 
 def _cursor(key: dict[str, Any]) -> str:
     """The opaque cursor of a page that ends at ``key`` (base64url JSON of the key)."""
-    return base64.urlsafe_b64encode(json.dumps(key).encode()).decode()
+    return base64.urlsafe_b64encode(json.dumps(key, separators=(",", ":")).encode()).decode()
+
+
+def start_key(cursor: str, index: str, partition: str) -> dict[str, Any]:
+    """The ``ExclusiveStartKey`` a cursor stands for, if it is one of this index partition.
+
+    A cursor reaches DynamoDB only in the shape this listing hands out: callers pass cursors
+    back through the Api, and anything else would be a ``ValidationException`` (a 5xx) or a
+    read of another partition.
+
+    Raises:
+        InvalidCursorError: If ``cursor`` is malformed or a key of another index or partition.
+    """
+    try:
+        key = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
+    except (ValueError, binascii.Error) as exc:  # UnicodeError is a ValueError
+        raise InvalidCursorError(cursor, "the cursor is malformed") from exc
+    names = _key_names(index)
+    if not (
+        isinstance(key, dict)
+        and set(key) == set(names)
+        and all(_is_key_string(value) for value in key.values())
+    ):
+        raise InvalidCursorError(cursor, "the cursor is malformed")
+    if key[f"{index}pk"]["S"] != partition:
+        raise InvalidCursorError(cursor)
+    return key
+
+
+def _is_key_string(value: Any) -> bool:
+    # A string key attribute as DynamoDB sends it: {"S": "..."}, 1-1,024 bytes.
+    if not (isinstance(value, dict) and set(value) == {"S"} and isinstance(value["S"], str)):
+        return False
+    try:
+        size = len(value["S"].encode())
+    except UnicodeError:  # a lone surrogate
+        return False
+    return 0 < size <= KEY_BYTES

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -25,6 +26,7 @@ from durable_agents.errors import (
     EffectNotFoundError,
     EntryConflictError,
     IdempotencyConflictError,
+    InvalidCursorError,
     RunNotFoundError,
     RunRevisionConflictError,
     RunStateConflictError,
@@ -239,7 +241,9 @@ class InMemoryJournal(JournalStore):
         """One page of the runs in ``status``, least recently changed first."""
         with self._lock:
             found = [h for h in self._headers.values() if h.status is status]
-        return _page(found, lambda h: f"{h.updated_at_ms:013d}#{h.run_id}", limit, cursor)
+        return _page(
+            "changed", found, lambda h: f"{h.updated_at_ms:013d}#{h.run_id}", limit, cursor
+        )
 
     def expiring_runs_page(
         self, now_ms: int, *, limit: int = 100, cursor: str | None = None
@@ -251,7 +255,9 @@ class InMemoryJournal(JournalStore):
                 for h in self._headers.values()
                 if h.stamp_due_at_ms is not None and h.stamp_due_at_ms <= now_ms
             ]
-        return _page(due, lambda h: f"{h.stamp_due_at_ms or 0:013d}#{h.run_id}", limit, cursor)
+        return _page(
+            "expiring", due, lambda h: f"{h.stamp_due_at_ms or 0:013d}#{h.run_id}", limit, cursor
+        )
 
     def stamp_expiry(self, run_id: str, now_ms: int) -> int:
         """One stamping pass; returns 0.
@@ -302,7 +308,9 @@ class InMemoryJournal(JournalStore):
                 and h.wake_at_ms is not None
                 and h.wake_at_ms <= now_ms
             ]
-        return _page(due, lambda h: f"{h.wake_at_ms or 0:013d}#{h.run_id}", limit, cursor)
+        return _page(
+            "due-runs", due, lambda h: f"{h.wake_at_ms or 0:013d}#{h.run_id}", limit, cursor
+        )
 
     def get_effect(self, run_id: str, position: str) -> SideEffectRecord:
         """Returns one side-effect record.
@@ -331,7 +339,7 @@ class InMemoryJournal(JournalStore):
         """Returns one page of PREPARED records past their stale time, oldest first."""
         stale = [r for r in self._all_effects(EffectStatus.PREPARED) if r.stale_at_ms <= now_ms]
         return _page(
-            stale, lambda r: f"{r.stale_at_ms:013d}#{r.run_id}#{r.position}", limit, cursor
+            "stale", stale, lambda r: f"{r.stale_at_ms:013d}#{r.run_id}#{r.position}", limit, cursor
         )
 
     def effects_in_review(self, *, limit: int = 100) -> list[SideEffectRecord]:
@@ -346,7 +354,11 @@ class InMemoryJournal(JournalStore):
         """Returns one page of records in NEEDS_REVIEW, oldest first."""
         review = self._all_effects(EffectStatus.NEEDS_REVIEW)
         return _page(
-            review, lambda r: f"{r.updated_at_ms:013d}#{r.run_id}#{r.position}", limit, cursor
+            "reviews",
+            review,
+            lambda r: f"{r.updated_at_ms:013d}#{r.run_id}#{r.position}",
+            limit,
+            cursor,
         )
 
     def waits_page(
@@ -355,7 +367,13 @@ class InMemoryJournal(JournalStore):
         """Returns one page of waits of one kind and status, oldest first."""
         with self._lock:
             found = [w for w in self._waits.values() if w.kind == kind and w.status is status]
-        return _page(found, lambda w: f"{w.created_at_ms:013d}#{w.wait_id}", limit, cursor)
+        return _page(
+            f"waits:{kind}:{status.value}",
+            found,
+            lambda w: f"{w.created_at_ms:013d}#{w.wait_id}",
+            limit,
+            cursor,
+        )
 
     def _check_wait(self, wait: WaitChange) -> None:
         current = self._waits.get(wait.record.wait_id)
@@ -404,21 +422,43 @@ class InMemoryJournal(JournalStore):
                 and w.due_at_ms is not None
                 and w.due_at_ms <= now_ms
             ]
-        return _page(due, lambda w: f"{w.due_at_ms or 0:013d}#{w.wait_id}", limit, cursor)
+        return _page(
+            "due-waits", due, lambda w: f"{w.due_at_ms or 0:013d}#{w.wait_id}", limit, cursor
+        )
 
 
 T = TypeVar("T")
 
 
-def _page(items: list[T], key: Callable[[T], str], limit: int, cursor: str | None) -> Page[T]:
+def _page(
+    listing: str, items: list[T], key: Callable[[T], str], limit: int, cursor: str | None
+) -> Page[T]:
     """One page in index order; the cursor is the last key returned, like DynamoDB's.
 
     A key cursor (not an offset) stays correct while records enter and leave the listing
-    between pages, as they do while the reconciler works through them.
+    between pages, as they do while the reconciler works through them. Cursors name their
+    listing, so that one listing refuses another's, as DynamoDB's index keys do.
+
+    Raises:
+        InvalidCursorError: If ``cursor`` is malformed or another listing's.
     """
+    after = None if cursor is None else _position(listing, cursor)
     keyed = sorted(((key(item), item) for item in items), key=lambda pair: pair[0])
-    if cursor is not None:
-        keyed = [pair for pair in keyed if pair[0] > cursor]
+    if after is not None:
+        keyed = [pair for pair in keyed if pair[0] > after]
     page = keyed[:limit]
     more = len(keyed) > limit
-    return Page([item for _, item in page], page[-1][0] if more and page else None)
+    positions = [f"{listing}|{item_key}" for item_key, _ in page]
+    return Page([item for _, item in page], positions[-1] if more and page else None, positions)
+
+
+_CURSOR = re.compile(r"([^|]+)\|(\d{13}#[^|]+)")
+
+
+def _position(listing: str, cursor: str) -> str:
+    match = _CURSOR.fullmatch(cursor)
+    if match is None or not cursor.isascii():
+        raise InvalidCursorError(cursor, "the cursor is malformed")
+    if match.group(1) != listing:
+        raise InvalidCursorError(cursor)
+    return match.group(2)

@@ -13,7 +13,7 @@ refused by another, and both journals hand out and accept the same cursor.
 >>> RunQuery(tenant="other").boundary(cursor)
 Traceback (most recent call last):
 ...
-durable_agents.journal.run_listing.InvalidCursorError: the cursor continues another listing
+durable_agents.errors.InvalidCursorError: the cursor continues another listing
 """
 
 from __future__ import annotations
@@ -25,22 +25,10 @@ import json
 from dataclasses import asdict, dataclass
 
 from durable_agents.core.models import RunHeader, RunStatus
-from durable_agents.errors import DurableError
+from durable_agents.errors import InvalidCursorError
 
 KEY_CEILING = "9999999999999~"
 KEY_FLOOR = "0"
-
-
-class InvalidCursorError(DurableError, ValueError):
-    """A run listing cursor that this listing did not hand out (malformed, or another query's).
-
-    Attributes:
-        cursor: The refused cursor.
-    """
-
-    def __init__(self, cursor: str, reason: str = "the cursor continues another listing"):
-        super().__init__(reason)
-        self.cursor = cursor
 
 
 def started_key(created_at_ms: int, run_id: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -55,6 +55,7 @@ ALLOWED_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
 
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +65,28 @@ class Page(Generic[T]):
     Attributes:
         items: The records on this page, in the listing's order.
         cursor: Where the next page starts (opaque; None when the listing is exhausted).
+        positions: For each item, the cursor that continues right after it: a caller that
+            keeps only part of a page (the Api keeps one tenant's records) goes on from the
+            last item it kept, so nothing is skipped or listed twice.
     """
 
     items: list[T]
     cursor: str | None
+    positions: Sequence[str] = ()
+
+    def cursor_after(self, index: int) -> str | None:
+        """The cursor that continues right after ``items[index]``.
+
+        Raises:
+            IndexError: If there is no such item, or the page carries no positions.
+        """
+        if index == len(self.items) - 1:
+            return self.cursor  # the same place; None when the listing ends there
+        return self.positions[index]
+
+    def map(self, convert: Callable[[T], U]) -> Page[U]:
+        """The same page with every item converted (the cursor and positions kept)."""
+        return Page([convert(item) for item in self.items], self.cursor, self.positions)
 
 
 def finished(header: RunHeader) -> RunHeader:
@@ -273,13 +292,21 @@ class JournalStore(ABC):
     def reviews_page(
         self, *, limit: int = 100, cursor: str | None = None
     ) -> Page[SideEffectRecord]:
-        """Returns one page of records in NEEDS_REVIEW, oldest first (an index: may lag)."""
+        """Returns one page of records in NEEDS_REVIEW, oldest first (an index: may lag).
+
+        Raises:
+            InvalidCursorError: If ``cursor`` is not one this listing handed out.
+        """
 
     @abstractmethod
     def waits_page(
         self, kind: str, status: WaitStatus, *, limit: int = 100, cursor: str | None = None
     ) -> Page[WaitRecord]:
-        """Returns one page of waits of one kind and status, oldest first (an index: may lag)."""
+        """Returns one page of waits of one kind and status, oldest first (an index: may lag).
+
+        Raises:
+            InvalidCursorError: If ``cursor`` is not one this listing handed out.
+        """
 
     def run_tenants(self, run_ids: Collection[str]) -> dict[str, str]:
         """The tenant of each of these runs that exists (strongly consistent reads).
