@@ -174,6 +174,7 @@ NOT_EXPORTED_ERRORS = {
     "WaitConflictError": "the Api's approval and callback routes (409)",
     "RunRevisionConflictError": "the journal's fencing of run changes (the runtime re-reads)",
     "InvocationRetryError": "the handlers' edge, turning InfrastructureError into a retry",
+    "InvalidCursorError": "the Api's listings (400): a cursor the listing did not hand out",
 }
 
 
