@@ -1,10 +1,14 @@
-"""boto3 clients for the local moto server (dummy credentials, fixed region, its endpoint)."""
+"""boto3 clients for the local moto server (its session key, fixed region, its endpoint)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-DUMMY_KEY = "local"  # moto accepts any credentials
+from durable_agents_local.store_key import key_for
+
+# The secret access key: moto checks no signature, the access key id (the store's session
+# key, ``store_key``) is what the store checks.
+DUMMY_SECRET = "local"  # noqa: S105 - not a secret: moto checks no signature
 DEFAULT_REGION = "us-east-1"
 
 
@@ -19,16 +23,32 @@ class LocalSession:
         region: The region to sign for.
         fail_fast: One attempt and short timeouts (for the CLI: a stopped server is reported
             at once instead of after botocore's retries).
+        store_key: The store's session key (the access key id its clients must use); None:
+            found with ``store_key.key_for`` (``DURABLE_AGENTS_STORE_KEY``, else the key file
+            of the endpoint's port).
+
+    Raises:
+        StoreKeyMissingError: If no key is given and none is found.
     """
 
-    def __init__(self, endpoint: str, region: str = DEFAULT_REGION, *, fail_fast: bool = False):
+    def __init__(
+        self,
+        endpoint: str,
+        region: str = DEFAULT_REGION,
+        *,
+        fail_fast: bool = False,
+        store_key: str | None = None,
+    ):
         import boto3  # noqa: PLC0415 - keep boto3 out of module import time
         from botocore.config import Config  # noqa: PLC0415
 
         self.endpoint = endpoint
         self.region = region
+        self.store_key = store_key or key_for(endpoint)
         self._session = boto3.session.Session(
-            aws_access_key_id=DUMMY_KEY, aws_secret_access_key=DUMMY_KEY, region_name=region
+            aws_access_key_id=self.store_key,
+            aws_secret_access_key=DUMMY_SECRET,
+            region_name=region,
         )
         self._config = (
             Config(

@@ -13,15 +13,21 @@ The store answers local mode's SDK clients, never a web page (``refuse_browsers`
 whose ``Host`` is not the store's own loopback address gets 421 (a page that rebinds its DNS
 name to 127.0.0.1 must not read or write the journal), and a request carrying what only a
 browser sends (``Origin``, ``Sec-Fetch-*``) gets 403 (any page may post a form to 127.0.0.1
-blindly; S3's POST-object upload is such a form).
+blindly; S3's POST-object upload is such a form). Local mode's store also answers only
+its own processes (``require_store_key``): a request whose access key id is not the
+store's session key (``store_key``) gets 403, so another local user or process cannot read or
+write it either.
 """
 
 from __future__ import annotations
 
+import hmac
+import re
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
@@ -35,6 +41,11 @@ BROWSER_HEADERS = (
     "HTTP_SEC_FETCH_MODE",
     "HTTP_SEC_FETCH_DEST",
 )
+
+
+# Where an AWS SDK puts the access key id in the ``Authorization`` header: SigV4's
+# ``Credential=<id>/<date>/<region>/<service>/aws4_request`` and SigV2's ``AWS <id>:<signature>``.
+_HEADER_CREDENTIAL = re.compile(r"^(?:AWS4-HMAC-SHA256\s+Credential=([^/,\s]*)/|AWS ([^:\s]*):)")
 
 
 def _is_dynamodb(environ: dict[str, Any]) -> bool:
@@ -87,16 +98,77 @@ def refuse_browsers(app: WsgiApp) -> WsgiApp:
     return guarded
 
 
+def access_key_ids(environ: dict[str, Any]) -> list[str]:
+    """The access key ids a request carries where an AWS SDK puts them.
+
+    The ``Authorization`` header's (SigV4 ``Credential=<id>/...``, SigV2 ``AWS <id>:...``)
+    and a presigned URL's (SigV4 ``X-Amz-Credential=<id>/...``, SigV2 ``AWSAccessKeyId=<id>``:
+    boto3 presigns S3 URLs for a custom endpoint with SigV2); nothing else counts.
+    """
+    found: list[str] = []
+    match = _HEADER_CREDENTIAL.match(str(environ.get("HTTP_AUTHORIZATION", "")))
+    if match:
+        found.append(match.group(1) if match.group(1) is not None else match.group(2))
+    query = parse_qs(str(environ.get("QUERY_STRING", "")), keep_blank_values=True)
+    found.extend(value.partition("/")[0] for value in query.get("X-Amz-Credential", []))
+    found.extend(query.get("AWSAccessKeyId", []))
+    return found
+
+
+def require_store_key(app: WsgiApp, store_key: str, where: str) -> WsgiApp:
+    """Wraps the store's WSGI app so that only holders of ``store_key`` reach it.
+
+    A request whose access key id (``access_key_ids``) is not ``store_key`` gets 403
+    before moto sees anything (nothing is read or written). The answer says what is missing,
+    never the key.
+
+    Args:
+        app: The store's app.
+        store_key: The session key (``store_key.new_key``).
+        where: Where local mode's processes find the key (named in the refusal).
+    """
+    expected = store_key.encode()
+
+    def keyed(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        offered = access_key_ids(environ)
+        if any(hmac.compare_digest(key.encode(), expected) for key in offered):
+            return app(environ, start_response)
+        what = "another access key id" if offered else "no access key id"
+        return _refusal(
+            start_response,
+            "403 Forbidden",
+            f"local mode's store answers only local mode's processes: the request carries "
+            f"{what}, not the store's session key (the access key id local mode uses; it is "
+            f"in {where}, readable by the user who started the store, or in "
+            f"DURABLE_AGENTS_STORE_KEY)\n",
+        )
+
+    return keyed
+
+
 class IsolatedMotoServer(ThreadedMotoServer):
     """A ``ThreadedMotoServer`` whose DynamoDB requests are handled one at a time.
 
     Args:
+        store_key: Answer only requests signed with this access key id (local mode's store:
+            ``require_store_key``); None: any credentials (an in-process server of the tests,
+            which is not local mode's store). Required, so that no caller forgets it.
+        key_location: Where clients find the key, for the refusal's message.
         state_dir: Keep the state there (see ``durable_store``); None: in memory only.
         **kwargs: ``ThreadedMotoServer``'s arguments.
     """
 
-    def __init__(self, *, state_dir: Path | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        store_key: str | None,
+        key_location: str = "the store's key file",
+        state_dir: Path | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
+        self.store_key = store_key
+        self.key_location = key_location
         self.state_dir = state_dir
         self.store: Any = None
         self.open_error: BaseException | None = None
@@ -131,7 +203,10 @@ class IsolatedMotoServer(ThreadedMotoServer):
         from werkzeug.serving import make_server  # noqa: PLC0415
 
         try:
-            app = refuse_browsers(self._app())
+            app = self._app()
+            if self.store_key is not None:
+                app = require_store_key(app, self.store_key, self.key_location)
+            app = refuse_browsers(app)
         except BaseException as exc:  # reported by start() in the caller's thread
             self.open_error = exc
             self._server_ready_event.set()

@@ -8,12 +8,18 @@ it in memory only.
 
 Run it with ``python -m durable_agents_local.moto_server --port 5010 --state-dir DIR`` (or
 ``durable-agents moto``); :class:`MotoProcess` starts and stops it from Python.
+
+It answers only requests signed with its session key as the access key id (``store_key``):
+``MotoProcess`` makes the key and hands it over in ``DURABLE_AGENTS_STORE_KEY`` (never on the
+command line); started by hand, the server makes one. Either way it writes the key to its key
+file (``store_key.key_file``, readable by this user only) and removes it when it stops cleanly.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import socket
 import subprocess
@@ -22,6 +28,10 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
+
+from durable_agents_local import store_key as keys
+from durable_agents_local.aws import DEFAULT_REGION, LocalSession
 
 HOST = "127.0.0.1"
 DEFAULT_PORT = 5010
@@ -77,17 +87,25 @@ def serve(
     host: str = HOST,
     stop: threading.Event | None = None,
     state_dir: Path | None = None,
+    store_key: str | None = None,
 ) -> None:
     """Serves moto on ``host:port`` until ``stop`` is set (or SIGTERM/SIGINT arrives).
+
+    Only requests signed with the session key as access key id are answered. The key is
+    written to the port's key file (``store_key.key_file``) before the server listens and
+    removed when it stops (unless another store wrote its own there since).
 
     Args:
         port: The TCP port.
         host: The address to bind (loopback by default).
         stop: Set it to stop the server; signal handlers are installed when it is omitted.
         state_dir: Keep the state there and rebuild it from there first; None: memory only.
+        store_key: The session key; None: ``DURABLE_AGENTS_STORE_KEY`` from the environment
+            (how ``MotoProcess`` hands its key over), else a new one.
 
     Raises:
         PortInUseError: If the port is already taken.
+        StoreKeyError: If the key file's directory is not this user's own.
         StateDirLockedError: If another store uses ``state_dir``.
         CorruptStateError, SnapshotVersionError, ReplayDivergedError: If the state in
             ``state_dir`` cannot be rebuilt (see ``durable_store``).
@@ -106,9 +124,22 @@ def serve(
 
         signal.signal(signal.SIGTERM, _stop)
         signal.signal(signal.SIGINT, _stop)
-    server = IsolatedMotoServer(state_dir=state_dir, ip_address=host, port=port, verbose=False)
+    key = store_key or os.environ.get(keys.KEY_VARIABLE) or keys.new_key()
+    key_path = keys.write_key(port, key)
+    server = IsolatedMotoServer(
+        store_key=key,
+        key_location=str(key_path),
+        state_dir=state_dir,
+        ip_address=host,
+        port=port,
+        verbose=False,
+    )
     started = time.monotonic()
-    server.start()
+    try:
+        server.start()
+    except BaseException:
+        keys.remove_key(port, key)
+        raise
     kept = (
         f"state in {state_dir} ({server.store.replayed} logged writes replayed in "
         f"{time.monotonic() - started:.1f} s)"
@@ -116,7 +147,8 @@ def serve(
         else "ephemeral: state in memory only"
     )
     print(
-        f"moto server listening on {endpoint_url(port, host)}; {kept}",
+        f"moto server listening on {endpoint_url(port, host)}; {kept}; its session key "
+        f"(the access key id its clients must use) is in {key_path}",
         file=sys.stderr,
         flush=True,
     )
@@ -124,19 +156,34 @@ def serve(
         stop.wait()
     finally:
         server.stop()
+        keys.remove_key(port, key)
 
 
 class MotoProcess:
     """A moto server in a child process (its own session: Ctrl-C in a terminal spares it).
 
+    The server answers only clients that use its session key (``store_key``) as access key
+    id: ``session()`` makes a ``LocalSession`` that does. The key is made here and handed to the
+    child in its environment (never in its command line); it is kept when the child is started
+    again (``revive``), so clients made before go on working.
+
     Args:
         port: The port to serve on (always on the loopback address).
         state_dir: Where it keeps its state (durable); None: in memory only (ephemeral).
+        store_key: The session key; None: a new one (``store_key.new_key``). Pass the key of
+            a previous process to let its clients talk to this one.
     """
 
-    def __init__(self, port: int = DEFAULT_PORT, state_dir: Path | None = None):
+    def __init__(
+        self,
+        port: int = DEFAULT_PORT,
+        state_dir: Path | None = None,
+        *,
+        store_key: str | None = None,
+    ):
         self.port = port
         self.state_dir = state_dir
+        self.store_key = store_key or keys.new_key()
         self.host = HOST
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -144,6 +191,15 @@ class MotoProcess:
     def endpoint(self) -> str:
         """The server's endpoint URL."""
         return endpoint_url(self.port, self.host)
+
+    def session(self, region: str = DEFAULT_REGION, **kwargs: Any) -> LocalSession:
+        """A ``LocalSession`` for this server (its endpoint and session key).
+
+        Args:
+            region: The region to sign for.
+            **kwargs: ``LocalSession``'s other arguments (``fail_fast``).
+        """
+        return LocalSession(self.endpoint, region, store_key=self.store_key, **kwargs)
 
     @property
     def pid(self) -> int | None:
@@ -174,6 +230,7 @@ class MotoProcess:
         ]
         self._process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
             command,
+            env={**os.environ, keys.KEY_VARIABLE: self.store_key},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             start_new_session=True,
@@ -182,7 +239,7 @@ class MotoProcess:
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 code = self._process.returncode
-                why = " (its state directory is unusable: see above)" * (
+                why = " (its state directory or its key's directory is unusable: see above)" * (
                     code == EXIT_STATE_UNUSABLE
                 )
                 raise RuntimeError(f"moto server exited with code {code}{why}")
@@ -223,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m durable_agents_local.moto_server``.
 
     Returns:
-        The exit status (2 if the port is taken, 3 if the state directory is unusable).
+        The exit status (2 if the port is taken, 3 if the state directory or the key
+        file's directory is unusable).
     """
     from durable_agents_local.durable_store import (  # noqa: PLC0415
         ReplayDivergedError,
@@ -245,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         CorruptStateError,
         SnapshotVersionError,
         ReplayDivergedError,
+        keys.StoreKeyError,
     ) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_STATE_UNUSABLE

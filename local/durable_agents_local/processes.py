@@ -23,6 +23,7 @@ from typing import Any
 
 from durable_agents_local.moto_server import HOST
 from durable_agents_local.services import ServicesHandle
+from durable_agents_local.store_key import KEY_VARIABLE
 
 
 def http_json(
@@ -65,6 +66,9 @@ class WorkerProcess:
         api_port: The Api port.
         moto_endpoint: The moto server to attach to; None: the worker starts its own (pass
             ``--moto-port`` and ``--state-dir`` or ``--ephemeral`` in ``args``).
+        store_key: The attached store's session key (``MotoProcess.store_key``), handed to the
+            worker in ``DURABLE_AGENTS_STORE_KEY``; None: the worker finds it (that variable
+            in ``env`` or this environment, else the store's key file).
         args: More ``durable-agents local`` flags.
         cwd: Where to run (the directory holding ``template.yaml``).
         env: Extra environment variables.
@@ -76,6 +80,7 @@ class WorkerProcess:
         *,
         api_port: int,
         moto_endpoint: str | None,
+        store_key: str | None = None,
         args: Sequence[str] = (),
         cwd: Path | None = None,
         env: Mapping[str, str] | None = None,
@@ -97,7 +102,11 @@ class WorkerProcess:
         # AGENT_MODULES in the environment would win over the template's list (local mode's
         # precedence): a worker started here runs its template's agents unless env says so.
         inherited = {k: v for k, v in os.environ.items() if k != "AGENT_MODULES"}
-        self._env = {**inherited, **(env or {})}
+        self._env = {
+            **inherited,
+            **({KEY_VARIABLE: store_key} if store_key else {}),
+            **(env or {}),
+        }
         self._on_line = on_line
         self.lines: deque[str] = deque(maxlen=500)
         self._process: subprocess.Popen[str] | None = None

@@ -18,6 +18,7 @@ from durable_agents.journal.payloads import S3PayloadStore
 from durable_agents_local.aws import LocalSession
 from durable_agents_local.console import history_table
 from durable_agents_local.functions import local_name
+from durable_agents_local.store_key import StoreKeyError
 
 T = TypeVar("T")
 
@@ -32,10 +33,18 @@ class RunsClient:
     Args:
         endpoint: The moto server's URL.
         table: The journal table's local name.
+        store_key: The store's session key (``MotoProcess.store_key``); None: found with
+            ``store_key.key_for`` (``DURABLE_AGENTS_STORE_KEY``, else the store's key file).
+
+    Raises:
+        RunsError: If no key is given and none is found.
     """
 
-    def __init__(self, endpoint: str, table: str | None = None):
-        session = LocalSession(endpoint, fail_fast=True)
+    def __init__(self, endpoint: str, table: str | None = None, *, store_key: str | None = None):
+        try:
+            session = LocalSession(endpoint, fail_fast=True, store_key=store_key)
+        except (StoreKeyError, OSError) as exc:
+            raise RunsError(str(exc)) from exc
         self.endpoint = endpoint
         self.table = table or local_name("JournalTable")
         payloads = S3PayloadStore(session.client("s3"), local_name("PayloadBucket"))

@@ -44,6 +44,13 @@ from durable_agents_local.provision import Clients, RuleQueue, provision
 from durable_agents_local.reattach import store_watch
 from durable_agents_local.scheduler import ScheduleLoop
 from durable_agents_local.secrets import create_secrets
+from durable_agents_local.store_key import (
+    KEY_VARIABLE,
+    StoreKeyError,
+    key_file,
+    key_for,
+    port_of,
+)
 from durable_agents_local.stream_router import StreamPoller, StreamRoute
 from durable_agents_local.template import load_template
 from durable_agents_local.worker_environment import (
@@ -115,18 +122,29 @@ class Worker:
         self._api: ApiServer | None = None
         self._api_thread: threading.Thread | None = None
         self.endpoint = ""
+        self.store_key = ""
         self._crash_modules: list[str] = []
         self._agents_line = ""
         self._issuer: LocalIssuer | None = None
 
     # -- start -------------------------------------------------------------------------------
 
-    def _start_moto(self) -> str:
+    def _start_moto(self) -> tuple[str, str]:
+        """Starts the store (or finds the one to attach to).
+
+        Returns:
+            Its endpoint and its session key (the started store's; an attached store's from
+            ``DURABLE_AGENTS_STORE_KEY`` or its key file).
+        """
         if self.options.moto_endpoint:
             url = urlsplit(self.options.moto_endpoint)
             if not moto_server.is_listening(url.hostname or HOST, url.port or 80):
                 raise ConfigurationError(f"no moto server answers at {self.options.moto_endpoint}")
-            return self.options.moto_endpoint.rstrip("/")
+            endpoint = self.options.moto_endpoint.rstrip("/")
+            try:
+                return endpoint, key_for(endpoint)
+            except (StoreKeyError, OSError, ValueError) as exc:
+                raise ConfigurationError(f"cannot attach to the store: {exc}") from exc
         self._moto = moto_server.MotoProcess(self.options.moto_port, self.options.state_dir)
         try:
             self._moto.start()
@@ -135,7 +153,7 @@ class Worker:
                 f"{exc}: stop what runs there, pick another --moto-port, or attach to a "
                 f"running moto server with --moto-endpoint {self._moto.endpoint}"
             ) from exc
-        return self._moto.endpoint
+        return self._moto.endpoint, self._moto.store_key
 
     def _functions(self, specs: Sequence[FunctionSpec]) -> dict[str, LocalFunction]:
         timeouts = self.options.function_timeouts
@@ -186,8 +204,8 @@ class Worker:
         resolver = make_resolver(template, opts.region)
         specs = read_functions(template, template_dir, resolver)
         self._check(specs)
-        self.endpoint = self._start_moto()
-        session = LocalSession(self.endpoint, opts.region)
+        self.endpoint, self.store_key = self._start_moto()
+        session = LocalSession(self.endpoint, opts.region, store_key=self.store_key)
         # ``!Ref`` of a secret is its ARN, known once moto has created it: read them again.
         arns = create_secrets(template, session)
         if arns:
@@ -200,7 +218,7 @@ class Worker:
             return provision(clients, template, specs, visibility_timeout=opts.visibility_timeout)
 
         queues, streams = reprovision()
-        env = function_environment(specs, opts, self.endpoint)
+        env = function_environment(specs, opts, self.endpoint, self.store_key)
         chosen = choose_agent_modules(opts.agents, os.environ, env)
         env[AGENTS_VARIABLE] = ",".join(chosen.modules)
         # The template names scripts inside the functions' packages: make those importable first.
@@ -289,6 +307,8 @@ class Worker:
         lines = [
             "durable-agents local mode",
             f"  journal   moto at {moto}",
+            f"  key       the store's session key: {key_file(port_of(self.endpoint))} "
+            f"(or {KEY_VARIABLE})",
             f"  agents    {self._agents_line}",
             f"  api       {self.api_url}  " + ", ".join(f"{r.method} {r.resource}" for r in routes),
             f"  events    {', '.join(rules) or 'none'}: {opts.concurrency} consumers per rule, "

@@ -1,8 +1,8 @@
 """The process environment local mode gives the template's functions (``local.worker``).
 
 All functions share the worker's process, so their variables are merged; local settings (the
-moto endpoint, dummy credentials, the Api's base URL, the fake services' URLs) are added, and
-what could reach a real AWS account is dropped.
+moto endpoint, the store's session key as the access key id, the Api's base URL, the fake
+services' URLs) are added, and what could reach a real AWS account is dropped.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 
-from durable_agents_local.aws import DUMMY_KEY
+from durable_agents_local.aws import DUMMY_SECRET
 from durable_agents_local.functions import FunctionSpec
 from durable_agents_local.http_api import HOST
 from durable_agents_local.services import SERVICE_NAMES
+from durable_agents_local.store_key import KEY_VARIABLE
 from durable_agents_local.worker_options import WorkerOptions
 
 log = logging.getLogger("durable_agents_local")
@@ -45,13 +46,21 @@ def services_environment(
 
 
 def function_environment(
-    specs: Sequence[FunctionSpec], options: WorkerOptions, endpoint: str
+    specs: Sequence[FunctionSpec], options: WorkerOptions, endpoint: str, store_key: str
 ) -> dict[str, str]:
     """The process environment for the functions: theirs, resolved, plus local settings.
 
     All functions share this process, so their variables are merged; a variable declared
     with different values by two functions is reported and the later one wins. The services'
     URLs (``services_environment``) come last.
+
+    Args:
+        specs: The template's functions.
+        options: How local mode runs.
+        endpoint: The store's URL (``AWS_ENDPOINT_URL``).
+        store_key: The store's session key: ``AWS_ACCESS_KEY_ID`` (so that the handlers'
+            clients, with default credentials, reach the store) and
+            ``DURABLE_AGENTS_STORE_KEY``.
     """
     env: dict[str, str] = {}
     for spec in specs:
@@ -68,8 +77,8 @@ def function_environment(
             env[key] = value
     env.update(
         AWS_ENDPOINT_URL=endpoint,
-        AWS_ACCESS_KEY_ID=DUMMY_KEY,
-        AWS_SECRET_ACCESS_KEY=DUMMY_KEY,
+        AWS_ACCESS_KEY_ID=store_key,
+        AWS_SECRET_ACCESS_KEY=DUMMY_SECRET,
         AWS_DEFAULT_REGION=options.region,
         AWS_REGION=options.region,
         STALL_AFTER_SECONDS=str(options.stall_after),
@@ -79,6 +88,7 @@ def function_environment(
         # Signed approval links must point at this local server (no https, no stage).
         PUBLIC_BASE_URL=f"http://{HOST}:{options.api_port}",
     )
+    env[KEY_VARIABLE] = store_key
     env.setdefault("POWERTOOLS_METRICS_NAMESPACE", "DurableAgentsLocal")
     # Each rule's queue has several consumer threads here, and an agent parked on a greenlet
     # goes on only on the thread that parked it: park on threads, which any consumer resumes.

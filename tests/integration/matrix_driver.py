@@ -63,7 +63,7 @@ CREATED = {"tickets": "ticket.created", "payments": "charge.created", "email": "
 @pytest.fixture(scope="module")
 def moto_endpoint() -> Iterator[str]:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server = ThreadedMotoServer(store_key=None, ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     yield f"http://{host}:{port}"

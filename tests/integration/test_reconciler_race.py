@@ -40,7 +40,7 @@ class Ping(BaseModel):
 @pytest.fixture
 def journal() -> Iterator[DynamoDBJournal]:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server = ThreadedMotoServer(store_key=None, ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     client = boto3.client("dynamodb", endpoint_url=f"http://{host}:{port}", region_name="us-east-1")

@@ -136,8 +136,11 @@ def test_settings_and_local_mode_choose_the_carrier() -> None:
         Settings.from_env({**env, "STICKY_CARRIER": "fiber"})
     spec = FunctionSpec("Fn", "m.handler", Path("."), 3, 128, 0, {})
     endpoint = "http://127.0.0.1:5010"
-    assert function_environment([spec], WorkerOptions(), endpoint)["STICKY_CARRIER"] == "thread"
-    single = function_environment([spec], WorkerOptions(concurrency=1), endpoint)
+    assert (
+        function_environment([spec], WorkerOptions(), endpoint, "LOCALKEY")["STICKY_CARRIER"]
+        == "thread"
+    )
+    single = function_environment([spec], WorkerOptions(concurrency=1), endpoint, "LOCALKEY")
     assert "STICKY_CARRIER" not in single
 
 

@@ -41,7 +41,7 @@ def moto_endpoint() -> Iterator[str]:
     from durable_agents_local.isolated_moto import IsolatedMotoServer as ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server = ThreadedMotoServer(store_key=None, ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     yield f"http://{host}:{port}"

@@ -59,7 +59,9 @@ def test_the_cli_refuses_a_caller_that_is_not_an_arn(capsys: pytest.CaptureFixtu
 
 def test_the_local_caller_mints_links_and_decides_reviews() -> None:
     spec = FunctionSpec("Fn", "m.handler", Path("."), 3, 128, 0, {})
-    env = function_environment([spec], WorkerOptions(caller_arn=ADA), "http://127.0.0.1:5010")
+    env = function_environment(
+        [spec], WorkerOptions(caller_arn=ADA), "http://127.0.0.1:5010", "LOCALKEY"
+    )
     assert env["LINK_MINTERS"] == f"iam:{ADA}"
     assert env["REVIEW_OPERATORS"] == f"iam:{ADA}"
 

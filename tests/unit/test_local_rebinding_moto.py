@@ -4,7 +4,9 @@ A page that rebinds its DNS name to 127.0.0.1 would read and write the journal t
 store's port; its requests name the attacker's host in ``Host``, so the store refuses them
 (421). A page of any site can also post to 127.0.0.1 blindly (a "simple" request, e.g. an SQS
 form), and a browser marks such requests with ``Origin`` or ``Sec-Fetch-*`` headers, which the
-AWS SDKs never send: the store refuses those too (403). boto3 clients still work.
+AWS SDKs never send: the store refuses those too (403), even when the request carries the
+store's session key (which the page cannot know: ``test_local_store_key``). boto3 clients with
+the key still work.
 """
 
 from __future__ import annotations
@@ -18,17 +20,19 @@ import pytest
 
 from durable_agents_local.isolated_moto import IsolatedMotoServer
 from durable_agents_local.moto_server import HOST, endpoint_url, free_port
+from durable_agents_local.store_key import new_key
 
 LIST_TABLES = b"{}"
+KEY = new_key()  # the store's session key: these tests are about what else it refuses
 
 
 @pytest.fixture
 def store(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     port = free_port()
-    server = IsolatedMotoServer(ip_address=HOST, port=port, verbose=False)
+    server = IsolatedMotoServer(store_key=KEY, ip_address=HOST, port=port, verbose=False)
     server.start()
     try:
         yield port
@@ -59,7 +63,7 @@ def _dynamodb_headers(host: str) -> dict[str, str]:
         "Host": host,
         "Content-Type": "application/x-amz-json-1.0",
         "X-Amz-Target": "DynamoDB_20120810.ListTables",
-        "Authorization": "AWS4-HMAC-SHA256 Credential=testing/20250101/us-east-1/dynamodb/"
+        "Authorization": f"AWS4-HMAC-SHA256 Credential={KEY}/20250101/us-east-1/dynamodb/"
         "aws4_request, SignedHeaders=host, Signature=x",
     }
 
@@ -107,6 +111,9 @@ def test_the_store_refuses_what_a_browser_sends_and_changes_nothing(
     headers = {
         "Host": f"127.0.0.1:{store}",
         "Content-Type": f"multipart/form-data; boundary={boundary}",
+        # The key too (a page cannot know it): the browser's headers alone are refused.
+        "Authorization": f"AWS4-HMAC-SHA256 Credential={KEY}/20250101/us-east-1/s3/"
+        "aws4_request, SignedHeaders=host, Signature=x",
     }
     status, body = _post(store, {**headers, **browser}, form, path=f"/{bucket}")
     assert status == 403, body
