@@ -56,7 +56,8 @@ class Store:
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         self.process.stop()  # reaps it
-        self.process = MotoProcess(self.port, self.state_dir)
+        # The same session key, so that the clients made before reach the restarted store.
+        self.process = MotoProcess(self.port, self.state_dir, store_key=self.process.store_key)
         self.process.start()
         self.restarts += 1
 
@@ -65,7 +66,7 @@ class Store:
             service,
             endpoint_url=self.process.endpoint,
             region_name="us-east-1",
-            aws_access_key_id="testing",
+            aws_access_key_id=self.process.store_key,  # the store answers only its key
             aws_secret_access_key="testing",
         )
 
