@@ -121,7 +121,7 @@ def store_writes(mode: str, writes: int) -> float:
                 "dynamodb",
                 endpoint_url=store.endpoint,
                 region_name="us-east-1",
-                aws_access_key_id="bench",
+                aws_access_key_id=store.store_key,  # the store answers only its session key
                 aws_secret_access_key="bench",
             )
             client.create_table(

@@ -83,6 +83,7 @@ def demo() -> int:
         worker = WorkerProcess(
             api_port=free_port(),
             moto_endpoint=moto.endpoint,
+            store_key=moto.store_key,
             args=args,
             cwd=ROOT,
             env=env,

@@ -74,7 +74,7 @@ def _checkout(
     doomed: WorkerProcess,
     args: Sequence[str],
 ) -> bool:
-    journal = RunsClient(moto.endpoint).store
+    journal = RunsClient(moto.endpoint, store_key=moto.store_key).store
     banner("2/5", "POST /runs: agent example-checkout (price → charge-card → create-ticket → …)")
     say(f"input {CHECKOUT_INPUT}")
     status, body = http_json(

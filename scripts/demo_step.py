@@ -55,7 +55,7 @@ def part_one(moto: MotoProcess, new_worker: NewWorker) -> bool:
     first.kill()
     killed_at_ms = clock.now_ms()
     say(f"worker 1 is gone (SIGKILL). The journal in moto still holds run {run_id}:")
-    done = RunsClient(moto.endpoint).history(run_id)[0]["events"]
+    done = RunsClient(moto.endpoint, store_key=moto.store_key).history(run_id)[0]["events"]
     finished = [e["name"] for e in done if e["event"] == "step_succeeded"]
     say(f"  recorded steps: {', '.join(finished)}; {KILLED_STEP}: started, no result")
 
@@ -68,7 +68,7 @@ def part_one(moto: MotoProcess, new_worker: NewWorker) -> bool:
     say(f"run {run_id} SUCCEEDED")
 
     banner("5/5", "the run's timeline, read from the journal")
-    events = RunsClient(moto.endpoint).history(run_id)[0]["events"]
+    events = RunsClient(moto.endpoint, store_key=moto.store_key).history(run_id)[0]["events"]
     print(history_table(events))
     failures = crash_recovery_failures(events, killed_step=KILLED_STEP, killed_at_ms=killed_at_ms)
     starts = ", ".join(f"{name} x{count}" for name, count in step_starts(events).items())

@@ -239,7 +239,7 @@ def _support(moto: MotoProcess, handle: ServicesHandle, api: str) -> bool:
     )
 
     banner("5/5", "the timeline (journal of the run and its sub-agent, ledgers) and checks")
-    journal = RunsClient(moto.endpoint).store
+    journal = RunsClient(moto.endpoint, store_key=moto.store_key).store
     final = journal.load(run_id)
     children_ids = [c["run_id"] for c in children]
     triage = journal.load(children_ids[0]) if children_ids else None

@@ -91,6 +91,7 @@ def local(
         worker = WorkerProcess(
             api_port=free_port(),
             moto_endpoint=moto.endpoint,
+            store_key=moto.store_key,
             args=["--services-url", services.url, "--log-level", "ERROR"],
             cwd=ROOT,
         )

@@ -19,7 +19,8 @@ that nothing changed:
   tests does it as the local operator at the end, to show the target was live);
 * a blind form to the store (S3's POST-object upload is an HTML form): 403 from
   ``isolated_moto.refuse_browsers`` (it carries ``Origin``), and no object is written; the
-  same form posted without a browser's headers is stored;
+  same form posted without a browser's headers is refused too unless it carries the store's
+  session key (``isolated_moto.require_store_key``), and stored with it;
 * reading the Api from the page (``fetch`` in cors mode): Chromium withholds every answer, as
   the Api sends no ``Access-Control-Allow-Origin``;
 * framing the console: refused (``X-Frame-Options: DENY``, ``frame-ancestors 'none'``), and
@@ -39,6 +40,7 @@ import json
 import re
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections import Counter
@@ -55,6 +57,7 @@ import pytest
 from durable_agents_local.oidc import LocalIssuer
 from durable_agents_local.processes import WorkerProcess, http_json
 from durable_agents_local.services import ServicesHandle
+from durable_agents_local.store_key import key_for
 from tests.browser.test_approval_page import (  # noqa: F401 - the fixtures
     MESSAGE,
     browser,
@@ -689,7 +692,7 @@ def test_a_hostile_page_cannot_write_to_the_store(
         "s3",
         endpoint_url=store,
         region_name="us-east-1",
-        aws_access_key_id="testing",
+        aws_access_key_id=key_for(store),  # the store's session key, from its key file
         aws_secret_access_key="testing",
     )
     bucket = s3.list_buckets()["Buckets"][0]["Name"]  # local mode made the template's buckets
@@ -714,17 +717,34 @@ def test_a_hostile_page_cannot_write_to_the_store(
     assert "answers AWS SDK clients only, not a web page" in answer, answer
     _nothing_happened_after(lambda: _assert_equal(stored(key), False, "the bucket"))
 
-    # The same form without a browser's headers is an upload: the store would have taken it.
+    # The same form without a browser's headers is refused too unless it carries the store's
+    # session key (another local process does not have it); with the key, from a process of
+    # local mode's user, it is an upload: the store would have taken the page's form.
     control = f"{key}.control"
     form = urllib.parse.urlencode({"key": control, "file": "not from a page"}).encode()
-    request = urllib.request.Request(
-        f"{store}/{bucket}",
-        data=form,
-        method="POST",
-        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    credential = (
+        f"AWS4-HMAC-SHA256 Credential={key_for(store)}/20260101/us-east-1/s3/aws4_request, "
+        "SignedHeaders=host, Signature=0"
     )
-    with urllib.request.urlopen(request, timeout=10) as response:  # loopback
-        assert response.status in (200, 201, 204)
+    for authorization in (None, credential):
+        request = urllib.request.Request(
+            f"{store}/{bucket}",
+            data=form,
+            method="POST",
+            headers={
+                "Content-Type": "application/x-www-form-urlencoded",
+                **({"Authorization": authorization} if authorization else {}),
+            },
+        )
+        if authorization is None:
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=10)  # loopback
+            assert refused.value.code == 403
+            assert "session key" in refused.value.read().decode()
+            assert not stored(control)
+            continue
+        with urllib.request.urlopen(request, timeout=10) as response:  # loopback
+            assert response.status in (200, 201, 204)
     assert stored(control)
 
 

@@ -53,6 +53,7 @@ def workers(moto: MotoProcess, services: ServicesHandle) -> Iterator[Callable[..
         worker = WorkerProcess(
             api_port=free_port(),
             moto_endpoint=moto.endpoint,
+            store_key=moto.store_key,
             args=["--services-url", services.url, "--log-level", "ERROR", *args],
             cwd=ROOT,
         )

@@ -33,6 +33,7 @@ def start_worker(
     worker = WorkerProcess(
         api_port=free_port(),
         moto_endpoint=moto.endpoint,
+        store_key=moto.store_key,
         args=WORKER_ARGS + (args or []),
         cwd=ROOT,
         env={"EXAMPLE_WORK_SECONDS": WORK_SECONDS, **(env or {})},

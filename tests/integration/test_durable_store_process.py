@@ -24,7 +24,7 @@ def _dynamodb(store: MotoProcess) -> Any:
         "dynamodb",
         endpoint_url=store.endpoint,
         region_name="us-east-1",
-        aws_access_key_id="testing",
+        aws_access_key_id=store.store_key,
         aws_secret_access_key="testing",
     )
 
@@ -77,7 +77,7 @@ def test_a_torn_last_record_is_dropped_on_restart(tmp_path: Path) -> None:
     store.stop()
     with (tmp_path / "wal-0.log").open("ab") as log:
         log.write(b"\x00\x00\x10\x00torn")  # a record whose write was cut short
-    store = MotoProcess(port, tmp_path)
+    store = MotoProcess(port, tmp_path, store_key=store.store_key)  # `client` keeps its key
     store.start()
     try:
         item = client.get_item(TableName="t", Key={"pk": {"S": "kept"}}, ConsistentRead=True)

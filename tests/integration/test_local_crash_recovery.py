@@ -107,7 +107,7 @@ def test_crash_at_after_the_charge_then_restart_charges_exactly_once(tmp_path: P
         # The hook kills the worker after the provider charged, before the COMMIT.
         assert doomed.wait(30) == -signal.SIGKILL
         assert any("--crash-at charge-card:after_execute: SIGKILL" in x for x in doomed.lines)
-        journal = RunsClient(moto.endpoint).store
+        journal = RunsClient(moto.endpoint, store_key=moto.store_key).store
         at_crash = journal.load(run_id)
         assert prepared_at_crash_failures(at_crash, services.ledger("payments")) == []
         assert services.ledger("tickets") == services.ledger("email") == []

@@ -204,7 +204,9 @@ def test_an_attached_worker_reattaches_to_a_restarted_store(tmp_path: Path) -> N
     try:
         worker.start()
         store.stop()
-        store = MotoProcess(port)  # ephemeral: it lost the tables and the queues too
+        # Ephemeral: it lost the tables and the queues too. The same session key (a store
+        # restarted by hand makes a new one, unless DURABLE_AGENTS_STORE_KEY pins it).
+        store = MotoProcess(port, store_key=store.store_key)
         store.start()
 
         def started() -> bool:

@@ -17,7 +17,6 @@ import pytest
 
 from durable_agents.aws.eventbridge import EventBridgePublisher
 from durable_agents.engine.events import step_ready
-from durable_agents_local.aws import LocalSession
 from durable_agents_local.cli.main import main as cli_main
 from durable_agents_local.functions import (
     local_name,
@@ -55,9 +54,7 @@ def test_run_succeeds_over_http_and_duplicate_events_race_harmlessly(
 ) -> None:
     run_id = start_run(worker, {"topic": "local mode", "sections": 2, "pause_seconds": 0.5})
     # Extra Step Ready events for the same run: several consumers take them at once.
-    publisher = EventBridgePublisher(
-        LocalSession(moto.endpoint).client("events"), local_name("EventBus")
-    )
+    publisher = EventBridgePublisher(moto.session().client("events"), local_name("EventBus"))
     publisher.publish([step_ready(run_id, "duplicate") for _ in range(6)])
 
     run = wait_for_status(worker, run_id, "SUCCEEDED", timeout=30)
@@ -85,7 +82,7 @@ def test_run_succeeds_over_http_and_duplicate_events_race_harmlessly(
 def test_journal_stream_records_are_relayed_to_the_bus(
     moto: MotoProcess, worker: WorkerProcess
 ) -> None:
-    session = LocalSession(moto.endpoint)
+    session = moto.session()
     sqs, events = session.client("sqs"), session.client("events")
     queue = sqs.create_queue(QueueName="test-outbox-listener")["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"][

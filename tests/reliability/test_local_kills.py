@@ -238,7 +238,9 @@ def baseline(
         run = Driver(moto.endpoint, run_id).until(lambda: None, worker, f"{run_id} to succeed")
         assert charges(handle) == ["charge.created"]
         assert worker.stop() == 0
-    yield Baseline(run["result"], _results(RunsClient(moto.endpoint).store, run_id))
+    yield Baseline(
+        run["result"], _results(RunsClient(moto.endpoint, store_key=moto.store_key).store, run_id)
+    )
 
 
 @pytest.mark.reliability_full

@@ -95,6 +95,7 @@ class Soak:
         worker = GroupWorker(
             api_port=free_port(),
             moto_endpoint=self._moto.endpoint,
+            store_key=self._moto.store_key,
             args=[
                 "--template",
                 str(self._template),
@@ -201,7 +202,7 @@ def test_soak_every_run_succeeds_and_pays_once_while_the_worker_is_killed(
             soak.kill()
         soak.start_worker()
         runs = wait_until(finished(soak, list(run_ids.values())), FINISH_TIMEOUT, "every run")
-        journal = RunsClient(moto.endpoint).store
+        journal = RunsClient(moto.endpoint, store_key=moto.store_key).store
         snapshots = {run_id: journal.load(run_id) for run_id in run_ids.values()}
         histories = {run_id: soak.history(run_id) for run_id in run_ids.values()}
         ledger = services.ledger("payments")

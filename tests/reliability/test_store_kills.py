@@ -31,6 +31,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from durable_agents_local.moto_server import MotoProcess, free_port
+from durable_agents_local.store_key import key_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.reliability]
 
@@ -43,7 +44,7 @@ def _client(service: str, endpoint: str) -> Any:
         service,
         endpoint_url=endpoint,
         region_name="us-east-1",
-        aws_access_key_id="testing",
+        aws_access_key_id=key_for(endpoint),  # the store's session key, from its key file
         aws_secret_access_key="testing",
         config=Config(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=5),
     )
@@ -168,7 +169,9 @@ def test_no_acknowledged_write_is_lost_to_a_sigkill(tmp_path: Path, seed: int) -
             time.sleep(rng.uniform(0.5, 2.0))
             os.kill(store.pid or 0, signal.SIGKILL)
             store.stop()
-            store = MotoProcess(port, tmp_path)
+            # The same session key: the writers' clients go on (a store restarted by hand would
+            # make a new one).
+            store = MotoProcess(port, tmp_path, store_key=store.store_key)
             store.start()
         time.sleep(0.5)
     finally:
