@@ -7,7 +7,9 @@ answer 502 until someone restarted the worker too. :class:`StoreWatch` probes th
 once a second; when the store does not answer it backs off (up to ``MAX_BACKOFF`` seconds)
 and, once the store answers without the worker's resources, provisions them again. Consumers
 keep their queue URLs: a queue's URL is derived from its name and the store's address, both
-unchanged.
+unchanged. A store started again with another session key (``store_key``) refuses the worker
+(403): the watch says so once, since only restarting the worker (or the store with the old key)
+mends that.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class StoreWatch:
         self._stop = stop
         self._interval = interval
         self.reattached = 0
+        self.refused = False
         self._thread = threading.Thread(target=self._run, name="store-watch", daemon=True)
 
     def start(self) -> None:
@@ -80,15 +83,24 @@ class StoreWatch:
         """One probe, and a re-attachment if the store lost the resources.
 
         Returns:
-            True if the store answered (re-attached or not), False if it did not.
+            True if the store answered (re-attached, refused or not), False if it did not.
 
         Raises:
-            ClientError: If the probe fails for another reason than a missing resource, or
-                provisioning again fails.
+            ClientError: If the probe fails for another reason than a missing resource or a
+                refused key, or provisioning again fails.
         """
         try:
             self._probe()
         except ClientError as exc:
+            if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 403:
+                if not self.refused:
+                    log.warning(
+                        "the local store refuses this worker's session key (was it started "
+                        "again with a new key?): restart this worker, or start the store with "
+                        "DURABLE_AGENTS_STORE_KEY set to the key it had"
+                    )
+                self.refused = True
+                return True
             if _code(exc) not in _MISSING:
                 raise
             log.warning("the local store restarted without this worker's queues: re-attaching")
@@ -99,6 +111,7 @@ class StoreWatch:
             if self._revive is not None and self._revive():
                 log.warning("the local store this worker started had died: started it again")
             return False
+        self.refused = False
         return True
 
     def _run(self) -> None:

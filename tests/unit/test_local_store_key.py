@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import os
 import stat
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -31,6 +33,7 @@ from durable_agents_local import store_key as keys
 from durable_agents_local.aws import LocalSession
 from durable_agents_local.functions import FunctionSpec
 from durable_agents_local.moto_server import HOST, MotoProcess, free_port
+from durable_agents_local.reattach import StoreWatch
 from durable_agents_local.runs import RunsClient, RunsError
 from durable_agents_local.worker import WorkerOptions, function_environment
 
@@ -342,3 +345,32 @@ def test_the_functions_reach_the_store_with_its_key_as_default_credentials() -> 
     assert env["AWS_ACCESS_KEY_ID"] == key
     assert env[keys.KEY_VARIABLE] == key
     assert env["AWS_SECRET_ACCESS_KEY"]
+
+
+def test_an_attached_worker_is_told_once_when_a_restarted_store_refuses_its_key(
+    store: MotoProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    stranger = _client(store, "sqs", "testing")  # the key of a store that is gone
+    watch = StoreWatch(lambda: stranger.list_queues(), lambda: None, threading.Event())
+    with caplog.at_level(logging.WARNING, logger="durable_agents_local"):
+        assert watch.check()
+        assert watch.check()
+    refusals = [r.getMessage() for r in caplog.records if "refuses this worker" in r.getMessage()]
+    assert len(refusals) == 1, refusals
+    assert keys.KEY_VARIABLE in refusals[0]
+    assert watch.reattached == 0
+
+
+def test_local_mode_attached_to_a_store_it_has_no_key_for_says_where_it_looked(
+    store: MotoProcess, tmp_path: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != keys.KEY_VARIABLE}
+    env[keys.RUNTIME_DIR_VARIABLE] = str(tmp_path)  # not the store's: no key file there
+    done = subprocess.run(
+        [sys.executable, "-m", "durable_agents_local.cli.main", "local",
+         "--moto-endpoint", store.endpoint, "--port", str(free_port())],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert f"{tmp_path / f'store-{store.port}.key'} does not exist" in done.stderr
+    assert "Traceback" not in done.stderr

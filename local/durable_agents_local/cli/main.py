@@ -104,7 +104,8 @@ def _add_local(commands: Any) -> None:
     moto.add_argument(
         "--moto-endpoint",
         metavar="URL",
-        help="attach to a running moto server instead of starting one",
+        help="attach to a running moto server instead of starting one (its session key: "
+        "DURABLE_AGENTS_STORE_KEY, else the key file the server wrote for its port)",
     )
     moto_server.add_state_arguments(local)
     local.add_argument(
@@ -272,7 +273,13 @@ def build_parser() -> argparse.ArgumentParser:
     cli_remote.add_connection(parser, top=True, url=_http_url, caller=_caller_arn)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_local(commands)
-    moto = commands.add_parser("moto", help="run only the moto server (foreground)")
+    moto = commands.add_parser(
+        "moto",
+        help="run only the moto server (foreground)",
+        description="Run only local mode's store. It answers only clients whose access key id "
+        "is its session key: DURABLE_AGENTS_STORE_KEY if set, else a new one; either way "
+        "written to a key file only your user can read (its path is on the first line).",
+    )
     moto.add_argument("--port", type=int, default=moto_server.DEFAULT_PORT)
     moto_server.add_state_arguments(moto)
     _add_runs(commands)
