@@ -189,13 +189,20 @@ class WriteAheadLog:
 class StateFiles:
     """The snapshot and the log generations of one state directory.
 
+    The directory and its files are this user's only (0700, 0600): the snapshot and the logs
+    hold every table, which the store itself refuses to anyone without its session key.
+
     Args:
-        state_dir: The directory (created if missing).
+        state_dir: The directory (created if missing; made 0700 if it is this user's and
+            looser).
     """
 
     def __init__(self, state_dir: Path):
         self.dir = state_dir
-        state_dir.mkdir(parents=True, exist_ok=True)
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = state_dir.stat()
+        if info.st_uid == os.getuid() and info.st_mode & 0o077:
+            state_dir.chmod(0o700)
         self.snapshot_path = state_dir / "snapshot"
 
     def log_path(self, generation: int) -> Path:
@@ -228,7 +235,9 @@ class StateFiles:
     def write_snapshot(self, generation: int, payload: bytes) -> None:
         """Replaces the snapshot atomically and durably."""
         tmp = self.dir / f".snapshot.{os.getpid()}.tmp"
-        with tmp.open("wb") as out:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # a leftover of a crashed compaction may have had another mode
+        with os.fdopen(fd, "wb") as out:
             out.write(_SNAPSHOT_MAGIC + struct.pack(">Q", generation) + encode(payload))
             out.flush()
             os.fsync(out.fileno())

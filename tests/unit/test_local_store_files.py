@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import stat
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,18 @@ def test_a_port_someone_listens_on_is_not_free() -> None:
         listener.bind((HOST, 0))
         listener.listen()
         assert not port_is_free(listener.getsockname()[1])
+
+
+def test_the_state_is_readable_by_its_user_only(tmp_path: Path) -> None:
+    # The snapshot holds every table (the link key's secret included): another local user must
+    # not read what the store itself refuses them (issue 31).
+    loose = tmp_path / "loose"
+    loose.mkdir(mode=0o755)
+    loose.chmod(0o755)
+    for state_dir in (tmp_path / "new" / "state", loose):
+        files = StateFiles(state_dir)
+        files.write_snapshot(1, b"journal")
+        _log(files.log_path(1), b"write")
+        assert stat.S_IMODE(state_dir.stat().st_mode) == 0o700
+        assert stat.S_IMODE(files.snapshot_path.stat().st_mode) == 0o600
+        assert stat.S_IMODE(files.log_path(1).stat().st_mode) == 0o600
