@@ -216,10 +216,10 @@ class IndexListings:
         page = self._client.query(**kwargs)
         items = list(page.get("Items", []))
         last = page.get("LastEvaluatedKey")
-        names = _key_names(index)
+        keys = _key_names(index)
         # Any item's index and table keys are a valid ExclusiveStartKey: the place right
         # after it.
-        positions = [_cursor({name: item[name] for name in names}) for item in items]
+        positions = [_cursor({name: item[name] for name in keys}) for item in items]
         return Page(items, _cursor(last) if last else None, positions)
 
 
