@@ -319,24 +319,44 @@ def render_pending_page(
     *,
     root: str,
     done: str | None = None,
+    more_approvals: str | None = None,
+    more_reviews: str | None = None,
+    paged: bool = False,
 ) -> str:
     """Pending approvals (approve / reject) and tool calls in review (committed / retry / abandon).
 
     Args:
-        approvals: Pending approvals of the caller's tenant.
-        reviews: Tool calls of the caller's tenant waiting for a person.
+        approvals: Pending approvals of the caller's tenant (one page).
+        reviews: Tool calls of the caller's tenant waiting for a person (one page).
         root: The relative prefix to the Api's root (``root_of``).
         done: A ``NOTICES`` code to confirm (an unknown one shows nothing).
+        more_approvals: The relative link to the next page of approvals, if there is one.
+        more_reviews: The relative link to the next page of reviews, if there is one.
+        paged: Whether this is a later page (a link back to the first is shown).
 
     Returns:
         A complete HTML document; every value is escaped.
     """
+
+    def pager(more: str | None, what: str) -> str:
+        links = '<a href="approvals">First page</a>' if paged else ""
+        if more is not None:
+            links += f'<a rel="next" href="{e(more)}">Next page of {what}</a>'
+        return f'<div class="pager">{links}</div>' if links else ""
+
+    def empty(none: str, more: str | None) -> str:
+        # A page of another tenant's backlog holds nothing of the caller's: say so honestly.
+        text = none if more is None and not paged else "None on this page."
+        return f'<p class="card muted">{text}</p>'
+
     body = notice(done) + "<h1>Pending approvals</h1>"
-    body += "".join(_approval_card(a, root) for a in approvals) or (
-        '<p class="card muted">No approval is waiting.</p>'
+    body += "".join(_approval_card(a, root) for a in approvals) or empty(
+        "No approval is waiting.", more_approvals
     )
+    body += pager(more_approvals, "approvals")
     body += "<h1>Tool calls in review</h1>"
-    body += "".join(_review_card(r, root) for r in reviews) or (
-        '<p class="card muted">No tool call is waiting for review.</p>'
+    body += "".join(_review_card(r, root) for r in reviews) or empty(
+        "No tool call is waiting for review.", more_reviews
     )
+    body += pager(more_reviews, "tool calls")
     return page("Approvals & reviews", body, root=root, here="approvals")

@@ -58,6 +58,12 @@ class Operation:
 
 _DECISION = {"decision": "approve", "comment": "within policy"}
 _LIMIT = Param("limit", {"type": "integer", "minimum": 1, "maximum": 100}, "Page size.")
+_LISTING_CURSOR = Param(
+    "cursor",
+    {"type": "string", "maxLength": MAX_CURSOR_CHARS},
+    "From a page, with the same filters: every page carries one (null only at the end); a "
+    "page may hold fewer than limit, even none, and still carry one.",
+)
 
 
 def operations() -> dict[tuple[str, str], Operation]:
@@ -187,7 +193,7 @@ def operations() -> dict[tuple[str, str], Operation]:
             tags=("runs",),
         ),
         ("GET", "/runs/{run_id}/status-value"): Operation(errors=(404,), tags=("runs",)),
-        ("GET", "/reviews"): Operation(tags=("reviews",)),
+        ("GET", "/reviews"): Operation(query=(_LIMIT, _LISTING_CURSOR), tags=("reviews",)),
         ("POST", "/reviews/{operation_id}"): Operation(
             body=ReviewDecisionRequest,
             example={"decision": "committed", "comment": "charged by hand", "external_id": "ch_1"},
@@ -201,6 +207,7 @@ def operations() -> dict[tuple[str, str], Operation]:
                     {"type": "string", "enum": ["pending", "approved", "rejected", "expired"]},
                 ),
                 _LIMIT,
+                _LISTING_CURSOR,
             ),
             tags=("approvals",),
         ),
@@ -300,7 +307,14 @@ def _console_operations(statuses: list[str]) -> dict[tuple[str, str], Operation]
         ("POST", "/console/runs/{run_id}/cancel"): replace(
             action, body=StopRunRequest, body_required=False, errors=(404, 409, 413, 422)
         ),
-        ("GET", "/console/approvals"): page,
+        ("GET", "/console/approvals"): replace(
+            page,
+            query=(
+                Param("approvals_cursor", {"type": "string", "maxLength": MAX_CURSOR_CHARS}),
+                Param("reviews_cursor", {"type": "string", "maxLength": MAX_CURSOR_CHARS}),
+                Param("done", {"type": "string"}, "The action to confirm."),
+            ),
+        ),
         ("POST", "/console/approvals/{approval_id}"): replace(
             action, body=DecisionRequest, errors=(404, 409, 410, 413, 422)
         ),

@@ -137,4 +137,4 @@ def test_the_cli_works_from_anywhere(worker: WorkerProcess, tmp_path: Path) -> N
         capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"reviews": []}
+    assert json.loads(done.stdout) == {"reviews": [], "cursor": None}

@@ -419,6 +419,107 @@ def test_another_tenants_backlog_never_hides_the_callers_reviews(a_review: str) 
     assert [r["operation_id"] for r in reply.json["reviews"]] == [a_review]
 
 
+def _every_page(path: str, caller: str, key: str, **query: str) -> tuple[list[Any], int]:
+    """Everything a listing shows the caller, following its cursors; and how many pages."""
+    listed: list[Any] = []
+    cursor: str | None = None
+    for pages in range(1, 200):
+        reply = request(
+            "GET", path, user_arn=caller, query={**query, **({"cursor": cursor} if cursor else {})}
+        )
+        assert reply.status == 200, reply.text
+        listed += reply.json[key]
+        cursor = reply.json["cursor"]
+        if cursor is None:
+            return listed, pages
+    raise AssertionError(f"{path} never ended")
+
+
+@pytest.fixture
+def small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One request reads at most 2 index pages of 10: a backlog of 25 is past it."""
+    from api.routes import tenant_listing
+
+    monkeypatch.setattr(tenant_listing, "MAX_LISTING_PAGES", 2)
+    monkeypatch.setattr(tenant_listing, "INDEX_PAGE", 10)
+
+
+def test_no_backlog_of_another_tenant_hides_the_callers_approvals(
+    a_approval: tuple[str, str], small_budget: None
+) -> None:
+    _, approval_id = a_approval
+    _crowd(25)  # all older than tenant A's: the first 25 records of the index
+    first = request("GET", "/approvals", user_arn=TENANT_A, query={"limit": "5"})
+    assert first.json["approvals"] == [] and first.json["cursor"], first.text
+    listed, pages = _every_page("/approvals", TENANT_A, "approvals", limit="5")
+    assert [a["approval_id"] for a in listed] == [approval_id]
+    assert pages == 2
+    # Tenant B pages through its backlog 4 at a time: each page ends mid-index-page, and
+    # the next goes on right after it (nothing skipped, nothing twice).
+    theirs, _ = _every_page("/approvals", TENANT_B, "approvals", limit="4")
+    assert [a["approval_id"] for a in theirs] == [f"apr-crowd{i:03d}" for i in range(25)]
+    everyone, _ = _every_page("/approvals", OPERATOR, "approvals", limit="100")
+    assert len(everyone) == 26
+
+
+def test_no_backlog_of_another_tenant_hides_the_callers_reviews(
+    a_review: str, small_budget: None
+) -> None:
+    _crowd(25)
+    listed, _ = _every_page("/reviews", TENANT_A, "reviews")
+    assert [r["operation_id"] for r in listed] == [a_review]
+    theirs, _ = _every_page("/reviews", TENANT_B, "reviews", limit="3")
+    assert len(theirs) == len({r["operation_id"] for r in theirs}) == 25
+
+
+def test_the_console_pages_through_another_tenants_backlog(
+    a_approval: tuple[str, str], small_budget: None
+) -> None:
+    import html
+    import re
+    from urllib.parse import parse_qsl, urlsplit
+
+    _, approval_id = a_approval
+    _crowd(25)
+    query: dict[str, str] = {}
+    seen = ""
+    for _ in range(10):
+        page = request("GET", "/console/approvals", user_arn=TENANT_A, query=query,
+                       headers={"Accept": "text/html"})  # fmt: skip
+        assert page.status == 200, page.text
+        seen += page.text
+        link = re.search(r'<a rel="next" href="([^"]+)"', page.text)
+        if link is None:
+            break
+        query = dict(parse_qsl(urlsplit(html.unescape(link.group(1))).query))
+    assert approval_id in seen
+    assert "apr-crowd" not in seen
+
+
+def test_a_listing_cursor_is_bound_to_its_tenant_and_query(
+    a_approval: tuple[str, str], small_budget: None
+) -> None:
+    _crowd(25)
+    cursor = request("GET", "/approvals", user_arn=TENANT_A).json["cursor"]
+    review_cursor = request("GET", "/reviews", user_arn=TENANT_A).json["cursor"]
+    assert cursor and review_cursor
+    refused = [
+        ("/approvals", TENANT_B, {"cursor": cursor}),
+        ("/approvals", TENANT_A, {"cursor": cursor, "status": "approved"}),
+        ("/approvals", TENANT_A, {"cursor": review_cursor}),
+        ("/reviews", TENANT_A, {"cursor": cursor}),
+        ("/reviews", TENANT_B, {"cursor": review_cursor}),
+        ("/approvals", TENANT_A, {"cursor": "garbage"}),
+        ("/reviews", TENANT_A, {"cursor": "e30"}),
+        ("/approvals", TENANT_A, {"cursor": "x" * 2000}),
+    ]
+    for path, caller, query in refused:
+        reply = request("GET", path, user_arn=caller, query=query)
+        assert reply.status == 400, (path, query, reply.text)
+        assert "cursor" in reply.json["error"]["message"]
+    assert request("GET", "/approvals", user_arn=TENANT_A, query={"cursor": cursor}).status == 200
+
+
 # ---------------------------------------------------------------------------------- callbacks
 def test_a_callback_id_is_its_own_authorization_whatever_the_tenant(
     tenants: Deployment, monkeypatch: pytest.MonkeyPatch

@@ -42,7 +42,8 @@ from api.routes.common import (
     public_base_url,
 )
 from api.routes.limits import MAX_LINK_BODY_BYTES
-from api.routes.tenancy import collect, iam_caller, owned_wait, tenant_of
+from api.routes.tenancy import iam_caller, owned_wait, tenant_of
+from api.routes.tenant_listing import ListingQuery, collect, page_limit
 from api.services import get_runtime
 from durable_agents.auth.links import (
     LINK_TTL_RANGE,
@@ -63,7 +64,6 @@ if TYPE_CHECKING:
 logger = Logger(child=True)
 router = Router()  # type: ignore[no-untyped-call]
 
-MAX_LIST = 100
 STATES: dict[str, tuple[WaitStatus, bool | None]] = {
     "pending": (WaitStatus.PENDING, None),
     "approved": (WaitStatus.COMPLETED, True),
@@ -187,28 +187,34 @@ def _decided(record: WaitRecord) -> Response[str]:
 # -------------------------------------------------------------------------------- IAM (SigV4)
 @router.get("/approvals")
 def list_approvals() -> Response[str]:
-    """Lists approvals by ``status`` (pending, approved, rejected, expired), oldest first."""
+    """Lists the caller's tenant's approvals by ``status``, oldest first.
+
+    ``status``: pending (default), approved, rejected or expired; ``limit`` ≤ 100. Every page
+    carries ``cursor`` (null only at the end; a page may be short, even empty, and still carry
+    one: ``routes.tenant_listing``).
+    """
     event = _event()
     _, tenant = iam_caller(event)
     params = event.query_string_parameters or {}
     state = (params.get("status") or "pending").lower()
     if state not in STATES:
         raise BadRequest(f"unknown status {state!r}; use one of {', '.join(STATES)}")
-    try:
-        limit = int(params.get("limit", str(MAX_LIST)))
-    except ValueError as exc:
-        raise BadRequest("limit must be an integer") from exc
-    if not 1 <= limit <= MAX_LIST:
-        raise BadRequest(f"limit must be between 1 and {MAX_LIST}")
+    limit = page_limit(params)
     status, approved = STATES[state]
-    records = collect(
-        tenant,
-        lambda cursor: get_runtime().store.waits_page(KIND, status, limit=MAX_LIST, cursor=cursor),
+    listed = collect(
+        ListingQuery("approvals", tenant, {"status": state}),
+        params.get("cursor") or None,
+        lambda cursor, size: get_runtime().store.waits_page(
+            KIND, status, limit=size, cursor=cursor
+        ),
         _run_id,
         limit,
         keep=lambda r: approved is None or bool((r.outcome or {}).get("approved")) is approved,
     )
-    return ok(HTTPStatus.OK, {"approvals": [approval_view(r) for r in records]})
+    return ok(
+        HTTPStatus.OK,
+        {"approvals": [approval_view(r) for r in listed.items], "cursor": listed.cursor},
+    )
 
 
 @router.get("/approvals/<approval_id>")

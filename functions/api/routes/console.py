@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
@@ -43,7 +43,8 @@ from api.routes.limits import parse_json
 from api.routes.reviews import ReviewDecisionRequest, record_review
 from api.routes.run_query import list_page, listing_query
 from api.routes.run_stops import StopRunRequest, stop_run
-from api.routes.tenancy import collect, iam_caller, owned_run, owned_wait
+from api.routes.tenancy import iam_caller, owned_run, owned_wait
+from api.routes.tenant_listing import MAX_LIMIT, ListingQuery, collect
 from api.services import get_runtime
 from durable_agents.core.ids import check_run_id
 from durable_agents.core.models import WaitStatus
@@ -53,7 +54,6 @@ from durable_agents.errors import DurableError
 from durable_agents.llm.streams import StreamCache, StreamChunk
 
 router = Router()  # type: ignore[no-untyped-call]
-MAX_LIMIT = 100
 MAX_STREAM_PAGES = 4
 """Stream cache pages (of 500 chunks) a timeline reads: the text shown is at most 2,000 chunks."""
 
@@ -244,24 +244,49 @@ def console_cancel(run_id: str) -> Response[str]:
 
 @router.get("/console/approvals")
 def console_pending() -> Response[str]:
-    """Pending approvals and tool calls in review of the caller's tenant, with their actions."""
+    """Pending approvals and tool calls in review of the caller's tenant, with their actions.
+
+    Each list is paged on its own (``approvals_cursor``, ``reviews_cursor``: the cursors of
+    ``GET /approvals`` and ``GET /reviews``), so another tenant's backlog never hides one.
+    """
     event = _event()
     _, tenant = iam_caller(event)
+    params = event.query_string_parameters or {}
     store = get_runtime().store
+    cursors = {name: params.get(name) or None for name in ("approvals_cursor", "reviews_cursor")}
     approvals = collect(
-        tenant,
-        lambda cursor: store.waits_page(KIND, WaitStatus.PENDING, limit=MAX_LIMIT, cursor=cursor),
+        ListingQuery("approvals", tenant, {"status": "pending"}),
+        cursors["approvals_cursor"],
+        lambda cursor, size: store.waits_page(KIND, WaitStatus.PENDING, limit=size, cursor=cursor),
         lambda r: r.run_id,
         MAX_LIMIT,
     )
     reviews = collect(
-        tenant,
-        lambda cursor: store.reviews_page(limit=MAX_LIMIT, cursor=cursor),
+        ListingQuery("reviews", tenant),
+        cursors["reviews_cursor"],
+        lambda cursor, size: store.reviews_page(limit=size, cursor=cursor),
         lambda r: r.run_id,
         MAX_LIMIT,
     )
-    done = (event.query_string_parameters or {}).get("done")
-    return _html(render_pending_page(approvals, reviews, root=root_of(event.path), done=done))
+
+    def following(name: str, cursor: str | None) -> str | None:
+        # The other list stays on its page.
+        if cursor is None:
+            return None
+        kept = {k: v for k, v in cursors.items() if v and k != name}
+        return "approvals?" + urlencode({**kept, name: cursor})
+
+    return _html(
+        render_pending_page(
+            approvals.items,
+            reviews.items,
+            root=root_of(event.path),
+            done=params.get("done"),
+            more_approvals=following("approvals_cursor", approvals.cursor),
+            more_reviews=following("reviews_cursor", reviews.cursor),
+            paged=any(cursors.values()),
+        )
+    )
 
 
 @router.post("/console/approvals/<approval_id>")

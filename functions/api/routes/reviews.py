@@ -20,7 +20,8 @@ from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.routes.common import json_body, ok
-from api.routes.tenancy import check_effect_owner, collect, iam_caller
+from api.routes.tenancy import check_effect_owner, iam_caller
+from api.routes.tenant_listing import ListingQuery, collect, page_limit
 from api.services import get_runtime
 from durable_agents.admin.review import Decision, ReviewRequest, resolve
 from durable_agents.admin.views import effect_view
@@ -35,7 +36,6 @@ logger = Logger(child=True)
 # Made at the first traced call, not at import: it loads the X-Ray SDK (aws.deferred).
 tracer = DeferredTracer()
 router = Router()  # type: ignore[no-untyped-call]
-MAX_LIMIT = 100
 
 
 class ReviewDecisionRequest(BaseModel):
@@ -58,16 +58,26 @@ def _event() -> APIGatewayProxyEvent:
 @router.get("/reviews")
 @tracer.capture_method(capture_response=False)
 def list_reviews() -> Response[str]:
-    """Lists the caller's tenant's tool calls waiting for a person, with the exact request."""
-    _, tenant = iam_caller(_event())
+    """Lists the caller's tenant's tool calls waiting for a person, with the exact request.
+
+    Oldest first; ``limit`` ≤ 100. Every page carries ``cursor`` (null only at the end; a
+    page may be short, even empty, and still carry one: ``routes.tenant_listing``).
+    """
+    event = _event()
+    _, tenant = iam_caller(event)
+    params = event.query_string_parameters or {}
     store = get_runtime().store
-    records = collect(
-        tenant,
-        lambda cursor: store.reviews_page(limit=MAX_LIMIT, cursor=cursor),
+    listed = collect(
+        ListingQuery("reviews", tenant),
+        params.get("cursor") or None,
+        lambda cursor, size: store.reviews_page(limit=size, cursor=cursor),
         lambda r: r.run_id,
-        MAX_LIMIT,
+        page_limit(params),
     )
-    return ok(HTTPStatus.OK, {"reviews": [effect_view(r) for r in records]})
+    return ok(
+        HTTPStatus.OK,
+        {"reviews": [effect_view(r) for r in listed.items], "cursor": listed.cursor},
+    )
 
 
 @router.post("/reviews/<operation_id>")

@@ -8,8 +8,6 @@ message but for the id the caller sent), so a caller cannot tell "not yours" fro
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import TypeVar
 
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 
@@ -32,9 +30,6 @@ from durable_agents.errors import (
     WaitNotFoundError,
 )
 from durable_agents.journal.generation_keys import locate
-from durable_agents.journal.store import Page
-
-T = TypeVar("T")
 
 
 class TenantNotMappedError(DurableError):
@@ -145,40 +140,3 @@ def check_effect_owner(tenant: str, operation_id: str) -> None:
     owner = run_tenant(run_id)
     if owner is None or not visible(tenant, owner):
         raise EffectNotFoundError(f"{run_id}@{position}")
-
-
-MAX_LISTING_PAGES = 10
-"""Index pages (of 100) a listing reads at most to fill one answer: 1,000 records."""
-
-
-def collect(
-    tenant: str,
-    fetch: Callable[[str | None], Page[T]],
-    run_id_of: Callable[[T], str],
-    limit: int,
-    keep: Callable[[T], bool] = lambda _: True,
-) -> list[T]:
-    """Up to ``limit`` records of the caller's tenant's runs, in index order.
-
-    Reads index pages (``fetch(cursor)``) until ``limit`` are found or the index ends, so
-    another tenant's records ahead in the index never crowd the caller's out of the answer;
-    each page's run tenants are read in one batch (``JournalStore.run_tenants``). At most
-    ``MAX_LISTING_PAGES`` pages are read per request.
-    """
-    kept: list[T] = []
-    cursor: str | None = None
-    for _ in range(MAX_LISTING_PAGES):
-        page = fetch(cursor)
-        candidates = [item for item in page.items if keep(item)]
-        if tenant != ALL_TENANTS and candidates:
-            owners = get_runtime().store.run_tenants({run_id_of(item) for item in candidates})
-            candidates = [
-                item
-                for item in candidates
-                if run_id_of(item) in owners and visible(tenant, owners[run_id_of(item)])
-            ]
-        kept += candidates
-        if len(kept) >= limit or page.cursor is None:
-            break
-        cursor = page.cursor
-    return kept[:limit]
