@@ -111,13 +111,30 @@ def test_approvals_and_reviews(api: StandIn, capsys: pytest.CaptureFixture[str])
     assert main(["approvals", "list", "--agent", "other", *url]) == 0
     out = capsys.readouterr().out
     assert "apr-1" in out and "no approvals" in out
-    assert api.received[0].query == {"status": "pending"}
+    assert api.received[0].query == {"status": "pending", "limit": "100"}
     assert main(["approvals", "decide", "apr-1", "approve", "--comment", "ok", *url]) == 0
     assert api.received[-1].body == {"decision": "approve", "comment": "ok"}
     assert main(["reviews", "decide", op, "committed", "--result", '{"id": 7}', *url]) == 0
     assert api.received[-1].body == {"decision": "committed", "comment": "", "result": {"id": 7}}
     assert main(["reviews", "list", *url]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "no calls in review"
+
+
+def test_approval_and_review_listings_page_with_a_cursor(
+    api: StandIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Another tenant's backlog can leave a page short, even empty: the cursor goes on.
+    api.answers[("GET", "/approvals")] = (200, {"approvals": [], "cursor": "nxt"})
+    api.answers[("GET", "/reviews")] = (200, {"reviews": [], "cursor": "r\x1b2"})
+    url = ["--api-url", api.url]
+    assert main(["approvals", "list", "--limit", "5", "--cursor", "c1", *url]) == 0
+    assert api.received[-1].query == {"status": "pending", "limit": "5", "cursor": "c1"}
+    assert capsys.readouterr().out.splitlines()[-1] == "more: --cursor nxt"
+    assert main(["reviews", "list", "--cursor", "c2", *url]) == 0
+    assert api.received[-1].query == {"limit": "100", "cursor": "c2"}
+    assert capsys.readouterr().out.splitlines()[-1] == "more: --cursor r\\x1b2"
+    assert main(["approvals", "list", "--json", *url]) == 0
+    assert json.loads(capsys.readouterr().out) == {"approvals": [], "cursor": "nxt"}
 
 
 @pytest.mark.parametrize(

@@ -186,6 +186,7 @@ def add_commands(
     listed = on_approvals.add_parser("list", parents=[common], help="approvals, oldest first")
     listed.add_argument("--status", type=str.lower, choices=APPROVAL_STATES, default="pending")
     listed.add_argument("--agent", help="only approvals of this agent's runs")
+    _paging(listed)
     decide = on_approvals.add_parser("decide", parents=[common], help="approve or reject")
     decide.add_argument("approval_id")
     decide.add_argument("decision", choices=("approve", "reject"))
@@ -193,13 +194,24 @@ def add_commands(
 
     reviews = commands.add_parser("reviews", help="list or decide tool calls in review")
     on_reviews = reviews.add_subparsers(dest="action", required=True, metavar="ACTION")
-    on_reviews.add_parser("list", parents=[common], help="tool calls waiting for a person")
+    _paging(on_reviews.add_parser("list", parents=[common], help="tool calls waiting for a person"))
     settle = on_reviews.add_parser("decide", parents=[common], help="settle a call in review")
     settle.add_argument("operation_id")
     settle.add_argument("decision", choices=REVIEW_DECISIONS)
     settle.add_argument("--comment", default="")
     settle.add_argument("--result", type=_json_arg, help="committed: the call's result (JSON)")
     settle.add_argument("--external-id", help="committed: the provider's id of the call")
+
+
+def _paging(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--limit", type=int, default=100, help="at most this many (≤ 100)")
+    parser.add_argument("--cursor", help="the next page (a listing's cursor)")
+
+
+def _more(page: dict[str, Any]) -> str:
+    """The line that says how to get the next page (a page may be short and still have one)."""
+    cursor = page.get("cursor")
+    return f"\nmore: --cursor {escape_controls(str(cursor))}" if cursor else ""
 
 
 def _width() -> int:
@@ -212,10 +224,7 @@ def _runs(client: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
         query = {"status": args.status, "agent": args.agent, "version": args.version,
                  "since": args.since, "limit": args.limit, "cursor": args.cursor}  # fmt: skip
         page = client.call("GET", "/runs", query=query)
-        text = runs_table(page.get("runs") or [], width)
-        if page.get("cursor"):
-            text += f"\nmore: --cursor {escape_controls(str(page['cursor']))}"
-        return page, text
+        return page, runs_table(page.get("runs") or [], width) + _more(page)
     path, missing = f"/runs/{seg(args.run_id)}", f"run {args.run_id}"
     if args.action == "show":
         run = client.call("GET", path, missing=missing)
@@ -254,11 +263,13 @@ def _runs(client: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
 
 def _approvals(client: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
     if args.action == "list":
-        page = client.call("GET", "/approvals", query={"status": args.status})
+        query = {"status": args.status, "limit": args.limit, "cursor": args.cursor}
+        page = client.call("GET", "/approvals", query=query)
         found = page.get("approvals") or []
         if args.agent:  # the Api lists by status only; the agent is in each approval
             found = [a for a in found if a.get("agent") == args.agent]
-        return {"approvals": found}, approvals_table(found, _width())
+        answer = {"approvals": found, "cursor": page.get("cursor")}
+        return answer, approvals_table(found, _width()) + _more(page)
     body = {"decision": args.decision, "comment": args.comment}
     path = f"/approvals/{seg(args.approval_id)}"
     decided = client.call("POST", path, body=body, missing=f"approval {args.approval_id}")
@@ -268,8 +279,8 @@ def _approvals(client: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
 
 def _reviews(client: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
     if args.action == "list":
-        page = client.call("GET", "/reviews")
-        return page, reviews_table(page.get("reviews") or [], _width())
+        page = client.call("GET", "/reviews", query={"limit": args.limit, "cursor": args.cursor})
+        return page, reviews_table(page.get("reviews") or [], _width()) + _more(page)
     body: dict[str, Any] = {"decision": args.decision, "comment": args.comment}
     if args.result is not None:
         body["result"] = args.result
