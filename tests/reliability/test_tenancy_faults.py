@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from api.routes.tenant_listing import ListingQuery
 from durable_agents.auth.jwt import JwtVerifier
 from durable_agents.core.models import WaitStatus
 from durable_agents.engine.events import EventPublishError
@@ -43,6 +44,7 @@ class IntrudedSimulator(Simulator):
         super().__init__(plan)
         self.breaches: list[str] = []
         self.requests = 0
+        self.stolen_cursors = 0
 
     def _start(self) -> None:
         for _ in range(self.plan.max_faults + 10):
@@ -94,8 +96,38 @@ class IntrudedSimulator(Simulator):
             self._expect(f"GET {path}", reply, {200, 503})
             if reply.status == 200 and reply.json[key]:
                 self.breaches.append(f"GET {path} lists tenant a's: {reply.text[:200]}")
+        for path, key in (("/approvals", "approvals"), ("/reviews", "reviews")):
+            self._page_through(path, key)
         if self._state() != before:
             self.breaches.append("tenant b's requests changed tenant a's run")
+
+    def _page_through(self, path: str, key: str) -> None:
+        """Tenant b follows every cursor, one record a page, and replays tenant a's cursor."""
+        cursor: str | None = None
+        for _ in range(20):
+            query = {"limit": "1", **({"cursor": cursor} if cursor else {})}
+            reply = request("GET", path, user_arn=INTRUDER, query=query)
+            self._expect(f"GET {path} (paged)", reply, {200, 503})
+            if reply.status != 200:
+                return
+            if reply.json[key]:
+                self.breaches.append(f"GET {path} pages tenant a's: {reply.text[:200]}")
+            cursor = reply.json["cursor"]
+            if cursor is None:
+                break
+        # A cursor tenant a's listing hands out (bound to tenant a, at a real position) is
+        # refused to tenant b.
+        index = (
+            self.inner.waits_page("approval", WaitStatus.PENDING, limit=1)
+            if key == "approvals"
+            else self.inner.reviews_page(limit=1)
+        )
+        if index.positions:
+            filters = {"status": "pending"} if key == "approvals" else {}
+            stolen = ListingQuery(key, "a", filters).seal(index.positions[0])
+            reply = request("GET", path, user_arn=INTRUDER, query={"cursor": stolen})
+            self._expect(f"GET {path} with tenant a's cursor", reply, {400})
+            self.stolen_cursors += 1
 
     def _person(self) -> dict[str, Any]:
         # The run's approver (user:alice), signed in, but of tenant b.
@@ -133,4 +165,5 @@ def test_cross_tenant_requests_never_succeed(api_over_the_simulator: Any, seed: 
     assert not sim.breaches, sim.breaches[:5]
     assert not problems, explain(result, problems)
     assert sim.requests > 10, "tenant b never probed the run: the case tests nothing"
+    assert sim.stolen_cursors > 0, "tenant b never replayed tenant a's cursor"
     assert result.status == "SUCCEEDED"
