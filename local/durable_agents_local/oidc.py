@@ -41,6 +41,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from durable_agents.core.clock import SystemClock
 from durable_agents.errors import ConfigurationError
 from durable_agents_local.identity import is_own_host
+from durable_agents_local.no_redirects import OPENER
 
 HOST = "127.0.0.1"
 DEFAULT_PORT = 3001
@@ -341,7 +342,7 @@ def request_token(
         method="POST",
     )
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+        with OPENER.open(request, timeout=10) as response:
             answer = json.loads(response.read())
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")[:200]

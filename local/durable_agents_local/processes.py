@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from durable_agents_local.moto_server import HOST
+from durable_agents_local.no_redirects import OPENER
 from durable_agents_local.services import ServicesHandle
 from durable_agents_local.store_key import KEY_VARIABLE
 
@@ -49,7 +50,7 @@ def http_json(
         url, data=data, method=method, headers={"Content-Type": "application/json"}
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+        with OPENER.open(request, timeout=timeout) as response:
             status, text = response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         status, text = exc.code, exc.read().decode()

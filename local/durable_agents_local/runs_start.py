@@ -15,6 +15,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from durable_agents_local.no_redirects import OPENER
+
 DEFAULT_API = "http://127.0.0.1:3000"
 SETTLED = ("SUCCEEDED", "FAILED", "CANCELLED", "TERMINATED", "TIMED_OUT", "PAUSED")
 _POLL_SECONDS = 0.2
@@ -54,7 +56,7 @@ def _call(method: str, url: str, body: Any = None) -> tuple[int, dict[str, Any]]
         headers={"Content-Type": "application/json", "Accept": "application/json"},
     )
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310
+        with OPENER.open(request, timeout=10) as response:
             return int(response.status), json.loads(response.read() or b"{}")
     except urllib.error.HTTPError as exc:
         try:

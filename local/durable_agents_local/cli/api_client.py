@@ -26,12 +26,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
-from email.message import Message
-from typing import IO, Any
+from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from durable_agents_local.cli.tables import escape_controls
 from durable_agents_local.identity import CALLER_HEADER
+from durable_agents_local.no_redirects import OPENER
 
 LOCAL_API_URL = "http://127.0.0.1:3000"
 STACK_OUTPUT = "ApiUrl"  # template.yaml's Outputs
@@ -130,28 +130,6 @@ def require_secure(url: str) -> None:
             "http is for local mode on 127.0.0.0/8, ::1 or localhost)"
         )
     raise ApiConfigError(f"expected the Api's https:// URL, got {url!r}")
-
-
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """Never follows a redirect: the 3xx comes back as an ``HTTPError``.
-
-    urllib's own handler resends the request's headers (``Authorization``,
-    ``X-Amz-Security-Token``) to the host the ``Location`` names, whatever host that is.
-    """
-
-    def redirect_request(
-        self,
-        req: urllib.request.Request,
-        fp: IO[bytes],
-        code: int,
-        msg: str,
-        headers: Message,
-        newurl: str,
-    ) -> urllib.request.Request | None:
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirects)
 
 
 def region_of(url: str) -> str | None:
@@ -284,7 +262,8 @@ class ApiClient:
             url, data=data, method=method, headers=self.headers(method, url, data, headers)
         )
         try:
-            with _OPENER.open(request, timeout=self.timeout) as response:
+            # Never a redirect: it would resend the signature to the host it names.
+            with OPENER.open(request, timeout=self.timeout) as response:
                 status, raw = int(response.status), response.read()
         except urllib.error.HTTPError as exc:
             status, raw = exc.code, exc.read()
