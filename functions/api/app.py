@@ -25,7 +25,7 @@ from aws_lambda_powertools.utilities.data_classes.common import BaseProxyEvent
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import ValidationError
 
-from api.approval_page import render_message_page
+from api.approval_page import LINK_PAGE_HEADERS, render_message_page
 from api.authn import require_iam_identity
 from api.cross_site import CrossSiteRequestError, UnsupportedMediaTypeError, refuse_cross_site
 from api.routes import (
@@ -271,6 +271,8 @@ def error_response(exc: Exception) -> Response[str]:
         headers["WWW-Authenticate"] = 'Bearer error="invalid_token"'
     if prefers_html(app.current_event):
         page = render_message_page(status.phrase, message)
+        if (app.current_event.path or "").startswith("/links/"):
+            headers.update(LINK_PAGE_HEADERS)  # the URL may hold a link's token
         return html(status, page, headers=headers or None)
     return error(status, type(exc).__name__, message, headers=headers or None, **extra)
 

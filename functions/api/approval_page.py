@@ -3,8 +3,8 @@
 No front-end build and nothing loaded from elsewhere: one document with its stylesheet inline,
 no scripts, no images, no fonts. The Api sends it with a Content-Security-Policy that allows only
 that exact stylesheet (by hash) and form posts to the same origin, ``Referrer-Policy:
-no-referrer`` (a link's token is in the page URL) and ``Cache-Control: no-store``. Every value
-from the record is escaped.
+same-origin`` (``no-referrer`` on a link's page: its token is in the page URL) and
+``Cache-Control: no-store``. Every value from the record is escaped.
 
 ``render_approval_page`` and ``render_message_page`` are the entry points the Api calls; restyle
 freely, keeping their signatures and the form fields (``decision`` = ``approve`` | ``reject``,
@@ -108,7 +108,11 @@ def page_headers(stylesheet: str) -> dict[str, str]:
     """The headers of a server-rendered page whose only resource is ``stylesheet`` (inline).
 
     Only that exact stylesheet (by hash) may apply; nothing may be loaded or run, and forms
-    may post only to the Api itself. The console's pages use it too.
+    may post only to the Api itself. The console's pages use it too. ``Referrer-Policy:
+    same-origin``: no referrer leaves for another origin, and a browser that sends no
+    ``Sec-Fetch-Site`` (Safari before 16.4) posts the page's forms with the page's ``Origin``
+    (under ``no-referrer`` it sends ``Origin: null``, which ``api.cross_site`` refuses). A page
+    whose URL holds a link's token sends no referrer at all (``LINK_PAGE_HEADERS``).
     """
     digest = base64.b64encode(hashlib.sha256(stylesheet.encode()).digest()).decode()
     return {
@@ -116,7 +120,7 @@ def page_headers(stylesheet: str) -> dict[str, str]:
             f"default-src 'none'; style-src 'sha256-{digest}'; form-action 'self'; "
             "frame-ancestors 'none'; base-uri 'none'"
         ),
-        "Referrer-Policy": "no-referrer",
+        "Referrer-Policy": "same-origin",
         "X-Content-Type-Options": "nosniff",
         "X-Frame-Options": "DENY",
         "Cache-Control": "no-store",
@@ -125,6 +129,9 @@ def page_headers(stylesheet: str) -> dict[str, str]:
 
 HTML_HEADERS = page_headers(_STYLE)
 """Headers every HTML response of the Api carries."""
+
+LINK_PAGE_HEADERS = {"Referrer-Policy": "no-referrer"}
+"""Added to a page under ``/links/``: its URL holds the link's token, which no referrer carries."""
 
 _MARKS: dict[Tone, str] = {"info": "i", "success": "\u2713", "warning": "!", "error": "\u00d7"}
 

@@ -10,14 +10,15 @@ request away, and every current browser sends at least one:
   it decides: through the signing proxy (``durable-agents console``) the page and its post are
   both the proxy's, ``same-origin``, and the ``Origin`` forwarded with it is the proxy's, not
   the Api's host;
-* ``Origin``, from a browser that sends no ``Sec-Fetch-Site``: it must name this host (the
-  request's ``Host``); ``null`` (a sandboxed frame, or a page sent with
-  ``Referrer-Policy: no-referrer``) is refused.
+* ``Origin``, from a browser that sends no ``Sec-Fetch-Site`` (Safari before 16.4): it must
+  name this host (the request's ``Host``); ``null`` (a sandboxed frame, or a page sent with
+  ``Referrer-Policy: no-referrer``) is refused. The Api's own pages are sent with
+  ``same-origin``, so such a browser posts their forms with their real ``Origin``.
 
 A request with neither header did not come from a browser (curl, the SDKs, the CLI) and is
 accepted. Routes under ``/links/`` are exempt from the origin check: their requests carry a
-signed link token that another site cannot know, and an old browser posting the approval page's
-form (``no-referrer``) sends ``Origin: null`` without ``Sec-Fetch-Site``.
+signed link token that another site cannot know, and an old browser posting a link's approval
+page (``no-referrer``: its URL holds the token) sends ``Origin: null`` without ``Sec-Fetch-Site``.
 
 The body's type is checked too, for every state-changing request with a body: JSON routes take
 ``application/json`` only (415 otherwise), and HTML forms are accepted only by the routes that

@@ -46,7 +46,11 @@ def test_signed_link_page_form_decision_and_single_use(
     assert page.status == 200
     assert f'value="{token}"' in page.html and f'action="{aid}"' in page.html
     assert "&lt;script&gt;" in page.html and "<script>" not in page.html
+    # The link's token is in this page's URL: no referrer leaves it, not even to the Api.
     assert page.headers["Referrer-Policy"] == "no-referrer"
+    refused = request("GET", f"/links/approvals/{aid}", query={"token": "x" + token},
+                      user_arn=None, headers={"Accept": "text/html"})  # fmt: skip
+    assert refused.status >= 400 and refused.headers["Referrer-Policy"] == "no-referrer"
     as_json = request(
         "GET",
         f"/links/approvals/{aid}",

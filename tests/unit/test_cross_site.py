@@ -190,8 +190,28 @@ def test_same_origin_and_header_less_requests_still_work(
     assert _run_state(pending.run_id)[1] is not None
 
 
+def test_a_browser_without_sec_fetch_site_posts_the_approval_page(pending: Pending) -> None:
+    # Safari before 16.4 sends no Sec-Fetch-Site; the page's Referrer-Policy (same-origin)
+    # lets it send the page's own Origin with the form, which names the Api's host.
+    page = request("GET", f"/approvals/{pending.approval_id}", headers={"Accept": "text/html"})
+    assert page.headers["Referrer-Policy"] == "same-origin"
+    old_safari = {
+        "Content-Type": "application/x-www-form-urlencoded",
+        "Accept": "text/html",
+        "Host": "api.example",
+        "Origin": "https://api.example",
+    }
+    reply = request(
+        "POST",
+        f"/approvals/{pending.approval_id}",
+        raw_body=urlencode({"decision": "approve"}),
+        headers=old_safari,
+    )
+    assert reply.status == 200, reply.text
+
+
 def test_the_approval_pages_own_form_still_works(pending: Pending) -> None:
-    # The page is sent with Referrer-Policy: no-referrer, so its form post says Origin: null.
+    # A link page (Referrer-Policy: no-referrer) posts with Origin: null; Sec-Fetch-Site decides.
     browser = {
         "Content-Type": "application/x-www-form-urlencoded",
         "Accept": "text/html",

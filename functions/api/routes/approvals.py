@@ -27,7 +27,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 from pydantic import BaseModel, ConfigDict, Field
 
-from api.approval_page import render_approval_page, render_message_page
+from api.approval_page import LINK_PAGE_HEADERS, render_approval_page, render_message_page
 from api.routes.approval_decisions import DecisionRequest, authorize, decide, ensure_open
 from api.routes.common import (
     BadRequest,
@@ -168,7 +168,7 @@ def _show(record: WaitRecord, *, token: str | None = None) -> Response[str]:
     if prefers_html(_event()):
         # Relative: the form posts to the page's own path, whatever the stage or domain.
         page = render_approval_page(record, action_url=quote(record.wait_id), token=token)
-        return html(HTTPStatus.OK, page)
+        return html(HTTPStatus.OK, page, headers=None if token is None else LINK_PAGE_HEADERS)
     return ok(HTTPStatus.OK, approval_view(record))
 
 
