@@ -25,6 +25,10 @@ The body's type is checked too, for every state-changing request with a body: JS
 serve a form (the console's actions, the approval page's decision). Without that, another site
 could post JSON as ``text/plain`` — a "simple" request a browser sends without asking first.
 
+Reads get Fetch Metadata's resource isolation (``check_not_embedded``): another site's page
+may send a person here (a top-level navigation), but what it embeds or fetches is refused, so
+no load or error event tells it whether an id exists.
+
 It is one middleware for the whole resolver (``api.app``), not a check per route, so a new
 route cannot forget it.
 """
@@ -122,6 +126,34 @@ def check_not_cross_site(event: APIGatewayProxyEvent) -> None:
         )
 
 
+def check_not_embedded(event: APIGatewayProxyEvent) -> None:
+    """Refuses a read another site's page embeds or fetches (Fetch Metadata isolation).
+
+    Another site may send a person here (a top-level navigation: a link in an email, a
+    bookmark), but an ``<img>``, ``<script>``, frame or no-cors ``fetch`` of its page would
+    learn, through a load or error event, whether an id exists. Such a request is refused
+    before routing, alike for every path: ``Sec-Fetch-Site`` of ``cross-site`` or
+    ``same-site`` with anything but ``Sec-Fetch-Mode: navigate`` and ``Sec-Fetch-Dest:
+    document``. Without ``Sec-Fetch-Site`` (no browser, or one too old to send it) the read
+    is answered.
+
+    Raises:
+        CrossSiteRequestError: If another site's page embeds or fetches the request.
+    """
+    site = (_header(event, "Sec-Fetch-Site") or "").strip().lower()
+    if site in ("", *OWN_SITE):
+        return
+    mode = (_header(event, "Sec-Fetch-Mode") or "").strip().lower()
+    dest = (_header(event, "Sec-Fetch-Dest") or "").strip().lower()
+    if mode == "navigate" and dest == "document":
+        return
+    raise CrossSiteRequestError(
+        f"the Api answers other sites' pages only when a person opens it (Sec-Fetch-Site: "
+        f"{site[:40]!r}, Sec-Fetch-Mode: {mode[:40]!r}, Sec-Fetch-Dest: {dest[:40]!r}); "
+        "open it from this origin, or without a browser"
+    )
+
+
 def check_body_type(event: APIGatewayProxyEvent, route_path: str) -> None:
     """Refuses a body that is neither JSON nor, on a route that serves a form, a form.
 
@@ -145,13 +177,15 @@ def check_body_type(event: APIGatewayProxyEvent, route_path: str) -> None:
 
 
 def refuse_cross_site(app: APIGatewayRestResolver, next_middleware: NextMiddleware) -> Any:
-    """Powertools middleware: refuses cross-site and wrongly typed state-changing requests.
+    """Powertools middleware: refuses what another site's page makes a browser send.
 
-    Runs before any route reads anything, so a refused request changes nothing and learns
-    nothing.
+    Cross-site and wrongly typed state-changing requests, and reads another site's page
+    embeds or fetches (``check_not_embedded``). Runs before any route reads anything, so a
+    refused request changes nothing and learns nothing.
 
     Raises:
-        CrossSiteRequestError: See ``check_not_cross_site`` (the exception handler answers 403).
+        CrossSiteRequestError: See ``check_not_cross_site`` and ``check_not_embedded``
+            (the exception handler answers 403).
         UnsupportedMediaTypeError: See ``check_body_type`` (answered 415).
     """
     event = app.current_event
@@ -161,5 +195,7 @@ def refuse_cross_site(app: APIGatewayRestResolver, next_middleware: NextMiddlewa
         if not path.startswith(TOKEN_PATH_PREFIXES):
             check_not_cross_site(event)
         check_body_type(event, path)
+    else:
+        check_not_embedded(event)
     response: Response[Any] = next_middleware(app)
     return response

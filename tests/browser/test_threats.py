@@ -23,6 +23,9 @@ that nothing changed:
   session key (``isolated_moto.require_store_key``), and stored with it;
 * reading the Api from the page (``fetch`` in cors mode): Chromium withholds every answer, as
   the Api sends no ``Access-Control-Allow-Origin``;
+* probing for ids: an ``<img>``, ``<script>``, ``<iframe>`` and ``<object>`` of a run and an
+  approval that exist and of ids that do not fire the same events, because the Api answers
+  every one 403 (``api.cross_site.check_not_embedded``);
 * framing the console: refused (``X-Frame-Options: DENY``, ``frame-ancestors 'none'``), and
   Chromium shows nothing of it in the frame;
 * DNS rebinding: a page whose name resolves to 127.0.0.1 reaches the Api, the store and the
@@ -80,6 +83,7 @@ REFUSED_CROSS_SITE = "not accepted from other sites"
 SETTLE_SECONDS = 1.0
 # The worker's line for each Api invocation (durable_agents_local.invoke.summarize).
 ANSWERED = re.compile(r"ApiFunction\s+(?P<request>POST \S+) -> (?P<status>\d{3})\b")
+ANSWERED_GET = re.compile(r"ApiFunction\s+(?P<request>GET \S+) -> (?P<status>\d{3})\b")
 _MARKERS = itertools.count()
 
 Stack = tuple[WorkerProcess, ServicesHandle]
@@ -349,6 +353,13 @@ class ApiAnswers:
         lines = self._marked()
         assert lines is not None, "the marker left the worker's log"
         found = (ANSWERED.search(line) for line in lines)
+        return Counter((m["request"], int(m["status"])) for m in found if m)
+
+    def gets(self) -> Counter[tuple[str, int]]:
+        """Each GET since the marker, with its status, and how many times."""
+        lines = self._marked()
+        assert lines is not None, "the marker left the worker's log"
+        found = (ANSWERED_GET.search(line) for line in lines)
         return Counter((m["request"], int(m["status"])) for m in found if m)
 
     def expect_refused(self, api: str, paths: dict[str, int]) -> None:
@@ -676,6 +687,63 @@ function frameLoaded() {{ if (++loaded === 2) document.title = "done"; }}
     assert "<table" not in source and "<form" not in source
     refused = [e["message"] for e in driver.get_log("browser") if "frame" in e["message"]]
     assert any("X-Frame-Options" in m or "frame-ancestors" in m for m in refused), refused
+
+
+# 1f'. Probing for ids: an element's load or error event must not tell whether an id exists.
+
+PROBES = ("img", "script", "iframe", "object")
+
+
+def _probe_page(urls: dict[str, str]) -> str:
+    """A page that embeds each URL as every element kind and records its load/error event."""
+    elements = "".join(
+        f'<{kind} data-probe="{escape(name)}:{kind}" onload="seen(this, \'load\')" '
+        f"onerror=\"seen(this, 'error')\" "
+        f'{"data" if kind == "object" else "src"}="{escape(url)}"></{kind}>'
+        for name, url in urls.items()
+        for kind in PROBES
+    )
+    expected = len(urls) * len(PROBES)
+    # Inline handlers: a frame's load event does not reach a listener on the window.
+    return f"""<!doctype html><title>probing</title><script>
+window.events = {{}};
+function seen(element, type) {{
+  const name = element.getAttribute("data-probe");
+  if (!(name in window.events)) window.events[name] = type;
+  if (Object.keys(window.events).length === {expected}) document.title = "done";
+}}
+</script>{elements}"""
+
+
+def test_a_hostile_page_cannot_probe_for_ids(
+    attacker: tuple[Any, Callable[[str], str]],
+    hostile: HostileSite,
+    local: Stack,  # noqa: F811
+    approval: dict[str, Any],
+) -> None:
+    worker, _ = local
+    api = worker.base_url
+    driver, url = attacker
+    answers = ApiAnswers(worker)
+    targets = {
+        "run": f"{api}/runs/{approval['run_id']}",
+        "no-run": f"{api}/runs/run-probe-does-not-exist",
+        "approval": f"{api}/approvals/{approval['approval_id']}",
+        "no-approval": f"{api}/approvals/apr-probedoesnotexist",
+    }
+    driver.get(url(hostile.add(_probe_page(targets))))
+    wait_until(lambda: driver.title == "done", 20, "the probes' events")
+    events = driver.execute_script("return window.events")
+    # What the page saw is the same for an id that exists and one that does not...
+    for kind in PROBES:
+        assert events[f"run:{kind}"] == events[f"no-run:{kind}"], events
+        assert events[f"approval:{kind}"] == events[f"no-approval:{kind}"], events
+    # ...because the Api refused every one of them before looking (403, not 200 or 404).
+    prefix = len(api)
+    expected = {f"GET {target[prefix:]}" for target in targets.values()}
+    wait_until(lambda: {r for r, _ in answers.gets()} >= expected, 10, "the Api's answers")
+    statuses = {status for request, status in answers.gets() if request in expected}
+    assert statuses == {403}, answers.gets()
 
 
 # 1g. A blind form to the store (S3's POST-object upload is a plain HTML form).

@@ -266,3 +266,39 @@ def test_the_consoles_check_refuses_an_unreadable_origin_without_raising(origin:
     with pytest.raises(CrossSiteFormError):
         check_same_origin(_event({"Origin": origin, "Host": "h.example"}))
     check_same_origin(_event({"Origin": "https://h.example", "Host": "h.example"}))
+
+
+# Reads: another site's page may navigate to the Api (a link in an email, a bookmark), but
+# not embed or fetch it (Fetch Metadata's resource isolation policy): an <img>, <script> or
+# no-cors fetch of /runs/{id} would tell, through its load or error event, whether the id
+# exists. Refused before routing, the same way for an id that exists and one that does not.
+EMBEDDED = [
+    {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "image"},
+    {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "script"},
+    {"Sec-Fetch-Site": "same-site", "Sec-Fetch-Mode": "cors", "Sec-Fetch-Dest": "empty"},
+    {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "iframe"},
+    {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "object"},
+]
+
+
+@pytest.mark.parametrize("headers", EMBEDDED, ids=["img", "script", "fetch", "iframe", "object"])
+def test_another_sites_page_cannot_embed_or_fetch_a_read(
+    pending: Pending, headers: dict[str, str]
+) -> None:
+    for path in (f"/runs/{pending.run_id}", "/runs/run-that-does-not-exist",
+                 f"/approvals/{pending.approval_id}", "/approvals/apr-doesnotexist",
+                 "/runs", "/openapi.json"):  # fmt: skip
+        reply = request("GET", path, headers=headers)
+        _refused(reply)
+        assert pending.run_id not in reply.text
+
+
+def test_another_sites_link_still_opens_a_page(pending: Pending) -> None:
+    # A person clicking a link in a webmail: a top-level navigation, cross-site.
+    clicked = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate",
+               "Sec-Fetch-Dest": "document", "Accept": "text/html"}  # fmt: skip
+    reply = request("GET", f"/approvals/{pending.approval_id}", headers=clicked)
+    assert reply.status == 200 and "Approve" in reply.html
+    own = {"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors", "Sec-Fetch-Dest": "empty"}
+    assert request("GET", f"/runs/{pending.run_id}", headers=own).status == 200
+    assert request("GET", f"/runs/{pending.run_id}").status == 200  # no browser at all
