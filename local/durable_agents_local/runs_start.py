@@ -9,6 +9,7 @@ mode is still starting (nothing listens on the port yet) the request is retried 
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.request
@@ -22,8 +23,24 @@ SETTLED = ("SUCCEEDED", "FAILED", "CANCELLED", "TERMINATED", "TIMED_OUT", "PAUSE
 _POLL_SECONDS = 0.2
 
 
+# Text a person typed as JSON: an object, an array, a string, a number as people write one
+# (``+1``, ``.5``, ``01`` and ``1e`` are attempts; ``1.2.3``, ``2026-12-01`` and
+# ``2nd-attempt`` are words) or a literal in any case (``True``).
+_LOOKS_LIKE_JSON = re.compile(
+    r"""[{["]|[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d*)?$|(?i:true|false|null)$"""
+)
+
+
 class RunStartError(Exception):
     """The run could not be started or did not settle in time (the message says what to do)."""
+
+
+class InputSyntaxError(ValueError):
+    """INPUT looks like JSON (an object, array, string, number or literal) but does not parse.
+
+    The message is the parser's, with its line and column, and how to send the text as a
+    string instead.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,12 +56,38 @@ class Started:
     settled: bool
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # NaN, Infinity: Python's, not RFC 8259's
+
+
 def parse_input(text: str) -> Any:
-    """INPUT as JSON; text that is not JSON is the string itself (``Ada`` = ``'"Ada"'``)."""
+    """INPUT as JSON; plain text that is not JSON is the string itself (``Ada`` = ``'"Ada"'``).
+
+    Text that looks like JSON must be JSON: one that starts (after blanks) with ``{``, ``[``
+    or ``"``, a number as people write one (``42``, ``-1.5e3``, but also ``+1``, ``.5``,
+    ``01``), or ``true``, ``false`` or ``null`` in any case (``True``). Anything else that
+    does not parse (``Ada``, ``Ada Lovelace``, ``1.2.3``, ``2026-12-01``, ``NaN``, the empty
+    text) is sent as the string it is.
+
+    Args:
+        text: INPUT as typed.
+
+    Returns:
+        The value to send as the run's input.
+
+    Raises:
+        InputSyntaxError: If ``text`` looks like JSON but does not parse; the message has the
+            parser's reason, line and column.
+    """
     try:
-        return json.loads(text)
-    except ValueError:
-        return text
+        return json.loads(text, parse_constant=_no_constant)
+    except ValueError as exc:
+        if not _LOOKS_LIKE_JSON.match(text.strip()):
+            return text
+        raise InputSyntaxError(
+            f"INPUT is not valid JSON: {exc}; to send the text as a string, quote it as JSON "
+            """(e.g. '"Ada"')"""
+        ) from exc
 
 
 def _call(method: str, url: str, body: Any = None) -> tuple[int, dict[str, Any]]:

@@ -217,8 +217,9 @@ def _add_runs(commands: Any) -> None:
     start.add_argument("agent", help="the agent's name")
     start.add_argument(
         "input",
-        help='the input as JSON (\'"Ada"\', \'{"topic": "x"}\'); '
-        "text that is not JSON is sent as a string",
+        help='the input as JSON (\'"Ada"\', \'{"topic": "x"}\'); plain text that is not '
+        'JSON is sent as a string (Ada); text that looks like JSON (starts with {, [ or ", '
+        "a number, true/false/null) must parse, else exit 2 with the parser's line and column",
     )
     start.add_argument("--api", type=_http_url, default="http://127.0.0.1:3000")
     start.add_argument(
@@ -343,10 +344,15 @@ def _runs_start(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     try:
+        value = runs_start.parse_input(args.input)
+    except runs_start.InputSyntaxError as exc:
+        print(f"error: {escape_controls(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
         started = runs_start.start_run(
             args.api_url or args.api,
             args.agent,
-            runs_start.parse_input(args.input),
+            value,
             wait_seconds=args.wait,
             idempotency_key=args.idempotency_key,
         )
@@ -374,7 +380,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         The exit status: 0 on success, 1 on errors (the Api down or refusing, an unknown run,
-        a watched run that did not succeed), 2 on usage errors, when the CLI cannot be set up
+        a watched run that did not succeed), 2 on usage errors (``runs start``'s INPUT that
+        looks like JSON but does not parse among them), when the CLI cannot be set up
         (no credentials, no such stack) or when local mode cannot start.
     """
     args = build_parser().parse_args(argv)

@@ -1,0 +1,73 @@
+"""The CLI's friction points (issue 33): what a person trying the local loop runs into."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from durable_agents_local.cli.main import main
+from durable_agents_local.runs_start import InputSyntaxError, parse_input
+from tests.unit.api_standin import StandIn, stand_in_api
+
+RUN = "run-0123456789abcdef"
+
+
+@pytest.fixture
+def api() -> Iterator[StandIn]:
+    with stand_in_api() as stand_in:
+        yield stand_in
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("Ada", "Ada"),
+        ("Ada Lovelace", "Ada Lovelace"),
+        ('"Ada"', "Ada"),
+        ('{"topic": "x"}', {"topic": "x"}),
+        (" [1, 2] ", [1, 2]),
+        ("42", 42),
+        ("-1.5e3", -1500.0),
+        ("true", True),
+        ("null", None),
+        ("2nd-attempt", "2nd-attempt"),
+        ("1.2.3", "1.2.3"),  # a version, a date: words, not numbers
+        ("2026-12-01", "2026-12-01"),
+        ("NaN", "NaN"),  # not JSON (RFC 8259): a word like any other
+        ("", ""),
+    ],
+)
+def test_plain_words_are_strings_and_json_is_json(text: str, value: object) -> None:
+    assert parse_input(text) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ('{"topic": }', "line 1 column 11"),
+        ("[1, 2", "line 1 column 6"),
+        ('"Ada', "line 1 column 1"),
+        ("+1", "line 1 column 1"),
+        (".5", "line 1 column 1"),
+        ("01", "line 1 column 2"),
+        ("1e", "line 1 column 2"),
+        ("True", "line 1 column 1"),
+        ("NULL", "line 1 column 1"),
+        ('{\n  "a": 1,\n}', "line 3 column 1"),
+    ],
+)
+def test_text_that_looks_like_json_but_is_not_is_refused(text: str, where: str) -> None:
+    with pytest.raises(InputSyntaxError, match=where):
+        parse_input(text)
+
+
+def test_runs_start_refuses_malformed_json_with_exit_2_and_sends_nothing(
+    api: StandIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.answers[("POST", "/runs")] = (201, {"run": {"run_id": RUN, "status": "SUCCEEDED"}})
+    assert main(["runs", "start", "greeter", '{"topic": }', "--api", api.url]) == 2
+    err = capsys.readouterr().err
+    assert "INPUT is not valid JSON" in err and "line 1 column 11" in err
+    assert "quote it" in err
+    assert api.received == []
