@@ -16,6 +16,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from durable_agents_local.cli.api_client import field_errors
+from durable_agents_local.cli.tables import escape_controls
 from durable_agents_local.no_redirects import OPENER
 
 DEFAULT_API = "http://127.0.0.1:3000"
@@ -32,7 +34,12 @@ _LOOKS_LIKE_JSON = re.compile(
 
 
 class RunStartError(Exception):
-    """The run could not be started or did not settle in time (the message says what to do)."""
+    """The run could not be started or did not settle in time (the message says what to do).
+
+    The message's first line says what happened; a refusal's field errors (a 422's) follow,
+    one ``  location: message`` line each. Whatever it holds of the Api's text or an OS error's
+    is one line per item with its control characters shown escaped (``escape_controls``).
+    """
 
 
 class InputSyntaxError(ValueError):
@@ -125,7 +132,8 @@ def start_run(
         The run, and whether it settled (a SUSPENDED run waits for a timer or a person).
 
     Raises:
-        RunStartError: If the Api does not answer in time or refuses the run.
+        RunStartError: If the Api does not answer in time or refuses the run (a 422's field
+            errors on the lines after the first).
     """
     deadline = time.monotonic() + wait_seconds
     body: dict[str, Any] = {"agent": agent, "input": value}
@@ -137,14 +145,16 @@ def start_run(
             break
         except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
             if time.monotonic() >= deadline:
+                reason = escape_controls(str(exc))
                 raise RunStartError(
-                    f"nothing answers at {api} ({exc}); start local mode first "
+                    f"nothing answers at {api} ({reason}); start local mode first "
                     "(durable-agents local), or wait longer (--wait)"
                 ) from exc
             time.sleep(_POLL_SECONDS)
     if status not in (200, 201):
         message = (answer.get("error") or {}).get("message") or json.dumps(answer)
-        raise RunStartError(f"POST /runs answered {status}: {message}")
+        first = f"POST /runs answered {status}: {escape_controls(' '.join(str(message).split()))}"
+        raise RunStartError("\n".join([first, *(f"  {line}" for line in field_errors(answer))]))
     run: dict[str, Any] = answer["run"]
     while run["status"] not in SETTLED and time.monotonic() < deadline:
         time.sleep(_POLL_SECONDS)

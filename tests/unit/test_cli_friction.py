@@ -71,3 +71,40 @@ def test_runs_start_refuses_malformed_json_with_exit_2_and_sends_nothing(
     assert "INPUT is not valid JSON" in err and "line 1 column 11" in err
     assert "quote it" in err
     assert api.received == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # What functions/api/app.py answers for an input that does not match the agent's type.
+        {"error": {"type": "InputValidationError", "message": "input does not match agent "
+                   "'greeter'", "details": [
+                       {"loc": ["topic"], "msg": "Field required", "type": "missing"},
+                       {"loc": ["sections", 0], "msg": "Input should be a valid integer",
+                        "type": "int_parsing"}]}},
+        # pydantic / FastAPI's own shape.
+        {"detail": [{"loc": ["topic"], "msg": "Field required"},
+                    {"loc": ["sections", 0], "msg": "Input should be a valid integer"}]},
+    ],
+)  # fmt: skip
+def test_runs_start_prints_each_field_error_of_a_422(
+    api: StandIn, body: dict[str, object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.answers[("POST", "/runs")] = (422, body)
+    assert main(["runs", "start", "greeter", '{"sections": ["x"]}', "--api", api.url]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("error: POST /runs answered 422")
+    assert lines[1:] == ["  topic: Field required", "  sections.0: Input should be a valid integer"]
+
+
+def test_a_422s_field_errors_are_shown_escaped(
+    api: StandIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    details = [{"loc": ["to\x1b[2J"], "msg": "bad\nline\x07"}]
+    api.answers[("POST", "/runs")] = (422, {"error": {"message": "no\x1b]0;x", "details": details}})
+    assert main(["runs", "start", "greeter", "Ada", "--api", api.url]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "error: POST /runs answered 422: no\\x1b]0;x",
+        "  to\\x1b[2J: bad line\\x07",  # one line each: its breaks are blanks
+    ]

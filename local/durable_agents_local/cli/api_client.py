@@ -298,6 +298,50 @@ def _message(answer: Any) -> str:
     return json.dumps(answer)[:200]
 
 
+def _one_line(text: str) -> str:
+    return escape_controls(" ".join(text.split()))
+
+
+def field_errors(answer: Any) -> list[str]:
+    """The field errors of a refusal (a 422's), one ``location: message`` each, escaped.
+
+    The Api answers a body or an input that does not validate with ``{"error": {"message",
+    "details": [{"loc": [...], "msg": ...}, ...]}}``; pydantic's and FastAPI's own shapes
+    (``detail`` or ``errors``, at the top or in ``error``) are read too. A location is the
+    ``loc`` path joined with dots (``sections.0``), ``(input)`` when it is empty. The Api's
+    text is made one line with its control characters shown escaped (``escape_controls``).
+
+    Args:
+        answer: The Api's JSON answer.
+
+    Returns:
+        The lines, in the Api's order; none if it has no field errors.
+    """
+    if not isinstance(answer, Mapping):
+        return []
+    error = answer.get("error")
+    places = [error, answer] if isinstance(error, Mapping) else [answer]
+    found: list[Any] = next(
+        (
+            one[key]
+            for one in places
+            for key in ("details", "detail", "errors")
+            if isinstance(one.get(key), list)
+        ),
+        [],
+    )
+    lines = []
+    for item in found:
+        if isinstance(item, Mapping):
+            loc = item.get("loc")
+            where = ".".join(str(part) for part in loc) if isinstance(loc, list) else ""
+            message = str(item.get("msg") or item.get("message") or json.dumps(item))
+            lines.append(f"{_one_line(where or '(input)')}: {_one_line(message)}")
+        else:
+            lines.append(_one_line(str(item)))
+    return lines
+
+
 def _error(method: str, path: str, status: int, answer: Any, missing: str | None) -> ApiError:
     # One line (whitespace, line breaks included, collapsed), and what control characters
     # remain shown escaped: the message is the Api's text, printed on a terminal.

@@ -357,8 +357,9 @@ def _runs_start(args: argparse.Namespace) -> int:
             idempotency_key=args.idempotency_key,
         )
     except runs_start.RunStartError as exc:
-        # Its message can hold the Api's text (a refusal's message): shown escaped.
-        print(f"error: {escape_controls(str(exc))}", file=sys.stderr)
+        # Its message holds the Api's text (a refusal's message, its field errors) escaped
+        # already, one line per item: its own line breaks stay.
+        print(f"error: {escape_controls(str(exc), keep_newlines=True)}", file=sys.stderr)
         return EXIT_ERROR
     if args.json:  # json.dumps escapes every control character
         print(json.dumps(started.run, indent=2))
