@@ -3,7 +3,8 @@
 The run is started the way any client starts one (``POST /runs`` on the Api local mode
 serves), not by writing the journal: what it exercises is what a deployment runs. While local
 mode is still starting (nothing listens on the port yet) the request is retried until
-``--wait`` runs out, so ``durable-agents local ... &`` followed by this command just works.
+``--wait`` runs out (saying so once, at once, on stderr), so ``durable-agents local ... &``
+followed by this command just works.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,7 +118,13 @@ def _call(method: str, url: str, body: Any = None) -> tuple[int, dict[str, Any]]
 
 
 def start_run(
-    api: str, agent: str, value: Any, *, wait_seconds: float, idempotency_key: str | None = None
+    api: str,
+    agent: str,
+    value: Any,
+    *,
+    wait_seconds: float,
+    idempotency_key: str | None = None,
+    on_wait: Callable[[str], None] | None = None,
 ) -> Started:
     """Starts a run with ``POST /runs`` and polls ``GET /runs/{id}`` until it settles.
 
@@ -127,6 +135,9 @@ def start_run(
         wait_seconds: How long to wait for the Api to answer and the run to settle (0: only
             start it).
         idempotency_key: Sent as the body's ``idempotency_key``.
+        on_wait: Told once, the first time nothing answers and the request will be retried:
+            ``waiting for the Api at URL (start it with durable-agents local) ...`` (the
+            CLI prints it on stderr, so a wait is never silent).
 
     Returns:
         The run, and whether it settled (a SUSPENDED run waits for a timer or a person).
@@ -139,6 +150,7 @@ def start_run(
     body: dict[str, Any] = {"agent": agent, "input": value}
     if idempotency_key:
         body["idempotency_key"] = idempotency_key
+    waiting = False
     while True:
         try:
             status, answer = _call("POST", f"{api}/runs", body)
@@ -150,6 +162,9 @@ def start_run(
                     f"nothing answers at {api} ({reason}); start local mode first "
                     "(durable-agents local), or wait longer (--wait)"
                 ) from exc
+            if on_wait is not None and not waiting:
+                on_wait(f"waiting for the Api at {api} (start it with durable-agents local) ...")
+            waiting = True
             time.sleep(_POLL_SECONDS)
     if status not in (200, 201):
         message = (answer.get("error") or {}).get("message") or json.dumps(answer)

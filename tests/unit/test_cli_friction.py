@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
+from http.server import ThreadingHTTPServer
 
 import pytest
 
 from durable_agents_local.cli.main import main
-from durable_agents_local.runs_start import InputSyntaxError, parse_input
-from tests.unit.api_standin import StandIn, stand_in_api
+from durable_agents_local.moto_server import free_port
+from durable_agents_local.runs_start import InputSyntaxError, parse_input, start_run
+from tests.unit.api_standin import StandIn, _handler, stand_in_api
 
 RUN = "run-0123456789abcdef"
 
@@ -107,4 +111,42 @@ def test_a_422s_field_errors_are_shown_escaped(
     assert lines == [
         "error: POST /runs answered 422: no\\x1b]0;x",
         "  to\\x1b[2J: bad line\\x07",  # one line each: its breaks are blanks
+    ]
+
+
+def test_runs_start_says_at_once_that_it_waits_for_the_api(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens
+    assert main(["runs", "start", "greeter", "Ada", "--api", url, "--wait", "0.6"]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    # Once, before the retries (not once per retry), then the error when --wait runs out.
+    assert lines[0] == f"waiting for the Api at {url} (start it with durable-agents local) ..."
+    assert len(lines) == 2 and lines[1].startswith(f"error: nothing answers at {url}")
+
+
+def test_the_wait_is_announced_once_and_the_run_starts_when_the_api_comes_up() -> None:
+    port = free_port()
+    stand_in = StandIn(url=f"http://127.0.0.1:{port}")
+    stand_in.answers[("POST", "/runs")] = (201, {"run": {"run_id": RUN, "status": "SUCCEEDED"}})
+    servers: list[ThreadingHTTPServer] = []
+
+    def come_up() -> None:
+        servers.append(ThreadingHTTPServer(("127.0.0.1", port), _handler(stand_in)))
+        servers[0].serve_forever()
+
+    said: list[str] = []
+    late = threading.Timer(0.6, come_up)
+    late.start()
+    try:
+        started = start_run(stand_in.url, "greeter", "Ada", wait_seconds=10, on_wait=said.append)
+    finally:
+        while not servers:
+            time.sleep(0.05)
+        servers[0].shutdown()
+        servers[0].server_close()
+        late.join()
+    assert started.run["status"] == "SUCCEEDED" and started.settled
+    assert said == [
+        f"waiting for the Api at {stand_in.url} (start it with durable-agents local) ..."
     ]

@@ -355,6 +355,8 @@ def _runs_start(args: argparse.Namespace) -> int:
             value,
             wait_seconds=args.wait,
             idempotency_key=args.idempotency_key,
+            # Said at once on stderr (stdout is the run's line, or its JSON with --json).
+            on_wait=lambda text: print(escape_controls(text), file=sys.stderr, flush=True),
         )
     except runs_start.RunStartError as exc:
         # Its message holds the Api's text (a refusal's message, its field errors) escaped
