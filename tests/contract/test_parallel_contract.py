@@ -94,10 +94,16 @@ def policy_agent(
 
             return child.step(act, name="act", retry=None if ok else _no_retry())
 
-        batch: BatchResult[Any] = ctx.map(
-            outcomes, item, completion=policy, max_concurrency=max_concurrency
-        )
+        raised = False
+        try:
+            batch: BatchResult[Any] = ctx.map(
+                outcomes, item, completion=policy, max_concurrency=max_concurrency
+            )
+        except BatchFailedError as exc:  # beyond the policy (ADR 0024): the outcome is on it
+            assert exc.result is not None
+            batch, raised = exc.result, True
         return {
+            "raised": raised,
             "reason": batch.completion_reason,
             "statuses": [i.status for i in batch.items],
             "results": batch.results(),
@@ -189,6 +195,7 @@ def test_completion_policies(
     assert result.status == "SUCCEEDED", result.error
     assert result.output["reason"] == reason
     assert result.output["statuses"] == statuses
+    assert result.output["raised"] == (reason == "failure_tolerance_exceeded")
 
 
 def test_max_concurrency_limits_branches_in_progress(journal: JournalStore) -> None:

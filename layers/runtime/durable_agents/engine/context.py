@@ -283,6 +283,7 @@ class DurableContext(OperationScope):
         max_concurrency: int | None = None,
         serdes: SerdesSpec | None = None,
         nesting: Literal["nested", "flat"] = "nested",
+        on_failure: Literal["raise", "return"] = "raise",
     ) -> BatchResult[Any]:
         """Runs branches as independent child scopes; on Lambda, each in its own invocation.
 
@@ -296,13 +297,21 @@ class DurableContext(OperationScope):
             serdes: A custom serializer for every branch's result.
             nesting: ``flat``: branches write no scope record of their own (one write less
                 per branch; a finished branch is replayed until the batch records its result).
+            on_failure: What a batch whose failures go beyond ``completion`` does: ``raise``
+                ``BatchFailedError`` (recorded FAILED), or ``return`` its ``BatchResult``
+                with ``completion_reason`` ``failure_tolerance_exceeded`` (the AWS SDK's
+                behaviour, for ported code that checks it). A replay does what was recorded.
 
         Returns:
             A ``BatchResult`` with every branch's outcome in index order (``throw_if_error()``
-            raises on any failure, ``raise_on_failure()`` on an exceeded tolerance).
+            raises on any failure, even a tolerated one).
 
         Raises:
-            ValueError: If ``max_concurrency`` is below 1.
+            BatchFailedError: If the failures went beyond ``completion`` (with ``on_failure``
+                ``raise``): it names the failed branches and the first error, and carries the
+                ``BatchResult`` as ``result``. Raised again, identically, on every replay.
+            ValueError: If ``max_concurrency`` is below 1, or ``on_failure`` is neither
+                ``raise`` nor ``return``.
             InvalidNameError: If a branch name is not a valid operation name.
             ReplayDivergedError: If the journal recorded another operation at this position.
         """
@@ -317,7 +326,16 @@ class DurableContext(OperationScope):
         spec = as_serdes(serdes)
         flat = _flat(nesting)
         return run_batch(
-            self, OpKind.PARALLEL, check_name(name), fns, policy, max_concurrency, spec, names, flat
+            self,
+            OpKind.PARALLEL,
+            check_name(name),
+            fns,
+            policy,
+            max_concurrency,
+            spec,
+            names,
+            flat,
+            on_failure,
         )
 
     def map(
@@ -331,15 +349,21 @@ class DurableContext(OperationScope):
         serdes: SerdesSpec | None = None,
         item_namer: Callable[[Any, int], str] | None = None,
         nesting: Literal["nested", "flat"] = "nested",
+        on_failure: Literal["raise", "return"] = "raise",
     ) -> BatchResult[Any]:
         """Runs ``fn(child_ctx, item, index)`` for every item, like ``parallel``.
 
-        ``fn`` may take ``(child_ctx, item, index, items)`` instead. ``serdes`` serializes
-        each item's result (as for ``parallel``); ``item_namer(item, index)`` names each
-        item's branch (``branch-<i>`` by default); ``nesting`` as for ``parallel``.
+        ``fn`` may take ``(child_ctx, item, index, items)`` instead; a ``fn(child_ctx, item)``
+        fails every branch it is called in with a ``TypeError`` (and so, under the default
+        policy, the batch). ``serdes`` serializes each item's result (as for ``parallel``);
+        ``item_namer(item, index)`` names each item's branch (``branch-<i>`` by default);
+        ``nesting`` and ``on_failure`` as for ``parallel``.
 
         Raises:
-            ValueError: If ``max_concurrency`` is below 1.
+            BatchFailedError: If the failures went beyond ``completion`` (with ``on_failure``
+                ``raise``), as for ``parallel``; identically on every replay.
+            ValueError: If ``max_concurrency`` is below 1, or ``on_failure`` is neither
+                ``raise`` nor ``return``.
             InvalidNameError: If ``item_namer`` gives an invalid operation name.
             ReplayDivergedError: If the journal recorded another operation at this position.
         """
@@ -354,7 +378,16 @@ class DurableContext(OperationScope):
         spec = as_serdes(serdes)
         flat = _flat(nesting)
         return run_batch(
-            self, OpKind.MAP, check_name(name), fns, policy, max_concurrency, spec, names, flat
+            self,
+            OpKind.MAP,
+            check_name(name),
+            fns,
+            policy,
+            max_concurrency,
+            spec,
+            names,
+            flat,
+            on_failure,
         )
 
     def run_in_child_context(

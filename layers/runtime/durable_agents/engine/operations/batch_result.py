@@ -83,14 +83,80 @@ class BatchItem(BaseModel):
 
 
 class BatchFailedError(DurableError):
-    """A batch ended by its failure tolerance; carries the failed branches' errors."""
+    """A batch's failures went beyond its completion policy (or ``throw_if_error`` found one).
 
-    recorded_fields = ("completion_reason", "errors")
+    ``ctx.map`` and ``ctx.parallel`` raise it when the batch completes with
+    ``failure_tolerance_exceeded`` (ADR 0024), recorded as the batch's FAILED result, so a
+    replay raises it again with the same message and fields.
 
-    def __init__(self, completion_reason: str, errors: list[dict[str, Any]]):
+    Attributes:
+        completion_reason: Why the batch ended (``failure_tolerance_exceeded`` when raised by
+            the batch itself).
+        errors: The failed branches' recorded errors (``type``, ``message``, ...), in index
+            order; when the batch raises, the first ``MAX_ERRORS_KEPT`` of them.
+        failed_branches: The failed branches' names (``branch-<i>``, the ``item_namer``'s or
+            ``parallel``'s mapping keys), as ``errors``; empty when raised by
+            ``throw_if_error``/``raise_on_failure``.
+        result: The whole ``BatchResult`` (every branch's result or error); None only for an
+            error rebuilt outside its batch.
+    """
+
+    recorded_fields = ("completion_reason", "errors", "failed_branches")
+    # Not recorded: rebuilt from the batch's own record on replay (it can be large).
+    result: BatchResult[Any] | None = None
+
+    MAX_ERRORS_KEPT = 10
+    """How many branch errors a batch's own ``BatchFailedError`` records and names.
+
+    A map over thousands of items may fail hundreds of branches; their errors are each in
+    their branch's record already, and the run's error should stay readable.
+    """
+
+    def __init__(
+        self,
+        completion_reason: str,
+        errors: list[dict[str, Any]],
+        message: str | None = None,
+        *,
+        failed_branches: list[str] | None = None,
+        result: BatchResult[Any] | None = None,
+    ):
         self.completion_reason = completion_reason
         self.errors = errors
-        super().__init__(f"batch ended with {completion_reason}: {len(errors)} branch(es) failed")
+        self.failed_branches = failed_branches or []
+        self.result = result
+        super().__init__(
+            message or f"batch ended with {completion_reason}: {len(errors)} branch(es) failed"
+        )
+
+    @classmethod
+    def of_batch(
+        cls, operation: str, batch: BatchResult[Any], names: list[str]
+    ) -> BatchFailedError:
+        """The error a batch raises when it ends beyond its completion policy.
+
+        Args:
+            operation: What the message calls the batch (``map 'prices'``).
+            batch: The batch's outcome.
+            names: Every branch's name, in index order.
+
+        Returns:
+            The error, naming the failed branches and the first failure's type and message.
+        """
+        failures = batch.failures
+        kept = failures[: cls.MAX_ERRORS_KEPT]
+        errors = [item.error or {} for item in kept]
+        failed = [names[item.index] for item in kept]
+        shown = ", ".join(failed) + (
+            f" and {len(failures) - len(kept)} more" if len(failures) > len(kept) else ""
+        )
+        first = errors[0] if errors else {}
+        message = (
+            f"{operation} ended with {batch.completion_reason}: {len(failures)} of "
+            f"{batch.total_count} branch(es) failed ({shown}); first error "
+            f"{first.get('type', 'unknown')}: {first.get('message', '')}"
+        )
+        return cls(batch.completion_reason, errors, message, failed_branches=failed, result=batch)
 
 
 class BatchResult(BaseModel, Generic[T]):
@@ -154,7 +220,9 @@ class BatchResult(BaseModel, Generic[T]):
             BatchFailedError: If at least one branch failed.
         """
         if self.failures:
-            raise BatchFailedError(self.completion_reason, [i.error or {} for i in self.failures])
+            raise BatchFailedError(
+                self.completion_reason, [i.error or {} for i in self.failures], result=self
+            )
         return self
 
     def raise_on_failure(self) -> BatchResult[T]:
@@ -164,5 +232,7 @@ class BatchResult(BaseModel, Generic[T]):
             BatchFailedError: If ``completion_reason`` is ``failure_tolerance_exceeded``.
         """
         if self.completion_reason == "failure_tolerance_exceeded":
-            raise BatchFailedError(self.completion_reason, [i.error or {} for i in self.failures])
+            raise BatchFailedError(
+                self.completion_reason, [i.error or {} for i in self.failures], result=self
+            )
         return self

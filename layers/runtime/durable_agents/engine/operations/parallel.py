@@ -15,12 +15,20 @@ failed, ``n`` not started) and the completion reason; only a branch with no reco
 batch record. A replay rebuilds the ``BatchResult`` from those records, decoding each branch as
 its child scope's replay would, so it returns what the first execution returned. Batch records
 written before this format hold every branch's value under ``items``; they replay as they are.
+
+A batch that completes with ``failure_tolerance_exceeded`` is recorded FAILED (ADR 0024): the
+same outcome as the value, and a ``BatchFailedError`` as the error, which ``ctx.map`` /
+``ctx.parallel`` raise, then and on every replay, with the rebuilt ``BatchResult`` on it
+(``exc.result``). With ``on_failure="return"`` (the AWS SDK's behaviour) it is recorded
+SUCCEEDED and returned, as every batch was before; a replay reads which one the record is and
+never asks the policy again, so runs recorded by earlier code replay as they did.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import FunctionType
@@ -29,8 +37,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from durable_agents.core.ids import check_name, format_position
 from durable_agents.core.models import Entry, EntryType, ErrorInfo, OpKind
 from durable_agents.core.serde import Serdes, decode, decode_value, encode, encode_value, error_info
+from durable_agents.core.serde_errors import rebuild_error
 from durable_agents.core.serde_values import from_tagged
-from durable_agents.engine.invocation import Reason
+from durable_agents.engine.invocation import Invocation, Reason
 from durable_agents.engine.operations.batch_result import (
     ALL_SUCCESSFUL,
     BatchFailedError,
@@ -50,9 +59,14 @@ from durable_agents.errors import (
 _LETTERS = {"succeeded": "s", "failed": "f"}
 # What a failure recorded without its error reads as (``Invocation.replay``'s fallback).
 _UNKNOWN_ERROR = ErrorInfo("StepError", "unknown error")
+_EXCEEDED = "failure_tolerance_exceeded"
+ON_FAILURE = ("raise", "return")
+"""What ``on_failure`` may be: raise ``BatchFailedError``, or return the ``BatchResult``."""
+_LOG = logging.getLogger("durable_agents.batches")
 
 __all__ = [
     "ALL_SUCCESSFUL",
+    "ON_FAILURE",
     "BatchFailedError",
     "BatchItem",
     "BatchResult",
@@ -96,6 +110,7 @@ def run_batch(
     serdes: Serdes | None = None,
     names: Sequence[str] | None = None,
     flat: bool = False,
+    on_failure: str = "raise",
 ) -> BatchResult[Any]:
     """Executes, dispatches or replays one batch (see ``DurableContext.parallel``/``map``).
 
@@ -104,16 +119,22 @@ def run_batch(
     (``branch-<i>`` by default); positions stay index-based. ``flat`` branches write no scope
     record of their own: one write less per branch, their values go into the batch record;
     until the batch records its result, a finished branch is replayed (its operations are
-    recorded) to get it.
+    recorded) to get it. ``on_failure`` says what a batch that completes beyond its policy
+    does (``raise`` or ``return``); a recorded batch replays as recorded, whatever it says.
 
     Raises:
-        ValueError: If ``max_concurrency`` is below 1.
+        ValueError: If ``max_concurrency`` is below 1, or ``on_failure`` is not one of
+            ``ON_FAILURE``.
+        BatchFailedError: If the batch completed (now, or as recorded) with
+            ``failure_tolerance_exceeded`` and was recorded FAILED.
         SuspendExecution: While branches are left to run here or elsewhere, or wait.
         PayloadError: If a recorded value cannot be decoded, or the batch record names a
             branch result the journal does not hold.
     """
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError("max_concurrency must be at least 1")
+    if on_failure not in ON_FAILURE:
+        raise ValueError(f"on_failure is 'raise' or 'return', not {on_failure!r}")
     inv = ctx.invocation
     position, op_id, record = ctx.next_operation(kind, name)
     if record is not None and record.result is not None:
@@ -192,7 +213,8 @@ def run_batch(
 
     reason = tally.decided(policy)
     if reason is not None and (inv.target is None or _all_known(states)):
-        return _complete(ctx, position, op_id, kind, name, states, reason, serdes)
+        raises = on_failure == "raise"
+        return _complete(ctx, position, op_id, kind, name, states, reason, serdes, raises)
     if dispatch:
         raise SuspendExecution(
             Reason.DISPATCH,
@@ -322,11 +344,16 @@ def _complete(
     states: list[_Branch],
     reason: str,
     serdes: Serdes | None,
+    raises: bool,
 ) -> BatchResult[Any]:
     """Records the batch's outcome, referring to its branches' records, and returns it.
 
     What it returns is what ``_replayed`` rebuilds from the journal: each branch's value as
-    its branch already decoded it (no second serialization), errors as recorded.
+    its branch already decoded it (no second serialization), errors as recorded. Beyond its
+    policy (``failure_tolerance_exceeded``) and ``raises``, the batch is recorded FAILED.
+
+    Raises:
+        BatchFailedError: If it is recorded FAILED: the error as a replay rebuilds it.
     """
     inv = ctx.invocation
     values: dict[str, Any] = {}
@@ -353,9 +380,53 @@ def _complete(
         outcome["values"] = values
     if errors:
         outcome["errors"] = errors
+    batch = _batch(items, reason)
+    label = f"{kind.value} {name!r}"
+    if reason == _EXCEEDED and raises:
+        # Recorded with the outcome as its value too, so a replay rebuilds ``exc.result``.
+        names = [_label(s) for s in states]
+        info = error_info(BatchFailedError.of_batch(label, batch, names))
+        failed = inv.entry(
+            position, op_id, kind, name, EntryType.FAILED, value=encode(outcome), error=info
+        )
+        inv.record(op_id, [failed])
+        _warn(label, batch, op_id)
+        # The error as recorded (scrubbed), so the first execution sees what replays see.
+        raise _failed(info, batch)
     entry = inv.entry(position, op_id, kind, name, EntryType.SUCCEEDED, value=encode(outcome))
     inv.record(op_id, [entry])
-    return _batch(items, reason)
+    _warn(label, batch, op_id)
+    return batch
+
+
+def _warn(label: str, batch: BatchResult[Any], op_id: str) -> None:
+    """Logs a batch that completed with failed branches, tolerated or not.
+
+    Once, when its outcome is recorded (never on replay): a tolerated failure is easy to miss
+    in a ``BatchResult`` nobody inspects.
+    """
+    failures = batch.failures
+    if not failures:
+        return
+    first = failures[0].error or {}
+    _LOG.warning(
+        "%s (%s) completed with %s: %d of %d branch(es) failed; first error %s: %s",
+        label,
+        op_id,
+        batch.completion_reason,
+        len(failures),
+        batch.total_count,
+        first.get("type", "unknown"),
+        first.get("message", ""),
+    )
+
+
+def _failed(info: ErrorInfo, batch: BatchResult[Any] | None) -> Exception:
+    """The recorded ``BatchFailedError``, rebuilt, carrying the batch's ``BatchResult``."""
+    exc = rebuild_error(info)
+    if isinstance(exc, BatchFailedError):
+        exc.result = batch
+    return exc
 
 
 def _replayed(
@@ -369,11 +440,35 @@ def _replayed(
     """The recorded batch, rebuilt from its record and its branches' records.
 
     Raises:
+        BatchFailedError: If the batch was recorded FAILED (its ``result`` rebuilt too).
         PayloadError: If a value cannot be decoded, or the batch record names a branch result
             that is not in the journal.
     """
     inv = ctx.invocation
+    if recorded.type is EntryType.FAILED:
+        outcome = decode(recorded.value) if recorded.value is not None else None
+        batch = None
+        if isinstance(outcome, dict):
+            batch = _rebuilt(inv, position, op_id, outcome, branches, serdes)
+        raise _failed(recorded.error or _UNKNOWN_ERROR, batch)
     outcome = inv.replay(recorded, None)
+    return _rebuilt(inv, position, op_id, outcome, branches, serdes)
+
+
+def _rebuilt(
+    inv: Invocation,
+    position: str,
+    op_id: str,
+    outcome: dict[str, Any],
+    branches: Sequence[Callable[..., Any]],
+    serdes: Serdes | None,
+) -> BatchResult[Any]:
+    """The ``BatchResult`` a batch record's outcome and its branches' records describe.
+
+    Raises:
+        PayloadError: If a value cannot be decoded, or the outcome names a branch result that
+            is not in the journal.
+    """
     if "items" in outcome:  # recorded before batch records referred to their branches
         return _decoded(BatchResult[Any].model_validate(outcome), serdes)
     values: dict[str, Any] = outcome.get("values") or {}
