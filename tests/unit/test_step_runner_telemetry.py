@@ -276,3 +276,21 @@ def test_the_handler_annotates_its_trace_with_the_run_agent_and_operation(
         "operation_kind": "step",
         "agent": GOOD["agent"],
     }
+
+
+def test_metrics_switched_off_write_no_emf_document(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # Local mode sets POWERTOOLS_METRICS_DISABLED: Powertools' single_metric ignores it, so
+    # every RunsStarted and OperationLatency used to reach the developer's terminal as JSON.
+    from aws_lambda_powertools.metrics import MetricUnit
+
+    from durable_agents.aws.telemetry import emit_single_metric
+
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "DurableAgents")
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+    emit_single_metric("RunsStarted", MetricUnit.Count, 1, {"agent": "a"})
+    assert '"_aws"' not in capfd.readouterr().out
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+    emit_single_metric("RunsStarted", MetricUnit.Count, 1, {"agent": "a"})
+    assert '"RunsStarted"' in capfd.readouterr().out

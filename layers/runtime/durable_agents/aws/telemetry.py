@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
+from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
 from durable_agents.plugins import (
     AttemptEndInfo,
@@ -137,9 +138,14 @@ def emit_single_metric(
 ) -> None:
     """Writes one EMF document: ``name`` with exactly ``dimensions`` (namespace from the env).
 
+    Nothing when ``POWERTOOLS_METRICS_DISABLED`` (or ``POWERTOOLS_DEV``) switches metrics off,
+    as for the ``Metrics`` flush.
+
     Raises:
         Exception: Whatever Powertools raises; callers run inside a plugin hook (ignored).
     """
+    if is_metrics_disabled():
+        return  # Powertools' single_metric writes even then (local mode switches metrics off)
     with single_metric(name=name, unit=unit, value=value) as metric:
         for key, dimension in dimensions.items():
             metric.add_dimension(name=key, value=dimension)
