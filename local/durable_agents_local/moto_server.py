@@ -30,6 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from durable_agents_local import leftover_store
 from durable_agents_local import store_key as keys
 from durable_agents_local.aws import DEFAULT_REGION, LocalSession
 
@@ -137,7 +138,10 @@ def serve(
     started = time.monotonic()
     try:
         server.start()
+        # Who serves this port, so that a local mode restarted after a crash can take it over.
+        leftover_store.record(port, state_dir)
     except BaseException:
+        server.stop()
         keys.remove_key(port, key)
         raise
     kept = (
@@ -147,8 +151,8 @@ def serve(
         else "ephemeral: state in memory only"
     )
     print(
-        f"moto server listening on {endpoint_url(port, host)}; {kept}; its session key "
-        f"(the access key id its clients must use) is in {key_path}",
+        f"moto server listening on {endpoint_url(port, host)}; {kept}; session key in "
+        f"{key_path}",
         file=sys.stderr,
         flush=True,
     )
@@ -156,6 +160,7 @@ def serve(
         stop.wait()
     finally:
         server.stop()
+        leftover_store.forget(port)
         keys.remove_key(port, key)
 
 

@@ -90,9 +90,6 @@ def _private_dir(path: Path) -> Path:
 def write_key(port: int, key: str, environ: Mapping[str, str] | None = None) -> Path:
     """Writes ``key`` as the key of the store on ``port``, atomically, readable by this user only.
 
-    The file is created with mode 0600 (never readable by anyone else, even briefly) under a
-    temporary name, then renamed over any previous one.
-
     Returns:
         The key file.
 
@@ -101,11 +98,25 @@ def write_key(port: int, key: str, environ: Mapping[str, str] | None = None) -> 
         OSError: If the file cannot be written.
     """
     path = key_file(port, environ)
+    write_private(path, f"{key}\n")
+    return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """Writes ``text`` to ``path`` atomically, readable by this user only.
+
+    The file is created with mode 0600 (never readable by anyone else, even briefly) under a
+    temporary name in a 0700 directory of this user's own, then renamed over any previous one.
+
+    Raises:
+        StoreKeyError: If the directory is not this user's own.
+        OSError: If the file cannot be written.
+    """
     _private_dir(path.parent)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
-        os.write(fd, f"{key}\n".encode())
+        os.write(fd, text.encode())
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -114,7 +125,6 @@ def write_key(port: int, key: str, environ: Mapping[str, str] | None = None) -> 
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
-    return path
 
 
 def read_key(port: int, environ: Mapping[str, str] | None = None) -> str | None:

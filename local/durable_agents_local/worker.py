@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from botocore.exceptions import BotoCoreError, ClientError
 
 from durable_agents.errors import ConfigurationError, InfrastructureError
-from durable_agents_local import moto_server
+from durable_agents_local import leftover_store, moto_server
 from durable_agents_local.agents_loading import VARIABLE as AGENTS_VARIABLE
 from durable_agents_local.agents_loading import (
     choose_agent_modules,
@@ -118,6 +118,7 @@ class Worker:
         self.options = options
         self.stop_event = threading.Event()
         self._moto: moto_server.MotoProcess | None = None
+        self._adopted: leftover_store.Leftover | None = None  # an ephemeral store taken over
         self._parts: list[_Part] = []
         self._api: ApiServer | None = None
         self._api_thread: threading.Thread | None = None
@@ -145,14 +146,55 @@ class Worker:
                 return endpoint, key_for(endpoint)
             except (StoreKeyError, OSError, ValueError) as exc:
                 raise ConfigurationError(f"cannot attach to the store: {exc}") from exc
-        self._moto = moto_server.MotoProcess(self.options.moto_port, self.options.state_dir)
+        port, state_dir = self.options.moto_port, self.options.state_dir
+        leftover = leftover_store.find(port)
+        if leftover is not None and leftover_store.same_store(leftover, state_dir):
+            return self._take_over(leftover)
+        self._moto = moto_server.MotoProcess(port, state_dir)
         try:
             self._moto.start()
         except moto_server.PortInUseError as exc:
+            serving = ""
+            if leftover is not None:
+                what = leftover.state_dir or "an ephemeral store"
+                serving = f" (a store left running there, pid {leftover.pid}, serves {what})"
             raise ConfigurationError(
-                f"{exc}: stop what runs there, pick another --moto-port, or attach to a "
-                f"running moto server with --moto-endpoint {self._moto.endpoint}"
+                f"{exc}{serving}: stop what runs there, pick another --moto-port, or attach to "
+                f"a running moto server with --moto-endpoint {self._moto.endpoint}"
             ) from exc
+        return self._moto.endpoint, self._moto.store_key
+
+    def _take_over(self, leftover: leftover_store.Leftover) -> tuple[str, str]:
+        """Goes on with the store an earlier local mode left running on this port.
+
+        A durable store is stopped and started again (its journal is on disk), so that this
+        process owns it and revives it if it dies; an ephemeral one is kept as it is (stopping
+        it would lose its journal) and stopped when this process stops.
+        """
+        port = self.options.moto_port
+        if leftover.state_dir is None:
+            log.warning(
+                "the ephemeral store an earlier local mode left running on port %s (pid %s) "
+                "is taken over: it stops when this local mode stops",
+                port,
+                leftover.pid,
+            )
+            self._adopted = leftover
+            return moto_server.endpoint_url(port), leftover.key
+        log.warning(
+            "the store an earlier local mode left running on port %s (pid %s, state in %s) "
+            "is restarted under this local mode",
+            port,
+            leftover.pid,
+            leftover.state_dir,
+        )
+        try:
+            leftover_store.stop(leftover)
+        except TimeoutError as exc:
+            raise ConfigurationError(f"{exc}: stop it (kill -9 {leftover.pid})") from exc
+        # The same key: clients of the earlier local mode (a CLI, a test) go on working.
+        self._moto = moto_server.MotoProcess(port, self.options.state_dir, store_key=leftover.key)
+        self._moto.start()
         return self._moto.endpoint, self._moto.store_key
 
     def _functions(self, specs: Sequence[FunctionSpec]) -> dict[str, LocalFunction]:
@@ -299,18 +341,21 @@ class Worker:
     ) -> None:
         opts = self.options
         kept = f"state in {opts.state_dir}/" if opts.state_dir else "ephemeral"
-        moto = (
-            f"{self.endpoint} (started, pid {self._moto.pid}, {kept})"
-            if self._moto
-            else f"{self.endpoint} (attached)"
-        )
+        if self._moto:
+            moto = f"{self.endpoint} (started, pid {self._moto.pid}, {kept})"
+        elif self._adopted:
+            moto = f"{self.endpoint} (taken over, pid {self._adopted.pid}, ephemeral)"
+        else:
+            moto = f"{self.endpoint} (attached)"
         lines = [
             "durable-agents local mode",
             f"  journal   moto at {moto}",
             f"  key       the store's session key: {key_file(port_of(self.endpoint))} "
             f"(or {KEY_VARIABLE})",
             f"  agents    {self._agents_line}",
-            f"  api       {self.api_url}  " + ", ".join(f"{r.method} {r.resource}" for r in routes),
+            f"  api       {self.api_url}  {len(routes)} routes "
+            f"(GET {self.api_url}/openapi.json describes them)",
+            f"  console   {self.api_url}/console",
             f"  events    {', '.join(rules) or 'none'}: {opts.concurrency} consumers per rule, "
             f"redelivery after {opts.visibility_timeout} s",
             f"  streams   {', '.join(streams) or 'none'}",
@@ -359,6 +404,11 @@ class Worker:
             self._moto.stop()
         elif self._moto is not None:
             log.info("moto server left running at %s (pid %s)", self.endpoint, self._moto.pid)
+        if self._adopted is not None and not self.options.keep_moto:
+            try:
+                leftover_store.stop(self._adopted)
+            except TimeoutError as exc:
+                log.error("%s", exc)
 
     def handle_signals(self) -> None:
         """Makes SIGTERM/SIGINT stop the worker (call from the main thread)."""

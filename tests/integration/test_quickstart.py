@@ -73,3 +73,9 @@ def test_the_quickstart_runs(tmp_path: Path) -> None:
     assert "1 passed" in done.stdout, report
     assert re.search(r"agents\s+greeter 1 \(from --agents: greeter\)", done.stderr), report
     assert "ready (Ctrl-C stops)" in done.stderr, report
+    # A quiet terminal: the console's URL in the banner, the routes summed up (the OpenAPI
+    # document has them), no metrics JSON (EMF) and no Powertools warnings.
+    assert f"console   http://127.0.0.1:{api}/console" in done.stderr, report
+    assert re.search(r"api\s+http://127\.0\.0\.1:\d+  \d+ routes", done.stderr), report
+    assert '"_aws"' not in done.stderr and "Warning" not in done.stderr, report
+    assert max(len(line) for line in done.stderr.splitlines()) <= 200, report
