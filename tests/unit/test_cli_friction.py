@@ -10,6 +10,16 @@ from http.server import ThreadingHTTPServer
 import pytest
 
 from durable_agents_local.cli.main import main
+from durable_agents_local.cli.tables import (
+    approvals_table,
+    history_table,
+    operations,
+    reviews_table,
+    run_details,
+    runs_table,
+    timeline_table,
+)
+from durable_agents_local.cli.watch import outcome
 from durable_agents_local.moto_server import free_port
 from durable_agents_local.runs_start import InputSyntaxError, parse_input, start_run
 from tests.unit.api_standin import StandIn, _handler, stand_in_api
@@ -150,3 +160,56 @@ def test_the_wait_is_announced_once_and_the_run_starts_when_the_api_comes_up() -
     assert said == [
         f"waiting for the Api at {stand_in.url} (start it with durable-agents local) ..."
     ]
+
+
+LONG_RUN = "run-" + "0123456789abcdef" * 6  # 100 characters: wider than the terminal
+LONG_OP = f"{LONG_RUN}:gather:2/charge-card-with-a-very-long-tool-name:1"
+AT = "2026-12-01T20:33:30.000+00:00"
+
+
+@pytest.mark.parametrize("width", [80, 40])
+def test_ids_are_never_cut_in_any_table(width: int) -> None:
+    rows = {
+        "runs": runs_table(
+            [{"run_id": LONG_RUN, "agent": "a" * 50, "status": "SUCCEEDED", "created_at": AT,
+              "updated_at": AT, "versions": {"workflow_version": "12"}}], width),
+        "approvals": approvals_table(
+            [{"approval_id": "apr-" + "9" * 90, "status": "pending", "run_id": LONG_RUN,
+              "name": "approve-refund", "deadline": AT, "summary": "s" * 200}], width),
+        "reviews": reviews_table(
+            [{"operation_id": LONG_OP, "tool": "charge-card", "attempt": 2, "updated_at": AT,
+              "note": "n" * 200}], width),
+        "history": history_table(
+            [{"event": "run_started", "run_id": LONG_RUN, "at": AT},
+             {"event": "step_succeeded", "op_id": f"{LONG_RUN}:{'fetch' * 20}:1",
+              "kind": "step", "name": "fetch", "attempt": 1, "result": "r" * 200, "at": AT}],
+            width),
+        "timeline": timeline_table(
+            LONG_RUN,
+            operations([{"event": "step_succeeded", "op_id": f"{LONG_RUN}:{'fetch' * 20}:1",
+                         "kind": "step", "name": "fetch", "attempt": 1, "at": AT}]),
+            width),
+        "show": run_details({"run_id": LONG_RUN, "parent_run_id": LONG_RUN, "agent": "a",
+                             "status": "SUCCEEDED", "result": "r" * 200}, width),
+    }  # fmt: skip
+    shown = "\n".join(rows.values())
+    for one_id in (LONG_RUN, "apr-" + "9" * 90, LONG_OP, f"{'fetch' * 20}:1"):
+        assert one_id in shown, (one_id, shown)
+    assert rows["approvals"].splitlines()[1].count(LONG_RUN) == 1
+    assert rows["show"].count(LONG_RUN) == 2
+    # The other columns still shrink: the long texts are cut, not the ids.
+    assert "a" * 50 not in rows["runs"] and "…" in rows["runs"]
+    assert "s" * 200 not in rows["approvals"] and "n" * 200 not in rows["reviews"]
+    assert "r" * 200 not in rows["history"] and "r" * 200 not in rows["show"]
+
+
+def test_a_table_without_long_ids_still_fits_the_width() -> None:
+    table = runs_table(
+        [{"run_id": RUN, "agent": "a" * 60, "status": "SUCCEEDED", "created_at": AT,
+          "updated_at": AT}], 80)  # fmt: skip
+    assert all(len(line) <= 80 for line in table.splitlines())
+
+
+def test_the_outcome_of_a_watch_keeps_the_run_id_whole() -> None:
+    line = outcome({"run_id": LONG_RUN, "status": "SUCCEEDED", "result": "r" * 200}, 40)
+    assert line.startswith(f"{LONG_RUN} SUCCEEDED") and line.endswith("…")

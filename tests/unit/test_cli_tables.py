@@ -83,13 +83,20 @@ def test_details_history_approvals_reviews_fit_80_columns() -> None:
          "at": "2026-12-01T20:33:31.500+00:00"},
     ]  # fmt: skip
     history = history_table(events)
+    # The operation id is never cut (issue 33): one this long makes the table wider than 80.
+    assert f"{'fetch' * 10}:1  1" in _lines(history)[2]
+    history = history_table([events[0], {**events[1], "op_id": f"{RUN}:fetch:1"}])
     _fits(history)
     assert _lines(history)[2].startswith("+1.50s  step_succeeded")
     approval = {"approval_id": "apr-" + "9" * 30, "status": "pending", "run_id": RUN,
                 "name": "approve-refund", "deadline": "2026-12-02T20:33:30.000+00:00",
                 "summary": LONG}  # fmt: skip
-    _fits(approvals_table([approval]))
-    assert approvals_table([approval]).splitlines()[1].startswith(approval["approval_id"])
+    # Its id and its run's are never cut (issue 33): with these two the row is wider than 80,
+    # and the columns that shrink are the others.
+    row = approvals_table([approval]).splitlines()[1]
+    assert row.startswith(approval["approval_id"]) and f"  {RUN}  " in row
+    assert "…" in row and LONG not in row
+    _fits(approvals_table([{**approval, "approval_id": "apr-9"}]))
     review = {
         "operation_id": f"{RUN}:gather:2/charge-card:1",
         "tool": "charge-card",
@@ -101,7 +108,9 @@ def test_details_history_approvals_reviews_fit_80_columns() -> None:
     _fits(reviews)
     row = reviews.splitlines()[1]
     assert row.startswith(f"{RUN}:gather:2/charge-card:1  charge") and "12-01 20:33" in row
-    _fits(reviews_table([review], 70), 70)
+    narrow = reviews_table([review], 70)  # the operation id whole, the rest at its narrowest
+    assert narrow.splitlines()[1].startswith(f"{RUN}:gather:2/charge-card:1  ")
+    _fits(narrow, 73)  # 43 + TOOL, ATT, NOTE at 4, 3, 4 + SINCE (kept) + the gaps
 
 
 def _event(event: str, op: str, at: str, **extra: Any) -> dict[str, Any]:

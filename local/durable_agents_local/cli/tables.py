@@ -3,7 +3,9 @@
 Every table is built from the Api's JSON (the same views ``--json`` prints): runs, a run's
 history, its operations (``runs timeline``), approvals and calls in review. A table wider than
 the terminal shrinks its widest columns first and ellipsizes the cells that no longer fit, so
-a line never wraps.
+a line does not wrap; but the ids one copies into the next command (run, approval and
+operation ids) are never cut: a line whose ids alone (with the other columns at their
+narrowest) are wider than the terminal is longer than it, and the terminal wraps it.
 
 Every cell, and every line the CLI prints for a person, shows the control characters of the
 Api's data escaped (``escape_controls``): run data is anyone's text (a tool's error message,
@@ -103,7 +105,9 @@ def fit_table(
 
     While the table is too wide the widest column loses a character (never below its header
     or ``MIN_COLUMN``; the columns in ``keep``, ids one copies, never); cells longer than
-    their column are ellipsized.
+    their column are ellipsized. When the kept columns and the others' narrowest widths add up
+    to more than ``width``, the lines are longer than ``width``: a line is never cut, or it
+    would cut the ids.
     """
     # Escaped before the whitespace is collapsed: str.split() would take some controls
     # (\x1c-\x1f, \x85) for spaces, and the rest must not reach the terminal.
@@ -123,7 +127,7 @@ def fit_table(
         GAP.join(clip(c, w).ljust(w) for c, w in zip(line, widths, strict=True)).rstrip()
         for line in [list(headers), *cells]
     ]
-    return "\n".join(line[:width] for line in lines)
+    return "\n".join(lines)
 
 
 def short_time(at: str | None, *, seconds: bool = True) -> str:
@@ -176,8 +180,11 @@ def runs_table(runs: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:
     return fit_table(headers, rows, width, keep=(0, 4, 5))
 
 
+_ID_KEYS = ("run_id", "parent_run_id")
+
+
 def run_details(run: Mapping[str, Any], width: int = WIDTH) -> str:
-    """A run as ``key: value`` lines, each clipped to ``width``."""
+    """A run as ``key: value`` lines, each clipped to ``width`` but the ids' (never cut)."""
     lines = []
     for key in (
         "run_id", "agent", "status", "tenant", "created_at", "updated_at", "wake_at",
@@ -186,7 +193,8 @@ def run_details(run: Mapping[str, Any], width: int = WIDTH) -> str:
     ):  # fmt: skip
         value = run.get(key)
         if value is not None:
-            lines.append(clip(f"{key + ':':<20}{compact(value)}", width))
+            line = f"{key + ':':<20}{compact(value)}"
+            lines.append(clip(line, max(width, len(line)) if key in _ID_KEYS else width))
     return "\n".join(lines)
 
 
@@ -224,7 +232,8 @@ def history_table(events: Sequence[Mapping[str, Any]], width: int = WIDTH) -> st
                 _note(event),
             ]
         )
-    return fit_table(["OFFSET", "EVENT", "OPERATION", "ATTEMPT", "NOTE"], rows, width)
+    headers = ["OFFSET", "EVENT", "OPERATION", "ATTEMPT", "NOTE"]
+    return fit_table(headers, rows, width, keep=(2,))  # the operation id: never cut
 
 
 def operations(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -233,7 +242,8 @@ def operations(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     Each: ``op_id``, ``kind``, ``name``, ``attempts``, ``status`` (RUNNING, RETRYING,
     WAITING, SUCCEEDED, FAILED), ``started_at``, ``ended_at`` (a settled one's),
     ``duration_seconds`` (to its last entry) and ``deadline`` (a timer's or retry's due time,
-    or a running attempt's lease expiry; None once settled).
+    or a running attempt's lease expiry; None once settled); a batch that completed with
+    failed branches also ``failed_branches`` and ``total_branches``.
     """
     ops: dict[str, dict[str, Any]] = {}
     for event in events:
@@ -253,7 +263,19 @@ def operations(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         settled = op["status"] in ("SUCCEEDED", "FAILED")
         op["ended_at"] = event.get("at") if settled else None
         op["deadline"] = None if settled else event.get("due_at") or event.get("lease_expires_at")
+        if event.get("failed_branches"):  # a batch's, tolerated or not (ADR 0024)
+            op["failed_branches"] = event["failed_branches"]
+            op["total_branches"] = event.get("total_branches")
     return list(ops.values())
+
+
+def _status(op: Mapping[str, Any]) -> str:
+    """An operation's status; a batch's says how many of its branches failed."""
+    status = str(op["status"])
+    failed = op.get("failed_branches")
+    if failed:
+        return f"{status} ({failed}/{op.get('total_branches')} failed)"
+    return status
 
 
 def timeline_table(run_id: str, ops: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:
@@ -267,13 +289,13 @@ def timeline_table(run_id: str, ops: Sequence[Mapping[str, Any]], width: int = W
             str(op.get("name") or ""),
             str(op.get("attempts") or "-"),
             duration(op.get("duration_seconds")),
-            str(op["status"]),
+            _status(op),
             short_time(op.get("deadline")),
         ]
         for op in ops
     ]
     headers = ["OPERATION", "KIND", "NAME", "ATT", "TOOK", "STATUS", "DEADLINE"]
-    return fit_table(headers, rows, width, keep=(6,))
+    return fit_table(headers, rows, width, keep=(0, 6))  # the operation id: never cut
 
 
 def approvals_table(approvals: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:
@@ -292,7 +314,7 @@ def approvals_table(approvals: Sequence[Mapping[str, Any]], width: int = WIDTH) 
         for a in approvals
     ]
     headers = ["APPROVAL ID", "STATUS", "RUN ID", "NAME", "DEADLINE", "SUMMARY"]
-    return fit_table(headers, rows, width, keep=(0, 4))
+    return fit_table(headers, rows, width, keep=(0, 2, 4))  # the ids: never cut
 
 
 def reviews_table(reviews: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:

@@ -160,9 +160,9 @@ def progress(run: Mapping[str, Any], events: list[dict[str, Any]], watched: floa
 def outcome(run: Mapping[str, Any], width: int = 80) -> str:
     """The closing line: how the run ended, with its result or error.
 
-    Clipped to ``width``: ``--json`` or ``runs show`` has it whole.
+    Clipped to ``width`` (never within the run id): ``--json`` or ``runs show`` has it whole.
     """
-    return clip(_outcome(run), width - 1)
+    return clip(_outcome(run), max(width - 1, len(f"{run['run_id']} {run['status']} ")))
 
 
 def _outcome(run: Mapping[str, Any]) -> str:
