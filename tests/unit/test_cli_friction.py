@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -9,6 +10,8 @@ from http.server import ThreadingHTTPServer
 
 import pytest
 
+from durable_agents.core.models import RunChange, RunStatus
+from durable_agents.errors import RunStateConflictError
 from durable_agents_local.cli.main import main
 from durable_agents_local.cli.tables import (
     approvals_table,
@@ -23,6 +26,8 @@ from durable_agents_local.cli.watch import outcome
 from durable_agents_local.moto_server import free_port
 from durable_agents_local.runs_start import InputSyntaxError, parse_input, start_run
 from tests.unit.api_standin import StandIn, _handler, stand_in_api
+from tests.unit.conftest import Deployment
+from tests.unit.test_api import GOOD, call
 
 RUN = "run-0123456789abcdef"
 
@@ -213,3 +218,37 @@ def test_a_table_without_long_ids_still_fits_the_width() -> None:
 def test_the_outcome_of_a_watch_keeps_the_run_id_whole() -> None:
     line = outcome({"run_id": LONG_RUN, "status": "SUCCEEDED", "result": "r" * 200}, 40)
     assert line.startswith(f"{LONG_RUN} SUCCEEDED") and line.endswith("…")
+
+
+def test_the_apis_conflict_messages_name_statuses_not_python_reprs(deployment: Deployment) -> None:
+    from api.services import get_runtime
+
+    status, body = call("POST", "/runs", GOOD)
+    assert status == 201
+    run_id = body["run"]["run_id"]
+    get_runtime().store.commit(
+        run_id,
+        [],
+        RunChange(
+            expected=frozenset({RunStatus.RUNNING}),
+            status=RunStatus.SUCCEEDED,
+            updated_at_ms=1,
+            result="done",
+        ),
+    )
+    for path in (f"/runs/{run_id}/redrive", f"/runs/{run_id}/cancel"):
+        status, body = call("POST", path, {} if path.endswith("cancel") else None)
+        assert status == 409, body
+        message = body["error"]["message"]
+        assert not re.search(r"<\w+\.\w+: '", message), message
+        assert "SUCCEEDED" in message and "RunStatus" not in message, message
+
+
+def test_run_state_conflicts_show_status_values() -> None:
+    error = RunStateConflictError(
+        "run-1", sorted({RunStatus.RUNNING, RunStatus.SUSPENDED}), RunStatus.FAILED
+    )
+    assert str(error) == "run 'run-1' is FAILED, expected RUNNING or SUSPENDED"
+    assert str(RunStateConflictError("run-1", ["a header that stays still"], "changing")) == (
+        "run 'run-1' is changing, expected a header that stays still"
+    )

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from enum import Enum
 from typing import Any
 
 
@@ -120,14 +122,34 @@ class WaitConflictError(DurableError):
         super().__init__(f"{wait_id!r} changed meanwhile (now {getattr(current, 'status', None)})")
 
 
+def _shown(value: Any) -> str:
+    """A status as a person reads it: an enum's value (``FAILED``), not its Python repr."""
+    return str(value.value) if isinstance(value, Enum) else str(value)
+
+
+def _any_of(values: Any) -> str:
+    """``RUNNING``, ``RUNNING or SUSPENDED``, ``RUNNING, SUSPENDED or PAUSED``."""
+    if isinstance(values, str | Enum) or not isinstance(values, Collection):
+        return _shown(values)
+    shown = [_shown(v) for v in values]
+    if isinstance(values, set | frozenset):
+        shown.sort()
+    return " or ".join([", ".join(shown[:-1]), shown[-1]] if len(shown) > 1 else shown)
+
+
 class RunStateConflictError(DurableError):
-    """A conditional update of the run header failed: its status is not what was expected."""
+    """A conditional update of the run header failed: its status is not what was expected.
+
+    The message names the statuses by their values (``run 'run-1' is SUCCEEDED, expected
+    RUNNING or SUSPENDED``): it reaches people (the Api's 409s, the CLI).
+    """
 
     def __init__(self, run_id: str, expected: Any, actual: Any | None = None):
         self.run_id = run_id
         self.expected = expected
         self.actual = actual
-        super().__init__(f"run {run_id!r} is in status {actual!r}, expected one of {expected!r}")
+        now = "in another status" if actual is None else _shown(actual)
+        super().__init__(f"run {run_id!r} is {now}, expected {_any_of(expected)}")
 
 
 class RunRevisionConflictError(RunStateConflictError):
