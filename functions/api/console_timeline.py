@@ -5,7 +5,8 @@ name,
 attempts, when it started and ended and how long it took, what it waits for (a timer's fire
 time, the next attempt's time, the lease of the running attempt) as full ISO dates, the tool
 call's side-effect status, idempotency key and external id, the child run an ``invoke`` started
-(a link), and the text the operation streamed (from the stream cache, as a reader sees it).
+(a link), the text the operation streamed (from the stream cache, as a reader sees it), and
+how many branches of a ``map``/``parallel`` failed, even when its policy tolerated them.
 
 What a journal entry's ``value`` holds is shown only for results: a callback's SCHEDULED entry
 carries its secret, so of scheduled values only the child run id and the approval id are read.
@@ -20,6 +21,7 @@ from urllib.parse import quote
 
 from api.console_page import e, facts, notice, page, pill, pretty, run_link, when
 from durable_agents.core.models import OpKind, RunSnapshot
+from durable_agents.engine.operations.batch_result import branch_counts
 from durable_agents.engine.replay_index import OpRecord, group_entries
 from durable_agents.engine.time_limits import deadline_ms
 
@@ -98,6 +100,20 @@ def _waits(record: OpRecord) -> list[tuple[str, str]]:
     return rows
 
 
+def _branch_failures(record: OpRecord) -> str:
+    """A batch's failed branches (ADR 0024): counted from its record, no value shown."""
+    result = record.result
+    if record.kind not in (OpKind.MAP, OpKind.PARALLEL) or result is None or not result.value:
+        return ""
+    try:
+        counts = branch_counts(json.loads(result.value))
+    except ValueError:
+        return ""
+    if counts is None or not counts[0]:
+        return ""
+    return f'<p class="err">{counts[0]} of {counts[1]} branch(es) failed</p>'
+
+
 def _effect(record: OpRecord) -> str:
     effect = record.effect
     if effect is None:
@@ -130,6 +146,7 @@ def _operation_row(
     approval = _scheduled_field(record, "approval_id") if record.kind is OpKind.APPROVAL else None
     if approval:
         detail.append(f"approval <code>{e(approval)}</code>")
+    detail.append(_branch_failures(record))
     if record.result is not None and record.result.error is not None:
         err = record.result.error
         detail.append(f'<p class="err">{e(err.type)}: {e(err.message)}</p>')

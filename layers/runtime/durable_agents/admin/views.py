@@ -57,6 +57,20 @@ def _stop_view(request: dict[str, Any] | None) -> dict[str, Any] | None:
     return {**request, "at": iso(at) if isinstance(at, int) else None}
 
 
+_BATCHES = (OpKind.MAP, OpKind.PARALLEL)
+_RESULTS = (EntryType.SUCCEEDED, EntryType.FAILED)
+
+
+def _branch_counts(value: str) -> tuple[int, int] | None:
+    # Imported here: only a batch's result needs it (the views stay light to import).
+    from durable_agents.engine.operations.batch_result import branch_counts  # noqa: PLC0415
+
+    try:
+        return branch_counts(json.loads(value))
+    except ValueError:  # a value that is not JSON is no batch outcome
+        return None
+
+
 def entry_event(entry: Entry) -> dict[str, Any]:
     """One journal entry as a history event (``step_started``, ``wait_scheduled``, …)."""
     if entry.kind is OpKind.MIGRATION:  # not an operation: what a migration changed
@@ -74,6 +88,12 @@ def entry_event(entry: Entry) -> dict[str, Any]:
         event["attempt"] = entry.attempt
     if entry.type is EntryType.SUCCEEDED and entry.value is not None:
         event["result"] = _json(entry.value)
+    if entry.kind in _BATCHES and entry.type in _RESULTS and entry.value is not None:
+        # A batch's failed branches, tolerated or not: a timeline marks the batch with them
+        # (ADR 0024). Counted from the branch letters; a FAILED batch's value stays unshown.
+        counts = _branch_counts(entry.value)
+        if counts is not None:
+            event["failed_branches"], event["total_branches"] = counts
     if entry.error is not None:
         event["error"] = entry.error.to_dict()
     if entry.due_at_ms is not None:

@@ -236,3 +236,28 @@ class BatchResult(BaseModel, Generic[T]):
                 self.completion_reason, [i.error or {} for i in self.failures], result=self
             )
         return self
+
+
+def branch_counts(outcome: Any) -> tuple[int, int] | None:
+    """How many branches a recorded batch outcome says failed, and how many it has.
+
+    Reads both record formats (``branches`` letters, and the earlier ``items`` list) without
+    decoding any value, so a timeline can mark a batch that completed with failures even when
+    they were tolerated.
+
+    Args:
+        outcome: A batch record's decoded value.
+
+    Returns:
+        ``(failed, total)``, or None if ``outcome`` is not a batch outcome.
+    """
+    if not isinstance(outcome, dict):
+        return None
+    letters = outcome.get("branches")
+    if isinstance(letters, str):
+        return letters.count("f"), len(letters)
+    items = outcome.get("items")
+    if isinstance(items, list):
+        failed = sum(1 for i in items if isinstance(i, dict) and i.get("status") == "failed")
+        return failed, len(items)
+    return None
