@@ -261,3 +261,60 @@ def test_a_batch_that_completes_with_failures_logs_a_warning(
     assert len(warnings) == 1  # when it completes, not on every replay
     text = warnings[0].getMessage()
     assert "checks" in text and "1 of 2" in text and "ValueError" in text
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_flat_batch_beyond_its_policy_fails_the_same_on_replay(
+    journal: JournalStore, mode: str
+) -> None:
+    """Flat branches have no record: the failed batch's own record holds their errors."""
+    seen: list[tuple[str, list[Any]]] = []
+
+    @agent(name="flat-fail", version="1", registry=AgentRegistry())
+    def flat_fail(ctx: DurableContext, xs: list[int]) -> str:
+        try:
+            ctx.map(xs, lambda c, x, i: 10 // x, name="flat", nesting="flat")
+        except BatchFailedError as exc:
+            assert exc.result is not None
+            seen.append((str(exc), exc.result.all_errors()))
+            return ctx.step(lambda: "noted", name="note")
+        return "no raise"
+
+    result = AgentTestRunner(flat_fail, journal=journal, mode=mode).run(
+        [1, 0, 2], crash=Crash("note", "before_claim")
+    )
+    assert result.status == "SUCCEEDED", result.error
+    assert result.output == "noted"
+    assert len(seen) >= 2 and all(s == seen[0] for s in seen), seen
+    message, errors = seen[0]
+    assert "first error ZeroDivisionError" in message
+    assert errors[0] is None and errors[1] is not None and errors[1]["type"] == "ZeroDivisionError"
+
+
+def test_many_failed_branches_are_named_up_to_ten(journal: JournalStore) -> None:
+    @agent(name="many", version="1", registry=AgentRegistry())
+    def many(ctx: DurableContext, n: int) -> dict[str, Any]:
+        try:
+            ctx.map(
+                list(range(n)),
+                lambda c, x, i: c.step(lambda: 1 // 0, name="div", retry=NO_RETRY),
+                name="all-fail",
+                completion=CompletionPolicy(tolerated_failure_count=10),
+            )
+        except BatchFailedError as exc:
+            assert exc.result is not None
+            return {
+                "message": str(exc),
+                "errors": len(exc.errors),
+                "failed": exc.failed_branches,
+                "failures": exc.result.failure_count,
+            }
+        return {}
+
+    result = AgentTestRunner(many, journal=journal).run(12)
+    assert result.status == "SUCCEEDED", result.error
+    out = result.output
+    assert out["failures"] == 11 and out["errors"] == 10
+    assert out["failed"] == [f"branch-{i}" for i in range(10)]
+    assert "11 of 12 branch(es) failed (branch-0, " in out["message"]
+    assert "branch-9 and 1 more); first error ZeroDivisionError" in out["message"]
