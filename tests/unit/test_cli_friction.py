@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -252,3 +255,22 @@ def test_run_state_conflicts_show_status_values() -> None:
     assert str(RunStateConflictError("run-1", ["a header that stays still"], "changing")) == (
         "run 'run-1' is changing, expected a header that stays still"
     )
+
+
+@pytest.mark.parametrize("argv", [["runs", "show", RUN, "--json"], ["runs", "list"]])
+def test_a_reader_that_stops_early_ends_the_cli_quietly(api: StandIn, argv: list[str]) -> None:
+    big = {"run_id": RUN, "agent": "a", "status": "SUCCEEDED", "input": "x" * 300_000}
+    api.answers[("GET", f"/runs/{RUN}")] = (200, big)
+    api.answers[("GET", "/runs")] = (200, {"runs": [{**big, "input": None}] * 5_000})
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "durable_agents_local.cli.main", *argv, "--api-url", api.url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert cli.stdout is not None and cli.stderr is not None
+    first = cli.stdout.readline()  # `| head -1`: one line, then the pipe is closed
+    cli.stdout.close()
+    err = cli.stderr.read().decode()
+    assert cli.wait(timeout=60) == 141, err  # 128 + SIGPIPE, as `yes | head -1` reports
+    assert first.strip() and err == ""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +31,8 @@ OIDC_PORT = 3001  # durable_agents_local.oidc.DEFAULT_PORT (not imported: it loa
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+# 128 + SIGPIPE: what a shell reports for a writer its reader left (`yes | head -1`).
+EXIT_BROKEN_PIPE = 141
 STATUSES = cli_remote.STATUSES
 
 
@@ -381,12 +384,33 @@ def _runs(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``durable-agents`` console script.
 
+    A reader that stops early (``durable-agents runs list | head -1``) ends the command
+    quietly, as it ends any Unix tool: no traceback, exit status 141.
+
     Returns:
         The exit status: 0 on success, 1 on errors (the Api down or refusing, an unknown run,
         a watched run that did not succeed), 2 on usage errors (``runs start``'s INPUT that
         looks like JSON but does not parse among them), when the CLI cannot be set up
-        (no credentials, no such stack) or when local mode cannot start.
+        (no credentials, no such stack) or when local mode cannot start; 141 when the reader
+        of stdout went away before the output was written.
     """
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # a reader gone shows here, not in the interpreter's flush at exit
+    except BrokenPipeError:
+        # The reader went away (`| head -1`): the rest of the output is not wanted. 141 (128 +
+        # SIGPIPE) rather than 0: it is what a shell reports for any tool cut short this way
+        # (`yes | head -1`), so a `set -o pipefail` script sees the same from this command as
+        # from others, and a script can still tell the output was not all read. stdout now
+        # goes to /dev/null, so the interpreter's own flush at exit does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "local":
         return _local(args)
