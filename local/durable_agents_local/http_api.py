@@ -104,6 +104,7 @@ def build_event(
     body: bytes,
     source_ip: str,
     caller_arn: str = LOCAL_CALLER_ARN,
+    acting_as: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Builds the API Gateway REST (v1) proxy event for one request.
 
@@ -116,6 +117,9 @@ def build_event(
         body: The raw body.
         source_ip: The client's address.
         caller_arn: The IAM caller, unless the request's ``X-Local-Caller-Arn`` names one.
+        acting_as: ``--act-as``: the approver and reviewer patterns the IAM caller decides
+            as, in ``requestContext.durableAgentsLocal`` (a part of the event API Gateway never
+            writes; ``deciders.principal_from_iam`` reads it only in local mode's events).
 
     Returns:
         The event, as API Gateway would deliver it to the function.
@@ -132,7 +136,7 @@ def build_event(
         text, is_base64 = base64.b64encode(body).decode(), True
     now_ms = SystemClock().now_ms()
     request_id = secrets.token_hex(16)
-    return {
+    event: dict[str, Any] = {
         "resource": route.resource,
         "path": path,
         "httpMethod": method,
@@ -179,6 +183,9 @@ def build_event(
             },
         },
     }
+    if acting_as and route.iam:
+        event["requestContext"]["durableAgentsLocal"] = {"actingAs": list(acting_as)}
+    return event
 
 
 def response_headers(response: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -336,6 +343,7 @@ class ApiServer(ThreadedWSGIServer):
         routes: The Api routes.
         port: The TCP port (``0`` picks a free one).
         caller_arn: The IAM caller of requests without an ``X-Local-Caller-Arn`` header.
+        acting_as: ``--act-as``: the approver and reviewer patterns that caller decides as.
 
     Raises:
         OSError: If the port cannot be bound.
@@ -353,9 +361,11 @@ class ApiServer(ThreadedWSGIServer):
         port: int = DEFAULT_PORT,
         *,
         caller_arn: str = LOCAL_CALLER_ARN,
+        acting_as: Sequence[str] = (),
     ):
         self.routes = list(routes)
         self.caller_arn = caller_arn
+        self.acting_as = tuple(acting_as)
         # Bound here, not by werkzeug: on a bind error werkzeug prints and calls sys.exit(1);
         # the worker turns an OSError into a message that names the port.
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -449,6 +459,7 @@ class ApiServer(ThreadedWSGIServer):
             body=body,
             source_ip=str(environ.get("REMOTE_ADDR") or HOST),
             caller_arn=self.caller_arn,
+            acting_as=self.acting_as,
         )
         try:
             response = route.function.invoke(event)

@@ -151,8 +151,7 @@ def serve(
         else "ephemeral: state in memory only"
     )
     print(
-        f"moto server listening on {endpoint_url(port, host)}; {kept}; session key in "
-        f"{key_path}",
+        f"moto server listening on {endpoint_url(port, host)}; {kept}; session key in {key_path}",
         file=sys.stderr,
         flush=True,
     )

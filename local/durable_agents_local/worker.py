@@ -283,7 +283,9 @@ class Worker:
             for a in s.apis
         ]
         try:
-            self._api = ApiServer(routes, opts.api_port, caller_arn=opts.caller_arn)
+            self._api = ApiServer(
+                routes, opts.api_port, caller_arn=opts.caller_arn, acting_as=opts.act_as
+            )
         except OSError as exc:
             raise ConfigurationError(
                 f"cannot serve the Api on {HOST}:{opts.api_port}: {exc.strerror}; "
@@ -356,6 +358,12 @@ class Worker:
             f"  api       {self.api_url}  {len(routes)} routes "
             f"(GET {self.api_url}/openapi.json describes them)",
             f"  console   {self.api_url}/console",
+            "  act-as    "
+            + (
+                f"{', '.join(opts.act_as)}: you decide approvals and reviews as them (dev only)"
+                if opts.act_as
+                else "nobody (--act-as group:NAME, or '*', decides approvals and reviews as them)"
+            ),
             f"  events    {', '.join(rules) or 'none'}: {opts.concurrency} consumers per rule, "
             f"redelivery after {opts.visibility_timeout} s",
             f"  streams   {', '.join(streams) or 'none'}",

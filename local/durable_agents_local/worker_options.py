@@ -41,6 +41,8 @@ class WorkerOptions:
         agents: ``--agents``: the agent modules, over ``AGENT_MODULES`` (``local.agents_loading``).
         caller_arn: ``--caller-arn``: the IAM caller of Api requests without an
             ``X-Local-Caller-Arn`` header; it also mints links and decides reviews.
+        act_as: ``--act-as``: approver and reviewer patterns (``group:finance``, ``*``) the
+            IAM caller decides as (dev only: a deployed Api never honours it).
         model_scripts: ``--model-script``: ``[CONFIG=]file`` model scripts added to the
             template's ``SCRIPTED_MODEL_FILE``.
         oidc_port: ``--local-oidc [--oidc-port]``: run a local OIDC issuer on this port and
@@ -65,5 +67,6 @@ class WorkerOptions:
     services_url: str | None = None
     agents: tuple[str, ...] = ()
     caller_arn: str = LOCAL_CALLER_ARN
+    act_as: tuple[str, ...] = ()
     model_scripts: tuple[str, ...] = ()
     oidc_port: int | None = None

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import signal
 import threading
+import urllib.error
+import urllib.request
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from durable_agents_local.moto_server import MotoProcess
+from durable_agents_local.no_redirects import OPENER
 from durable_agents_local.processes import WorkerProcess, http_json
 from durable_agents_local.services import ServicesHandle
 from tests.integration.local_stack import wait_until, workers
@@ -176,3 +179,35 @@ def test_ten_racing_decisions_over_http_one_wins(
             f"run {run_id} to succeed",
         )
         assert len(refunds(services)) == (1 if decision["approved"] else 0)
+
+
+@pytest.mark.parametrize("how", ["cli", "console"])
+def test_the_developer_decides_as_the_approvers_with_act_as(
+    moto: MotoProcess, services: ServicesHandle, how: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Without --act-as the local caller is refused (see above); with it, the console's
+    # Approve and `approvals decide` work, and the decision says who acted as whom.
+    from durable_agents_local.cli.main import main as cli_main
+
+    with workers(moto, services) as start_worker:
+        worker = start_worker("--act-as", LEADS)
+        assert any(f"act-as    {LEADS}" in line for line in worker.lines), list(worker.lines)
+        run_id, aid = suspended_on_approval(worker)
+        if how == "cli":
+            code = cli_main(["approvals", "decide", aid, "approve", "--api-url", worker.base_url])
+            assert code == 0, capsys.readouterr()
+        else:
+            form = urllib.request.Request(  # the console page's form, as a browser posts it
+                f"{worker.base_url}/console/approvals/{aid}",
+                data=b"decision=approve&comment=looks+fine",
+                method="POST",
+                headers={"Content-Type": "application/x-www-form-urlencoded",
+                         "Sec-Fetch-Site": "same-origin", "Accept": "text/html"},
+            )  # fmt: skip
+            with pytest.raises(urllib.error.HTTPError) as answered:  # 303: not followed
+                OPENER.open(form, timeout=10)
+            assert answered.value.code == 303, answered.value.read()
+        status, shown = http_json("GET", f"{worker.base_url}/approvals/{aid}")
+        assert status == 200 and shown["status"] == "approved", shown
+        assert f"acting as {LEADS}" in shown["decision"]["decided_by"], shown
+        wait_until(lambda: run_status(worker, run_id)["status"] == "SUCCEEDED", 30, "the run")

@@ -20,12 +20,13 @@ without repeating the credential.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from durable_agents._moved import moved_attribute
 from durable_agents.auth.tokens import AuthenticationError
-from durable_agents.core.principals import Principal
+from durable_agents.core.principals import ANYONE, Principal
 
 __all__ = ["principal_from_iam"]
 
@@ -55,4 +56,28 @@ def principal_from_iam(event: Mapping[str, Any]) -> Principal:
         raise AuthenticationError(
             "this route needs a request signed with AWS credentials (SigV4)", scheme="IAM"
         )
-    return Principal(via="iam", identity=arn)
+    return Principal(via="iam", identity=arn, acting_as=_local_acting_as(context))
+
+
+LOCAL_API_ID = "local"
+"""``requestContext.apiId`` of local mode's Api: no API Gateway id is five characters."""
+
+_PATTERN = re.compile(r"(?:user|group|iam):\S+")
+
+
+def _local_acting_as(context: Mapping[str, Any]) -> frozenset[str]:
+    """The patterns ``durable-agents local --act-as`` lets the local caller decide as.
+
+    Read only from an event of local mode's Api (``apiId`` ``local``): API Gateway writes the
+    whole ``requestContext`` itself, so no request to a deployed Api can carry this, and a
+    deployed Api's id is never ``local``. Anything malformed grants nothing.
+    """
+    if not isinstance(context, Mapping) or context.get("apiId") != LOCAL_API_ID:
+        return frozenset()
+    local = context.get("durableAgentsLocal")
+    acting = local.get("actingAs") if isinstance(local, Mapping) else None
+    if not isinstance(acting, list) or not all(isinstance(p, str) for p in acting):
+        return frozenset()
+    if not all(p == ANYONE or _PATTERN.fullmatch(p) for p in acting):
+        return frozenset()
+    return frozenset(acting)

@@ -40,6 +40,10 @@ def check_approvers(approvers: Iterable[str], *, role: str = "approver") -> tupl
     return patterns
 
 
+ANYONE = "*"
+"""``acting_as``: every approver and reviewer pattern."""
+
+
 @dataclass(frozen=True)
 class Principal:
     """An authenticated caller.
@@ -51,6 +55,9 @@ class Principal:
         groups: The JWT groups.
         user_ids: What ``user:`` patterns match for a JWT (the claims its issuer is trusted for).
         tenant: The tenant a JWT names (its ``JWT_TENANT_CLAIM`` claim), if it names one.
+        acting_as: Local mode only (``durable-agents local --act-as``): approver and reviewer
+            patterns the local IAM caller decides as (``*``: any). Empty on AWS
+            (``deciders.principal_from_iam``).
     """
 
     via: str
@@ -59,17 +66,28 @@ class Principal:
     groups: frozenset[str] = field(default_factory=frozenset)
     user_ids: frozenset[str] = field(default_factory=frozenset)
     tenant: str | None = None
+    acting_as: frozenset[str] = field(default_factory=frozenset)
 
     @property
     def display(self) -> str:
         """How the decision records who made it."""
         if self.via == "jwt":
             return f"user:{self.email or self.identity}"
+        if self.acting_as:
+            acting = (
+                "any approver" if ANYONE in self.acting_as else ", ".join(sorted(self.acting_as))
+            )
+            return f"{self.identity} (local mode, acting as {acting})"
         return self.identity
 
 
 def may_decide(principal: Principal, approvers: Iterable[str]) -> bool:
     """Whether ``principal`` matches one of the approver patterns."""
+    approvers = tuple(approvers)
+    # Local mode's dev-only switch: the developer decides as these approvers.
+    acting = principal.acting_as if principal.via == "iam" else frozenset()
+    if ANYONE in acting or not acting.isdisjoint(approvers):
+        return True
     for pattern in approvers:
         kind, _, value = pattern.partition(":")
         # A link never stands in for an iam: approver (that would make SigV4 a bearer token).
