@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -66,6 +67,14 @@ def _http_url(text: str) -> str:
     if not text.startswith(("http://", "https://")):
         raise argparse.ArgumentTypeError(f"expected an http:// URL, got {text!r}")
     return text.rstrip("/")
+
+
+def _act_as(text: str) -> str:
+    if text == "*" or re.fullmatch(r"(?:user|group|iam):\S+", text):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not an approver pattern: use group:NAME, user:EMAIL, iam:ARN or '*'"
+    )
 
 
 def _caller_arn(text: str) -> str:
@@ -175,6 +184,16 @@ def _add_local(commands: Any) -> None:
         metavar="ARN",
         help="the IAM caller of Api requests (default %(default)s); a request's "
         "X-Local-Caller-Arn header overrides it",
+    )
+    local.add_argument(
+        "--act-as",
+        action="append",
+        default=[],
+        type=_act_as,
+        metavar="PATTERN",
+        help="decide approvals and reviews as this approver (group:finance, user:EMAIL, "
+        "iam:ARN, or '*' for any), from the console and the CLI; repeatable. Local mode only: "
+        "a deployed Api never honours it",
     )
     local.add_argument(
         "--model-script",
@@ -329,6 +348,7 @@ def _local(args: argparse.Namespace) -> int:
             services_url=args.services_url,
             agents=tuple(args.agents),
             caller_arn=args.caller_arn,
+            act_as=tuple(dict.fromkeys(args.act_as)),
             model_scripts=tuple(args.model_script),
             oidc_port=args.oidc_port if args.local_oidc else None,
         )
