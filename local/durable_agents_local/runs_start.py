@@ -1,10 +1,10 @@
-"""``durable-agents runs start AGENT INPUT``: start a run through the local Api, and wait.
+"""``durable-agents runs start AGENT INPUT``: start a run through the Api, and wait.
 
 The run is started the way any client starts one (``POST /runs`` on the Api local mode
-serves), not by writing the journal: what it exercises is what a deployment runs. While local
-mode is still starting (nothing listens on the port yet) the request is retried until
-``--wait`` runs out (saying so once, at once, on stderr), so ``durable-agents local ... &``
-followed by this command just works.
+serves, or a deployed stack's, SigV4-signed: ``cli.api_client``), not by writing the journal:
+what it exercises is what a deployment runs. While local mode is still starting (nothing
+listens on the port yet) the request is retried until ``--wait`` runs out (saying so once, at
+once, on stderr), so ``durable-agents local ... &`` followed by this command just works.
 """
 
 from __future__ import annotations
@@ -12,15 +12,18 @@ from __future__ import annotations
 import json
 import re
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from durable_agents_local.cli.api_client import field_errors
+from durable_agents_local.cli.api_client import (
+    ApiClient,
+    ApiError,
+    ApiUnreachableError,
+    field_errors,
+    segment,
+)
 from durable_agents_local.cli.tables import escape_controls
-from durable_agents_local.no_redirects import OPENER
 
 DEFAULT_API = "http://127.0.0.1:3000"
 SETTLED = ("SUCCEEDED", "FAILED", "CANCELLED", "TERMINATED", "TIMED_OUT", "PAUSED")
@@ -99,26 +102,8 @@ def parse_input(text: str) -> Any:
         ) from exc
 
 
-def _call(method: str, url: str, body: Any = None) -> tuple[int, dict[str, Any]]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(  # noqa: S310 - the local Api's http URL
-        url,
-        data=data,
-        method=method,
-        headers={"Content-Type": "application/json", "Accept": "application/json"},
-    )
-    try:
-        with OPENER.open(request, timeout=10) as response:
-            return int(response.status), json.loads(response.read() or b"{}")
-    except urllib.error.HTTPError as exc:
-        try:
-            return exc.code, json.loads(exc.read() or b"{}")
-        except ValueError:
-            return exc.code, {"error": {"message": f"HTTP {exc.code}"}}
-
-
 def start_run(
-    api: str,
+    api: str | ApiClient,
     agent: str,
     value: Any,
     *,
@@ -128,24 +113,32 @@ def start_run(
 ) -> Started:
     """Starts a run with ``POST /runs`` and polls ``GET /runs/{id}`` until it settles.
 
+    Local mode's Api (a loopback http URL) may still be starting: while nothing answers the
+    request is retried until ``wait_seconds`` run out. A deployed Api's (``ApiClient`` with
+    credentials: every request SigV4-signed) is asked once: nothing answering is an error at
+    once, and a POST whose answer was lost is not sent again (``idempotency_key`` makes a
+    retry by hand safe).
+
     Args:
-        api: The Api's base URL.
+        api: The Api: local mode's base URL, or a client (``cli.api_client.connect``).
         agent: The agent's name.
         value: The run's input.
         wait_seconds: How long to wait for the Api to answer and the run to settle (0: only
             start it).
         idempotency_key: Sent as the body's ``idempotency_key``.
-        on_wait: Told once, the first time nothing answers and the request will be retried:
-            ``waiting for the Api at URL (start it with durable-agents local) ...`` (the
-            CLI prints it on stderr, so a wait is never silent).
+        on_wait: Told once, the first time local mode's Api does not answer and the request
+            will be retried: ``waiting for the Api at URL (start it with durable-agents local)
+            ...`` (the CLI prints it on stderr, so a wait is never silent).
 
     Returns:
         The run, and whether it settled (a SUSPENDED run waits for a timer or a person).
 
     Raises:
-        RunStartError: If the Api does not answer in time or refuses the run (a 422's field
-            errors on the lines after the first).
+        RunStartError: If the Api does not answer (in time), refuses the run (a 422's field
+            errors on the lines after the first) or the run cannot be read back.
     """
+    client = api if isinstance(api, ApiClient) else ApiClient(api.rstrip("/"), timeout=10)
+    local = client.credentials is None  # local mode: unsigned (connect() signs for all else)
     deadline = time.monotonic() + wait_seconds
     body: dict[str, Any] = {"agent": agent, "input": value}
     if idempotency_key:
@@ -153,29 +146,36 @@ def start_run(
     waiting = False
     while True:
         try:
-            status, answer = _call("POST", f"{api}/runs", body)
+            answer = client.call("POST", "/runs", body=body)
             break
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-            if time.monotonic() >= deadline:
-                reason = escape_controls(str(exc))
+        except ApiUnreachableError as exc:
+            if not local or time.monotonic() >= deadline:
+                reason = escape_controls(str(exc.__cause__ or exc))
+                hint = (
+                    "start local mode first (durable-agents local), or wait longer (--wait)"
+                    if local
+                    else "is it the Api's URL, and is the stack deployed?"
+                )
                 raise RunStartError(
-                    f"nothing answers at {api} ({reason}); start local mode first "
-                    "(durable-agents local), or wait longer (--wait)"
+                    f"nothing answers at {client.base_url} ({reason}); {hint}"
                 ) from exc
             if on_wait is not None and not waiting:
-                on_wait(f"waiting for the Api at {api} (start it with durable-agents local) ...")
+                on_wait(
+                    f"waiting for the Api at {client.base_url} (start it with "
+                    "durable-agents local) ..."
+                )
             waiting = True
             time.sleep(_POLL_SECONDS)
-    if status not in (200, 201):
-        message = (answer.get("error") or {}).get("message") or json.dumps(answer)
-        first = f"POST /runs answered {status}: {escape_controls(' '.join(str(message).split()))}"
-        raise RunStartError("\n".join([first, *(f"  {line}" for line in field_errors(answer))]))
+        except ApiError as exc:  # its message is one line, the Api's text escaped
+            details = (f"  {line}" for line in field_errors(exc.body))
+            raise RunStartError("\n".join([str(exc), *details])) from exc
     run: dict[str, Any] = answer["run"]
     while run["status"] not in SETTLED and time.monotonic() < deadline:
         time.sleep(_POLL_SECONDS)
-        status, run = _call("GET", f"{api}/runs/{run['run_id']}")
-        if status != 200:
-            raise RunStartError(f"GET /runs/{{id}} answered {status}: {json.dumps(run)}")
+        try:
+            run = client.call("GET", f"/runs/{segment(str(run['run_id']))}")
+        except ApiError as exc:
+            raise RunStartError(f"started {run['run_id']}, but reading it back: {exc}") from exc
     return Started(run, run["status"] in SETTLED)
 
 

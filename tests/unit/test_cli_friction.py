@@ -12,9 +12,12 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from botocore.credentials import Credentials
 
 from durable_agents.core.models import RunChange, RunStatus
 from durable_agents.errors import RunStateConflictError
+from durable_agents_local.cli import api_client
+from durable_agents_local.cli.api_client import ApiClient, ApiConfigError
 from durable_agents_local.cli.main import main
 from durable_agents_local.cli.tables import (
     approvals_table,
@@ -26,6 +29,7 @@ from durable_agents_local.cli.tables import (
     timeline_table,
 )
 from durable_agents_local.cli.watch import outcome
+from durable_agents_local.identity import CALLER_HEADER
 from durable_agents_local.moto_server import free_port
 from durable_agents_local.runs_start import InputSyntaxError, parse_input, start_run
 from tests.unit.api_standin import StandIn, _handler, stand_in_api
@@ -274,3 +278,76 @@ def test_a_reader_that_stops_early_ends_the_cli_quietly(api: StandIn, argv: list
     err = cli.stderr.read().decode()
     assert cli.wait(timeout=60) == 141, err  # 128 + SIGPIPE, as `yes | head -1` reports
     assert first.strip() and err == ""
+
+
+def _signed_to(url: str) -> ApiClient:
+    # A deployed Api's client (what --stack/--api-url https://… connect to), aimed at the stand-in.
+    return ApiClient(url, credentials=Credentials("AKIDEXAMPLE", "secret"), region="eu-west-1")
+
+
+def test_runs_start_on_a_deployed_stack_goes_through_the_signed_client(
+    api: StandIn, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    asked: dict[str, object] = {}
+
+    def connect(**options: object) -> ApiClient:
+        asked.update(options)
+        return _signed_to(api.url)
+
+    monkeypatch.setattr(api_client, "connect", connect)
+    api.answers[("POST", "/runs")] = (201, {"run": {"run_id": RUN, "status": "RUNNING"}})
+    api.answers[("GET", f"/runs/{RUN}")] = (200, {"run_id": RUN, "status": "SUCCEEDED",
+                                                  "result": "Hello, Ada!"})  # fmt: skip
+    argv = ["runs", "start", "greeter", "Ada", "--stack", "prod", "--region", "eu-west-1",
+            "--profile", "ops", "--idempotency-key", "k1"]  # fmt: skip
+    assert main(argv) == 0
+    assert asked == {"api_url": None, "stack": "prod", "region": "eu-west-1",
+                     "profile": "ops", "caller_arn": None}  # fmt: skip
+    post, get = api.received[0], api.received[-1]
+    assert (post.method, post.path, get.method, get.path) == (
+        "POST",
+        "/runs",
+        "GET",
+        f"/runs/{RUN}",
+    )
+    assert post.body == {"agent": "greeter", "input": "Ada", "idempotency_key": "k1"}
+    assert all(r.headers["Authorization"].startswith("AWS4-HMAC-SHA256 ") for r in api.received)
+    assert capsys.readouterr().out == f'{RUN} SUCCEEDED result: "Hello, Ada!"\n'
+
+
+def test_runs_start_on_a_deployed_api_neither_waits_nor_retries(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    down = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setattr(api_client, "connect", lambda **_: _signed_to(down))
+    url = "https://abc123.execute-api.eu-west-1.amazonaws.com/prod"
+    started = time.monotonic()
+    assert main(["runs", "start", "greeter", "Ada", "--api-url", url, "--wait", "20"]) == 1
+    assert time.monotonic() - started < 10
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: nothing answers at {down}") and "waiting" not in err
+    assert "durable-agents local" not in err
+
+
+def test_runs_start_takes_the_caller_and_the_api_after_the_command_in_local_mode(
+    api: StandIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.answers[("POST", "/runs")] = (201, {"run": {"run_id": RUN, "status": "SUCCEEDED"}})
+    caller = "arn:aws:iam::000000000000:user/ada"
+    for where in ("--api", "--api-url"):
+        argv = ["runs", "start", "greeter", "1", where, api.url, "--caller-arn", caller]
+        assert main([*argv, "--wait", "0"]) == 0
+    assert [r.headers[CALLER_HEADER] for r in api.received] == [caller, caller]
+    assert all("Authorization" not in r.headers for r in api.received)  # local: unsigned
+    assert [r.body["input"] for r in api.received] == [1, 1]
+
+
+def test_a_setup_error_of_runs_start_exits_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def connect(**_: object) -> ApiClient:
+        raise ApiConfigError("cannot read stack 'gone': Stack with id gone does not exist")
+
+    monkeypatch.setattr(api_client, "connect", connect)
+    assert main(["runs", "start", "greeter", "Ada", "--stack", "gone"]) == 2
+    assert capsys.readouterr().err.startswith("error: cannot read stack 'gone'")

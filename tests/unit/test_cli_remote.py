@@ -183,6 +183,22 @@ def test_setup_errors_exit_2(
     assert "not both" in capsys.readouterr().err
 
 
-def test_runs_start_stays_local_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--stack", "prod", "runs", "start", "greeter", "Ada"]) == 2
-    assert "`runs start` starts runs in local mode" in capsys.readouterr().err
+def test_runs_start_takes_the_connection_options_too(capsys: pytest.CaptureFixture[str]) -> None:
+    # A deployed stack's Api starts runs too (tests/unit/test_cli_friction.py): `runs start`
+    # is set up as the other commands are, and refuses what they refuse.
+    assert (
+        main(
+            [
+                "--stack",
+                "prod",
+                "runs",
+                "start",
+                "greeter",
+                "Ada",
+                "--api-url",
+                "http://127.0.0.1:1",
+            ]
+        )
+        == 2
+    )
+    assert "not both" in capsys.readouterr().err

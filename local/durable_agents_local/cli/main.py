@@ -5,7 +5,9 @@
 * ``durable-agents runs list|show|history|timeline|redrive|cancel|terminate|send-event|watch``,
   ``approvals list|decide``, ``reviews list|decide``: through the Api (``cli_remote``), local
   mode's by default, a deployed stack's with ``--stack NAME`` or ``--api-url URL`` (SigV4).
-* ``durable-agents runs start|migrate``: through the Api local mode serves (it has the agents).
+* ``durable-agents runs start``: ``POST /runs`` through the Api, local mode's or a deployed
+  stack's (the same connection options), then it waits for the run.
+* ``durable-agents runs migrate``: through the Api (it has the agents).
 * ``durable-agents console --api-url URL``: a deployed Api's run console (``console_proxy``).
 """
 
@@ -232,8 +234,9 @@ def _add_runs(commands: Any) -> None:
     cli_remote.add_commands(actions, commands, _http_url, _caller_arn)
     start = actions.add_parser(
         "start",
-        help="start a run through the local Api and wait for it",
-        description="POST /runs to the Api local mode serves, then poll the run until it "
+        help="start a run through the Api and wait for it",
+        description="POST /runs to the Api (local mode's by default; a deployed stack's with "
+        "--stack NAME or --api-url https://…, SigV4-signed), then poll the run until it "
         "finishes or pauses (or --wait runs out); retried while local mode is still starting.",
     )
     start.add_argument("agent", help="the agent's name")
@@ -243,7 +246,6 @@ def _add_runs(commands: Any) -> None:
         'JSON is sent as a string (Ada); text that looks like JSON (starts with {, [ or ", '
         "a number, true/false/null) must parse, else exit 2 with the parser's line and column",
     )
-    start.add_argument("--api", type=_http_url, default="http://127.0.0.1:3000")
     start.add_argument(
         "--wait",
         type=float,
@@ -253,6 +255,8 @@ def _add_runs(commands: Any) -> None:
     )
     start.add_argument("--idempotency-key", help="the same key returns the same run")
     start.add_argument("--json", action="store_true", help="print the run as JSON")
+    # --api-url (--api), --stack, --region, --profile, --caller-arn: as the other commands.
+    cli_remote.add_connection(start, top=False, url=_http_url, caller=_caller_arn)
 
 
 def _add_token(commands: Any) -> None:
@@ -357,23 +361,27 @@ def _local(args: argparse.Namespace) -> int:
 
 def _runs_start(args: argparse.Namespace) -> int:
     from durable_agents_local import runs_start  # noqa: PLC0415
-    from durable_agents_local.cli.api_client import is_local  # noqa: PLC0415
+    from durable_agents_local.cli import api_client  # noqa: PLC0415
 
-    if args.stack or args.profile or (args.api_url and not is_local(args.api_url)):
-        print(
-            "error: `runs start` starts runs in local mode (--api URL); on a deployed stack, "
-            "POST /runs (see docs/operations.md)",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
     try:
         value = runs_start.parse_input(args.input)
     except runs_start.InputSyntaxError as exc:
         print(f"error: {escape_controls(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     try:
+        client = api_client.connect(
+            api_url=args.api_url,
+            stack=args.stack,
+            region=args.region,
+            profile=args.profile,
+            caller_arn=args.caller_arn,
+        )
+    except api_client.ApiConfigError as exc:
+        print(f"error: {escape_controls(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
         started = runs_start.start_run(
-            args.api_url or args.api,
+            client,
             args.agent,
             value,
             wait_seconds=args.wait,
