@@ -186,19 +186,6 @@ def test_setup_errors_exit_2(
 def test_runs_start_takes_the_connection_options_too(capsys: pytest.CaptureFixture[str]) -> None:
     # A deployed stack's Api starts runs too (tests/unit/test_cli_friction.py): `runs start`
     # is set up as the other commands are, and refuses what they refuse.
-    assert (
-        main(
-            [
-                "--stack",
-                "prod",
-                "runs",
-                "start",
-                "greeter",
-                "Ada",
-                "--api-url",
-                "http://127.0.0.1:1",
-            ]
-        )
-        == 2
-    )
+    argv = ["--stack", "prod", "runs", "start", "greeter", "Ada", "--api-url", "http://127.0.0.1:1"]
+    assert main(argv) == 2
     assert "not both" in capsys.readouterr().err
