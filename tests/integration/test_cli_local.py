@@ -142,3 +142,25 @@ def test_the_cli_works_from_anywhere(worker: WorkerProcess, tmp_path: Path) -> N
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"reviews": [], "cursor": None}
+
+
+def test_runs_start_refusals_read_as_a_person_would(worker: WorkerProcess) -> None:
+    # Malformed JSON: refused before anything is sent, the parser's line and column, exit 2.
+    malformed = cli(worker, "runs", "start", "example-research", '{"topic": }')
+    assert malformed.returncode == 2 and "line 1 column 11" in malformed.stderr
+    # An input the agent's type refuses: the 422's field errors, one per line.
+    refused = cli(worker, "runs", "start", "example-research", '{"sections": "many"}')
+    assert refused.returncode == 1, refused.stderr
+    lines = refused.stderr.splitlines()
+    assert lines[0].startswith("error: POST /runs answered 422: input does not match agent")
+    assert any(line.startswith("  topic: ") for line in lines[1:]), refused.stderr
+    assert any(line.startswith("  sections: ") for line in lines[1:]), refused.stderr
+    # A finished run's conflict names its status, not a Python repr (<RunStatus.…: '…'>).
+    small = '{"topic": "t", "sections": 1, "pause_seconds": 0}'
+    done = cli(worker, "runs", "start", "example-research", small, "--json", "--wait", "50")
+    run = json.loads(done.stdout)
+    assert run["status"] == "SUCCEEDED", done.stderr
+    redrive = cli(worker, "runs", "redrive", run["run_id"])
+    assert redrive.returncode == 1
+    assert "is SUCCEEDED, expected RUNNING, SUSPENDED or PAUSED" in redrive.stderr
+    assert "<RunStatus" not in redrive.stderr
