@@ -351,3 +351,16 @@ def test_a_setup_error_of_runs_start_exits_2(
     monkeypatch.setattr(api_client, "connect", connect)
     assert main(["runs", "start", "greeter", "Ada", "--stack", "gone"]) == 2
     assert capsys.readouterr().err.startswith("error: cannot read stack 'gone'")
+
+
+def test_the_other_commands_print_a_422s_field_errors_too(
+    api: StandIn, capsys: pytest.CaptureFixture[str]
+) -> None:
+    details = [{"loc": ["result"], "msg": "Field required"}]
+    body = {"error": {"message": "the request body does not match the schema", "details": details}}
+    api.answers[("POST", "/reviews/op-1")] = (422, body)
+    assert main(["reviews", "decide", "op-1", "committed", "--api-url", api.url]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "error: POST /reviews/op-1 answered 422: the request body does not match the schema",
+        "  result: Field required",
+    ]

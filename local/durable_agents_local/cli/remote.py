@@ -29,6 +29,7 @@ from durable_agents_local.cli.api_client import (
     ApiConfigError,
     ApiError,
     connect,
+    field_errors,
     is_local,
 )
 from durable_agents_local.cli.api_client import segment as seg
@@ -334,8 +335,10 @@ def command(args: argparse.Namespace) -> int:
         if is_local(client.base_url) and exc.status is None:
             hint = "; start local mode first (durable-agents local), or pass --stack/--api-url"
         # An ApiError's message escapes the Api's text already; this keeps any other part
-        # (an OS error's reason) from reaching the terminal raw as well.
-        print(f"error: {escape_controls(str(exc))}{hint}", file=sys.stderr)
+        # (an OS error's reason) from reaching the terminal raw as well. A refusal's field
+        # errors (a 422's), escaped by field_errors, follow on lines of their own.
+        details = "".join(f"\n  {line}" for line in field_errors(exc.body))
+        print(f"error: {escape_controls(str(exc))}{hint}{details}", file=sys.stderr)
         return EXIT_ERROR
     # json.dumps escapes every control character (ensure_ascii: C1 and bidi too). The text's
     # parts from the Api were escaped where it was built; its own line breaks stay.
