@@ -41,8 +41,12 @@ def store(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
 
 
 def _client(service: str, port: int) -> Any:
-    make: Any = boto3.client  # typed per service name; the tests pick the name at run time
-    return make(service, region_name="us-east-1", endpoint_url=endpoint_url(port))
+    # Credentials given here, not read from the environment: boto3's default session keeps
+    # the credentials it resolved first, in an earlier test of the same process.
+    make: Any = boto3.session.Session(
+        aws_access_key_id=KEY, aws_secret_access_key="testing", region_name="us-east-1"
+    ).client  # typed per service name; the tests pick the name at run time
+    return make(service, endpoint_url=endpoint_url(port))
 
 
 def _post(port: int, headers: dict[str, str], body: bytes, path: str = "/") -> tuple[int, bytes]:
