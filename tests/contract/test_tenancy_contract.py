@@ -132,14 +132,8 @@ def test_run_tenants_names_existing_runs_only(journal: JournalStore) -> None:
     assert journal.run_tenants(many) == dict.fromkeys(many, "b")
 
 
-def test_waits_and_reviews_are_paged_in_index_order(journal: JournalStore) -> None:
-    from durable_agents.core.models import (
-        EffectChange,
-        EffectStatus,
-        SideEffectRecord,
-        WaitChange,
-        WaitStatus,
-    )
+def _five_waits_and_reviews(journal: JournalStore) -> None:
+    from durable_agents.core.models import EffectChange, EffectStatus, SideEffectRecord, WaitChange
     from durable_agents.engine.wait_records import pending_wait
 
     for i in range(5):
@@ -151,6 +145,12 @@ def test_waits_and_reviews_are_paged_in_index_order(journal: JournalStore) -> No
         effect = SideEffectRecord(run_id, "00000002", f"{run_id}:t:2", "t", "1", "{}", "k",
                                   EffectStatus.NEEDS_REVIEW, 1, i, 20 + i, i, i)  # fmt: skip
         journal.commit(run_id, [], None, EffectChange(effect))
+
+
+def test_waits_and_reviews_are_paged_in_index_order(journal: JournalStore) -> None:
+    from durable_agents.core.models import WaitStatus
+
+    _five_waits_and_reviews(journal)
     waits, reviews, cursor, review_cursor = [], [], None, None
     while True:
         page = journal.waits_page("approval", WaitStatus.PENDING, limit=2, cursor=cursor)
@@ -193,21 +193,6 @@ def test_the_backfill_lists_headers_from_before_tenants(
     assert [h.run_id for h in listed] == ["run-old-2", "run-old-1"]  # newest first
     assert [h.run_id for h in journal.list_runs(tenant="acme").runs] == ["run-new"]
     assert backfill_tenant_index(client, "journal") == 0  # again: nothing left to do
-
-
-def _five_waits_and_reviews(journal: JournalStore) -> None:
-    from durable_agents.core.models import EffectChange, EffectStatus, SideEffectRecord, WaitChange
-    from durable_agents.engine.wait_records import pending_wait
-
-    for i in range(5):
-        run_id = f"run-{i}"
-        journal.create_run(_header(run_id, "a", at=i))
-        wait = pending_wait(run_id, "approval", f"apr-{i}", "00000001", f"{run_id}:ok:1", "ok",
-                            created_at_ms=10 + i, timeout_ms=None, details={})  # fmt: skip
-        journal.commit(run_id, [], None, None, WaitChange(wait))
-        effect = SideEffectRecord(run_id, "00000002", f"{run_id}:t:2", "t", "1", "{}", "k",
-                                  EffectStatus.NEEDS_REVIEW, 1, i, 20 + i, i, i)  # fmt: skip
-        journal.commit(run_id, [], None, EffectChange(effect))
 
 
 def test_a_listing_continues_right_after_any_item_of_a_page(journal: JournalStore) -> None:
