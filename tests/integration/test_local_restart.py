@@ -17,8 +17,8 @@ import pytest
 
 from durable_agents_local.moto_server import free_port, is_listening, port_is_free
 from durable_agents_local.processes import WorkerProcess
-from tests.integration.local_workers import ROOT, WORKER_ARGS, start_run, wait_for_status
 from tests.integration.local_stack import wait_until
+from tests.integration.local_workers import ROOT, WORKER_ARGS, start_run, wait_for_status
 
 pytestmark = pytest.mark.slow
 
