@@ -150,12 +150,17 @@ class ErrorInfo:
     module: str = ""
     data: dict[str, Any] | None = None
     """Structured attributes of runtime errors (``recorded_fields``), so they rebuild whole."""
+    traceback: str | None = None
+    """Where it failed, scrubbed and bounded (``durable_agents.core.tracebacks``); ``None`` in
+    records written before tracebacks were kept, and for errors never raised."""
 
     def to_dict(self) -> dict[str, Any]:
-        """Returns a JSON-ready dict."""
+        """Returns a JSON-ready dict (``traceback`` only when there is one)."""
         out: dict[str, Any] = {"type": self.type, "message": self.message, "module": self.module}
         if self.data:
             out["data"] = self.data
+        if self.traceback is not None:
+            out["traceback"] = self.traceback
         return out
 
     @classmethod
@@ -166,6 +171,8 @@ class ErrorInfo:
             message=data["message"],
             module=data.get("module", ""),
             data=data.get("data"),
+            # Optional: journals written before tracebacks were recorded have none.
+            traceback=data.get("traceback"),
         )
 
 

@@ -16,6 +16,10 @@ credential) are left out and named in the record (``StepError.attributes`` does 
 either). Messages, arguments and attributes are scrubbed of revealed secrets.
 
 Runtime errors that declare ``recorded_fields`` keep the format journals already hold.
+
+The traceback is recorded too (``durable_agents.core.tracebacks``: scrubbed, bounded), and the
+rebuilt error carries it back as ``recorded_traceback`` — the same text on the first run and on
+every replay. It is never one of the recorded attributes.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from typing import Any
 from durable_agents.core.models import ErrorInfo
 from durable_agents.core.scrub import MASK, scrub, scrub_value
 from durable_agents.core.serde_values import from_tagged, resolve_class, to_text
+from durable_agents.core.tracebacks import ATTRIBUTE as TRACEBACK_ATTRIBUTE
+from durable_agents.core.tracebacks import attach, recorded_traceback
 from durable_agents.errors import PayloadError, SecretSerializationError, StepError
 
 STATE_KEY = "__durable_exception__"
@@ -33,22 +39,30 @@ STATE_KEY = "__durable_exception__"
 
 
 def error_info(exc: BaseException) -> ErrorInfo:
-    """Describes an exception for the journal (type, module, message and state; no pickling)."""
+    """Describes an exception for the journal (type, module, message, state and traceback).
+
+    Nothing is pickled. The traceback is made here, once, from ``exc``'s frames (and the
+    recorded traceback of an error it was re-raised from), scrubbed and bounded.
+    """
     # Messages are scrubbed of revealed secrets: "auth failed for sk-live-…" is recorded masked.
+    story = recorded_traceback(exc)
     if isinstance(exc, StepError):
         return ErrorInfo(
             type=exc.original_type,
             message=scrub(exc.message),
             module=exc.module,
             data=scrub_value(exc.recorded_data) or None,
+            traceback=story,
         )
     cls = type(exc)
     message = scrub(_text(exc))
     fields: tuple[str, ...] = getattr(exc, "recorded_fields", ())
     if fields:
         data = {name: _field(getattr(exc, name, None)) for name in fields}
-        return ErrorInfo(cls.__qualname__, message, cls.__module__, scrub_value(data) or None)
-    return ErrorInfo(cls.__qualname__, message, cls.__module__, {STATE_KEY: _state(exc)})
+        return ErrorInfo(
+            cls.__qualname__, message, cls.__module__, scrub_value(data) or None, story
+        )
+    return ErrorInfo(cls.__qualname__, message, cls.__module__, {STATE_KEY: _state(exc)}, story)
 
 
 def _text(exc: BaseException) -> str:
@@ -82,6 +96,8 @@ def _state(exc: BaseException) -> dict[str, Any]:
         dropped.append("args")
     attrs: dict[str, Any] = {}
     for name, value in vars(exc).items() if hasattr(exc, "__dict__") else ():
+        if name == TRACEBACK_ATTRIBUTE:
+            continue  # the record's own ``traceback`` holds it (a replay attaches it again)
         try:
             attrs[name] = _recordable(value)
         except PayloadError:
@@ -104,8 +120,15 @@ def rebuild_error(info: ErrorInfo) -> Exception:
 
     Returns:
         The rebuilt exception, or a ``StepError`` (original type name, message, attributes)
-        when its class is not available in this process or cannot be rebuilt.
+        when its class is not available in this process or cannot be rebuilt. Either carries
+        the recorded traceback text as ``recorded_traceback`` (``None`` if none was recorded).
     """
+    exc = _rebuild(info)
+    attach(exc, info.traceback)
+    return exc
+
+
+def _rebuild(info: ErrorInfo) -> Exception:
     cls = _resolve_exception_class(info.module, info.type)
     data = info.data if isinstance(info.data, dict) else {}
     state = data.get(STATE_KEY)

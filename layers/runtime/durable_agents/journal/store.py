@@ -220,7 +220,10 @@ class JournalStore(ABC):
         if change is not None and isinstance(change.error, ErrorInfo):
             error = change.error
             scrubbed = dataclasses.replace(
-                error, message=scrub(error.message), data=scrub_value(error.data)
+                error,
+                message=scrub(error.message),
+                data=scrub_value(error.data),
+                traceback=None if error.traceback is None else scrub(error.traceback),
             )
             change = dataclasses.replace(change, error=scrubbed)
         return change, effect, waits
