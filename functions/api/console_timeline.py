@@ -6,7 +6,8 @@ attempts, when it started and ended and how long it took, what it waits for (a t
 time, the next attempt's time, the lease of the running attempt) as full ISO dates, the tool
 call's side-effect status, idempotency key and external id, the child run an ``invoke`` started
 (a link), the text the operation streamed (from the stream cache, as a reader sees it), and
-how many branches of a ``map``/``parallel`` failed, even when its policy tolerated them.
+how many branches of a ``map``/``parallel`` failed, even when its policy tolerated them. A
+failed operation's (and the run's) error shows its recorded traceback, collapsed.
 
 What a journal entry's ``value`` holds is shown only for results: a callback's SCHEDULED entry
 carries its secret, so of scheduled values only the child run id and the approval id are read.
@@ -20,7 +21,7 @@ from typing import Any
 from urllib.parse import quote
 
 from api.console_page import e, facts, notice, page, pill, pretty, run_link, when
-from durable_agents.core.models import OpKind, RunSnapshot
+from durable_agents.core.models import ErrorInfo, OpKind, RunSnapshot
 from durable_agents.engine.operations.batch_result import branch_counts
 from durable_agents.engine.replay_index import OpRecord, group_entries
 from durable_agents.engine.time_limits import deadline_ms
@@ -128,6 +129,20 @@ def _effect(record: OpRecord) -> str:
     return facts(rows)
 
 
+def _traceback(error: ErrorInfo) -> str:
+    """The error's recorded traceback, collapsed in a ``<details>`` (none if not recorded).
+
+    Escaped like every recorded value: a source line or a message is anyone's text. Folded
+    and unfolded by the browser itself (the console has no JavaScript).
+    """
+    if not error.traceback:
+        return ""
+    return (
+        '<details class="traceback"><summary>traceback</summary>'
+        f"<pre>{e(error.traceback)}</pre></details>"
+    )
+
+
 def _operation_row(
     record: OpRecord, position: str, run_id: str, texts: dict[str, str], root: str
 ) -> str:
@@ -149,12 +164,12 @@ def _operation_row(
     detail.append(_branch_failures(record))
     if record.result is not None and record.result.error is not None:
         err = record.result.error
-        detail.append(f'<p class="err">{e(err.type)}: {e(err.message)}</p>')
+        detail.append(f'<p class="err">{e(err.type)}: {e(err.message)}</p>{_traceback(err)}')
     elif record.last_failed is not None and record.last_failed.error is not None:
         err = record.last_failed.error
         detail.append(
             f'<p class="err">attempt {e(record.last_failed.attempt)}: '
-            f"{e(err.type)}: {e(err.message)}</p>"
+            f"{e(err.type)}: {e(err.message)}</p>{_traceback(err)}"
         )
     text = texts.get(record.op_id)
     if text:
@@ -242,8 +257,12 @@ def render_timeline_page(
             )
         )
     if header.error is not None:
+        error = header.error
         rows.append(
-            ("Error", f'<span class="err">{e(header.error.type)}: {e(header.error.message)}</span>')
+            (
+                "Error",
+                f'<span class="err">{e(error.type)}: {e(error.message)}</span>{_traceback(error)}',
+            )
         )
     summary = (
         f'<section class="card"><h1>Run <code>{e(header.run_id)}</code></h1>{facts(rows)}</section>'

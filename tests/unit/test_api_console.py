@@ -133,6 +133,36 @@ def test_the_timeline_escapes_everything_and_shows_full_dates() -> None:
     assert "<form" not in html  # a FAILED run cannot be cancelled
 
 
+def test_a_failed_operation_and_run_show_their_tracebacks_collapsed_and_escaped() -> None:
+    story = f'Traceback (most recent call last):\n  File "agent.py", line 7, in fetch\n{HOSTILE}'
+    snapshot = _hostile_snapshot()
+    run_id, step = "run-1", "run-1:parse:1"
+    failed = [
+        Entry(run_id, "00000005", step, OpKind.STEP, "parse", EntryType.STARTED, attempt=1,
+              recorded_at_ms=1_700_000_004_100),
+        Entry(run_id, "00000005", step, OpKind.STEP, "parse", EntryType.FAILED, attempt=1,
+              error=ErrorInfo("ValueError", "bad", "builtins", traceback=story + " (step)"),
+              recorded_at_ms=1_700_000_004_200),
+    ]  # fmt: skip
+    header = snapshot.header.replace(error=ErrorInfo("Boom", "run", traceback=story + " (run)"))
+    html = render_timeline_page(
+        RunSnapshot(header, [*snapshot.entries, *failed], snapshot.effects), [], root="../../"
+    )
+    _no_raw(html)
+    escaped = "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;&quot;&#x27;"
+    for whose in ("step", "run"):
+        # Folded by the browser (no script): a <details> around the escaped text.
+        shown = (
+            '<details class="traceback"><summary>traceback</summary><pre>Traceback (most recent'
+            f" call last):\n  File &quot;agent.py&quot;, line 7, in fetch\n{escaped} ({whose})"
+            "</pre></details>"
+        )
+        assert shown in html
+    # An error recorded before tracebacks were kept shows as before, without a <details>.
+    old = render_timeline_page(_hostile_snapshot(), [], root="../../")
+    assert "<details" not in old
+
+
 def test_the_runs_list_escapes_filters_and_keeps_them_when_paging() -> None:
     snapshot = _hostile_snapshot()
     html = render_runs_page(
