@@ -113,6 +113,44 @@ def test_details_history_approvals_reviews_fit_80_columns() -> None:
     _fits(narrow, 73)  # 43 + TOOL, ATT, NOTE at 4, 3, 4 + SINCE (kept) + the gaps
 
 
+STORY = (
+    'Traceback (most recent call last):\n  File "agent.py", line 7, in fetch\n'
+    "    raise ValueError(text)\nValueError: \x1b]0;pwned\x07 bad\n"
+)
+
+
+def test_runs_show_and_history_print_a_failure_s_traceback_escaped() -> None:
+    error = {"type": "ValueError", "message": "bad", "module": "builtins", "traceback": STORY}
+    details = run_details({**_run("agent", "FAILED"), "error": error})
+    lines = _lines(details)
+    # The error line stays one line (type, message), the story under it, line by line.
+    assert any(line.startswith("error:") and "traceback" not in line for line in lines)
+    at = lines.index("traceback:")
+    assert lines[at + 1 :] == [
+        "  Traceback (most recent call last):",
+        '    File "agent.py", line 7, in fetch',
+        "      raise ValueError(text)",
+        "  ValueError: \\x1b]0;pwned\\x07 bad",
+    ]
+    assert "\x1b" not in details and "\x07" not in details
+    events = [
+        {"event": "run_started", "run_id": RUN, "at": "2026-12-01T20:33:30.000+00:00"},
+        {"event": "step_attempt_failed", "op_id": f"{RUN}:fetch:1", "kind": "step",
+         "name": "fetch", "attempt": 1, "error": error, "at": "2026-12-01T20:33:31.000+00:00"},
+        {"event": "run_failed", "error": {**error, "traceback": "Traceback: the run\n"},
+         "at": "2026-12-01T20:33:32.000+00:00"},
+    ]  # fmt: skip
+    history = history_table(events)
+    table, step, run = history.split("\n\n")
+    _fits(table)
+    assert "ValueError: bad" in table and "Traceback" not in table
+    assert step.splitlines()[0] == "traceback of fetch:1 (step_attempt_failed, attempt 1):"
+    assert step.splitlines()[-1] == "  ValueError: \\x1b]0;pwned\\x07 bad"
+    assert run.splitlines() == ["traceback of the run (run_failed):", "  Traceback: the run"]
+    # Without a recorded traceback (an older journal), nothing is added.
+    assert "traceback" not in history_table([events[0], {**events[1], "error": {"type": "E"}}])
+
+
 def _event(event: str, op: str, at: str, **extra: Any) -> dict[str, Any]:
     kind = event.split("_", 1)[0]
     return {"event": event, "op_id": f"{RUN}:{op}", "kind": kind, "name": op.split(":")[0],

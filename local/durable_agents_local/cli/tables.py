@@ -12,6 +12,9 @@ Api's data escaped (``escape_controls``): run data is anyone's text (a tool's er
 an approval's summary), and an ESC sequence printed raw is obeyed by the terminal — it can
 retitle the window, erase a line and write a fake one in its place, or (a bidi override)
 make text read backwards.
+
+A failure's recorded traceback (``runs show``, ``runs history``) is printed whole under the
+lines or the table, each of its lines escaped the same way.
 """
 
 from __future__ import annotations
@@ -192,10 +195,29 @@ def run_details(run: Mapping[str, Any], width: int = WIDTH) -> str:
         "input", "result", "error",
     ):  # fmt: skip
         value = run.get(key)
+        if key == "error" and isinstance(value, Mapping):
+            value = {k: v for k, v in value.items() if k != "traceback"}  # shown below, whole
         if value is not None:
             line = f"{key + ':':<20}{compact(value)}"
             lines.append(clip(line, max(width, len(line)) if key in _ID_KEYS else width))
+    story = traceback_lines(run.get("error"))
+    if story:
+        lines += ["traceback:", *story]
     return "\n".join(lines)
+
+
+def traceback_lines(error: Any) -> list[str]:
+    """An Api error's recorded ``traceback``, one indented line per line (none if it has none).
+
+    Each line's control characters are shown escaped (``escape_controls``): a traceback holds
+    messages and source lines, anyone's text. Lines are not clipped to the terminal's width:
+    a file's path and line number end the line, and a cut one would lose them (the terminal
+    wraps a long line instead).
+    """
+    text = error.get("traceback") if isinstance(error, Mapping) else None
+    if not isinstance(text, str) or not text:
+        return []
+    return ["  " + escape_controls(line) for line in text.rstrip("\n").split("\n")]
 
 
 def short_op(op_id: str | None, run_id: str) -> str:
@@ -233,7 +255,17 @@ def history_table(events: Sequence[Mapping[str, Any]], width: int = WIDTH) -> st
             ]
         )
     headers = ["OFFSET", "EVENT", "OPERATION", "ATTEMPT", "NOTE"]
-    return fit_table(headers, rows, width, keep=(2,))  # the operation id: never cut
+    table = fit_table(headers, rows, width, keep=(2,))  # the operation id: never cut
+    # Under the table, each failure's recorded traceback (the NOTE has its type and message).
+    stories = []
+    for event in events:
+        story = traceback_lines(event.get("error"))
+        if story:
+            op = short_op(event.get("op_id"), run_id) or "the run"
+            attempt = f", attempt {event['attempt']}" if event.get("attempt") else ""
+            title = f"traceback of {op} ({event.get('event', '')}{attempt}):"
+            stories.append("\n".join([escape_controls(title), *story]))
+    return "\n\n".join([table, *stories])
 
 
 def operations(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
