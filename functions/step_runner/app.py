@@ -18,18 +18,24 @@ from durable_agents.aws.deferred import DeferredTracer
 from durable_agents.aws.settings import Settings, import_agent_modules
 from durable_agents.aws.telemetry import PowertoolsPlugin, flush_metrics_safely, trace_safely
 from durable_agents.core.log_context import LOG_LOCATION, LogContextFilter
+from durable_agents.core.observability import agent_logger as make_agent_logger
 from durable_agents.core.scrub import ScrubFilter
 from durable_agents.engine.events import STEP_READY
+from durable_agents.engine.outcomes import OutcomeKind
 from durable_agents.errors import InfrastructureError, InvocationRetryError, RunNotFoundError
 
 if TYPE_CHECKING:
     from durable_agents.engine.runtime import Runtime
 
-# ctx.logger), and every line of an invocation names its run, agent and operation.
+# The function's own lines (the runtime's plugin, the handler's warnings) at LOG_LEVEL; every
+# line of an invocation names its run, agent and operation.
 logger = Logger(location=LOG_LOCATION)
 # Revealed secrets are masked in every line this function writes (durable_agents.core.scrub).
 logger.registered_handler.addFilter(ScrubFilter())
 logger.registered_handler.addFilter(LogContextFilter())
+# The agents' lines (ctx.logger): a child of ``logger``, so the same JSON lines and filters,
+# at AGENT_LOG_LEVEL (INFO by default): an agent's info shows while the runtime's is hidden.
+agent_logger = make_agent_logger(logger.name)
 # Made at the first invocation, not at init: it loads the X-Ray SDK (durable_agents.aws.deferred).
 tracer = DeferredTracer()
 metrics = Metrics()
@@ -37,6 +43,8 @@ metrics = Metrics()
 AGENTS = import_agent_modules()
 
 _runtime: Runtime | None = None
+# The result stays small (Lambda keeps it in its logs): the error's first characters only.
+_ERROR_CHARS = 300
 
 
 class StepReadyDetail(BaseModel):
@@ -58,7 +66,7 @@ def get_runtime() -> Runtime:
 
         # Its logs, metrics and trace annotations come from the runtime's plugin hooks.
         plugin = PowertoolsPlugin(logger=logger, metrics=metrics, tracer=tracer)
-        _runtime = build_runtime(Settings.from_env(), logger=logger, plugins=[plugin])
+        _runtime = build_runtime(Settings.from_env(), logger=agent_logger, plugins=[plugin])
     return _runtime
 
 
@@ -99,5 +107,15 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         # Retrying cannot make a missing run appear: report and drop the event.
         logger.warning("Step Ready for an unknown run", extra={"reason": detail.reason})
         return {"run_id": detail.run_id, "outcome": "not_found", "executed": []}
-    # "invocation finished" and OperationsExecuted: PowertoolsPlugin.on_invocation_end.
-    return {"run_id": detail.run_id, "outcome": outcome.kind.value, "executed": outcome.executed}
+    # "invocation finished" and OperationsExecuted: PowertoolsPlugin.on_invocation_end. The
+    # agent, and why a run failed or paused, are for the line a person reads about this
+    # invocation (local mode's terminal: durable_agents_local.invoke).
+    result: dict[str, Any] = {
+        "run_id": detail.run_id,
+        "agent": outcome.agent,
+        "outcome": outcome.kind.value,
+        "executed": outcome.executed,
+    }
+    if outcome.kind in (OutcomeKind.FAILED, OutcomeKind.PAUSED) and outcome.detail:
+        result["error"] = outcome.detail[:_ERROR_CHARS]
+    return result

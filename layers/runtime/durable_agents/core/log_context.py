@@ -93,6 +93,12 @@ def note_run(*, agent: str, tenant: str) -> None:
         keys["tenant"] = tenant
 
 
+def current_agent() -> str:
+    """The current invocation's agent (empty outside a context or before its header is read)."""
+    keys = _CURRENT.get()
+    return str(keys.get("agent", "")) if keys is not None else ""
+
+
 def note_operation(operation_id: str, name: str, attempt: int | None = None) -> None:
     """The invocation is at this operation (and attempt, once one is claimed)."""
     keys = _CURRENT.get()

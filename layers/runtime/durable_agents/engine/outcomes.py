@@ -65,6 +65,8 @@ class InvocationOutcome:
             (empty = one untargeted invocation).
         external: For SUSPENDED: the run waits on something outside (a person, a callback,
             a child run, its branches) rather than only a timer.
+        agent: The run's agent, once ``Runtime.execute`` read its header (empty before: an
+            unknown run). Not compared: it describes the outcome, it does not make it another.
     """
 
     run_id: str
@@ -74,6 +76,7 @@ class InvocationOutcome:
     detail: str = ""
     targets: tuple[str, ...] = ()
     external: bool = False
+    agent: str = field(default="", compare=False)
 
 
 _SUSPENDED_AS = {

@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from durable_agents.agent import AgentRegistry, default_registry
 from durable_agents.core.clock import Clock, SystemClock
 from durable_agents.core.credentials import CredentialProvider
 from durable_agents.core.ids import check_run_id
-from durable_agents.core.log_context import close_log_context, note_run, open_log_context
+from durable_agents.core.log_context import (
+    close_log_context,
+    current_agent,
+    note_run,
+    open_log_context,
+)
 from durable_agents.core.models import (
     Entry,
     RunHeader,
@@ -239,15 +245,19 @@ class Runtime(RuntimeParts):
         try:
             if not self.plugins.plugins:  # nobody listens: no span to open, report or close
                 span: InvocationSpan = QuietSpan(deadline_ms)
-                return self._execute(
-                    span, run_id, limits, started_ms, remaining_ms, hooks, publish, target
-                )
-            with self.plugins.invocation(run_id, target, self.clock, deadline_ms) as span:
                 outcome = self._execute(
                     span, run_id, limits, started_ms, remaining_ms, hooks, publish, target
                 )
-                span.outcome = outcome
-            return outcome
+            else:
+                with self.plugins.invocation(run_id, target, self.clock, deadline_ms) as span:
+                    outcome = self._execute(
+                        span, run_id, limits, started_ms, remaining_ms, hooks, publish, target
+                    )
+                    span.outcome = outcome
+            # The caller's line about the invocation names the agent (the StepRunner's result,
+            # local mode's terminal): known here, from the header this invocation read.
+            agent = current_agent()
+            return replace(outcome, agent=agent) if agent and not outcome.agent else outcome
         finally:
             close_log_context(log_context)
 
