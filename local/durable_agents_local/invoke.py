@@ -1,4 +1,12 @@
-"""Invoking a template function in-process, with a Lambda context and one log line per call."""
+"""Invoking a template function in-process, with a Lambda context and one log line per call.
+
+A line says what a person watching the terminal wants to know at a glance: the function, then
+for an Api request its method, path, status and run; for a StepRunner invocation the agent,
+the run, the operations it executed and its outcome; then the duration::
+
+    10:02:11.402 ApiFunction        POST /runs -> 201 run-8f0c1d2e3a4b5c6d (0.04s)
+    10:02:11.517 StepRunnerFunction greeter run-8f0c1d2e3a4b5c6d greet:1 -> succeeded (0.51s)
+"""
 
 from __future__ import annotations
 
@@ -14,6 +22,7 @@ from durable_agents.errors import ConfigurationError
 from durable_agents_local.functions import FunctionSpec
 from durable_agents_local.lambda_context import new_context
 from durable_agents_local.log_keys import isolate_log_keys
+from durable_agents_local.terminal import one_line
 
 Handler = Callable[[dict[str, Any], Any], Any]
 
@@ -62,9 +71,7 @@ def summarize(event: Mapping[str, Any], result: Any) -> str | None:
         run_id = (event.get("pathParameters") or {}).get("run_id") or _body_run_id(result)
         return f"{line} {run_id}" if run_id else line
     if isinstance(result, Mapping) and "outcome" in result:
-        run_id = str(result.get("run_id", "?"))
-        executed = ", ".join(_short(str(op), run_id) for op in result.get("executed") or [])
-        return f"{run_id} {result['outcome']}" + (f" (executed {executed})" if executed else "")
+        return _step_phrase(result)
     if isinstance(event.get("Records"), list):
         failed = len(result.get("batchItemFailures") or []) if isinstance(result, Mapping) else 0
         return f"{len(event['Records'])} stream records" + (f", {failed} failed" if failed else "")
@@ -83,6 +90,31 @@ def summarize(event: Mapping[str, Any], result: Any) -> str | None:
             return None  # an idle sweep: nothing to report
         return "sweep: " + ", ".join(f"{k}={v}" for k, v in acted.items())
     return json.dumps(result, default=str)[:200]
+
+
+def _step_phrase(result: Mapping[str, Any]) -> str:
+    """``<agent> <run> <operations executed> -> <outcome>[: <error>]``: a StepRunner's result.
+
+    The operations are the ones this invocation executed (not those it replayed), without the
+    run id their ids start with; a run that failed or paused says why (``error``).
+    """
+    run_id = str(result.get("run_id") or "?")
+    executed = ", ".join(_short(str(op), run_id) for op in result.get("executed") or [])
+    head = " ".join(part for part in (str(result.get("agent") or ""), run_id, executed) if part)
+    line = f"{head} -> {result['outcome']}"
+    error = result.get("error")
+    return f"{line}: {one_line(str(error))}" if error else line
+
+
+def failure_phrase(exc: BaseException) -> str:
+    r"""``raised <type>: <message>`` on one line (escaped and cut): an invocation that raised.
+
+    Example:
+        >>> failure_phrase(ValueError("bad\nevent"))
+        'raised ValueError: bad\\nevent'
+    """
+    message = one_line(str(exc))
+    return f"raised {type(exc).__name__}" + (f": {message}" if message else "")
 
 
 def _body_run_id(response: Mapping[str, Any]) -> str | None:
@@ -139,18 +171,28 @@ class LocalFunction:
             What the handler returned.
 
         Raises:
-            Exception: Whatever the handler raised (logged with its traceback first).
+            Exception: Whatever the handler raised (logged first: its type and message; its
+                traceback too at ``--log-level DEBUG``).
         """
         context = new_context(self.name, self.timeout_seconds, self.spec.memory_mb, self._region)
         started = time.monotonic()
         suffix = f" [{note}]" if note else ""
         try:
             result = self._handler(event, context)
-        except Exception:
+        except Exception as exc:
             elapsed = time.monotonic() - started
-            log.exception(
-                "%-18s %s raised after %.2fs%s", self.name, _event_run_id(event), elapsed, suffix
+            run_id = _event_run_id(event)
+            # One line, like the others; the traceback only at --log-level DEBUG (a retried
+            # infrastructure failure would otherwise fill the terminal).
+            log.error(
+                "%-18s %s%s (%.2fs)%s",
+                self.name,
+                f"{run_id} " if run_id else "",
+                failure_phrase(exc),
+                elapsed,
+                suffix,
             )
+            log.debug("%s traceback:", self.name, exc_info=True)
             raise
         elapsed = time.monotonic() - started
         phrase = summarize(event, result)

@@ -53,6 +53,7 @@ from durable_agents_local.store_key import (
 )
 from durable_agents_local.stream_router import StreamPoller, StreamRoute
 from durable_agents_local.template import load_template
+from durable_agents_local.terminal import StampFormatter, show_agent_lines
 from durable_agents_local.worker_environment import (
     SERVICE_URL_VARIABLES,
     apply_environment,
@@ -86,24 +87,19 @@ class _Part(Protocol):
     def join(self, timeout: float | None = None) -> None: ...
 
 
-class _Formatter(logging.Formatter):
-    def __init__(self) -> None:
-        super().__init__("%(asctime)s.%(msecs)03d %(message)s", datefmt="%H:%M:%S")
+def configure_logging(quiet: bool, log_level: str = "WARNING") -> None:
+    """Sends local mode's own log lines to stderr (one per invocation unless ``quiet``).
 
-    def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
-        if record.levelno >= logging.WARNING:
-            head, _, rest = text.partition(" ")
-            text = f"{head} {record.levelname}: {rest}"
-        return text
-
-
-def configure_logging(quiet: bool) -> None:
-    """Sends local mode's own log lines to stderr (one per invocation unless ``quiet``)."""
+    Args:
+        quiet: Only warnings and errors.
+        log_level: The handlers' ``--log-level``: at DEBUG (unless ``quiet``) a failed
+            invocation's line is followed by its traceback (``durable_agents_local.invoke``).
+    """
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_Formatter())
+    handler.setFormatter(StampFormatter())
     log.handlers[:] = [handler]
-    log.setLevel(logging.WARNING if quiet else logging.INFO)
+    verbose = logging.DEBUG if log_level == "DEBUG" else logging.INFO
+    log.setLevel(logging.WARNING if quiet else verbose)
     log.propagate = False
 
 
@@ -276,6 +272,8 @@ class Worker:
         # Imported here, before the handlers and before "ready": a bad module stops the start.
         self._agents_line = describe(load_agents(chosen, [s.code_dir for s in specs]), chosen)
         functions = self._functions(specs)
+        # The handlers made their agents' loggers: what agents say reads as lines, not JSON.
+        show_agent_lines()
         self._install_crash(specs)
         routes = [
             Route(a.method, a.path, functions[s.logical_id], iam=a.iam)
@@ -440,7 +438,7 @@ def run_local(options: WorkerOptions) -> int:
     Returns:
         0 after a clean stop, 2 if it could not start.
     """
-    configure_logging(options.quiet)
+    configure_logging(options.quiet, options.log_level)
     worker = Worker(options)
     worker.handle_signals()
     try:

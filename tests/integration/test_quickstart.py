@@ -79,3 +79,6 @@ def test_the_quickstart_runs(tmp_path: Path) -> None:
     assert re.search(r"api\s+http://127\.0\.0\.1:\d+  \d+ routes", done.stderr), report
     assert '"_aws"' not in done.stderr and "Warning" not in done.stderr, report
     assert max(len(line) for line in done.stderr.splitlines()) <= 200, report
+    # One line per step at a glance: the agent, the run, the operation executed, the outcome.
+    step = r"StepRunnerFunction\s+greeter run-\S+ greet:1 -> (continue|succeeded) \(\d+\.\d\ds\)"
+    assert re.search(step, done.stderr), report
