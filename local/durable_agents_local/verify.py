@@ -213,7 +213,9 @@ def recovered_by(lines: Iterable[str], op_id: str) -> str | None:
     for line in lines:
         if "ReconcilerFunction" in line and "effects_" in line:
             return "reconciler"
-        if "StepRunnerFunction" in line and f"executed {op_id}" in line:
+        # ``<agent> <run> <op>, <op> -> <outcome>`` (``durable_agents_local.invoke``): the
+        # operations it executed come last before the arrow, comma-separated.
+        if "StepRunnerFunction" in line and (f" {op_id} -> " in line or f" {op_id}, " in line):
             return "StepRunner"
     return None
 

@@ -109,3 +109,15 @@ def test_shown_lines_no_longer_reach_the_functions_json_handler(
     logger, _ = shown
     assert not logger.propagate
     assert isinstance(logger.handlers[0].formatter, AgentLineFormatter)
+
+
+def test_who_recovered_a_call_is_read_from_the_new_step_lines() -> None:
+    from durable_agents_local.verify import recovered_by
+
+    lines = [
+        f"10:00:00.000 StepRunnerFunction shop {RUN} -> contended (0.01s)",
+        f"10:00:01.000 StepRunnerFunction shop {RUN} charge-card:1, ship:2 -> continue (0.20s)",
+    ]
+    assert recovered_by(lines, "charge-card:1") == "StepRunner"
+    assert recovered_by(lines, "ship:2") == "StepRunner"
+    assert recovered_by(lines, "charge-card:11") is None
