@@ -121,3 +121,5 @@ def test_the_terminal_shows_the_agents_lines_and_one_line_per_step(tmp_path: Pat
         report
     )
     assert "invocation finished" not in log + printed, report
+    # Two agents one after the other: no Powertools warning about the "agent" dimension.
+    assert "Warning" not in log, report

@@ -294,3 +294,21 @@ def test_metrics_switched_off_write_no_emf_document(
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
     emit_single_metric("RunsStarted", MetricUnit.Count, 1, {"agent": "a"})
     assert '"RunsStarted"' in capfd.readouterr().out
+
+
+def test_each_invocation_starts_without_the_last_ones_dimensions() -> None:
+    """With metrics disabled (local mode) Powertools' flush clears nothing: the wrapper does."""
+    from durable_agents.aws.telemetry import flush_metrics_safely
+
+    calls: list[str] = []
+
+    class DisabledMetrics:
+        def flush_metrics(self, raise_on_empty_metrics: bool = False) -> None:
+            calls.append("flush")
+
+        def clear_metrics(self) -> None:
+            calls.append("clear")
+
+    handler = flush_metrics_safely(DisabledMetrics())(lambda event, context: {})
+    handler({}, None)
+    assert calls == ["flush", "clear"]

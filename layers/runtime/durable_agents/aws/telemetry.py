@@ -71,10 +71,12 @@ def flush_metrics_safely(metrics: Any) -> Callable[[Handler], Handler]:
                     metrics.flush_metrics(raise_on_empty_metrics=False)
                 except Exception:
                     _warn("metrics could not be flushed; ignored", "durable_agents.metrics")
-                    # What was not flushed must not be flushed by the next invocation of this
-                    # warm environment, under its agent dimension: drop it.
-                    with contextlib.suppress(Exception):
-                        metrics.clear_metrics()
+                # What was not flushed must not be flushed by the next invocation of this warm
+                # environment, under its agent dimension: drop it. Powertools clears only what
+                # it printed; with metrics disabled (local mode) it prints nothing, and the
+                # next invocation, of another agent, was warned that "agent" was already set.
+                with contextlib.suppress(Exception):
+                    metrics.clear_metrics()
 
         return wrapper
 
