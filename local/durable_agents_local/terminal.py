@@ -93,7 +93,7 @@ class AgentLineFormatter(StampFormatter):
         return super().format(shown)
 
 
-def show_agent_lines(stream: TextIO | None = None) -> int:
+def show_agent_lines(stream: TextIO | None = None, *, quiet: bool = False) -> int:
     """Writes the agents' lines (``agent_logger``'s loggers) to ``stream`` as readable lines.
 
     Call it once the handlers are imported (they make the loggers). The lines no longer reach
@@ -101,6 +101,7 @@ def show_agent_lines(stream: TextIO | None = None) -> int:
 
     Args:
         stream: Where to write (stderr, the worker's log, by default).
+        quiet: Only the agents' warnings and errors (``--quiet``), whatever their level.
 
     Returns:
         How many loggers now write readable lines.
@@ -109,6 +110,7 @@ def show_agent_lines(stream: TextIO | None = None) -> int:
     for logger in loggers:
         handler = logging.StreamHandler(stream or sys.stderr)
         handler.setFormatter(AgentLineFormatter())
+        handler.setLevel(logging.WARNING if quiet else logging.NOTSET)
         logger.handlers[:] = [handler]
         logger.propagate = False
     return len(loggers)

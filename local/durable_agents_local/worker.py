@@ -273,7 +273,7 @@ class Worker:
         self._agents_line = describe(load_agents(chosen, [s.code_dir for s in specs]), chosen)
         functions = self._functions(specs)
         # The handlers made their agents' loggers: what agents say reads as lines, not JSON.
-        show_agent_lines()
+        show_agent_lines(quiet=opts.quiet)
         self._install_crash(specs)
         routes = [
             Route(a.method, a.path, functions[s.logical_id], iam=a.iam)

@@ -121,3 +121,14 @@ def test_who_recovered_a_call_is_read_from_the_new_step_lines() -> None:
     assert recovered_by(lines, "charge-card:1") == "StepRunner"
     assert recovered_by(lines, "ship:2") == "StepRunner"
     assert recovered_by(lines, "charge-card:11") is None
+
+
+def test_quiet_shows_only_the_agents_warnings(shown: tuple[logging.Logger, io.StringIO]) -> None:
+    logger, _ = shown
+    quiet = io.StringIO()
+    show_agent_lines(quiet, quiet=True)
+    logger.info("chatter", extra={"run_id": RUN, "agent": "greeter"})
+    logger.warning("careful", extra={"run_id": RUN, "agent": "greeter"})
+    assert [line.split(" ", 1)[1] for line in quiet.getvalue().splitlines()] == [
+        f"WARNING: agent greeter {RUN} -: careful"
+    ]

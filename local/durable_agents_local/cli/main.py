@@ -168,7 +168,9 @@ def _add_local(commands: Any) -> None:
         "--log-level",
         default="WARNING",
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="LOG_LEVEL of the handlers' JSON logs on stdout (default WARNING)",
+        help="LOG_LEVEL of the handlers' JSON logs on stdout (default WARNING); DEBUG also"
+        " shows a failed invocation's traceback. The agents' ctx.logger lines have their own"
+        " level, AGENT_LOG_LEVEL (default INFO)",
     )
     local.add_argument("--quiet", action="store_true", help="only warnings and errors")
     local.add_argument(
