@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from durable_agents.core.log_context import LOG_KEYS
 from durable_agents.core.observability import agent_loggers
+from durable_agents.core.scrub import ScrubFilter
 
 # The attributes every LogRecord has: what is left on a record is what the agent passed.
 _RECORD_ATTRIBUTES = frozenset(
@@ -111,6 +112,9 @@ def show_agent_lines(stream: TextIO | None = None, *, quiet: bool = False) -> in
         handler = logging.StreamHandler(stream or sys.stderr)
         handler.setFormatter(AgentLineFormatter())
         handler.setLevel(logging.WARNING if quiet else logging.NOTSET)
+        # ctx.logger masks revealed secrets already; this handler does too, as the function's
+        # does, for any other line written to these loggers.
+        handler.addFilter(ScrubFilter())
         logger.handlers[:] = [handler]
         logger.propagate = False
     return len(loggers)

@@ -132,3 +132,20 @@ def test_quiet_shows_only_the_agents_warnings(shown: tuple[logging.Logger, io.St
     assert [line.split(" ", 1)[1] for line in quiet.getvalue().splitlines()] == [
         f"WARNING: agent greeter {RUN} -: careful"
     ]
+
+
+def test_a_revealed_secret_is_masked_in_the_readable_line(
+    shown: tuple[logging.Logger, io.StringIO], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from durable_agents.core import scrub
+
+    monkeypatch.setattr(scrub, "_revealed", type(scrub._revealed)())
+    monkeypatch.setattr(scrub, "_ordered", ())
+    scrub.remember("sk-live-0123456789")
+    logger, written = shown
+    # Written to the logger directly, not through ctx.logger (which masks it first).
+    logger.info(
+        "key %s", "sk-live-0123456789", extra={"run_id": RUN, "token": "sk-live-0123456789"}
+    )
+    assert "sk-live" not in written.getvalue()
+    assert 'key *** token="***"' in written.getvalue()
