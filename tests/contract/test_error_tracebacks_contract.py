@@ -90,10 +90,25 @@ def test_a_revealed_secret_never_appears_in_a_recorded_traceback(journal: Journa
     assert KEY not in repr(journal.load(result.run_id))
 
 
+def test_a_traceback_holds_positions_not_source_lines(journal: JournalStore) -> None:
+    # A literal in the agent's code (never revealed, so never scrubbed) stays out of the record.
+    @agent(name="literal", version="1", registry=AgentRegistry())
+    def literal(ctx: DurableContext, _: Any) -> None:
+        ctx.step(lambda: {"token": Secret("hard-coded-token")}, name="leak", retry=NO_RETRY)
+
+    result = AgentTestRunner(literal, journal=journal).run(None)
+    assert result.status == "FAILED"
+    assert result.error is not None and result.error.type == "SecretSerializationError"
+    assert "hard-coded-token" not in repr(journal.load(result.run_id))
+
+
 def ping(n: int) -> None:
     if n == 0:
         raise RecursionError("too deep to go on")
     pong(n - 1)
+
+
+PING_RAISES = ping.__code__.co_firstlineno + 2
 
 
 def pong(n: int) -> None:
@@ -114,7 +129,7 @@ def test_a_very_deep_recursion_records_a_bounded_traceback(journal: JournalStore
     text = failed_error(journal, result.run_id, "descend").traceback
     assert text is not None and len(text) <= MAX_CHARS
     assert "outer frame line(s) left out" in text  # the outermost were dropped
-    assert 'raise RecursionError("too deep to go on")' in text  # the innermost kept
+    assert f"line {PING_RAISES}, in ping" in text  # the innermost kept
     assert text.rstrip().endswith("RecursionError: too deep to go on")
     assert result.output == text
 

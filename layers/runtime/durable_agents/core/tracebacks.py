@@ -5,24 +5,28 @@ A failed step, tool, batch branch or run records where it failed beside its type
 give it back as it was (``recorded_traceback`` on the rebuilt error); it is never made again
 from a replay's frames.
 
-The text reads like Python's own, with three differences:
+The text reads like Python's own, with these differences:
 
-* **Scrubbed**: revealed secrets are masked, as in the message (a source line or an exception
-  line can hold a key). Locals are never captured.
-* **Runtime frames collapsed**: a run of frames inside the ``durable_agents`` package reads as
+* **Positions, not source**: each frame is its file, line and function, without the source
+  line Python would print. The record holds what happened at run time; a source line is code
+  text, and one holding a literal (``Secret("…")``, a key pasted into a test) would copy it
+  into the journal, the console and the CLI where scrubbing cannot know it. Locals are never
+  captured either.
+* **Scrubbed**: revealed secrets are masked, as in the message (an exception line can hold a
+  key).
+* **Runtime frames folded**: a run of frames inside the ``durable_agents`` package reads as
   one ``[durable-agents runtime frames]`` line. What the runtime's frames are differs between a
   first run and a replay (the same error is re-raised from another place), the agent's do not,
   so a story that includes an error re-raised from the journal reads the same both ways. The
-  innermost run is kept when the error was raised there (a value the serializer refused), as
-  file, line and function only.
-* **Bounded** to ``MAX_CHARS`` characters: each exception line is cut to
-  ``EXCEPTION_LINE_CHARS`` (the full message is in the record's ``message``), and when the
-  frames are too many the *outermost* ones are left out (a marker says how many): where the
-  error was raised, and the exception lines, are what a reader needs. A deep recursion of one
-  function is already folded by Python (``[Previous line repeated N more times]``); a mutual
-  one is what the bound is for. An error re-raised from the journal carries its recorded
-  story, which stands in for its causes (on a first run the live cause is there too, on a
-  replay it is not: leaving it out keeps both the same).
+  innermost run is kept when the error was raised there (a value the serializer refused).
+* **Bounded** to ``MAX_CHARS`` characters: each exception's ``Type: message`` lines are cut to
+  ``EXCEPTION_LINE_CHARS`` (the full message is in the record's ``message``); a frame repeated
+  more than three times in a row is folded as Python does (``[Previous line repeated N more
+  times]``); and when the frames are still too many the *outermost* ones are left out (a
+  marker says how many): where the error was raised, and the exception lines, are what a
+  reader needs. An error re-raised from the journal carries its recorded story, which stands in
+  for its causes (on a first run the live cause is there too, on a replay it is not: leaving
+  it out keeps both the same).
 """
 
 from __future__ import annotations
@@ -52,7 +56,8 @@ _HEADER = "Traceback (most recent call last):\n"
 _CAUSE = "\nThe above exception was the direct cause of the following exception:\n\n"
 _CONTEXT = "\nDuring handling of the above exception, another exception occurred:\n\n"
 _REPLAYED = "\nThe above was recorded, and the error re-raised from the journal here:\n\n"
-_FRAME_CHARS = 1024  # one frame's lines (a very long source line is cut, not the frame)
+_FRAME_CHARS = 1024  # one frame's line (a very long path or name is cut, not the frame)
+_REPEATS_SHOWN = 3  # as Python's own tracebacks: three, then "[Previous line repeated N ...]"
 _RUNTIME_DIR = str(Path(__file__).resolve().parent.parent) + os.sep
 
 
@@ -130,8 +135,9 @@ def _segment(exc: BaseException, budget: int) -> str:
 
 def _told(exc: BaseException, budget: int, keep_inner_runtime: bool) -> str:
     """One exception's frames and lines, outer frames left out past ``budget``."""
+    # lookup_lines=False: positions only, no source read (see the module docstring).
     summary = traceback.TracebackException(
-        type(exc), exc, exc.__traceback__, capture_locals=False, compact=True
+        type(exc), exc, exc.__traceback__, lookup_lines=False, capture_locals=False
     )
     lines = "".join(summary.format_exception_only())
     if len(lines) > EXCEPTION_LINE_CHARS:
@@ -158,18 +164,35 @@ def _frames(stack: list[traceback.FrameSummary], keep_inner_runtime: bool) -> li
             groups.append((runtime, [frame]))
     out: list[str] = []
     for i, (runtime, frames) in enumerate(groups):
-        innermost = i == len(groups) - 1
-        if runtime and not (innermost and keep_inner_runtime):
+        if runtime and not (i == len(groups) - 1 and keep_inner_runtime):
             out.append(RUNTIME_FRAMES)
-            continue
-        if runtime:
-            # Where in the runtime, without its source lines: they are the runtime's, not the
-            # agent's (and a comment there may read like a masked value).
-            out.extend(f'  File "{f.filename}", line {f.lineno}, in {f.name}\n' for f in frames)
-            continue
-        for text in traceback.StackSummary.from_list(frames).format():
-            out.append(text if len(text) <= _FRAME_CHARS else text[: _FRAME_CHARS - 2] + "…\n")
+        else:
+            out.extend(_positions(frames))
     return out
+
+
+def _positions(frames: list[traceback.FrameSummary]) -> list[str]:
+    """``File "…", line N, in name`` per frame; a frame repeated in a row is folded."""
+    out: list[str] = []
+    start = 0
+    while start < len(frames):
+        frame = frames[start]
+        end = start + 1
+        while end < len(frames) and _where(frames[end]) == _where(frame):
+            end += 1
+        text = f'  File "{frame.filename}", line {frame.lineno}, in {frame.name}\n'
+        if len(text) > _FRAME_CHARS:
+            text = text[: _FRAME_CHARS - 2] + "…\n"
+        count = end - start
+        out.extend([text] * min(count, _REPEATS_SHOWN))
+        if count > _REPEATS_SHOWN:
+            out.append(f"  [Previous line repeated {count - _REPEATS_SHOWN} more times]\n")
+        start = end
+    return out
+
+
+def _where(frame: traceback.FrameSummary) -> tuple[str, int | None, str]:
+    return frame.filename, frame.lineno, frame.name
 
 
 def _tail(text: str, limit: int) -> str:
