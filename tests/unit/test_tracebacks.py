@@ -7,6 +7,7 @@ import pytest
 from durable_agents.core.models import ErrorInfo
 from durable_agents.core.serde import error_info, rebuild_error
 from durable_agents.core.tracebacks import EXCEPTION_LINE_CHARS, MAX_CHARS, recorded_traceback
+from durable_agents.errors import StepError
 
 
 def raised(exc: Exception) -> Exception:
@@ -61,3 +62,10 @@ def test_a_cause_is_told_first_as_python_does() -> None:
     text = recorded_traceback(caught.value)
     assert text is not None
     assert text.index("OSError: disk") < text.index("direct cause") < text.index("save failed")
+
+
+def test_an_error_whose_class_is_gone_arrives_as_step_error_with_the_recorded_traceback() -> None:
+    info = ErrorInfo("VanishedError", "gone", "no_such_module", traceback="Traceback: here\n")
+    rebuilt = rebuild_error(info)
+    assert isinstance(rebuilt, StepError) and rebuilt.recorded_traceback == "Traceback: here\n"
+    assert StepError("E", "m").recorded_traceback is None  # made directly: none recorded

@@ -253,6 +253,8 @@ class StepError(DurableError):
         message: The original message (scrubbed of revealed secrets).
         attributes: The original instance attributes that could be recorded and decoded
             here (values whose own classes are missing stay in their recorded JSON form).
+        recorded_traceback: Where the original failed, as recorded (scrubbed, bounded; ``None``
+            in records written before tracebacks were kept). Every rebuilt error has it.
     """
 
     recorded_fields = ("error_type", "message")
@@ -273,6 +275,7 @@ class StepError(DurableError):
         self.attributes: dict[str, Any] = dict(attributes or {})
         # What the journal held, recorded again as it was if this error fails a scope.
         self.recorded_data = recorded_data
+        self.recorded_traceback: str | None = None  # set by rebuild_error from the record
         super().__init__(f"{error_type}: {message}")
 
 
