@@ -8,7 +8,6 @@ runtime's own INFO lines stay hidden at ``LOG_LEVEL=WARNING``.
 from __future__ import annotations
 
 import io
-import json
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -20,16 +19,7 @@ from durable_agents.errors import ConfigurationError
 from tests.unit.conftest import Deployment, FakeLambdaContext
 from tests.unit.test_api import GOOD, start
 from tests.unit.test_step_runner import step_event
-
-
-def json_lines(text: str) -> list[dict[str, Any]]:
-    out = []
-    for line in text.splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
+from tests.unit.test_step_runner_telemetry import json_lines
 
 
 @pytest.fixture
