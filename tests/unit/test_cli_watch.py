@@ -154,3 +154,22 @@ def test_with_json_stdout_holds_only_the_run(
     captured = capsys.readouterr()
     assert json.loads(captured.out)["result"] == 42
     assert captured.err.splitlines()[0].startswith(f"{RUN}  RUNNING")  # the progress
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_a_run_waiting_for_an_approval_names_it_and_the_command_that_decides_it(
+    api: StandIn, tty: bool
+) -> None:
+    waiting = {"kind": "approval", "approval_id": "apr-\x1b[2Jx", "op_id": f"{RUN}:ok:1"}
+    api.answers[("GET", f"/runs/{RUN}")] = [
+        _run("SUSPENDED", waiting_on=waiting), _run("SUSPENDED", waiting_on=waiting),
+        _run("SUCCEEDED", result=42),
+    ]  # fmt: skip
+    api.answers[("GET", f"/runs/{RUN}/history")] = [_history("step_started")] * 3
+    aid = "apr-\\x1b[2Jx"
+    hint = f"waiting for approval {aid}: durable-agents approvals decide {aid} approve|reject"
+    watch, out, _ = _watch(api, tty=tty, width=40)
+    watch.run()
+    text = out.getvalue()
+    assert text.count(hint) == 1, text  # whole, though wider than the terminal; once
+    assert "\x1b" not in text

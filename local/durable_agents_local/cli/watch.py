@@ -67,6 +67,7 @@ class Watch:
     sleep: Callable[[float], None] = time.sleep
     monotonic: Callable[[], float] = time.monotonic
     last_line: str = field(default="", init=False)
+    hinted: set[str] = field(default_factory=set, init=False)
 
     def run(self) -> dict[str, Any]:
         """Polls until the run ends (or needs an operator) and returns it as last seen.
@@ -92,6 +93,9 @@ class Watch:
             interval = MIN_INTERVAL if changed else min(interval * 2, MAX_INTERVAL)
             shown = state.without_clock
             self._show(state.line, changed=changed)
+            hint = approval_hint(run)
+            if hint is not None and hint not in self.hinted:
+                self._note(hint)
             if run["status"] in SUCCESS + ENDED_BADLY + NEEDS_OPERATOR:
                 self._end()
                 return run
@@ -118,6 +122,17 @@ class Watch:
             self.out.write(line + "\n")
             self.out.flush()
         self.last_line = line
+
+    def _note(self, line: str) -> None:
+        """Prints a line of its own, whole (never clipped: it holds a command), once."""
+        self.hinted.add(line)
+        if self.tty:
+            # Over the progress line, which is drawn again below it at the next poll.
+            self.out.write("\r" + line.ljust(len(self.last_line)) + "\n")
+            self.last_line = ""
+        else:
+            self.out.write(line + "\n")
+        self.out.flush()
 
     def _end(self) -> None:
         if self.tty:
@@ -155,6 +170,18 @@ def progress(run: Mapping[str, Any], events: list[dict[str, Any]], watched: floa
     if last:
         parts.append(f"last {last.get('event')} {last.get('name') or ''}".rstrip())
     return Progress("  ".join([*head, duration(watched), *parts]), "  ".join([*head, *parts]))
+
+
+def approval_hint(run: Mapping[str, Any]) -> str | None:
+    """The approval a run waits for and the command that decides it; None if it waits for none.
+
+    The id is the Api's text, printed: its control characters are escaped.
+    """
+    waiting_on = run.get("waiting_on")
+    if not (isinstance(waiting_on, Mapping) and waiting_on.get("kind") == "approval"):
+        return None
+    aid = escape_controls(str(waiting_on.get("approval_id")))
+    return f"waiting for approval {aid}: durable-agents approvals decide {aid} approve|reject"
 
 
 def outcome(run: Mapping[str, Any], width: int = 80) -> str:
