@@ -63,7 +63,7 @@ BUILD_ENV = $(if $(PYENV_313),PYENV_VERSION=$(shell pyenv version-name 2>/dev/nu
 
 .PHONY: help venv venv-sam venv-cfn venv-policy venv-bench lint typecheck validate lint-policy pytest test reliability \
         reliability-fast openapi docs screenshots demo bench bench-local bench-concurrency local \
-        build build-check deploy clean distclean
+        build build-check deploy scaffold dist clean distclean
 
 help: ## Show this help
 	@echo "durable-agents. First: 'make demo' (local run, no AWS) and 'make test'."
@@ -229,9 +229,25 @@ build-check: build $(VENV_STAMP) ## sam build, then check and measure what it bu
 deploy: build ## sam build && sam deploy --guided (ENV=dev|prod optional)
 	$(SAM) deploy --guided $(SAM_CONFIG_ENV)
 
+# ------------------------------------------------------------------------------ distribution
+# `durable-agents init DIR` writes a new app from the package's scaffold; its generic files
+# (template.yaml, the handlers, the layer's build files) are copied from this repository here,
+# so the distribution ships them (ADR 0025).
+scaffold: $(VENV_STAMP) ## Copy template.yaml, the handlers and the layer build into the init scaffold
+	$(VENV)/bin/python scripts/scaffold.py
+
+# The wheel and the sdist of durable-agents (the runtime; its [local] extra: local mode, the
+# CLI, `init`), built by `python -m build` in .venv: offline, no build isolation.
+dist: scaffold ## Build dist/durable_agents-*.whl and .tar.gz (pip install 'durable-agents[local]' from it)
+	rm -rf dist build/lib build/bdist.*
+	$(VENV)/bin/python -m build --no-isolation --outdir dist . > dist.log 2>&1 || { cat dist.log >&2; exit 1; }
+	@rm -f dist.log
+	@ls -l dist
+
 # ------------------------------------------------------------------------------------ clean
 clean: ## Remove build output and tool caches (keeps the virtualenvs)
-	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache .durable-agents
+	rm -rf .aws-sam .pytest_cache .mypy_cache .ruff_cache .durable-agents dist build/lib build/bdist.* \
+	  local/durable_agents_local/scaffold/generated
 	find . \( -path ./.git -o -path './.venv*' \) -prune -o \
 	  \( -name __pycache__ -o -name '*.egg-info' \) -prune -exec rm -rf {} +
 

@@ -9,6 +9,7 @@
   stack's (the same connection options), then it waits for the run.
 * ``durable-agents runs migrate``: through the Api (it has the agents).
 * ``durable-agents console --api-url URL``: a deployed Api's run console (``console_proxy``).
+* ``durable-agents init DIR``: a new SAM app of your own in DIR (``durable_agents_local.scaffold``).
 """
 
 from __future__ import annotations
@@ -314,6 +315,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_runs(commands)
     _add_token(commands)
     console_proxy.add_parser(commands)
+    init = commands.add_parser(
+        "init",
+        help="create a new SAM app of your own in DIR (an example agent, its test, the stack)",
+        description="Write a new durable-agents app into DIR (absent or empty): template.yaml, "
+        "the runtime's handlers and layer, functions/agents/ with an example agent, a test, "
+        "samconfig.toml, a README and a Makefile (make test, make local, make deploy).",
+    )
+    init.add_argument("dir", type=Path, metavar="DIR", help="where to create the app")
     return parser
 
 
@@ -446,6 +455,10 @@ def _main(argv: Sequence[str] | None) -> int:
         return _local(args)
     if args.command == "token":
         return _token(args)
+    if args.command == "init":
+        from durable_agents_local import scaffold  # noqa: PLC0415
+
+        return scaffold.main(args.dir)
     if args.command == "console":
         return console_proxy.run(args)
     if args.command == "moto":

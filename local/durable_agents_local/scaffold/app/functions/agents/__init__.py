@@ -1,0 +1,1 @@
+"""Your agents. List each module in template.yaml's AGENT_MODULES (Globals)."""
