@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from durable_agents_local import scaffold as init_scaffold
 from durable_agents_local.moto_server import free_port
 from tests.template.template_yaml import FUNCTIONS, load_cfn_yaml
 
@@ -204,3 +205,12 @@ def test_the_scaffold_is_generated_from_this_repos_files(scaffold: None) -> None
         "layers/runtime/requirements.txt",
     ):
         assert (generated / name).read_bytes() == (ROOT / name).read_bytes()
+
+
+def test_init_without_a_generated_scaffold_says_so_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(init_scaffold, "GENERATED", tmp_path / "missing")
+    assert init_scaffold.main(tmp_path / "app") == 2
+    assert "has no scaffold" in capsys.readouterr().err
+    assert not (tmp_path / "app").exists()
