@@ -91,6 +91,11 @@ DEFAULT_LIMIT = 25
 
 NOTICES = {
     "cancel-requested": "Cancel requested: the run stops at its next operation.",
+    "terminate-requested": "Terminate requested: the run stops without running its code again.",
+    "redriven": "Run re-driven: it resumes (a PAUSED run) or is woken (an active one).",
+    "event-sent": "Event sent: recorded for the run, which takes it with wait_for_event.",
+    "run-started": "Run started.",
+    "run-start-repeated": "This form had already started this run: it is shown, nothing new.",
     "approval-approved": "Approval recorded: approved. The run continues.",
     "approval-rejected": "Approval recorded: rejected. The run continues.",
     "review-decided": "Review decision recorded. The run continues.",
@@ -143,6 +148,41 @@ def pretty(value: Any) -> str:
     return f"<pre>{e(json.dumps(value, indent=2, ensure_ascii=False, default=str))}</pre>"
 
 
+COMPACT_CHARS = 200
+"""Compact JSON longer than this is folded in a ``<details>`` (``compact``)."""
+
+
+def compact(value: Any) -> str:
+    """A JSON value (or a JSON text) as compact JSON, escaped; a long one folded.
+
+    Up to ``COMPACT_CHARS`` characters: one ``<code>`` line. Longer: a ``<details>`` whose
+    summary is its beginning and whose body is the value indented (``pretty``); the browser
+    folds and unfolds it (no script).
+
+    >>> compact('{"a": [1, 2]}')
+    '<code class="json">{&quot;a&quot;:[1,2]}</code>'
+    """
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return (
+                f'<code class="json">{e(value)}</code>'
+                if len(value) <= COMPACT_CHARS
+                else (
+                    f"<details><summary><code>{e(value[:80])}…</code></summary>"
+                    f"<pre>{e(value)}</pre></details>"
+                )
+            )
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+    if len(text) <= COMPACT_CHARS:
+        return f'<code class="json">{e(text)}</code>'
+    return (
+        f'<details class="json"><summary><code>{e(text[:80])}…</code> '
+        f'<span class="muted">({len(text):,} characters)</span></summary>{pretty(value)}</details>'
+    )
+
+
 def facts(rows: Sequence[tuple[str, str]]) -> str:
     """A definition list of (label, already-escaped HTML) rows."""
     return "<dl>" + "".join(f"<dt>{e(k)}</dt><dd>{v}</dd>" for k, v in rows) + "</dl>"
@@ -183,8 +223,10 @@ def render_runs_page(
     filters: Mapping[str, str],
     next_cursor: str | None,
     root: str,
+    agents: Sequence[str] = (),
+    start_key: str | None = None,
 ) -> str:
-    """The runs list, newest start first: a filter form, a table, a next link.
+    """The runs list, newest start first: a filter form, a table, a next link; a start form.
 
     The filters: status, agent, start time, sub-agent runs, page size.
 
@@ -193,6 +235,8 @@ def render_runs_page(
         filters: The query parameters of this page that are filters (to keep them when paging).
         next_cursor: The cursor of the next page, or None on the last page.
         root: The relative prefix to the Api's root (``root_of``).
+        agents: The agents the Api can start (a choice); none known: a text field.
+        start_key: The idempotency key of this page's start form (None: no start form).
 
     Returns:
         A complete HTML document; every value is escaped.
@@ -250,8 +294,27 @@ def render_runs_page(
     body = (
         f'<section class="card"><h1>Runs</h1>{form}</section>'
         f'<section class="card">{table}{pager}</section>'
+        + ("" if start_key is None else _start_form(agents, start_key, root))
     )
     return page("Runs", body, root=root, here="runs")
+
+
+def _start_form(agents: Sequence[str], key: str, root: str) -> str:
+    """Starts a run (``POST /console/runs``): agent, JSON input, this form's idempotency key."""
+    if agents:
+        choices = "".join(f'<option value="{e(a)}">{e(a)}</option>' for a in agents)
+        agent = f'<select id="start-agent" name="agent" required>{choices}</select>'
+    else:
+        agent = '<input id="start-agent" name="agent" required maxlength="80">'
+    return (
+        '<section class="card"><h2>Start a run</h2>'
+        f'<form method="post" action="{e(root)}console/runs" class="start">'
+        f'<label for="start-agent">Agent</label>{agent}'
+        '<label for="start-input">Input, as JSON (empty: null)</label>'
+        '<textarea id="start-input" name="input" maxlength="200000"></textarea>'
+        f'<input type="hidden" name="idempotency_key" value="{e(key)}">'
+        '<div class="actions"><button type="submit">Start run</button></div></form></section>'
+    )
 
 
 def _approval_card(record: WaitRecord, root: str) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
-from api.console_page import e, facts, notice, page, pill, pretty, run_link, when
+from api.console_page import compact, e, facts, notice, page, pill, run_link, when
 from durable_agents.core.models import ErrorInfo, OpKind, RunSnapshot
 from durable_agents.engine.operations.batch_result import branch_counts
 from durable_agents.engine.replay_index import OpRecord, group_entries
@@ -185,21 +185,69 @@ def _operation_row(
     )
 
 
-def _cancel_form(snapshot: RunSnapshot, root: str) -> str:
-    header = snapshot.header
-    if header.status.value not in STOPPABLE:
-        return ""
-    if header.cancel_requested:
-        return ""
-    action = f"{root}console/runs/{quote(header.run_id, safe='')}/cancel"
+def _form(action: str, title: str, fields: str, button: str, kind: str) -> str:
+    danger = ' class="danger"' if kind in ("cancel", "terminate") else ""
     return (
-        '<section class="card"><h2>Cancel this run</h2>'
-        f'<form method="post" action="{e(action)}" class="cancel">'
-        '<label for="reason">Reason (recorded with the request)</label>'
-        '<textarea id="reason" name="reason" maxlength="1000"></textarea>'
-        '<div class="actions"><button class="danger" type="submit">Cancel run</button></div>'
-        "</form></section>"
+        f'<form method="post" action="{e(action)}" class="{e(kind)}"><h2>{e(title)}</h2>'
+        f'{fields}<div class="actions"><button{danger} type="submit">{e(button)}</button></div>'
+        "</form>"
     )
+
+
+def _actions(snapshot: RunSnapshot, root: str) -> str:
+    """The forms the run's state allows: cancel, terminate, redrive, send an event.
+
+    A finished run: none. A stop already asked: no event, no cancel (a terminate escalates a
+    cancel). Cancel needs code that can run (``STOPPABLE``); terminate and redrive take any
+    run that has not finished (``run_stops``, ``engine.follow_ups.redrive``).
+    """
+    header = snapshot.header
+    if header.status.terminal:
+        return ""
+    base = f"{root}console/runs/{quote(header.run_id, safe='')}"
+    stop = header.cancel_requested or {}
+
+    def reason(kind: str) -> str:
+        rid = "reason" if kind == "cancel" else f"{kind}-reason"
+        return (
+            f'<label for="{rid}">Reason (recorded with the request)</label>'
+            f'<textarea id="{rid}" name="reason" maxlength="1000"></textarea>'
+        )
+
+    forms: list[str] = []
+    if header.status.value in STOPPABLE and not stop:
+        forms.append(
+            _form(f"{base}/cancel", "Cancel this run", reason("cancel"), "Cancel run", "cancel")
+        )
+    if stop.get("mode") != "terminate":
+        forms.append(
+            _form(
+                f"{base}/terminate",
+                "Terminate this run",
+                reason("terminate"),
+                "Terminate run",
+                "terminate",
+            )
+        )
+    if not stop:
+        fields = (
+            '<label for="event-name">Event name</label>'
+            '<input id="event-name" name="name" required maxlength="80">'
+            '<label for="event-data">Data, as JSON (empty: null)</label>'
+            '<textarea id="event-data" name="data" maxlength="200000"></textarea>'
+        )
+        forms.append(_form(f"{base}/events", "Send an event", fields, "Send event", "event"))
+    forms.append(
+        _form(
+            f"{base}/redrive",
+            "Redrive",
+            '<p class="muted">Resumes a PAUSED run after a fix '
+            "was deployed, or wakes a stalled one.</p>",
+            "Redrive run",
+            "redrive",
+        )
+    )
+    return '<section class="card run-actions">' + "".join(forms) + "</section>"
 
 
 def render_timeline_page(
@@ -267,10 +315,14 @@ def render_timeline_page(
     summary = (
         f'<section class="card"><h1>Run <code>{e(header.run_id)}</code></h1>{facts(rows)}</section>'
     )
-    io = '<section class="card"><h2>Input</h2>' + pretty(header.input or "null")
+    io_rows = [("Input", compact(header.input or "null"))]
     if header.result is not None:
-        io += "<h2>Result</h2>" + pretty(header.result)
-    io += "</section>"
+        io_rows.append(("Result", compact(header.result)))
+    elif header.error is not None:
+        io_rows.append(("Error", f'<span class="err">{e(header.error.type)}</span> (above)'))
+    history = f"{root}runs/{quote(header.run_id, safe='')}/history?format=json"
+    io_rows.append(("History", f'<a href="{e(history)}" type="application/json">as JSON</a>'))
+    io = f'<section class="card io">{facts(io_rows)}</section>'
     ops = "".join(
         _operation_row(records[p], p, header.run_id, by_op, root)
         for p in sorted(records)
@@ -294,7 +346,7 @@ def render_timeline_page(
         if live
         else ""
     )
-    body = notice(done) + summary + toggle + _cancel_form(snapshot, root) + timeline + io
+    body = notice(done) + summary + io + toggle + _actions(snapshot, root) + timeline
     return page(
         f"Run {header.run_id}",
         body,

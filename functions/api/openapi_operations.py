@@ -15,11 +15,13 @@ from pydantic import BaseModel
 from api.routes.approval_decisions import DecisionRequest
 from api.routes.approvals import LinkDecisionRequest, MintLinkRequest
 from api.routes.callbacks import CallbackFailureRequest
+from api.routes.console import ConsoleEventForm, ConsoleStartForm
 from api.routes.limits import MAX_CURSOR_CHARS, MAX_KEY_CHARS
 from api.routes.reviews import ReviewDecisionRequest
 from api.routes.run_query import MAX_VERSION_CHARS
+from api.routes.run_starts import StartRunRequest
 from api.routes.run_stops import StopRunRequest
-from api.routes.runs import MigrateRunRequest, StartRunRequest
+from api.routes.runs import MigrateRunRequest
 from durable_agents.core.models import RunStatus
 
 Security = Literal["sigv4", "jwt", "link"]
@@ -139,6 +141,11 @@ def operations() -> dict[tuple[str, str], Operation]:
                     "generation",
                     {"type": "integer", "minimum": 0},
                     "Which generation of a run that continued as new (default: the current).",
+                ),
+                Param(
+                    "format",
+                    {"type": "string", "enum": ["json"]},
+                    "json: the JSON history whatever Accept prefers (the console links to it).",
                 ),
             ),
             tags=("runs",),
@@ -306,6 +313,18 @@ def _console_operations(statuses: list[str]) -> dict[tuple[str, str], Operation]
         ),
         ("POST", "/console/runs/{run_id}/cancel"): replace(
             action, body=StopRunRequest, body_required=False, errors=(404, 409, 413, 422)
+        ),
+        ("POST", "/console/runs/{run_id}/terminate"): replace(
+            action, body=StopRunRequest, body_required=False, errors=(404, 409, 413, 422)
+        ),
+        ("POST", "/console/runs/{run_id}/redrive"): replace(
+            action, body_required=False, errors=(400, 404, 409, 413)
+        ),
+        ("POST", "/console/runs/{run_id}/events"): replace(
+            action, body=ConsoleEventForm, errors=(400, 404, 409, 413, 422, 503)
+        ),
+        ("POST", "/console/runs"): replace(
+            action, body=ConsoleStartForm, errors=(400, 404, 409, 413, 422)
         ),
         ("GET", "/console/approvals"): replace(
             page,

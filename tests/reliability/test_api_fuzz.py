@@ -477,7 +477,9 @@ def test_fuzz_every_route_short(stack: FuzzStack) -> None:
     assert sent >= REQUESTS
     # Every route of the document was fuzzed (the migration route among them).
     assert api_fuzz.requests["POST /runs/{run_id}/migrate"] > 0
-    assert api_fuzz.requests["POST /console/runs/{run_id}/cancel"] > 0
+    for console_action in ("cancel", "terminate", "redrive", "events"):
+        assert api_fuzz.requests[f"POST /console/runs/{{run_id}}/{console_action}"] > 0
+    assert api_fuzz.requests["POST /console/runs"] > 0
     assert api_fuzz.requests["GET /console/runs/{run_id}"] > 0
     # The hostile plan reached the routes that take bodies with bodies that are not Unicode.
     for route in (

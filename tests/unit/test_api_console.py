@@ -33,11 +33,14 @@ from durable_agents.core.models import (
     WaitStatus,
 )
 from durable_agents.core.tenancy import DEFAULT_TENANT
+from durable_agents.engine.runtime import Runtime
 from durable_agents_local.testing import AgentTestRunner, TestResult
+from tests.contract.test_versions_contract import drive
 from tests.unit.approvals_harness import OPERATOR, OUTSIDER, SUMMARY, Pending, pending, request
 from tests.unit.conftest import Deployment
 from tests.unit.test_api_approvals import api  # noqa: F401 - the fixture
 from tests.unit.test_api_reviews import op_id, paused  # noqa: F401 - the fixture
+from tests.unit.test_api_run_events import _suspended, rt, status_value  # noqa: F401 - fixture
 from tests.unit.test_api_tenancy import MISSING_RUN, TENANT_A, TENANT_B, TENANT_MAP
 
 FULL_DATE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}\+00:00")
@@ -200,6 +203,10 @@ def test_every_console_route_needs_an_iam_caller(pending: Pending) -> None:
         ("GET", f"/console/runs/{pending.run_id}"),
         ("GET", "/console/approvals"),
         ("POST", f"/console/runs/{pending.run_id}/cancel"),
+        ("POST", f"/console/runs/{pending.run_id}/terminate"),
+        ("POST", f"/console/runs/{pending.run_id}/redrive"),
+        ("POST", f"/console/runs/{pending.run_id}/events"),
+        ("POST", "/console/runs"),
     ):
         reply = request(method, path, user_arn=None)
         assert reply.status == 401, (path, reply.text)
@@ -269,18 +276,25 @@ def test_a_form_from_another_site_is_refused_and_changes_nothing(
     api: Deployment,  # noqa: F811
     headers: dict[str, str],
 ) -> None:
+    from api.services import get_runtime
+
+    store = get_runtime().store
+    before = store.load(pending.run_id)
     base = {"Content-Type": "application/x-www-form-urlencoded", "Accept": "text/html", **headers}
     for path, fields in (
         (f"/console/approvals/{pending.approval_id}", {"decision": "approve"}),
         (f"/console/runs/{pending.run_id}/cancel", {"reason": "csrf"}),
+        (f"/console/runs/{pending.run_id}/terminate", {"reason": "csrf"}),
+        (f"/console/runs/{pending.run_id}/redrive", {}),
+        (f"/console/runs/{pending.run_id}/events", {"name": "message", "data": "1"}),
+        ("/console/runs", {"agent": "refund", "input": "42"}),
     ):
         reply = form(path, fields, headers=base)
         assert reply.status == 403, reply.text
-    from api.services import get_runtime
-
-    store = get_runtime().store
     assert store.get_wait(pending.approval_id).status is WaitStatus.PENDING
     assert store.get_run(pending.run_id).cancel_requested is None
+    assert [r.run_id for r in store.list_runs(limit=10).runs] == [pending.run_id]  # none new
+    assert store.load(pending.run_id) == before  # no event, no stop, nothing recorded
     assert api.published() == []
 
 
@@ -330,14 +344,21 @@ def test_another_tenants_run_is_the_same_404_as_none(
     header = store.get_run(pending.run_id)
     assert header.tenant == DEFAULT_TENANT  # the harness's run: neither a nor b
     for caller in (TENANT_A, TENANT_B):
-        for method, suffix in (("GET", ""), ("POST", "/cancel")):
+        for method, suffix in (
+            ("GET", ""),
+            ("POST", "/cancel"),
+            ("POST", "/terminate"),
+            ("POST", "/redrive"),
+            ("POST", "/events"),
+        ):
+            fields = {"name": "message", "data": '"hi"'} if suffix == "/events" else {}
             mine = (
-                form(f"/console/runs/{pending.run_id}{suffix}", {}, user_arn=caller)
+                form(f"/console/runs/{pending.run_id}{suffix}", fields, user_arn=caller)
                 if method == "POST"
                 else request("GET", f"/console/runs/{pending.run_id}", user_arn=caller)
             )
             none = (
-                form(f"/console/runs/{MISSING_RUN}{suffix}", {}, user_arn=caller)
+                form(f"/console/runs/{MISSING_RUN}{suffix}", fields, user_arn=caller)
                 if method == "POST"
                 else request("GET", f"/console/runs/{MISSING_RUN}", user_arn=caller)
             )
@@ -351,6 +372,8 @@ def test_another_tenants_run_is_the_same_404_as_none(
                        user_arn=caller)  # fmt: skip
         assert decided.status == 404
     assert store.get_wait(pending.approval_id).status is WaitStatus.PENDING
+    after = store.get_run(pending.run_id)
+    assert after.cancel_requested is None and after.updated_at_ms == header.updated_at_ms
 
 
 def test_the_console_modules_examples_run() -> None:
@@ -360,3 +383,202 @@ def test_the_console_modules_examples_run() -> None:
 
     result = doctest.testmod(console_page)
     assert result.attempted >= 1 and result.failed == 0
+
+
+# ------------------------------------------------- input, result, history and more actions
+def test_input_and_result_are_at_the_top_compact_and_long_ones_folded() -> None:
+    snapshot = _hostile_snapshot()
+    long_result = json.dumps({"text": HOSTILE * 40})
+    header = snapshot.header.replace(status=RunStatus.SUCCEEDED, error=None, result=long_result)
+    html = render_timeline_page(RunSnapshot(header, [], []), [], root="../../")
+    _no_raw(html)
+    top = html.index('<section class="card io">')
+    assert top < html.index("<h2>Timeline</h2>")
+    # The input: short, one compact line (its quotes escaped); the result: long, folded.
+    assert '<code class="json">{&quot;q&quot;:&quot;&lt;script&gt;' in html[top:]
+    assert '<details class="json"><summary><code>{&quot;text&quot;:' in html[top:]
+    assert "characters)</span></summary><pre>{\n  &quot;text&quot;" in html[top:]
+    assert 'href="../../runs/run-1/history?format=json"' in html
+    assert "<form" not in html  # SUCCEEDED: nothing to do
+
+
+def test_the_history_link_answers_json_even_to_a_browser(pending: Pending) -> None:
+    html = page(f"/console/runs/{pending.run_id}").html
+    (link,) = re.findall(r'<a href="([^"]+)" type="application/json">', html)
+    assert link == f"../../runs/{pending.run_id}/history?format=json"
+    browser = request(
+        "GET",
+        f"/runs/{pending.run_id}/history",
+        query={"format": "json"},
+        headers={"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"},
+    )
+    assert browser.status == 200 and browser.json["events"][0]["event"] == "run_started"
+    bad = request("GET", f"/runs/{pending.run_id}/history", query={"format": "xml"})
+    assert bad.status == 400 and "format must be json" in bad.text
+
+
+def test_terminate_from_the_console(pending: Pending, api: Deployment) -> None:  # noqa: F811
+    html = page(f"/console/runs/{pending.run_id}").html
+    assert "Terminate run" in html and "Send event" in html and "Redrive run" in html
+    reply = form(f"/console/runs/{pending.run_id}/terminate", {"reason": "runaway <loop>"})
+    assert reply.status == 303, reply.text
+    assert reply.headers["Location"] == (
+        f"../../../console/runs/{pending.run_id}?done=terminate-requested"
+    )
+    from api.services import get_runtime
+
+    requested = get_runtime().store.get_run(pending.run_id).cancel_requested
+    assert requested is not None and requested["mode"] == "terminate"
+    assert requested["reason"] == "runaway <loop>"
+    assert [e["detail-type"] for e in api.published()] == ["Step Ready"]
+    html = page(f"/console/runs/{pending.run_id}", query={"done": "terminate-requested"}).html
+    assert "Terminate requested" in html and "runaway &lt;loop&gt;" in html
+    # Being stopped: no cancel, no second terminate, no event; a redrive still may wake it.
+    assert "Cancel run" not in html and "Terminate run" not in html and "Send event" not in html
+    assert "Redrive run" in html
+    too_long = form(f"/console/runs/{pending.run_id}/terminate", {"reason": "x" * 1001})
+    assert too_long.status == 422
+
+
+def test_a_cancel_escalates_to_terminate_from_the_console(pending: Pending) -> None:
+    assert form(f"/console/runs/{pending.run_id}/cancel", {"reason": "r"}).status == 303
+    html = page(f"/console/runs/{pending.run_id}").html
+    assert "Cancel run" not in html and "Terminate run" in html
+    assert form(f"/console/runs/{pending.run_id}/terminate", {"reason": "now"}).status == 303
+    from api.services import get_runtime
+
+    requested = get_runtime().store.get_run(pending.run_id).cancel_requested
+    assert requested is not None and requested["mode"] == "terminate"
+
+
+def test_redrive_from_the_console_and_a_finished_run_has_no_actions(
+    pending: Pending,
+    api: Deployment,  # noqa: F811
+) -> None:
+    reply = form(f"/console/runs/{pending.run_id}/redrive", {})
+    assert reply.status == 303, reply.text
+    assert reply.headers["Location"] == f"../../../console/runs/{pending.run_id}?done=redriven"
+    ready = [e for e in api.published() if e["detail-type"] == "Step Ready"]
+    assert [e["detail"]["run_id"] for e in ready] == [pending.run_id]
+    assert (
+        "Run re-driven" in page(f"/console/runs/{pending.run_id}", query={"done": "redriven"}).html
+    )
+    json_only = request(
+        "POST",
+        f"/console/runs/{pending.run_id}/redrive",
+        {},
+        headers={"Sec-Fetch-Site": "same-origin"},
+    )
+    assert json_only.status in (400, 415), json_only.text  # a form, not JSON
+    assert form(f"/console/approvals/{pending.approval_id}", {"decision": "approve"}).status == 303
+    pending.finish()
+    html = page(f"/console/runs/{pending.run_id}").html
+    assert "<form" not in html  # SUCCEEDED: no action
+    for action, fields in (
+        ("redrive", {}),
+        ("terminate", {}),
+        ("events", {"name": "message", "data": "1"}),
+    ):
+        late = form(f"/console/runs/{pending.run_id}/{action}", fields)
+        assert late.status == 409, (action, late.text)
+
+
+def test_send_an_event_from_the_console(rt: Runtime, api: Deployment) -> None:  # noqa: F811
+    run_id = _suspended(rt, api)
+    html = page(f"/console/runs/{run_id}", user_arn=TENANT_A).html
+    assert f'action="../../console/runs/{run_id}/events"' in html
+    reply = form(
+        f"/console/runs/{run_id}/events",
+        {"name": "message", "data": '{"text": "hi <b>"}', "idempotency_key": "m-1"},
+        user_arn=TENANT_A,
+    )
+    assert reply.status == 303, reply.text
+    assert reply.headers["Location"] == f"../../../console/runs/{run_id}?done=event-sent"
+    ready = [e for e in api.published() if e["detail-type"] == "Step Ready"]
+    assert [e["detail"]["run_id"] for e in ready] == [run_id]
+    again = form(
+        f"/console/runs/{run_id}/events",
+        {"name": "message", "data": '{"text": "hi <b>"}', "idempotency_key": "m-1"},
+        user_arn=TENANT_A,
+    )
+    assert again.status == 303 and api.published() == []  # the same event: recorded once
+    assert drive(rt, run_id) is RunStatus.SUSPENDED
+    assert status_value(run_id).json["value"] == {"turns": 1}
+    empty = form(f"/console/runs/{run_id}/events", {"name": "message"}, user_arn=TENANT_A)
+    assert empty.status == 303  # no data: null
+    assert drive(rt, run_id) is RunStatus.SUSPENDED
+    bye = form(f"/console/runs/{run_id}/events", {"name": "message", "data": '"bye"'},
+               user_arn=TENANT_A)  # fmt: skip
+    assert bye.status == 303
+    assert drive(rt, run_id) is RunStatus.SUCCEEDED
+    assert json.loads(rt.store.get_run(run_id).result or "") == [{"text": "hi <b>"}, None, "bye"]
+
+
+def test_a_bad_event_form_is_a_400_that_says_why_and_records_nothing(
+    rt: Runtime,  # noqa: F811
+    api: Deployment,  # noqa: F811
+) -> None:
+    run_id = _suspended(rt, api)
+    before = rt.store.load(run_id)
+    path = f"/console/runs/{run_id}/events"
+    for fields, why in (
+        ({"name": "message", "data": "{not json"}, "the data field: the body is not valid JSON"),
+        ({"name": "message", "data": "[" * 200 + "]" * 200}, "the data field"),
+        ({"name": "no spaces", "data": "1"}, "invalid event name"),
+        ({"name": "message", "data": "1", "idempotency_key": "\u0000"}, "idempotency_key"),
+        ({"name": "message", "data": '"\\ud83d"'}, "the data field"),
+    ):
+        bad = form(path, fields, user_arn=TENANT_A)
+        assert bad.status == 400, (fields, bad.text)
+        assert why in bad.html.replace("&#x27;", "'"), (why, bad.html)
+    unknown = form(path, {"name": "message", "extra": "x"}, user_arn=TENANT_A)
+    assert unknown.status == 422
+    assert rt.store.load(run_id) == before
+    assert api.published() == []
+
+
+def test_start_a_run_from_the_console(rt: Runtime, api: Deployment) -> None:  # noqa: F811
+    html = page("/console", user_arn=TENANT_A).html
+    assert 'action="./console/runs"' in html and '<option value="listener">' in html
+    (key,) = re.findall(r'name="idempotency_key" value="([^"]+)"', html)
+    assert key != re.findall(r'name="idempotency_key" value="([^"]+)"',
+                             page("/console", user_arn=TENANT_A).html)[0]  # fmt: skip
+    fields = {"agent": "listener", "input": '{"hello": "<world>"}', "idempotency_key": key}
+    reply = form("/console/runs", fields, user_arn=TENANT_A)
+    assert reply.status == 303, reply.text
+    location = reply.headers["Location"]
+    assert location.startswith("../console/runs/") and location.endswith("?done=run-started")
+    run_id = location.removeprefix("../console/runs/").split("?")[0]
+    run = rt.store.get_run(run_id)
+    assert run.tenant == "a" and run.agent == "listener"
+    assert json.loads(run.input or "") == {"hello": "<world>"}
+    assert [e["detail-type"] for e in api.published()] == ["Step Ready"]
+    # The same form sent twice (a double click): the same run, nothing new.
+    twice = form("/console/runs", fields, user_arn=TENANT_A)
+    assert twice.headers["Location"] == f"../console/runs/{run_id}?done=run-start-repeated"
+    assert [r.run_id for r in rt.store.list_runs(limit=10).runs] == [run_id]
+    shown = page(f"/console/runs/{run_id}", query={"done": "run-started"}, user_arn=TENANT_A)
+    assert "Run started." in shown.html and "&lt;world&gt;" in shown.html
+    # Another tenant does not see it, and its key is its own: the same form starts its own run.
+    other = form("/console/runs", fields, user_arn=TENANT_B)
+    assert other.status == 303 and run_id not in other.headers["Location"]
+
+
+def test_a_bad_start_form_is_refused_and_starts_nothing(
+    rt: Runtime,  # noqa: F811
+    api: Deployment,  # noqa: F811
+) -> None:
+    for fields, status, why in (
+        ({"agent": "listener", "input": "{"}, 400, "the input field: the body is not valid JSON"),
+        ({"agent": "nobody", "input": "1"}, 404, "nobody"),
+        ({"agent": "", "input": "1"}, 422, "agent"),
+        ({"agent": "listener", "idempotency_key": "\u0000"}, 400, "idempotency_key"),
+    ):
+        bad = form("/console/runs", fields, user_arn=TENANT_A)
+        assert bad.status == status, (fields, bad.text)
+        assert why in bad.html, (why, bad.html)
+    key = {"agent": "listener", "input": "1", "idempotency_key": "k-1"}
+    assert form("/console/runs", key, user_arn=TENANT_A).status == 303
+    clash = form("/console/runs", {**key, "input": "2"}, user_arn=TENANT_A)
+    assert clash.status == 409, clash.text
+    assert len(rt.store.list_runs(limit=10).runs) == 1

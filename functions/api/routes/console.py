@@ -7,8 +7,10 @@ through something that signs the browser's requests (docs/adr/0013-run-console.m
 serves it on 127.0.0.1. Everything is within the caller's tenant (``routes.tenancy``):
 another tenant's run is the same 404 as none.
 
-The actions post HTML forms and go through the Api's own code paths and checks: cancel is
-``run_stops.stop_run`` (``POST /runs/{id}/cancel``), an approval decision is the one
+The actions post HTML forms and go through the Api's own code paths and checks: cancel and
+terminate are ``run_stops.stop_run`` (``POST /runs/{id}/cancel``, ``/terminate``), redrive and
+a start are ``routes.run_starts`` (``POST /runs/{id}/redrive``, ``POST /runs``), an event is
+``run_events.record_event`` (``POST /runs/{id}/events/{name}``), an approval decision is the one
 ``POST /approvals/{id}`` makes (``routes.approval_decisions``: the caller must match an
 ``iam:`` approver pattern), a review decision is ``routes.reviews.record_review`` (the tool's
 reviewers, else ``REVIEW_OPERATORS``). A form post is accepted only from the console's own
@@ -19,6 +21,7 @@ answers ``303 See Other`` back to its page.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -27,6 +30,7 @@ from urllib.parse import quote, urlencode
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
+from pydantic import BaseModel, ConfigDict, Field
 
 from api.console_page import (
     CONSOLE_HEADERS,
@@ -39,16 +43,19 @@ from api.console_timeline import child_run_ids, render_timeline_page
 from api.cross_site import origin_names_host
 from api.routes.approval_decisions import DecisionRequest, authorize, decide
 from api.routes.common import BadRequest, find_wait, form_or_json_body, header, is_form
-from api.routes.limits import parse_json
+from api.routes.limits import MAX_KEY_CHARS, check_key, parse_json
 from api.routes.reviews import ReviewDecisionRequest, record_review
+from api.routes.run_events import record_event
 from api.routes.run_query import list_page, listing_query
+from api.routes.run_starts import StartRunRequest, redrive_run, start_in_tenant
 from api.routes.run_stops import StopRunRequest, stop_run
 from api.routes.tenancy import iam_caller, owned_run, owned_wait
 from api.routes.tenant_listing import MAX_LIMIT, ListingQuery, collect
 from api.services import get_runtime
-from durable_agents.core.ids import check_run_id
+from durable_agents.core.ids import check_name, check_run_id
 from durable_agents.core.models import WaitStatus
 from durable_agents.core.tenancy import ALL_TENANTS
+from durable_agents.engine.cancellation import CANCEL, TERMINATE
 from durable_agents.engine.operations.approval import KIND
 from durable_agents.errors import DurableError
 from durable_agents.llm.streams import StreamCache, StreamChunk
@@ -56,6 +63,30 @@ from durable_agents.llm.streams import StreamCache, StreamChunk
 router = Router()  # type: ignore[no-untyped-call]
 MAX_STREAM_PAGES = 4
 """Stream cache pages (of 500 chunks) a timeline reads: the text shown is at most 2,000 chunks."""
+
+
+class ConsoleEventForm(BaseModel):
+    """The timeline page's "Send an event" form (``POST /console/runs/{run_id}/events``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=80, description="The event's name.")
+    data: str = Field(default="", description="The event's value, as JSON (empty: null).")
+    idempotency_key: str = Field(
+        default="", max_length=MAX_KEY_CHARS, description="Names the event (sent twice: once)."
+    )
+
+
+class ConsoleStartForm(BaseModel):
+    """The runs page's "Start a run" form (``POST /console/runs``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str = Field(min_length=1, max_length=80, description="The agent to run.")
+    input: str = Field(default="", description="The run's input, as JSON (empty: null).")
+    idempotency_key: str = Field(
+        default="", max_length=MAX_KEY_CHARS, description="The form's key: sent twice, one run."
+    )
 
 
 class CrossSiteFormError(DurableError):
@@ -165,7 +196,12 @@ def console_runs() -> Response[str]:
     page = list_page(get_runtime().store, query.list_kwargs)
     return _html(
         render_runs_page(
-            page.runs, filters=query.echo, next_cursor=page.cursor, root=root_of(event.path)
+            page.runs,
+            filters=query.echo,
+            next_cursor=page.cursor,
+            root=root_of(event.path),
+            agents=sorted(get_runtime().registry.names()),
+            start_key=f"console-{secrets.token_urlsafe(18)}",
         )
     )
 
@@ -227,19 +263,103 @@ def console_run(run_id: str) -> Response[str]:
     return timeline_response(_event(), run_id)
 
 
+def _back_to_run(event: APIGatewayProxyEvent, run_id: str, done: str) -> Response[str]:
+    """303 to the run's timeline page (relative to the action's path) with a ``done`` notice."""
+    return _see_other(f"{root_of(event.path)}console/runs/{quote(run_id, safe='')}?done={done}")
+
+
 @router.post("/console/runs/<run_id>/cancel")
 def console_cancel(run_id: str) -> Response[str]:
     """Cancels a run from its timeline page (``POST /runs/{id}/cancel``'s code path)."""
+    return _console_stop(run_id, CANCEL, "cancel-requested")
+
+
+@router.post("/console/runs/<run_id>/terminate")
+def console_terminate(run_id: str) -> Response[str]:
+    """Terminates a run from its timeline page (``POST /runs/{id}/terminate``'s code path)."""
+    return _console_stop(run_id, TERMINATE, "terminate-requested")
+
+
+def _console_stop(run_id: str, mode: str, done: str) -> Response[str]:
     event = _event()
     check_same_origin(event)
     principal, tenant = iam_caller(event)
     run_id = check_run_id(run_id)
     fields = _form(event)
     request = StopRunRequest.model_validate({"reason": fields.get("reason", "")})
-    stop_run(principal, tenant, run_id, "cancel", request)
-    return _see_other(
-        f"{root_of(event.path)}console/runs/{quote(run_id, safe='')}?done=cancel-requested"
+    stop_run(principal, tenant, run_id, mode, request)
+    return _back_to_run(event, run_id, done)
+
+
+@router.post("/console/runs/<run_id>/redrive")
+def console_redrive(run_id: str) -> Response[str]:
+    """Re-drives a run from its timeline page (``POST /runs/{id}/redrive``'s code path)."""
+    event = _event()
+    check_same_origin(event)
+    principal, tenant = iam_caller(event)
+    run_id = check_run_id(run_id)
+    _form(event)  # a form, from this origin; it carries no field
+    redrive_run(tenant, run_id, principal.display)
+    return _back_to_run(event, run_id, "redriven")
+
+
+@router.post("/console/runs/<run_id>/events")
+def console_send_event(run_id: str) -> Response[str]:
+    """Sends an event to a run (``POST /runs/{id}/events/{name}``'s checks and recording).
+
+    The form's ``name`` is the event's name and ``data`` its JSON value (empty: null), under
+    the Api's JSON limits; invalid JSON is a 400 that says why. ``idempotency_key``, when
+    given, names the event as the ``Idempotency-Key`` header does.
+    """
+    event = _event()
+    check_same_origin(event)
+    principal, tenant = iam_caller(event)
+    run_id = check_run_id(run_id)
+    fields = ConsoleEventForm.model_validate(_form(event))
+    name = check_name(fields.name.strip(), "event")
+    key = fields.idempotency_key.strip()
+    if key:
+        check_key(key, "idempotency_key")
+    payload = _json_text(fields.data, "data")
+    record_event(principal, tenant, run_id, name, payload, key or None)
+    return _back_to_run(event, run_id, "event-sent")
+
+
+def _json_text(text: str, name: str) -> Any:
+    """A form field holding JSON, parsed under the Api's limits (empty: null).
+
+    Raises:
+        BadRequest: If it is not JSON within the limits, saying which field and why.
+    """
+    if not text.strip():
+        return None
+    try:
+        return parse_json(text)
+    except BadRequest as exc:
+        raise BadRequest(f"the {name} field: {exc}") from exc
+
+
+@router.post("/console/runs")
+def console_start_run() -> Response[str]:
+    """Starts a run from the runs page (``POST /runs``'s code path), then shows it.
+
+    The form's ``agent``, ``input`` (JSON; empty: null) and ``idempotency_key``: the page puts
+    a fresh one in each form it renders, so a form sent twice starts one run.
+    """
+    event = _event()
+    check_same_origin(event)
+    principal, tenant = iam_caller(event)
+    fields = ConsoleStartForm.model_validate(_form(event))
+    request = StartRunRequest.model_validate(
+        {
+            "agent": fields.agent.strip(),
+            "input": _json_text(fields.input, "input"),
+            "idempotency_key": fields.idempotency_key.strip() or None,
+        }
     )
+    run, created = start_in_tenant(tenant, request, None, principal.display)
+    done = "run-started" if created else "run-start-repeated"
+    return _see_other(f"{root_of(event.path)}console/runs/{quote(run.run_id, safe='')}?done={done}")
 
 
 @router.get("/console/approvals")

@@ -15,6 +15,7 @@ one consistent load.
 from __future__ import annotations
 
 from http import HTTPStatus
+from typing import Any
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import Response
@@ -28,6 +29,7 @@ from api.services import get_runtime
 from durable_agents.aws.deferred import DeferredTracer
 from durable_agents.core.clock import iso
 from durable_agents.core.ids import check_name, check_run_id
+from durable_agents.core.principals import Principal
 from durable_agents.engine.generations import published_status
 from durable_agents.engine.inbox import SentEvent, send_event
 
@@ -67,9 +69,25 @@ def post_run_event(run_id: str, name: str) -> Response[str]:
     if key:
         check_key(key, "the Idempotency-Key header")
     payload = json_body(event, required=False)
+    sent = record_event(principal, tenant, run_id, name, payload, key or None)
+    status = HTTPStatus.ACCEPTED if sent.created else HTTPStatus.OK
+    return ok(status, sent_view(sent))
+
+
+def record_event(
+    principal: Principal, tenant: str, run_id: str, name: str, payload: Any, key: str | None
+) -> SentEvent:
+    """Records ``payload`` as the run's next ``name`` event and wakes the run.
+
+    The Api's route and the console's form; ``run_id``, ``name`` and ``key`` are checked.
+
+    Raises:
+        RunNotFoundError: If there is no such run, or it is another tenant's (404).
+        RunNotAcceptingEventsError: If the run is finished or being stopped (409).
+    """
     owned_run(tenant, run_id)
     rt = get_runtime()
-    sent = send_event(rt.store, rt.clock, run_id, name, payload, key or None)
+    sent = send_event(rt.store, rt.clock, run_id, name, payload, key)
     if sent.woke:
         # Lost, it is not lost: the run is RUNNING with the event recorded, and the
         # reconciler re-drives a RUNNING run that went idle.
@@ -84,8 +102,7 @@ def post_run_event(run_id: str, name: str) -> Response[str]:
             "caller": principal.display,
         },
     )
-    status = HTTPStatus.ACCEPTED if sent.created else HTTPStatus.OK
-    return ok(status, sent_view(sent))
+    return sent
 
 
 @router.get("/runs/<run_id>/status-value")

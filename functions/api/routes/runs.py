@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from http import HTTPStatus
-from typing import Any
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import Response
@@ -21,33 +20,20 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from api.routes import console
 from api.routes.common import BadRequest, header, json_body, ok, wants_html
-from api.routes.limits import check_key
 from api.routes.run_query import MAX_VERSION_CHARS, list_page, listing_query
+from api.routes.run_starts import StartRunRequest, redrive_run, start_in_tenant
 from api.routes.tenancy import iam_caller, owned_run
 from api.services import get_runtime
 from durable_agents.admin.views import history, run_view
 from durable_agents.aws.deferred import DeferredTracer
 from durable_agents.core.ids import check_run_id
 from durable_agents.core.models import RunHeader
-from durable_agents.core.tenancy import ALL_TENANTS, DEFAULT_TENANT
+from durable_agents.core.tenancy import ALL_TENANTS
 
 logger = Logger(child=True)
 # Made at the first traced call, not at import: it loads the X-Ray SDK (aws.deferred).
 tracer = DeferredTracer()
 router = Router()  # type: ignore[no-untyped-call]
-MAX_TIMEOUT_SECONDS = 366 * 24 * 3600
-
-
-class StartRunRequest(BaseModel):
-    """Body of ``POST /runs``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    agent: str = Field(min_length=1, max_length=80)
-    input: Any = None
-    idempotency_key: str | None = Field(default=None, min_length=1, max_length=256)
-    execution_timeout: float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_SECONDS)
-    """This run's time limit in seconds (replaces the agent's ``execution_timeout``)."""
 
 
 class MigrateRunRequest(BaseModel):
@@ -82,30 +68,8 @@ def start_run() -> Response[str]:
     event = _event()
     _, tenant = iam_caller(event)
     request = StartRunRequest.model_validate(json_body(event))
-    header_key = header(event, "Idempotency-Key")
-    if header_key and request.idempotency_key and header_key != request.idempotency_key:
-        raise BadRequest("the Idempotency-Key header and the body's idempotency_key differ")
-    if header_key:
-        check_key(header_key, "the Idempotency-Key header")
-    if request.idempotency_key:
-        check_key(request.idempotency_key, "idempotency_key")
-    key = request.idempotency_key or header_key
-    owner = DEFAULT_TENANT if tenant == ALL_TENANTS else tenant
-    run, created = get_runtime().start_run(
-        request.agent,
-        request.input,
-        idempotency_key=key,
-        tenant=owner,
-        execution_timeout=request.execution_timeout,
-    )
-    logger.info(
-        "run started" if created else "run start repeated",
-        extra={
-            "run_id": run.run_id,
-            "agent": run.agent,
-            "tenant": run.tenant,
-            "caller": caller_name(event),
-        },
+    run, created = start_in_tenant(
+        tenant, request, header(event, "Idempotency-Key"), caller_name(event)
     )
     return ok(
         HTTPStatus.CREATED if created else HTTPStatus.OK,
@@ -143,8 +107,14 @@ def get_run(run_id: str) -> Response[str]:
 @router.get("/runs/<run_id>/history")
 @tracer.capture_method(capture_response=False)
 def get_history(run_id: str) -> Response[str]:
-    """Returns the run's journal as events in program order (a browser: the console's page)."""
-    if wants_html(_event()):
+    """Returns the run's journal as events in program order (a browser: the console's page).
+
+    ``?format=json`` asks for the JSON whatever ``Accept`` says: the console's link to it.
+    """
+    wanted_format = (_event().query_string_parameters or {}).get("format")
+    if wanted_format not in (None, "json"):
+        raise BadRequest(f"format must be json (or absent); got {wanted_format[:20]!r}")
+    if wanted_format is None and wants_html(_event()):
         return console.timeline_response(_event(), run_id)
     _, tenant = iam_caller(_event())
     run = owned_run(tenant, check_run_id(run_id))
@@ -184,9 +154,7 @@ def redrive(run_id: str) -> Response[str]:
     """Resumes a PAUSED run after a fix was deployed, or nudges a stalled one."""
     event = _event()
     _, tenant = iam_caller(event)
-    owned_run(tenant, check_run_id(run_id))
-    header_ = get_runtime().redrive(run_id)
-    logger.info("run re-driven", extra={"run_id": run_id, "caller": caller_name(event)})
+    header_ = redrive_run(tenant, check_run_id(run_id), caller_name(event))
     return ok(HTTPStatus.ACCEPTED, run_view(header_))
 
 
