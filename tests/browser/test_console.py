@@ -14,6 +14,7 @@ tests/browser/test_console.py`` (``make screenshots``). Without Chromium the tes
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -174,3 +175,57 @@ def test_the_console_shows_a_run_and_cancels_it(
         browser.get(f"{api}/console/runs/{run_id}")
         assert "cancelled" in _text(browser, "dl").lower()
         assert browser.find_elements(CSS, "form.cancel") == []
+
+
+def test_the_console_starts_a_run_shows_its_input_and_terminates_it(
+    browser: Any,  # noqa: F811
+    local: tuple[WorkerProcess, ServicesHandle],  # noqa: F811
+) -> None:
+    worker, _ = local
+    with logs_on_failure(worker):
+        api = worker.base_url
+        # Start a run from the runs page: the agent chosen from those registered, JSON input.
+        browser.set_window_size(1280, 900)
+        browser.get(f"{api}/console")
+        agents = [
+            o.get_attribute("value") for o in browser.find_elements(CSS, "#start-agent option")
+        ]
+        assert "example-support" in agents
+        browser.find_element(CSS, '#start-agent option[value="example-support"]').click()
+        browser.find_element(CSS, "#start-input").send_keys(json.dumps(MESSAGE))
+        browser.find_element(CSS, "form.start button").click()
+        wait_until(lambda: "done=run-started" in browser.current_url, 10, "the new run's page")
+        assert "Run started" in _text(browser, ".banner")
+        run_id = browser.current_url.split("/console/runs/")[1].split("?")[0]
+        _, run = http_json("GET", f"{api}/runs/{run_id}")
+        assert run["agent"] == "example-support" and run["input"] == MESSAGE
+        # Its input, at the top, as compact JSON.
+        assert "cus-ada" in _text(browser, "section.io")
+        wait_until(
+            lambda: http_json("GET", f"{api}/runs/{run_id}")[1]["status"] == "SUSPENDED",
+            60,
+            "the run to wait for its approval",
+        )
+
+        # Its history as JSON, from the page's link, even though a browser prefers HTML.
+        browser.get(f"{api}/console/runs/{run_id}")
+        browser.find_element(CSS, 'section.io a[type="application/json"]').click()
+        wait_until(lambda: "format=json" in browser.current_url, 10, "the JSON history")
+        history = json.loads(_text(browser, "body"))
+        assert history["run_id"] == run_id and history["events"]
+
+        # Terminate from the timeline: the run stops without running its code again.
+        browser.get(f"{api}/console/runs/{run_id}")
+        browser.find_element(CSS, "#terminate-reason").send_keys("runaway")
+        browser.find_element(CSS, "form.terminate button").click()
+        wait_until(lambda: "done=terminate-requested" in browser.current_url, 10, "redirect")
+        assert "Terminate requested" in _text(browser, ".banner")
+        assert _console_errors(browser) == []
+        wait_until(
+            lambda: http_json("GET", f"{api}/runs/{run_id}")[1]["status"] == "TERMINATED",
+            60,
+            "the run to be terminated",
+        )
+        browser.get(f"{api}/console/runs/{run_id}")
+        assert "terminated" in _text(browser, "dl").lower()
+        assert browser.find_elements(CSS, "form") == []  # finished: no action left
