@@ -74,6 +74,7 @@ border:2px solid var(--info);background:var(--info);color:#fff}
 button.danger{background:#fff;color:var(--no);border-color:var(--no)}
 button.ok{background:var(--ok);border-color:var(--ok)}
 .actions{display:flex;flex-wrap:wrap;gap:.5rem;margin-top:.5rem}
+.run-actions{display:grid;grid-template-columns:repeat(auto-fit,minmax(16rem,1fr));gap:1rem 1.5rem}
 .muted{color:var(--muted)}
 .banner{border-radius:8px;padding:.6rem .9rem;margin-bottom:1rem;border:1px solid #a6dbb4;
 background:var(--ok-bg)}
