@@ -420,9 +420,13 @@ def test_a_hostile_page_cannot_start_a_run(
         name, value = body[:-2] + ', "pad": "', '"}'
         answer = _submit_form(attacker, hostile, api, f"{api}/runs", {name: value}, "text/plain")
         assert REFUSED_CROSS_SITE in answer
+        # The console's start form, posted from another site.
+        fields = {"agent": "example-chat", "input": '{"message": "from a hostile page"}'}
+        answer = _submit_form(attacker, hostile, api, f"{api}/console/runs", fields)
+        assert REFUSED_CROSS_SITE in answer
 
         # Two fetches and the form reached the Api (the JSON one never left the browser).
-        answers.expect_refused(api, {f"{api}/runs": 3})
+        answers.expect_refused(api, {f"{api}/runs": 3, f"{api}/console/runs": 1})
         _nothing_happened_after(lambda: _assert_equal(_run_ids(api), before, "the runs"))
 
 
@@ -515,7 +519,13 @@ def test_a_hostile_page_cannot_stop_a_run(
         run_id = _chat(api)
         before = _run(api, run_id)
         answers = ApiAnswers(worker)
-        for action in (f"{api}/console/runs/{run_id}/cancel", f"{api}/runs/{run_id}/cancel"):
+        console = f"{api}/console/runs/{run_id}"
+        for action in (
+            f"{console}/cancel",
+            f"{console}/terminate",
+            f"{console}/redrive",
+            f"{api}/runs/{run_id}/cancel",
+        ):
             answer = _submit_form(attacker, hostile, api, action, {"reason": "hostile"})
             assert REFUSED_CROSS_SITE in answer, answer
         # No body: only the cross-site check stands between this and a cancelled run.
@@ -538,7 +548,9 @@ def test_a_hostile_page_cannot_stop_a_run(
         answers.expect_refused(
             api,
             {
-                f"{api}/console/runs/{run_id}/cancel": 1,
+                f"{console}/cancel": 1,
+                f"{console}/terminate": 1,
+                f"{console}/redrive": 1,
                 f"{api}/runs/{run_id}/cancel": 3,
                 f"{api}/runs/{run_id}/terminate": 2,
             },
@@ -594,8 +606,13 @@ def test_a_hostile_page_cannot_send_an_event(
         )
         answer = _submit_form(attacker, hostile, api, events, {"text": "bye"})
         assert REFUSED_CROSS_SITE in answer, answer
+        console_events = f"{api}/console/runs/{run_id}/events"  # the console's form
+        answer = _submit_form(
+            attacker, hostile, api, console_events, {"name": "message", "data": bye}
+        )
+        assert REFUSED_CROSS_SITE in answer, answer
 
-        answers.expect_refused(api, {events: 4})
+        answers.expect_refused(api, {events: 4, console_events: 1})
         _nothing_happened_after(
             lambda: _assert_equal(
                 (_run(api, run_id), _history(api, run_id)), before, "the run or its history"
