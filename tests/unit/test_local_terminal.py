@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from durable_agents.core.observability import agent_logger
+from durable_agents.core.observability import agent_logger, agent_loggers
 from durable_agents_local.invoke import failure_phrase, summarize
 from durable_agents_local.terminal import AgentLineFormatter, one_line, show_agent_lines
 
@@ -68,11 +68,14 @@ def test_one_line_escapes_control_characters_and_cuts() -> None:
 def shown() -> Iterator[tuple[logging.Logger, io.StringIO]]:
     """An agent logger whose lines local mode shows, written to a buffer; restored after."""
     logger = agent_logger("test-terminal", {})
-    saved = (logger.handlers[:], logger.propagate)
+    # show_agent_lines takes over every agent logger of the process (the StepRunner's one too,
+    # when an earlier test made it): all of them are given back as they were.
+    saved = [(each, each.handlers[:], each.propagate) for each in agent_loggers()]
     written = io.StringIO()
     show_agent_lines(written)
     yield logger, written
-    logger.handlers[:], logger.propagate = saved
+    for each, handlers, propagate in saved:
+        each.handlers[:], each.propagate = handlers, propagate
 
 
 def test_an_agents_line_reads_at_a_glance(shown: tuple[logging.Logger, io.StringIO]) -> None:
