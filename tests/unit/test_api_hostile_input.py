@@ -273,3 +273,11 @@ def test_stream_long_poll_is_bounded_to_10_seconds(deployment: Deployment) -> No
     run_id = send("POST", "/runs", body)[1]["run"]["run_id"]
     assert_rejected(send("GET", f"/runs/{run_id}/stream", query={"wait": "20"}), 400, "wait")
     assert_rejected(send("GET", f"/runs/{run_id}/stream", query={"wait": "nan"}), 400, "wait")
+
+
+@pytest.mark.parametrize("path", ["/approvals", "/reviews"])
+def test_a_listing_limit_of_thousands_of_digits_is_a_400(api: Deployment, path: str) -> None:
+    # int() refuses a string of more than 4,300 digits with a ValueError (found by the fuzz).
+    status, body = send("GET", path, query={"limit": "9" * 5000})
+    assert status == 400, body
+    assert "limit" in body["error"]["message"]
