@@ -186,7 +186,8 @@ def test_a_cursor_continues_only_its_own_listing(journal: JournalStore) -> None:
 def test_the_run_listing_module_examples_hold() -> None:
     import doctest
 
-    from durable_agents.journal import run_listing
+    from durable_agents.journal import cursors, run_listing
 
-    results = doctest.testmod(run_listing)
-    assert results.attempted > 0 and results.failed == 0
+    for module in (run_listing, cursors):
+        results = doctest.testmod(module)
+        assert results.attempted > 0 and results.failed == 0, module.__name__

@@ -544,3 +544,12 @@ def test_a_callback_id_is_its_own_authorization_whatever_the_tenant(
     handed = request("POST", f"/callbacks/{callback_id}/success", {"ok": 1}, user_arn=TENANT_B)
     assert handed.status == 200, handed.text
     assert runner.resume(header.run_id).output == {"result": {"ok": 1}}
+
+
+def test_the_tenant_listing_module_examples_hold() -> None:
+    import doctest
+
+    from api.routes import tenant_listing
+
+    results = doctest.testmod(tenant_listing)
+    assert results.attempted > 0 and results.failed == 0

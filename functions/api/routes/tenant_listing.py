@@ -13,7 +13,8 @@ A cursor is bound to its listing, its filters and the caller's tenant: any other
 >>> query = ListingQuery("approvals", "acme", {"status": "pending"})
 >>> query.store_cursor(query.seal("b64-of-a-key"))
 'b64-of-a-key'
->>> ListingQuery("approvals", "other", {"status": "pending"}).store_cursor(query.seal("k"))
+>>> other = ListingQuery("approvals", "other", {"status": "pending"})
+>>> other.store_cursor(query.seal("k"))  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
 api.routes.limits.BadRequest: the cursor continues another listing; pass back the cursor ...
@@ -21,10 +22,6 @@ api.routes.limits.BadRequest: the cursor continues another listing; pass back th
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -33,6 +30,7 @@ from api.routes.limits import MAX_CURSOR_CHARS, BadRequest
 from api.services import get_runtime
 from durable_agents.core.tenancy import ALL_TENANTS, visible
 from durable_agents.errors import InvalidCursorError
+from durable_agents.journal import cursors
 from durable_agents.journal.store import Page
 
 T = TypeVar("T")
@@ -64,13 +62,11 @@ class ListingQuery:
     filters: Mapping[str, str] = field(default_factory=dict)
 
     def _digest(self) -> str:
-        text = json.dumps([self.listing, self.tenant, dict(self.filters)], sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return cursors.digest([self.listing, self.tenant, dict(self.filters)])
 
     def seal(self, store_cursor: str) -> str:
-        """The cursor a caller gets: the journal's, bound to this query."""
-        raw = json.dumps({"after": store_cursor, "query": self._digest()}, separators=(",", ":"))
-        return base64.urlsafe_b64encode(raw.encode()).decode()
+        """The cursor a caller gets: the journal's, bound to this query (``journal.cursors``)."""
+        return cursors.seal(store_cursor, self._digest())
 
     def store_cursor(self, cursor: str | None) -> str | None:
         """The journal's cursor inside a caller's cursor (None: from the start).
@@ -83,19 +79,9 @@ class ListingQuery:
         if len(cursor) > MAX_CURSOR_CHARS:
             raise BadRequest(f"the cursor is malformed; {_AGAIN}")
         try:
-            data = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
-        except (ValueError, binascii.Error) as exc:  # UnicodeError is a ValueError
-            raise BadRequest(f"the cursor is malformed; {_AGAIN}") from exc
-        if not (
-            isinstance(data, dict)
-            and set(data) == {"after", "query"}
-            and isinstance(data["after"], str)
-            and isinstance(data["query"], str)
-        ):
-            raise BadRequest(f"the cursor is malformed; {_AGAIN}")
-        if data["query"] != self._digest():
-            raise BadRequest(f"the cursor continues another listing; {_AGAIN}")
-        return data["after"]
+            return cursors.opened(cursor, self._digest())
+        except InvalidCursorError as exc:
+            raise BadRequest(f"{exc}; {_AGAIN}") from exc
 
 
 def page_limit(params: Mapping[str, str]) -> int:

@@ -2,9 +2,10 @@
 
 Runs are listed **newest start first**: by ``(created_at_ms, run_id)``, which never changes, so
 a run keeps its place in the listing while its status moves on and paging cannot skip or
-repeat it. The cursor is the listing key of the last run a page returned (``<created_at_ms
-13 digits>#<run_id>``) plus a digest of the query: a cursor of one query (filters, tenant) is
-refused by another, and both journals hand out and accept the same cursor.
+repeat it. The cursor (``journal.cursors``) is the listing key of the last run a page
+returned (``<created_at_ms 13 digits>#<run_id>``) plus a digest of the query: a cursor of one
+query (filters, tenant) is refused by another, and both journals hand out and accept the same
+cursor.
 
 >>> query = RunQuery(tenant="acme", since_ms=1_000)
 >>> cursor = query.cursor_after(started_key(2_000, "run-a"))
@@ -18,14 +19,11 @@ durable_agents.errors.InvalidCursorError: the cursor continues another listing
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import json
 from dataclasses import asdict, dataclass
 
 from durable_agents.core.models import RunHeader, RunStatus
 from durable_agents.errors import InvalidCursorError
+from durable_agents.journal import cursors
 
 KEY_CEILING = "9999999999999~"
 KEY_FLOOR = "0"
@@ -98,13 +96,11 @@ class RunQuery:
     def _digest(self) -> str:
         fields = asdict(self)
         fields["status"] = None if self.status is None else self.status.value
-        text = json.dumps(fields, sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return cursors.digest(fields)
 
     def cursor_after(self, key: str) -> str:
         """The cursor of a page whose last run has listing key ``key``."""
-        raw = json.dumps({"after": key, "query": self._digest()}, separators=(",", ":"))
-        return base64.urlsafe_b64encode(raw.encode()).decode()
+        return cursors.seal(key, self._digest())
 
     def boundary(self, cursor: str | None) -> str | None:
         """The listing key a cursor continues after (None: from the newest run).
@@ -114,17 +110,7 @@ class RunQuery:
         """
         if cursor is None:
             return None
-        try:
-            data = json.loads(base64.urlsafe_b64decode(cursor.encode()).decode())
-        except (ValueError, binascii.Error) as exc:  # UnicodeDecodeError is a ValueError
-            raise InvalidCursorError(cursor, "the cursor is malformed") from exc
-        if not (
-            isinstance(data, dict)
-            and set(data) == {"after", "query"}
-            and isinstance(data["after"], str)
-            and KEY_FLOOR <= data["after"] <= KEY_CEILING
-        ):
+        after = cursors.opened(cursor, self._digest())
+        if not KEY_FLOOR <= after <= KEY_CEILING:
             raise InvalidCursorError(cursor, "the cursor is malformed")
-        if data["query"] != self._digest():
-            raise InvalidCursorError(cursor)
-        return str(data["after"])
+        return after
