@@ -11,8 +11,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Collection, Sequence
+from typing import Any, overload
 
 from durable_agents.core.faults import GuardedClient
 from durable_agents.core.models import (
@@ -216,11 +216,34 @@ class IndexListings:
         page = self._client.query(**kwargs)
         items = list(page.get("Items", []))
         last = page.get("LastEvaluatedKey")
-        keys = _key_names(index)
-        # Any item's index and table keys are a valid ExclusiveStartKey: the place right
-        # after it.
-        positions = [_cursor({name: item[name] for name in keys}) for item in items]
-        return Page(items, _cursor(last) if last else None, positions)
+        return Page(items, _cursor(last) if last else None, _Positions(items, _key_names(index)))
+
+
+class _Positions(Sequence[str]):
+    """Each item's position (``Page.positions``), encoded only when asked for.
+
+    Most pages (the reconciler's sweeps) are never cut; the Api's tenant listings read one.
+    """
+
+    def __init__(self, items: list[dict[str, Any]], keys: tuple[str, ...]):
+        self._items = items
+        self._keys = keys
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        # Any item's index and table keys are a valid ExclusiveStartKey: the place right after it.
+        item = self._items[index]
+        return _cursor({name: item[name] for name in self._keys})
 
 
 def _key_names(index: str) -> tuple[str, ...]:
