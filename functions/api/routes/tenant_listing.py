@@ -30,7 +30,7 @@ from api.routes.limits import MAX_CURSOR_CHARS, BadRequest
 from api.services import get_runtime
 from durable_agents.core.tenancy import ALL_TENANTS, visible
 from durable_agents.errors import InvalidCursorError
-from durable_agents.journal import cursors
+from durable_agents.journal.cursors import digest, opened, seal
 from durable_agents.journal.store import Page
 
 T = TypeVar("T")
@@ -62,11 +62,11 @@ class ListingQuery:
     filters: Mapping[str, str] = field(default_factory=dict)
 
     def _digest(self) -> str:
-        return cursors.digest([self.listing, self.tenant, dict(self.filters)])
+        return digest([self.listing, self.tenant, dict(self.filters)])
 
     def seal(self, store_cursor: str) -> str:
         """The cursor a caller gets: the journal's, bound to this query (``journal.cursors``)."""
-        return cursors.seal(store_cursor, self._digest())
+        return seal(store_cursor, self._digest())
 
     def store_cursor(self, cursor: str | None) -> str | None:
         """The journal's cursor inside a caller's cursor (None: from the start).
@@ -79,7 +79,7 @@ class ListingQuery:
         if len(cursor) > MAX_CURSOR_CHARS:
             raise BadRequest(f"the cursor is malformed; {_AGAIN}")
         try:
-            return cursors.opened(cursor, self._digest())
+            return opened(cursor, self._digest())
         except InvalidCursorError as exc:
             raise BadRequest(f"{exc}; {_AGAIN}") from exc
 

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 
 from durable_agents.core.models import RunHeader, RunStatus
 from durable_agents.errors import InvalidCursorError
-from durable_agents.journal import cursors
+from durable_agents.journal.cursors import digest, opened, seal
 
 KEY_CEILING = "9999999999999~"
 KEY_FLOOR = "0"
@@ -96,11 +96,11 @@ class RunQuery:
     def _digest(self) -> str:
         fields = asdict(self)
         fields["status"] = None if self.status is None else self.status.value
-        return cursors.digest(fields)
+        return digest(fields)
 
     def cursor_after(self, key: str) -> str:
         """The cursor of a page whose last run has listing key ``key``."""
-        return cursors.seal(key, self._digest())
+        return seal(key, self._digest())
 
     def boundary(self, cursor: str | None) -> str | None:
         """The listing key a cursor continues after (None: from the newest run).
@@ -110,7 +110,7 @@ class RunQuery:
         """
         if cursor is None:
             return None
-        after = cursors.opened(cursor, self._digest())
+        after = opened(cursor, self._digest())
         if not KEY_FLOOR <= after <= KEY_CEILING:
             raise InvalidCursorError(cursor, "the cursor is malformed")
         return after
