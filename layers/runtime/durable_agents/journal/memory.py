@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import re
 import threading
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
 from durable_agents.core.models import (
     EffectChange,
@@ -22,22 +20,31 @@ from durable_agents.core.models import (
     WaitStatus,
 )
 from durable_agents.errors import (
-    EffectConflictError,
     EffectNotFoundError,
     EntryConflictError,
     IdempotencyConflictError,
-    InvalidCursorError,
     RunNotFoundError,
-    RunRevisionConflictError,
-    RunStateConflictError,
-    WaitConflictError,
     WaitNotFoundError,
+)
+from durable_agents.journal.conditions import (
+    changed_key,
+    check_distinct_waits,
+    check_effect,
+    check_header,
+    check_wait,
+    header_after,
+    review_key,
+    sorted_page,
+    stale_key,
+    stamp_key,
+    wait_created_key,
+    wait_due_key,
+    wake_key,
 )
 from durable_agents.journal.generation_keys import generation_of
 from durable_agents.journal.prefix_view import KeyedLog
-from durable_agents.journal.retention import late_stamp_due, written_at_ms
 from durable_agents.journal.run_listing import RunQuery, started_key
-from durable_agents.journal.store import JournalStore, Page, finished, next_stamp_due
+from durable_agents.journal.store import JournalStore, Page, next_stamp_due
 
 
 class InMemoryJournal(JournalStore):
@@ -92,18 +99,8 @@ class InMemoryJournal(JournalStore):
             existing = self._entries.get(run_id)
             header = self._headers.get(run_id)
             if change is not None:
-                if header is None:
-                    raise RunNotFoundError(run_id)
-                if header.status not in change.expected:
-                    raise RunStateConflictError(run_id, sorted(change.expected), header.status)
-                if (
-                    change.expected_revision is not None
-                    and header.revision != change.expected_revision
-                ):
-                    raise RunRevisionConflictError(
-                        run_id, change.expected_revision, header.revision, header.status
-                    )
-            if existing is None:
+                check_header(run_id, header, change)
+            if existing is None or header is None:
                 raise RunNotFoundError(run_id)
             keys = [entry.sort_key for entry in entries]  # each computed once
             for key in keys:
@@ -111,24 +108,11 @@ class InMemoryJournal(JournalStore):
                     raise EntryConflictError(key, existing=existing[key])
             effects = self._effects[run_id]
             if effect is not None:
-                current = effects.get(effect.record.position)
-                if effect.expected_status is None:
-                    if current is not None:
-                        raise EffectConflictError(effect.record.operation_id, current)
-                elif (
-                    current is None
-                    or current.status not in effect.expected_status
-                    or (
-                        effect.expected_attempt is not None
-                        and current.attempt != effect.expected_attempt
-                    )
-                ):
-                    raise EffectConflictError(effect.record.operation_id, current)
+                check_effect(effect, effects.get(effect.record.position))
             if waits:
-                if len({w.record.wait_id for w in waits}) != len(waits):
-                    raise ValueError("one transaction cannot write a wait record twice")
+                check_distinct_waits(waits)
                 for wait in waits:
-                    self._check_wait(wait)
+                    check_wait(wait, self._waits.get(wait.record.wait_id))
             if effect is not None:
                 position = effect.record.position
                 effects[position] = effect.record
@@ -148,18 +132,12 @@ class InMemoryJournal(JournalStore):
                 if generation not in ordered:
                     ordered[generation] = KeyedLog()
                 ordered[generation].put(key, entry)
-            if change is not None and header is not None:
-                changed = change.apply(header)
-                if change.status.terminal:
-                    changed = finished(changed)
+            # A write for a finished run (a late decision, a leftover's expiry) keeps its items
+            # until the header goes (``expire``); it still lists the run for one more stamping
+            # pass, as on DynamoDB, where that pass tags what the write spilled.
+            changed = header_after(header, change, entries, effect, waits)
+            if changed is not None:
                 self._headers[run_id] = changed
-            elif header is not None and header.expires_at_ms is not None:
-                # A write for a finished run (a late decision, a leftover's expiry). Its items
-                # go with the header here (``expire``); the run is listed for one more
-                # stamping pass as on DynamoDB, where that pass tags what the write spilled.
-                due = late_stamp_due(header.stamp_due_at_ms, written_at_ms(entries, effect, waits))
-                if due is not None:
-                    self._headers[run_id] = header.replace(stamp_due_at_ms=due)
 
     def load_generation(self, run_id: str, generation: int | None = None) -> RunSnapshot:
         """Returns the header and one generation's entries in program order.
@@ -241,9 +219,7 @@ class InMemoryJournal(JournalStore):
         """One page of the runs in ``status``, least recently changed first."""
         with self._lock:
             found = [h for h in self._headers.values() if h.status is status]
-        return _page(
-            "changed", found, lambda h: f"{h.updated_at_ms:013d}#{h.run_id}", limit, cursor
-        )
+        return sorted_page("changed", found, changed_key, limit, cursor)
 
     def expiring_runs_page(
         self, now_ms: int, *, limit: int = 100, cursor: str | None = None
@@ -255,9 +231,7 @@ class InMemoryJournal(JournalStore):
                 for h in self._headers.values()
                 if h.stamp_due_at_ms is not None and h.stamp_due_at_ms <= now_ms
             ]
-        return _page(
-            "expiring", due, lambda h: f"{h.stamp_due_at_ms or 0:013d}#{h.run_id}", limit, cursor
-        )
+        return sorted_page("expiring", due, stamp_key, limit, cursor)
 
     def stamp_expiry(self, run_id: str, now_ms: int) -> int:
         """One stamping pass; returns 0.
@@ -308,9 +282,7 @@ class InMemoryJournal(JournalStore):
                 and h.wake_at_ms is not None
                 and h.wake_at_ms <= now_ms
             ]
-        return _page(
-            "due-runs", due, lambda h: f"{h.wake_at_ms or 0:013d}#{h.run_id}", limit, cursor
-        )
+        return sorted_page("due-runs", due, wake_key, limit, cursor)
 
     def get_effect(self, run_id: str, position: str) -> SideEffectRecord:
         """Returns one side-effect record.
@@ -338,9 +310,7 @@ class InMemoryJournal(JournalStore):
     ) -> Page[SideEffectRecord]:
         """Returns one page of PREPARED records past their stale time, oldest first."""
         stale = [r for r in self._all_effects(EffectStatus.PREPARED) if r.stale_at_ms <= now_ms]
-        return _page(
-            "stale", stale, lambda r: f"{r.stale_at_ms:013d}#{r.run_id}#{r.position}", limit, cursor
-        )
+        return sorted_page("stale", stale, stale_key, limit, cursor)
 
     def effects_in_review(self, *, limit: int = 100) -> list[SideEffectRecord]:
         """Returns records in NEEDS_REVIEW, oldest first."""
@@ -353,13 +323,7 @@ class InMemoryJournal(JournalStore):
     ) -> Page[SideEffectRecord]:
         """Returns one page of records in NEEDS_REVIEW, oldest first."""
         review = self._all_effects(EffectStatus.NEEDS_REVIEW)
-        return _page(
-            "reviews",
-            review,
-            lambda r: f"{r.updated_at_ms:013d}#{r.run_id}#{r.position}",
-            limit,
-            cursor,
-        )
+        return sorted_page("reviews", review, review_key, limit, cursor)
 
     def waits_page(
         self, kind: str, status: WaitStatus, *, limit: int = 100, cursor: str | None = None
@@ -367,29 +331,7 @@ class InMemoryJournal(JournalStore):
         """Returns one page of waits of one kind and status, oldest first."""
         with self._lock:
             found = [w for w in self._waits.values() if w.kind == kind and w.status is status]
-        return _page(
-            f"waits:{kind}:{status.value}",
-            found,
-            lambda w: f"{w.created_at_ms:013d}#{w.wait_id}",
-            limit,
-            cursor,
-        )
-
-    def _check_wait(self, wait: WaitChange) -> None:
-        current = self._waits.get(wait.record.wait_id)
-        if wait.expected is None:
-            if current is not None:
-                raise WaitConflictError(wait.record.wait_id, current)
-            return
-        if (
-            current is None
-            or current.status not in wait.expected
-            or (
-                wait.expected_updated_at_ms is not None
-                and current.updated_at_ms != wait.expected_updated_at_ms
-            )
-        ):
-            raise WaitConflictError(wait.record.wait_id, current)
+        return sorted_page(f"waits:{kind}:{status.value}", found, wait_created_key, limit, cursor)
 
     def get_wait(self, wait_id: str) -> WaitRecord:
         """Returns an approval or callback record.
@@ -422,43 +364,4 @@ class InMemoryJournal(JournalStore):
                 and w.due_at_ms is not None
                 and w.due_at_ms <= now_ms
             ]
-        return _page(
-            "due-waits", due, lambda w: f"{w.due_at_ms or 0:013d}#{w.wait_id}", limit, cursor
-        )
-
-
-T = TypeVar("T")
-
-
-def _page(
-    listing: str, items: list[T], key: Callable[[T], str], limit: int, cursor: str | None
-) -> Page[T]:
-    """One page in index order; the cursor is the last key returned, like DynamoDB's.
-
-    A key cursor (not an offset) stays correct while records enter and leave the listing
-    between pages, as they do while the reconciler works through them. Cursors name their
-    listing, so that one listing refuses another's, as DynamoDB's index keys do.
-
-    Raises:
-        InvalidCursorError: If ``cursor`` is malformed or another listing's.
-    """
-    after = None if cursor is None else _position(listing, cursor)
-    keyed = sorted(((key(item), item) for item in items), key=lambda pair: pair[0])
-    if after is not None:
-        keyed = [pair for pair in keyed if pair[0] > after]
-    page = keyed[:limit]
-    more = len(keyed) > limit
-    positions = [f"{listing}|{item_key}" for item_key, _ in page]
-    return Page([item for _, item in page], positions[-1] if more and page else None, positions)
-
-
-_CURSOR = re.compile(r"([^|]+)\|(\d{13}#[^|]+)")
-
-
-def _position(listing: str, cursor: str) -> str:
-    match = _CURSOR.fullmatch(cursor)
-    if match is None or not cursor.isascii():
-        raise InvalidCursorError(cursor, "the cursor is malformed")
-    if match.group(1) != listing:
-        raise InvalidCursorError(cursor)
-    return match.group(2)
+        return sorted_page("due-waits", due, wait_due_key, limit, cursor)
