@@ -1,0 +1,1 @@
+"""Local mode's embedded store: its state in one SQLite database file."""
