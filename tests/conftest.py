@@ -20,6 +20,7 @@ from durable_agents.engine.runtime import Runtime
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.payloads import S3PayloadStore
+from durable_agents.journal.sqlite import SqliteJournal
 from durable_agents.journal.store import JournalStore
 from durable_agents_local import moto_server
 from durable_agents_local.template import create_journal_table, load_template, table_definition
@@ -121,13 +122,17 @@ def dynamodb_journal(aws: None) -> DynamoDBJournal:
     )
 
 
-@pytest.fixture(params=["memory", "dynamodb"])
-def journal(request: pytest.FixtureRequest) -> JournalStore:
+@pytest.fixture(params=["memory", "dynamodb", "sqlite"])
+def journal(request: pytest.FixtureRequest) -> Iterator[JournalStore]:
     """Each test using it runs once per backend: the contract suite."""
     if request.param == "memory":
-        return InMemoryJournal()
-    store: JournalStore = request.getfixturevalue("dynamodb_journal")
-    return store
+        yield InMemoryJournal()
+    elif request.param == "sqlite":
+        tmp_path: Path = request.getfixturevalue("tmp_path")
+        with SqliteJournal(tmp_path / "journal.sqlite3") as store:
+            yield store
+    else:
+        yield request.getfixturevalue("dynamodb_journal")
 
 
 @pytest.fixture(params=["memory-store", "dynamodb-store"])

@@ -60,6 +60,7 @@ from durable_agents.journal.retention import (
     RETENTION_TAG,
     UNFINISHED_TRUSTED_S,
 )
+from durable_agents.journal.sqlite import SqliteJournal
 from durable_agents.journal.store import JournalStore
 from durable_agents.tools import ToolCall, default_tools, tool
 from durable_agents_local.testing import AgentTestRunner, Crash
@@ -85,6 +86,8 @@ def other_process(journal: JournalStore) -> JournalStore:
     """The same journal as another process sees it (a fresh store on DynamoDB)."""
     if isinstance(journal, InMemoryJournal):
         return journal
+    if isinstance(journal, SqliteJournal):
+        return SqliteJournal(journal.path)
     s3 = boto3.client("s3", region_name="us-east-1")
     return DynamoDBJournal(
         boto3.client("dynamodb", region_name="us-east-1"),

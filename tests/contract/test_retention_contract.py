@@ -31,6 +31,7 @@ from durable_agents.errors import RunNotFoundError, WaitNotFoundError
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.retention import DAY_S, DEFAULT_RETENTION_S, LATE_WRITE_GRACE_MS
+from durable_agents.journal.sqlite import SqliteJournal
 from durable_agents.journal.store import JournalStore, input_hash
 
 START, FINISH = 1_000_000, 2_000_500
@@ -117,7 +118,7 @@ def finish(journal: JournalStore, run_id: str, status: RunStatus = RunStatus.SUC
 
 
 def expire(journal: JournalStore, now_ms: int) -> None:
-    if isinstance(journal, InMemoryJournal):
+    if isinstance(journal, (InMemoryJournal, SqliteJournal)):
         journal.expire(now_ms)
         return
     client = boto3.client("dynamodb", region_name="us-east-1")
