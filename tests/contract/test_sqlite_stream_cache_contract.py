@@ -21,7 +21,8 @@ from tests.contract.test_stream_cache_contract import *  # noqa: F403
 from tests.contract.test_stream_cache_contract import ANSWER, WordModel, run
 
 
-@pytest.fixture
+# Replaces the star-imported ``cache``: redefining it is the point.
+@pytest.fixture  # type: ignore[no-redef]
 def cache(tmp_path: Path, clock: SkipClock) -> Iterator[StreamCache]:
     with SqliteStreamCache(tmp_path / "store.sqlite3", clock) as sqlite_cache:
         yield sqlite_cache

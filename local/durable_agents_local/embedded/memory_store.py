@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import threading
-from types import TracebackType
 
 from durable_agents.engine.memory_store import (
     MARKER_RETENTION_S,
@@ -30,7 +28,7 @@ from durable_agents.engine.memory_store import (
 )
 from durable_agents_local.embedded.sqlite_files import (
     BUSY_TIMEOUT_MS,
-    connect,
+    SqliteFileOwner,
     wrap_errors,
     write_transaction,
 )
@@ -56,7 +54,7 @@ _SCHEMA = (
 )
 
 
-class SqliteMemoryStore:
+class SqliteMemoryStore(SqliteFileOwner):
     """A ``MemoryStore`` in a SQLite file, shareable by several processes. Thread-safe.
 
     Reads see every write committed by any connection to the file (WAL). After ``close``,
@@ -71,9 +69,7 @@ class SqliteMemoryStore:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = BUSY_TIMEOUT_MS):
-        self._conn = connect(path, _SCHEMA, busy_timeout_ms=busy_timeout_ms)
-        # One connection per instance: sqlite3 connections are not safe for concurrent use.
-        self._lock = threading.Lock()
+        super().__init__(path, _SCHEMA, busy_timeout_ms=busy_timeout_ms)
 
     def get(self, namespace: str, key: str, *, now_ms: int) -> MemoryItem | None:
         """Returns the visible item at ``key``, or None.
@@ -177,23 +173,3 @@ class SqliteMemoryStore:
                 rows.close()  # ends the statement's read snapshot (a stopped scan keeps it)
         page = tuple(items[:limit])
         return MemoryPage(page, page[-1].key if len(items) > limit else None)
-
-    def close(self) -> None:
-        """Closes the connection (idempotent).
-
-        Raises:
-            InfrastructureError: If SQLite fails to close the file.
-        """
-        with self._lock, wrap_errors("memory close"):
-            self._conn.close()
-
-    def __enter__(self) -> SqliteMemoryStore:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

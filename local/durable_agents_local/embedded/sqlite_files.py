@@ -8,15 +8,20 @@ taken before the check, so two processes cannot both see "not yet" and both writ
 SQLite's failures (a lock still held after the busy timeout, a full disk, an I/O error, a file
 that is not a database) are the platform's trouble, not the caller's: they surface as the
 runtime's ``InfrastructureError`` with the ``sqlite3`` error chained, as an AWS client's do.
+
+``SqliteFileOwner`` is the base of each store: its connection, lock, ``close`` and ``with``.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 from durable_agents.errors import InfrastructureError
 
@@ -132,3 +137,49 @@ def connect(
             conn.close()
             raise
     return conn
+
+
+class SqliteFileOwner:
+    """What a store on the file has in common: one connection, its lock, ``close``, ``with``.
+
+    One connection per instance, used under ``_lock``: a ``sqlite3`` connection must not run
+    two statements (or transactions) from two threads at once.
+
+    Args:
+        path: The database file; created 0600 if absent.
+        schema: The store's ``CREATE … IF NOT EXISTS`` statements.
+        busy_timeout_ms: How long a call waits for another connection's write lock.
+
+    Raises:
+        InfrastructureError: If the file cannot be opened or the tables created.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        schema: Iterable[str],
+        *,
+        busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+    ):
+        self._conn = connect(path, schema, busy_timeout_ms=busy_timeout_ms)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Closes the connection (idempotent); later calls raise ``sqlite3.ProgrammingError``.
+
+        Raises:
+            InfrastructureError: If SQLite fails to close the file.
+        """
+        with self._lock, wrap_errors("close"):
+            self._conn.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

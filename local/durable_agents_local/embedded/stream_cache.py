@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import threading
-from types import TracebackType
 from typing import cast
 
 from durable_agents.core.clock import Clock
@@ -31,7 +29,7 @@ from durable_agents.llm.streams import (
 )
 from durable_agents_local.embedded.sqlite_files import (
     BUSY_TIMEOUT_MS,
-    connect,
+    SqliteFileOwner,
     wrap_errors,
     write_transaction,
 )
@@ -56,7 +54,7 @@ _SCHEMA = (
 )
 
 
-class SqliteStreamCache(StreamCache):
+class SqliteStreamCache(StreamCache, SqliteFileOwner):
     """A stream cache in a SQLite file, shareable by several processes. Thread-safe.
 
     After ``close``, every method raises ``sqlite3.ProgrammingError``.
@@ -79,10 +77,9 @@ class SqliteStreamCache(StreamCache):
         *,
         busy_timeout_ms: int = BUSY_TIMEOUT_MS,
     ):
-        super().__init__(clock, ttl_seconds)
-        self._conn = connect(path, _SCHEMA, busy_timeout_ms=busy_timeout_ms)
-        # One connection per instance: sqlite3 connections are not safe for concurrent use.
-        self._lock = threading.Lock()
+        # Each base's own __init__: StreamCache's does not call super().__init__.
+        StreamCache.__init__(self, clock, ttl_seconds)
+        SqliteFileOwner.__init__(self, path, _SCHEMA, busy_timeout_ms=busy_timeout_ms)
 
     def _put(self, run_id: str, chunk: StreamChunk) -> None:
         """Stores the chunk (replacing one at the same cursor) and prunes expired chunks.
@@ -137,26 +134,6 @@ class SqliteStreamCache(StreamCache):
             ).fetchall()
         chunks = [_chunk(row) for row in rows]
         return StreamPage(chunks, chunks[-1].cursor if chunks else after)
-
-    def close(self) -> None:
-        """Closes the connection (idempotent).
-
-        Raises:
-            InfrastructureError: If SQLite fails to close the file.
-        """
-        with self._lock, wrap_errors("stream close"):
-            self._conn.close()
-
-    def __enter__(self) -> SqliteStreamCache:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _chunk(row: sqlite3.Row | tuple[object, ...]) -> StreamChunk:
