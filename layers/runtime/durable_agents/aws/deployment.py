@@ -11,6 +11,7 @@ import importlib.resources
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from durable_agents._moved import moved_attribute
@@ -27,13 +28,16 @@ from durable_agents.aws.settings import Settings
 from durable_agents.core.clock import Clock
 from durable_agents.core.log_context import install_log_context
 from durable_agents.core.scrub import install_log_scrubbing
+from durable_agents.engine.events import EventPublisher
+from durable_agents.engine.memory_store import MemoryStore
 from durable_agents.engine.runtime import Runtime
 from durable_agents.engine.sticky.parking import StickyRuns
 from durable_agents.errors import ConfigurationError
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.payloads import S3PayloadStore
+from durable_agents.journal.store import JournalStore
 from durable_agents.llm.scripted import ScriptedProvider
-from durable_agents.llm.streams import DynamoDBStreamCache
+from durable_agents.llm.streams import DynamoDBStreamCache, StreamCache
 from durable_agents.llm.types import LlmProvider
 from durable_agents.plugins import Plugin
 
@@ -45,6 +49,41 @@ def __getattr__(name: str) -> Any:
         AttributeError: For any other unknown name.
     """
     return moved_attribute(__name__, name)
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    """Where a runtime keeps its runs and sends its events, instead of DynamoDB and EventBridge.
+
+    Local mode's embedded store installs one (``use_backend``) so that the same handlers run on
+    a SQLite journal and an in-process bus (docs/adr/0026-embedded-local-store.md). A Lambda
+    never installs one: ``build_runtime`` then wires the AWS services named by the settings.
+
+    Attributes:
+        journal: The journal (runs, entries, side effects, waits).
+        publisher: Where ``Step Ready`` and the other runtime events go.
+        memory: The long-term memory store (None: agents that use memory fail clearly).
+        streams: The stream cache streamed model text goes to (None: not cached).
+    """
+
+    journal: JournalStore
+    publisher: EventPublisher
+    memory: MemoryStore | None = None
+    streams: StreamCache | None = None
+
+
+# Process-wide: the three handlers of one local-mode process share one journal and one bus.
+_backend: Backend | None = None
+
+
+def use_backend(backend: Backend | None) -> None:
+    """Makes every later ``build_runtime`` of this process use ``backend`` (None: AWS again).
+
+    Call it before the handlers build their runtime (their first invocation, or
+    ``get_runtime()``); runtimes built earlier keep what they were built with.
+    """
+    global _backend  # noqa: PLW0603 - one backend per process, set once by local mode
+    _backend = backend
 
 
 def build_providers(settings: Settings, session: Any) -> dict[str, LlmProvider]:
@@ -129,6 +168,10 @@ def build_runtime(
 ) -> Runtime:
     """Builds a Runtime on DynamoDB, S3 and EventBridge, with the model providers.
 
+    On the installed ``Backend`` instead, if there is one (``use_backend``): its journal,
+    publisher, memory and stream cache; no wait scheduler (the reconciler's sweep wakes due
+    timers).
+
     Args:
         settings: The deployment settings.
         session: A boto3 session (a default one if omitted); its clients are made here once.
@@ -150,6 +193,25 @@ def build_runtime(
     # And name the run, agent and operation on their lines (durable_agents.core.log_context).
     install_log_context()
     session = session or boto3.session.Session()
+    registry = registry or default_registry
+    registry.import_modules(settings.agent_modules)
+    # Agents parked between invocations of this container (ADR 0017); 0 turns it off.
+    sticky = (
+        StickyRuns(settings.sticky_runs, settings.sticky_carrier) if settings.sticky_runs else None
+    )
+    if _backend is not None:
+        return Runtime(
+            _backend.journal,
+            registry=registry,
+            publisher=_backend.publisher,
+            clock=clock,
+            logger=logger,
+            providers=build_providers(settings, session),
+            stream_sink=_backend.streams,
+            memory=_backend.memory,
+            plugins=plugins,
+            sticky=sticky,
+        )
     # Made by the first value that spills or is read back (DeferredClient): most never do.
     payloads = (
         S3PayloadStore(DeferredClient(lambda: session.client("s3")), settings.payload_bucket)
@@ -169,8 +231,6 @@ def build_runtime(
         else None
     )
     publisher = EventBridgePublisher(session.client("events"), settings.event_bus_name)
-    registry = registry or default_registry
-    registry.import_modules(settings.agent_modules)
     return Runtime(
         store,
         registry=registry,
@@ -184,10 +244,7 @@ def build_runtime(
         if settings.memory_table
         else None,
         plugins=plugins,
-        # Agents parked between invocations of this container (ADR 0017); 0 turns it off.
-        sticky=StickyRuns(settings.sticky_runs, settings.sticky_carrier)
-        if settings.sticky_runs
-        else None,
+        sticky=sticky,
     )
 
 
