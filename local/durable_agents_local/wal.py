@@ -35,16 +35,16 @@ MAX_RECORD_BYTES = 256 * 1024 * 1024
 
 
 class StateDirLockedError(RuntimeError):
-    """Another store process holds the state directory's lock.
+    """Another process holds one of the state directory's locks.
 
     Attributes:
         state_dir: The directory.
         holder: What the lock file says about its holder (its pid), possibly empty.
     """
 
-    def __init__(self, state_dir: Path, holder: str):
+    def __init__(self, state_dir: Path, holder: str, what: str = "local store"):
         super().__init__(
-            f"{state_dir} is in use by another local store (pid {holder or 'unknown'}); "
+            f"{state_dir} is in use by another {what} (pid {holder or 'unknown'}); "
             "stop it, or use another --state-dir"
         )
         self.state_dir = state_dir
@@ -80,14 +80,20 @@ def _sync(fd: int) -> None:
 
 
 class StateLock:
-    """The state directory's exclusive lock (held until ``release`` or the process's death).
+    """One of the state directory's exclusive locks (held until ``release`` or the holder's death).
+
+    Args:
+        state_dir: The directory.
+        name: The lock file: ``LOCK`` is the moto store's, ``WORKER.LOCK`` the embedded store's.
+        what: Who holds it, for the error.
 
     Raises:
         StateDirLockedError: From ``acquire`` if another process holds it.
     """
 
-    def __init__(self, state_dir: Path):
-        self.path = state_dir / "LOCK"
+    def __init__(self, state_dir: Path, name: str = "LOCK", what: str = "local store"):
+        self.path = state_dir / name
+        self._what = what
         self._fd: int | None = None
 
     def acquire(self) -> None:
@@ -98,7 +104,7 @@ class StateLock:
         except BlockingIOError:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
             os.close(fd)
-            raise StateDirLockedError(self.path.parent, holder) from None
+            raise StateDirLockedError(self.path.parent, holder, self._what) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
