@@ -43,7 +43,7 @@ CFN_LINT := $(VENV_CFN)/bin/cfn-lint
 export SAM_CLI_TELEMETRY := 0
 
 # Only the directories that exist (a fresh clone has no empty ones).
-PY_DIRS := $(wildcard layers functions tests scripts)
+PY_DIRS := $(wildcard layers local functions tests scripts)
 
 # pip on some machines warns about every package for unreadable extra index locations; drop
 # that noise, keep everything else (and pip's exit status, thanks to pipefail).
