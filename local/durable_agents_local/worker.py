@@ -35,13 +35,15 @@ from durable_agents_local.agents_loading import (
 )
 from durable_agents_local.aws import LocalSession
 from durable_agents_local.crash import CrashHooks, install
+from durable_agents_local.embedded.mode import EmbeddedMode
+from durable_agents_local.embedded.store import EmbeddedStore
 from durable_agents_local.event_router import QueueConsumers
 from durable_agents_local.functions import FunctionSpec, make_resolver, read_functions
 from durable_agents_local.http_api import HOST, ApiServer, Route
 from durable_agents_local.invoke import LocalFunction, load_handler
 from durable_agents_local.oidc import LocalIssuer
 from durable_agents_local.provision import Clients, RuleQueue, provision
-from durable_agents_local.reattach import store_watch
+from durable_agents_local.reattach import StoreWatch, store_watch
 from durable_agents_local.scheduler import ScheduleLoop
 from durable_agents_local.secrets import create_secrets
 from durable_agents_local.store_key import (
@@ -54,6 +56,7 @@ from durable_agents_local.store_key import (
 from durable_agents_local.stream_router import StreamPoller, StreamRoute
 from durable_agents_local.template import load_template
 from durable_agents_local.terminal import StampFormatter, show_agent_lines
+from durable_agents_local.wal import StateDirLockedError
 from durable_agents_local.worker_environment import (
     SERVICE_URL_VARIABLES,
     apply_environment,
@@ -123,6 +126,8 @@ class Worker:
         self._crash_modules: list[str] = []
         self._agents_line = ""
         self._issuer: LocalIssuer | None = None
+        self._store: EmbeddedStore | None = None
+        self._embedded: EmbeddedMode | None = None
 
     # -- start -------------------------------------------------------------------------------
 
@@ -208,6 +213,36 @@ class Worker:
             for spec in specs
         }
 
+    def _open_embedded(
+        self,
+        specs: Sequence[FunctionSpec],
+        functions: dict[str, LocalFunction],
+        env: dict[str, str],
+    ) -> EmbeddedMode:
+        opts = self.options
+        assert self._store is not None  # opened first by start()
+        return EmbeddedMode(
+            self._store,
+            specs,
+            functions,
+            env,
+            region=opts.region,
+            concurrency=opts.concurrency,
+            redelivery_seconds=opts.visibility_timeout,
+            stop=self.stop_event,
+        )
+
+    def _open_store(self) -> None:
+        """Opens the embedded store, first of all.
+
+        Its lock refuses a second local mode on the directory before anything (the first
+        one's moto store) is touched.
+        """
+        try:
+            self._store = EmbeddedStore(self.options.state_dir)
+        except StateDirLockedError as exc:
+            raise ConfigurationError(str(exc)) from exc
+
     def _install_crash(self, specs: Sequence[FunctionSpec]) -> None:
         spec = self.options.crash_at
         if spec is None:
@@ -242,6 +277,8 @@ class Worker:
         resolver = make_resolver(template, opts.region)
         specs = read_functions(template, template_dir, resolver)
         self._check(specs)
+        if opts.store == "embedded":
+            self._open_store()
         self.endpoint, self.store_key = self._start_moto()
         session = LocalSession(self.endpoint, opts.region, store_key=self.store_key)
         # ``!Ref`` of a secret is its ARN, known once moto has created it: read them again.
@@ -255,7 +292,15 @@ class Worker:
             create_secrets(template, session)
             return provision(clients, template, specs, visibility_timeout=opts.visibility_timeout)
 
-        queues, streams = reprovision()
+        embedded = opts.store == "embedded"
+        if embedded:
+            # Moto keeps only what the handlers still ask AWS for (secrets); the journal and
+            # the bus are this process's (ADR 0026).
+            queues: list[RuleQueue] = []
+            streams: list[StreamRoute] = []
+            create_secrets(template, session)
+        else:
+            queues, streams = reprovision()
         env = function_environment(specs, opts, self.endpoint, self.store_key)
         chosen = choose_agent_modules(opts.agents, os.environ, env)
         env[AGENTS_VARIABLE] = ",".join(chosen.modules)
@@ -272,6 +317,11 @@ class Worker:
         # Imported here, before the handlers and before "ready": a bad module stops the start.
         self._agents_line = describe(load_agents(chosen, [s.code_dir for s in specs]), chosen)
         functions = self._functions(specs)
+        stop = self.stop_event
+        if embedded:
+            # Before any handler builds its runtime (the crash hooks below build the
+            # StepRunner's): every runtime of this process is on the embedded store.
+            self._embedded = self._open_embedded(specs, functions, env)
         # The handlers made their agents' loggers: what agents say reads as lines, not JSON.
         show_agent_lines(quiet=opts.quiet)
         self._install_crash(specs)
@@ -289,7 +339,7 @@ class Worker:
                 f"cannot serve the Api on {HOST}:{opts.api_port}: {exc.strerror}; "
                 "pick another --port"
             ) from exc
-        stop = self.stop_event
+        secrets_client = session.client("secretsmanager") if embedded else None
         self._parts = [
             *(
                 QueueConsumers(
@@ -304,8 +354,20 @@ class Worker:
                 for q in queues
             ),
             *(StreamPoller(clients, r, functions[r.function_id], stop) for r in streams),
-            *store_watch(
-                clients, queues, reprovision, stop, self._moto.revive if self._moto else None
+            *(self._embedded.parts if self._embedded else ()),
+            *(
+                [
+                    StoreWatch(
+                        lambda: secrets_client.list_secrets(MaxResults=1),
+                        lambda: create_secrets(template, session),
+                        stop,
+                        revive=self._moto.revive if self._moto else None,
+                    )
+                ]
+                if secrets_client is not None
+                else store_watch(
+                    clients, queues, reprovision, stop, self._moto.revive if self._moto else None
+                )
             ),
             *(
                 ScheduleLoop(
@@ -328,8 +390,10 @@ class Worker:
         self._banner(
             specs,
             routes,
-            [q.rule_name for q in queues],
-            [f"{r.function_id}.{r.event.event_id}" for r in streams],
+            self._embedded.bus.rule_names if self._embedded else [q.rule_name for q in queues],
+            ["outbox relay (in process)"]
+            if self._embedded
+            else [f"{r.function_id}.{r.event.event_id}" for r in streams],
         )
 
     def _banner(
@@ -347,9 +411,15 @@ class Worker:
             moto = f"{self.endpoint} (taken over, pid {self._adopted.pid}, ephemeral)"
         else:
             moto = f"{self.endpoint} (attached)"
+        if self._embedded is not None:
+            store = self._embedded.store
+            where = "ephemeral" if store.ephemeral else str(store.path)
+            journal = f"embedded SQLite ({where}); secrets in moto at {moto}"
+        else:
+            journal = f"moto at {moto}"
         lines = [
             "durable-agents local mode",
-            f"  journal   moto at {moto}",
+            f"  journal   {journal}",
             f"  key       the store's session key: {key_file(port_of(self.endpoint))} "
             f"(or {KEY_VARIABLE})",
             f"  agents    {self._agents_line}",
@@ -404,6 +474,10 @@ class Worker:
             self._api.server_close()
         for part in self._parts:
             part.join()
+        if self._embedded is not None:
+            self._embedded.close()
+        if self._store is not None:
+            self._store.close()
         if self._issuer is not None:
             self._issuer.stop()
         if self._moto is not None and not self.options.keep_moto:

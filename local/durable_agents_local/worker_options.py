@@ -47,6 +47,8 @@ class WorkerOptions:
             template's ``SCRIPTED_MODEL_FILE``.
         oidc_port: ``--local-oidc [--oidc-port]``: run a local OIDC issuer on this port and
             point ``JWT_*`` at it (``local.oidc``); None: none.
+        store: ``embedded`` (the journal in SQLite in ``state_dir``, events delivered in this
+            process: ADR 0026) or ``moto`` (the journal in the moto store, events through SQS).
     """
 
     template: Path = Path("template.yaml")
@@ -70,3 +72,4 @@ class WorkerOptions:
     act_as: tuple[str, ...] = ()
     model_scripts: tuple[str, ...] = ()
     oidc_port: int | None = None
+    store: str = "moto"

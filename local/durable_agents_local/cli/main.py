@@ -124,6 +124,13 @@ def _add_local(commands: Any) -> None:
     )
     moto_server.add_state_arguments(local)
     local.add_argument(
+        "--store",
+        choices=("embedded", "moto"),
+        help="where the journal lives: embedded (SQLite in the state directory, events "
+        "delivered in this process) or moto (the moto store, events through SQS); "
+        "--moto-endpoint implies moto",
+    )
+    local.add_argument(
         "--keep-moto",
         action="store_true",
         help="leave the moto server this command started running on exit",
@@ -336,6 +343,13 @@ def _local(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_SETUP_FAILED
 
+    if args.moto_endpoint and args.store == "embedded":
+        print(
+            "error: --store embedded keeps the journal in --state-dir; --moto-endpoint "
+            "attaches to a moto store's journal",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     if args.moto_endpoint and (args.state_dir or args.ephemeral):
         print(
             "error: --state-dir/--ephemeral configure the store this command starts; with "
@@ -366,6 +380,7 @@ def _local(args: argparse.Namespace) -> int:
             act_as=tuple(dict.fromkeys(args.act_as)),
             model_scripts=tuple(args.model_script),
             oidc_port=args.oidc_port if args.local_oidc else None,
+            store=args.store or "moto",
         )
     )
 
