@@ -32,7 +32,7 @@ from durable_agents.core.models import (
     WaitRecord,
     WaitStatus,
 )
-from durable_agents.errors import ConfigurationError, RunStateConflictError
+from durable_agents.errors import ConfigurationError, InfrastructureError, RunStateConflictError
 from durable_agents.journal.sqlite import SCHEMA_VERSION, SqliteJournal
 from tests.contract.test_journal_contract import entry, header
 
@@ -259,6 +259,28 @@ def test_every_acknowledged_write_survives_a_sigkill_and_none_is_half_applied(
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     db.close()
+
+
+def test_a_write_locked_out_past_the_busy_timeout_is_an_infrastructure_error(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "journal.sqlite3"
+    with SqliteJournal(path, busy_timeout_ms=200) as store:
+        store.create_run(header())
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        try:
+            with pytest.raises(InfrastructureError) as raised:
+                store.commit("run-1", [entry()], _suspend("run-1"))
+            assert raised.value.code == "SQLITE_BUSY"
+            assert isinstance(raised.value.__cause__, sqlite3.OperationalError)
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        # Nothing of it was written; the store works on once the lock is free.
+        assert store.load("run-1").entries == []
+        store.commit("run-1", [entry()], _suspend("run-1"))
+        assert store.get_run("run-1").status is RunStatus.SUSPENDED
 
 
 # ------------------------------------------------------------------ (d) what is refused

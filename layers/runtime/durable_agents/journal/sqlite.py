@@ -80,7 +80,7 @@ SCHEMA_VERSION = 1
 """The layout this code reads and writes (``PRAGMA user_version``); a newer file is refused."""
 
 BUSY_TIMEOUT_MS = 10_000
-"""How long a write waits for another process's write transaction before it fails."""
+"""How long a write waits, by default, for another process's write transaction to end."""
 
 T = TypeVar("T")
 
@@ -198,6 +198,8 @@ class SqliteJournal(JournalStore):
 
     Args:
         path: The database file (created, readable by its owner only, if absent).
+        busy_timeout_ms: How long a write waits for another connection's write to end
+            before it fails with ``InfrastructureError`` (``SQLITE_BUSY``).
 
     Raises:
         ConfigurationError: If the file is not a SQLite database, or holds a newer layout
@@ -205,8 +207,11 @@ class SqliteJournal(JournalStore):
         InfrastructureError: If the file cannot be opened or its layout created.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, busy_timeout_ms: int = BUSY_TIMEOUT_MS
+    ) -> None:
         self._path = Path(path)
+        self._busy_timeout_ms = int(busy_timeout_ms)
         self._lock = threading.Lock()
         self._listeners: list[Callable[[], None]] = []
         # An entry is written once and never changed: a load hands out the object decoded (or
@@ -221,7 +226,7 @@ class SqliteJournal(JournalStore):
                 self._path,
                 isolation_level=None,  # transactions are ours: BEGIN … COMMIT, explicitly
                 check_same_thread=False,  # the lock serialises the threads that share it
-                timeout=BUSY_TIMEOUT_MS / 1000,
+                timeout=self._busy_timeout_ms / 1000,
             )
         except sqlite3.Error as exc:
             raise _infrastructure("open", exc) from exc
@@ -240,7 +245,7 @@ class SqliteJournal(JournalStore):
         """
         db = self._db
         try:
-            db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            db.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
             # WAL: readers never wait for the writer, and a commit is one append to the log.
             db.execute("PRAGMA journal_mode = WAL")
             # FULL: a commit is fsynced before it is acknowledged (survives a power loss).
