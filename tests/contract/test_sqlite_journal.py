@@ -413,3 +413,13 @@ def test_listings_read_a_page_through_an_index_not_every_run(tmp_path: Path) -> 
             assert all(step.startswith("SEARCH") and "INDEX" in step for step in plan), (sql, plan)
             assert not any("TEMP B-TREE" in step for step in plan), (sql, plan)
     db.close()
+
+
+def test_the_module_examples_hold() -> None:
+    import doctest
+
+    from durable_agents.journal import conditions, sqlite_records
+
+    for module in (conditions, sqlite_records):
+        results = doctest.testmod(module)
+        assert results.attempted > 0 and results.failed == 0, module.__name__
