@@ -95,7 +95,9 @@ def test_everything_written_is_there_after_close_and_reopen(tmp_path: Path) -> N
     with SqliteJournal(path) as store:
         store.create_run(header(key="k-1"))
         # Out of program order, nested, and generation 0's migration record (after all).
-        store.commit("run-1", [entry("00000002"), entry("00000001/00000001")])
+        # Text of any kind, a lone surrogate (which UTF-8 cannot carry) among it.
+        odd = '"caf\u00e9 \ud800 \U0001f600"'
+        store.commit("run-1", [entry("00000002", value=odd), entry("00000001/00000001")])
         store.commit("run-1", [entry("~m00000001", name="migrated"), entry("00000001")])
         store.commit(
             "run-1",
@@ -114,6 +116,7 @@ def test_everything_written_is_there_after_close_and_reopen(tmp_path: Path) -> N
     with SqliteJournal(path) as again:
         after = again.load("run-1")
         assert after == before
+        assert after.entries[2].value == '"caf\u00e9 \ud800 \U0001f600"'
         assert after.header.status is RunStatus.SUSPENDED and after.header.revision == 1
         assert again.get_effect("run-1", "00000003") == effect()
         assert again.get_wait("apr-run-1") == approval()

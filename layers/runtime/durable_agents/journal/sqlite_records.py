@@ -83,7 +83,9 @@ class RecordCodec(Generic[R]):
             value = getattr(record, name)
             convert = special.get(name)
             fields[name] = value if convert is None else convert[0](value)
-        return json.dumps(fields, separators=(",", ":"), ensure_ascii=False)
+        # ASCII (``\uXXXX`` escapes): a lone surrogate, which Python text may hold, cannot be
+        # bound to SQLite as UTF-8, and an escape of it can.
+        return json.dumps(fields, separators=(",", ":"))
 
     def decode(self, text: str) -> R:
         """The record ``encode`` wrote.
