@@ -13,7 +13,10 @@ drives the run to the end. It must then have:
 * really been killed: the armed worker exited by SIGKILL at the named point.
 
 Points: ``before_claim`` and ``after_record`` for every kind, plus ``before_execute`` and
-``after_execute`` for the step, the model call and the tool: 26 cases. A case takes ~20 s (two
+``after_execute`` for the step, the model call and the tool: 26 cases, on each store: the
+moto store (the worker attached to the module's moto server) and the embedded store
+(``--store embedded``: the journal in the worker's own SQLite file, which the SIGKILL must
+not damage, events delivered in the process, which the SIGKILL loses). A case takes ~20 s (two
 worker starts, the claim lease of the killed invocation running out), so even three of them
 exceed the normal suite's budget: every case is ``reliability_full`` (``make reliability``).
 """
@@ -36,11 +39,20 @@ import pytest
 
 from durable_agents.core.models import EntryType, OpKind, WaitStatus
 from durable_agents.engine.operations.invoke import child_run_id
-from durable_agents_local.moto_server import MotoProcess
+from durable_agents.journal.sqlite import SqliteJournal
+from durable_agents_local.embedded.store import DATABASE
+from durable_agents_local.moto_server import MotoProcess, free_port, port_is_free
 from durable_agents_local.processes import ServicesProcess, WorkerProcess, http_json
 from durable_agents_local.runs import RunsClient
 from durable_agents_local.services import ServicesHandle
-from tests.integration.local_stack import ROOT, moto, services, services_process, workers
+from tests.integration.local_stack import (
+    ROOT,
+    moto,
+    services,
+    services_process,
+    wait_until,
+    workers,
+)
 from tests.reliability import kill_agent
 
 __all__ = ["moto", "services", "services_process"]  # the fixtures, from local_stack
@@ -132,8 +144,8 @@ def _answer(worker: WorkerProcess, method: str, path: str, body: Any = None) -> 
 class Driver:
     """Plays the people and the shipper for one run: approves it, completes its callback."""
 
-    def __init__(self, moto_endpoint: str, run_id: str):
-        self.store = RunsClient(moto_endpoint).store
+    def __init__(self, store: Any, run_id: str):
+        self.store = store
         self.run_id = run_id
 
     def _approve(self, worker: WorkerProcess) -> None:
@@ -235,7 +247,8 @@ def baseline(
     with workers(moto, handle) as start:
         worker = start("--template", str(template), *WORKER_ARGS)
         run_id = start_run(worker, "O-1")
-        run = Driver(moto.endpoint, run_id).until(lambda: None, worker, f"{run_id} to succeed")
+        store = RunsClient(moto.endpoint, store_key=moto.store_key).store
+        run = Driver(store, run_id).until(lambda: None, worker, f"{run_id} to succeed")
         assert charges(handle) == ["charge.created"]
         assert worker.stop() == 0
     yield Baseline(
@@ -260,7 +273,7 @@ def test_sigkill_at_boundary(
     with workers(moto, services) as start:
         doomed = start("--template", str(template), *WORKER_ARGS, "--crash-at", f"{op}:{point}")
         run_id = start_run(doomed, "O-1")
-        driver = Driver(moto.endpoint, run_id)
+        driver = Driver(RunsClient(moto.endpoint, store_key=moto.store_key).store, run_id)
         outcome = driver.until(
             lambda: doomed.returncode is not None, doomed, f"the worker to die at {op}:{point}"
         )
@@ -275,3 +288,65 @@ def test_sigkill_at_boundary(
         assert charges(services, run_id) == ["charge.created"], services.ledger("payments")
         assert _results(driver.store, run_id) == baseline.results
         assert survivor.stop() == 0
+
+
+@pytest.mark.reliability_full
+@pytest.mark.parametrize(
+    ("kind", "op", "point"),
+    [pytest.param(kind, op, point, id=f"{kind}-{op}-{point}") for kind, op, point in CASES],
+)
+def test_sigkill_at_boundary_on_the_embedded_store(
+    tmp_path: Path,
+    services: ServicesHandle,
+    template: Path,
+    baseline: Baseline,
+    kind: str,
+    op: str,
+    point: str,
+) -> None:
+    state_dir, moto_port = tmp_path / "state", free_port()
+    started: list[WorkerProcess] = []
+
+    embedded = (
+        "--store", "embedded", "--state-dir", str(state_dir), "--moto-port", str(moto_port),
+    )  # fmt: skip
+
+    def start(*args: str) -> WorkerProcess:
+        worker = WorkerProcess(
+            api_port=free_port(),
+            moto_endpoint=None,
+            args=[
+                *("--services-url", services.url, "--log-level", "ERROR"),
+                *("--template", str(template), *WORKER_ARGS, *embedded, *args),
+            ],
+            cwd=ROOT,
+        )
+        started.append(worker)
+        worker.start()
+        return worker
+
+    try:
+        doomed = start("--crash-at", f"{op}:{point}")
+        run_id = start_run(doomed, "O-1")
+        with SqliteJournal(state_dir / DATABASE) as store:
+            driver = Driver(store, run_id)
+            outcome = driver.until(
+                lambda: doomed.returncode is not None, doomed, f"the worker to die at {op}:{point}"
+            )
+            assert outcome is True, f"the run finished without reaching {op}:{point}: {outcome}"
+            assert doomed.returncode == -signal.SIGKILL, doomed.returncode
+
+            survivor = start()  # the documented restart, on the same state directory
+            run = driver.until(lambda: None, survivor, f"{run_id} to succeed after the kill")
+            assert run["result"] == baseline.result
+            assert charges(services, run_id) == ["charge.created"], services.ledger("payments")
+            assert _results(store, run_id) == baseline.results
+        assert survivor.stop() == 0
+    except BaseException:
+        for index, worker in enumerate(started, start=1):
+            print(f"--- worker {index} log ---", *worker.lines, sep="\n")
+        raise
+    finally:
+        for worker in started:
+            worker.stop()
+        wait_until(lambda: port_is_free(moto_port), 20, "the moto store to stop")
