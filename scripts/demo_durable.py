@@ -1,7 +1,8 @@
 """Part 4 of the demo: SIGKILL to the whole local stack, restart, nothing lost, nothing twice.
 
-``durable-agents local`` starts its own store on a state directory (a temporary one here; by
-default ``.durable-agents/``). A checkout run charges a card and finishes; a support run waits
+``durable-agents local`` keeps its journal in the embedded store of a state directory (a
+temporary one here; by default ``.durable-agents/``) and starts a moto store there for its
+secrets. A checkout run charges a card and finishes; a support run waits
 for a person to approve a refund, and a signed link is minted for her. Then the worker, the
 store and the fake providers all get SIGKILL — a laptop losing power. ``durable-agents local``
 is started again at once, on the same state directory and the same ports: the waiting run is
@@ -141,7 +142,7 @@ def part_four(
     print("(default .durable-agents/): every write is on disk before it is acknowledged.")
     stack = _Stack(state_dir / "state", on_line)
     try:
-        banner("1/4", "durable-agents local --state-dir … (it starts its own store)")
+        banner("1/4", "durable-agents local --state-dir … (the journal: local.sqlite3 there)")
         services = stack.start()
         api = stack.worker.base_url if stack.worker else ""
         _say(f"api {api}, store 127.0.0.1:{stack.moto_port}, state in {stack.state}")
@@ -161,7 +162,7 @@ def part_four(
 
         banner("3/4", "SIGKILL to everything, then durable-agents local again, at once")
         pids = stack.kill()
-        _say(f"killed pids {pids} (worker, store, providers)")
+        _say(f"killed pids {pids} (local mode with its journal, the secrets store, providers)")
         started = time.monotonic()
         services = stack.start()
         _say(f"restarted on the same state and ports in {time.monotonic() - started:.1f} s")

@@ -257,6 +257,13 @@ class Worker:
 
     def _check(self, specs: Sequence[FunctionSpec]) -> None:
         opts = self.options
+        if opts.store not in ("embedded", "moto"):
+            raise ConfigurationError(f"unknown store {opts.store!r}: embedded or moto")
+        if opts.moto_endpoint and opts.store == "embedded":
+            raise ConfigurationError(
+                "the embedded store keeps the journal in the state directory; attaching to a "
+                "moto server (moto_endpoint) needs store='moto'"
+            )
         unknown = set(opts.function_timeouts) - {"*"} - {s.logical_id for s in specs}
         if unknown:
             raise ConfigurationError(f"--function-timeout names unknown functions: {unknown}")

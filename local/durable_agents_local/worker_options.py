@@ -72,4 +72,4 @@ class WorkerOptions:
     act_as: tuple[str, ...] = ()
     model_scripts: tuple[str, ...] = ()
     oidc_port: int | None = None
-    store: str = "moto"
+    store: str = "embedded"

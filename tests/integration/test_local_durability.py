@@ -103,14 +103,15 @@ def store_pid(state_dir: Path) -> int:
     return int((state_dir / "LOCK").read_text().strip())
 
 
-def test_the_whole_stack_killed_and_restarted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("store", ["embedded", "moto"])
+def test_the_whole_stack_killed_and_restarted(tmp_path: Path, store: str) -> None:
     state_dir, template = tmp_path / "state", durability_template(tmp_path)
     api_port, moto_port = free_port(), free_port()
     services_process = ServicesProcess(state_dir.with_name("ledgers.json"))
     services = services_process.start()
     services_port = urlsplit(services.url).port or 0
     args = [
-        "--template", str(template), "--moto-port", str(moto_port),
+        "--template", str(template), "--store", store, "--moto-port", str(moto_port),
         "--state-dir", str(state_dir), "--services-url", services.url, *FAST,
     ]  # fmt: skip
     first = WorkerProcess(api_port=api_port, moto_endpoint=None, args=args, cwd=ROOT)
@@ -130,7 +131,8 @@ def test_the_whole_stack_killed_and_restarted(tmp_path: Path) -> None:
         )
         assert run_of(first, paying_run)["status"] != "SUCCEEDED"
 
-        # SIGKILL to everything: the worker, the store it started, the fake services.
+        # SIGKILL to everything: the worker (with the embedded store, it holds the journal), the
+        # moto store it started, the fake services.
         moto_pid = store_pid(state_dir)
         for pid in (first.pid, moto_pid, services_process.pid):
             os.kill(pid, signal.SIGKILL)
@@ -225,7 +227,9 @@ def test_an_attached_worker_reattaches_to_a_restarted_store(tmp_path: Path) -> N
 
 def test_a_worker_restarts_the_store_it_started_when_it_dies(tmp_path: Path) -> None:
     state_dir = tmp_path / "state"
-    args = ["--moto-port", str(free_port()), "--state-dir", str(state_dir), *FAST]
+    args = [
+        "--store", "moto", "--moto-port", str(free_port()), "--state-dir", str(state_dir), *FAST,
+    ]  # fmt: skip
     worker = WorkerProcess(api_port=free_port(), moto_endpoint=None, args=args, cwd=ROOT)
     try:
         worker.start()

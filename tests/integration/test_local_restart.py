@@ -27,7 +27,9 @@ def _local(moto_port: int, *store: str) -> WorkerProcess:
     worker = WorkerProcess(
         api_port=free_port(),
         moto_endpoint=None,
-        args=[*WORKER_ARGS, "--moto-port", str(moto_port), *store],
+        # The moto store's leftover process is what this tests (the embedded store's restart:
+        # test_local_embedded.py).
+        args=[*WORKER_ARGS, "--store", "moto", "--moto-port", str(moto_port), *store],
         cwd=ROOT,
         env={"EXAMPLE_WORK_SECONDS": "0"},
     )

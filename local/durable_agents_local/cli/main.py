@@ -90,10 +90,11 @@ def _caller_arn(text: str) -> str:
 def _add_local(commands: Any) -> None:
     local = commands.add_parser(
         "local",
-        help="run the template's functions against moto, Api on 127.0.0.1",
-        description="Run template.yaml's functions in this process against a moto server: "
-        "EventBridge rules are delivered through SQS queues, Schedule events fire every "
-        "--schedule-interval seconds, Api events are served on http://127.0.0.1:PORT.",
+        help="run the template's functions on your machine, Api on 127.0.0.1",
+        description="Run template.yaml's functions in this process: the journal in an "
+        "embedded SQLite store in --state-dir (or, with --store moto, in a moto server), "
+        "EventBridge rules delivered in the process (or through SQS), Schedule events every "
+        "--schedule-interval seconds, Api events served on http://127.0.0.1:PORT.",
     )
     local.add_argument(
         "--template",
@@ -126,8 +127,8 @@ def _add_local(commands: Any) -> None:
     local.add_argument(
         "--store",
         choices=("embedded", "moto"),
-        help="where the journal lives: embedded (SQLite in the state directory, events "
-        "delivered in this process) or moto (the moto store, events through SQS); "
+        help="where the journal lives: embedded (the default: SQLite in the state directory, "
+        "events delivered in this process) or moto (the moto store, events through SQS); "
         "--moto-endpoint implies moto",
     )
     local.add_argument(
@@ -380,7 +381,7 @@ def _local(args: argparse.Namespace) -> int:
             act_as=tuple(dict.fromkeys(args.act_as)),
             model_scripts=tuple(args.model_script),
             oidc_port=args.oidc_port if args.local_oidc else None,
-            store=args.store or "moto",
+            store=args.store or ("moto" if args.moto_endpoint else "embedded"),
         )
     )
 
