@@ -40,10 +40,10 @@ Part 3, the agent layer and a person in the loop:
    turn, exactly one refund payout and one ticket, and the decision names the link's approver.
 
 Part 4, the whole stack killed (``scripts/demo_durable.py``): ``durable-agents local`` on a
-state directory; a checkout pays, a refund waits for an approval; SIGKILL to the worker, the
-store and the providers; restarted at once on the same state and ports, the waiting run is
-there, the link minted before the crash approves it, the same Idempotency-Key returns the same
-run, and each payment is in the ledger exactly once.
+state directory; a checkout pays, a refund waits for an approval; SIGKILL to local mode (which
+holds the journal) and the providers; restarted at once on the same state and ports, the
+waiting run is there, the link minted before the crash approves it, the same Idempotency-Key
+returns the same run, and each payment is in the ledger exactly once.
 
 Exit status 0 only if every check of every part holds. Run it with ``make demo``.
 

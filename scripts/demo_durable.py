@@ -1,13 +1,13 @@
 """Part 4 of the demo: SIGKILL to the whole local stack, restart, nothing lost, nothing twice.
 
 ``durable-agents local`` keeps its journal in the embedded store of a state directory (a
-temporary one here; by default ``.durable-agents/``) and starts a moto store there for its
-secrets. A checkout run charges a card and finishes; a support run waits
-for a person to approve a refund, and a signed link is minted for her. Then the worker, the
-store and the fake providers all get SIGKILL — a laptop losing power. ``durable-agents local``
-is started again at once, on the same state directory and the same ports: the waiting run is
-still there, the link minted before the crash still approves it, the refund is paid once, and
-re-posting the checkout with its Idempotency-Key returns the same run without charging again.
+temporary one here; by default ``.durable-agents/``), in its own process. A checkout run
+charges a card and finishes; a support run waits for a person to approve a refund, and a
+signed link is minted for her. Then local mode and the fake providers all get SIGKILL — a
+laptop losing power. ``durable-agents local`` is started again at once, on the same state
+directory and the same ports: the waiting run is still there, the link minted before the
+crash still approves it, the refund is paid once, and re-posting the checkout with its
+Idempotency-Key returns the same run without charging again.
 """
 
 from __future__ import annotations
@@ -104,19 +104,11 @@ class _Stack:
 
     def kill(self) -> list[int]:
         assert self.worker is not None and self.services is not None
-        store = int((self.state / "LOCK").read_text().strip())
-        pids = [self.worker.pid, store, self.services.pid]
+        pids = [self.worker.pid, self.services.pid]
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
         self.worker.wait(10)
         self.services.stop()
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                os.kill(store, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.05)
         return pids
 
     def stop(self) -> None:
@@ -137,9 +129,10 @@ def part_four(
 ) -> bool:
     """Runs part 4 and prints its checks; True if they all hold."""
     print("\n" + "─" * 88)
-    print("Part 4 of 4: the whole local stack dies (SIGKILL to the worker, the store and the")
-    print("providers: a laptop losing power). Local mode keeps its state in a state directory")
-    print("(default .durable-agents/): every write is on disk before it is acknowledged.")
+    print("Part 4 of 4: the whole local stack dies (SIGKILL to local mode, which holds the")
+    print("journal, and to the providers: a laptop losing power). Local mode keeps its state in")
+    print("a state directory (default .durable-agents/): every write is on disk before it is")
+    print("acknowledged.")
     stack = _Stack(state_dir / "state", on_line)
     try:
         banner("1/4", "durable-agents local --state-dir … (the journal: local.sqlite3 there)")
@@ -162,7 +155,7 @@ def part_four(
 
         banner("3/4", "SIGKILL to everything, then durable-agents local again, at once")
         pids = stack.kill()
-        _say(f"killed pids {pids} (local mode with its journal, the secrets store, providers)")
+        _say(f"killed pids {pids} (local mode, which holds the journal; the providers)")
         started = time.monotonic()
         services = stack.start()
         _say(f"restarted on the same state and ports in {time.monotonic() - started:.1f} s")

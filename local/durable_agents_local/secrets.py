@@ -9,7 +9,7 @@ resource's local name, so ``!Ref`` resolves (Secrets Manager accepts the name or
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -31,7 +31,17 @@ def _random_value(properties: Mapping[str, Any]) -> str:
     return "".join(secrets.choice(alphabet) for _ in range(max(length, 32)))
 
 
-def create_secrets(template: Mapping[str, Any], clients: Any) -> dict[str, str]:
+def random_value(properties: Mapping[str, Any]) -> str:
+    """A new value for a secret declared with ``properties`` (its ``SecretString`` if any)."""
+    value = properties.get("SecretString")
+    return value if isinstance(value, str) else _random_value(properties)
+
+
+def create_secrets(
+    template: Mapping[str, Any],
+    clients: Any,
+    value_for: Callable[[str, Mapping[str, Any]], str] | None = None,
+) -> dict[str, str]:
     """Creates every Secrets Manager secret of the template in moto (idempotent).
 
     An existing secret keeps its value, so links minted before a worker restart stay valid.
@@ -42,6 +52,8 @@ def create_secrets(template: Mapping[str, Any], clients: Any) -> dict[str, str]:
         template: The parsed template.
         clients: Where to reach moto: anything with ``client(service_name)`` (``LocalSession``,
             a boto3 session) or with a ``secretsmanager`` client attribute (``provision.Clients``).
+        value_for: The value of a secret moto does not hold yet, by logical id and properties
+            (default ``random_value``): the embedded store's, which keeps the values itself.
 
     Returns:
         ``{logical_id: secret ARN}`` — what ``!Ref <logical_id>`` resolves to.
@@ -57,12 +69,12 @@ def create_secrets(template: Mapping[str, Any], clients: Any) -> dict[str, str]:
     for logical_id in logical_ids:
         properties = (template["Resources"][logical_id].get("Properties")) or {}
         name = local_name(logical_id)
-        value = properties.get("SecretString")
+        value = (value_for or (lambda _, props: random_value(props)))(logical_id, properties)
         try:
             created = client.create_secret(
                 Name=name,
                 Description=str(properties.get("Description", logical_id)),
-                SecretString=value if isinstance(value, str) else _random_value(properties),
+                SecretString=value,
             )
             arns[logical_id] = str(created["ARN"])
         except ClientError as exc:

@@ -10,6 +10,7 @@ handlers finish, the HTTP server closes, and the moto process it started is stop
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import signal
@@ -35,6 +36,7 @@ from durable_agents_local.agents_loading import (
 )
 from durable_agents_local.aws import LocalSession
 from durable_agents_local.crash import CrashHooks, install
+from durable_agents_local.embedded.aws_double import InProcessAws
 from durable_agents_local.embedded.mode import EmbeddedMode
 from durable_agents_local.embedded.store import EmbeddedStore
 from durable_agents_local.event_router import QueueConsumers
@@ -43,7 +45,7 @@ from durable_agents_local.http_api import HOST, ApiServer, Route
 from durable_agents_local.invoke import LocalFunction, load_handler
 from durable_agents_local.oidc import LocalIssuer
 from durable_agents_local.provision import Clients, RuleQueue, provision
-from durable_agents_local.reattach import StoreWatch, store_watch
+from durable_agents_local.reattach import store_watch
 from durable_agents_local.scheduler import ScheduleLoop
 from durable_agents_local.secrets import create_secrets
 from durable_agents_local.store_key import (
@@ -80,6 +82,26 @@ __all__ = [
 log = logging.getLogger("durable_agents_local")
 
 EXIT_SETUP_FAILED = 2
+
+
+# What the handlers import, heaviest first: imported while the moto server boots (it takes
+# longer than they do), so that a restart is ready in about the time of one of the two.
+_PRELOAD = (
+    "durable_agents.aws.deployment",
+    "durable_agents.journal.sqlite",
+    "aws_lambda_powertools",
+    "aws_lambda_powertools.metrics",
+    "aws_lambda_powertools.utilities.parser.models",
+    "aws_lambda_powertools.event_handler",
+)
+
+
+def _preload() -> None:
+    for name in _PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # a handler that needs it says so when it is imported
+            log.debug("preloading %s failed", name, exc_info=True)
 
 
 class _Part(Protocol):
@@ -127,6 +149,7 @@ class Worker:
         self._agents_line = ""
         self._issuer: LocalIssuer | None = None
         self._store: EmbeddedStore | None = None
+        self._aws: InProcessAws | None = None
         self._embedded: EmbeddedMode | None = None
 
     # -- start -------------------------------------------------------------------------------
@@ -153,7 +176,7 @@ class Worker:
             return self._take_over(leftover)
         self._moto = moto_server.MotoProcess(port, state_dir)
         try:
-            self._moto.start()
+            self._moto.start(while_waiting=_preload)
         except moto_server.PortInUseError as exc:
             serving = ""
             if leftover is not None:
@@ -195,7 +218,7 @@ class Worker:
             raise ConfigurationError(f"{exc}: stop it (kill -9 {leftover.pid})") from exc
         # The same key: clients of the earlier local mode (a CLI, a test) go on working.
         self._moto = moto_server.MotoProcess(port, self.options.state_dir, store_key=leftover.key)
-        self._moto.start()
+        self._moto.start(while_waiting=_preload)
         return self._moto.endpoint, self._moto.store_key
 
     def _functions(self, specs: Sequence[FunctionSpec]) -> dict[str, LocalFunction]:
@@ -276,7 +299,7 @@ class Worker:
         """Starts everything; returns once the Api server accepts requests.
 
         Raises:
-            ConfigurationError: If the template, a handler, moto or a port is unusable.
+            ConfigurationError: If the template, a handler, the store or a port is unusable.
         """
         opts = self.options
         template = load_template(opts.template)
@@ -284,31 +307,39 @@ class Worker:
         resolver = make_resolver(template, opts.region)
         specs = read_functions(template, template_dir, resolver)
         self._check(specs)
-        if opts.store == "embedded":
+        embedded = opts.store == "embedded"
+        stop = self.stop_event
+        queues: list[RuleQueue] = []
+        streams: list[StreamRoute] = []
+        watches: list[_Part] = []
+        if embedded:
+            # One process (ADR 0026): the store's lock first, then moto's in-process mock for
+            # what the handlers still ask AWS for (secrets).
             self._open_store()
-        self.endpoint, self.store_key = self._start_moto()
-        session = LocalSession(self.endpoint, opts.region, store_key=self.store_key)
-        # ``!Ref`` of a secret is its ARN, known once moto has created it: read them again.
-        arns = create_secrets(template, session)
+            assert self._store is not None
+            self._aws = InProcessAws(self._store.path, opts.region)
+            arns = self._aws.create_secrets(template)
+        else:
+            self.endpoint, self.store_key = self._start_moto()
+            session = LocalSession(self.endpoint, opts.region, store_key=self.store_key)
+            arns = create_secrets(template, session)
+        # ``!Ref`` of a secret is its ARN, known once it has been created: read them again.
         if arns:
             resolver = replace(resolver, refs={**resolver.refs, **arns})
             specs = read_functions(template, template_dir, resolver)
-        clients = Clients(session)
+        if not embedded:
+            clients = Clients(session)
 
-        def reprovision() -> tuple[list[RuleQueue], list[StreamRoute]]:
-            create_secrets(template, session)
-            return provision(clients, template, specs, visibility_timeout=opts.visibility_timeout)
+            def reprovision() -> tuple[list[RuleQueue], list[StreamRoute]]:
+                create_secrets(template, session)
+                return provision(
+                    clients, template, specs, visibility_timeout=opts.visibility_timeout
+                )
 
-        embedded = opts.store == "embedded"
-        if embedded:
-            # Moto keeps only what the handlers still ask AWS for (secrets); the journal and
-            # the bus are this process's (ADR 0026).
-            queues: list[RuleQueue] = []
-            streams: list[StreamRoute] = []
-            create_secrets(template, session)
-        else:
             queues, streams = reprovision()
-        env = function_environment(specs, opts, self.endpoint, self.store_key)
+            revive = self._moto.revive if self._moto else None
+            watches = list(store_watch(clients, queues, reprovision, stop, revive))
+        env = function_environment(specs, opts, self.endpoint or None, self.store_key or None)
         chosen = choose_agent_modules(opts.agents, os.environ, env)
         env[AGENTS_VARIABLE] = ",".join(chosen.modules)
         # The template names scripts inside the functions' packages: make those importable first.
@@ -324,7 +355,6 @@ class Worker:
         # Imported here, before the handlers and before "ready": a bad module stops the start.
         self._agents_line = describe(load_agents(chosen, [s.code_dir for s in specs]), chosen)
         functions = self._functions(specs)
-        stop = self.stop_event
         if embedded:
             # Before any handler builds its runtime (the crash hooks below build the
             # StepRunner's): every runtime of this process is on the embedded store.
@@ -346,7 +376,6 @@ class Worker:
                 f"cannot serve the Api on {HOST}:{opts.api_port}: {exc.strerror}; "
                 "pick another --port"
             ) from exc
-        secrets_client = session.client("secretsmanager") if embedded else None
         self._parts = [
             *(
                 QueueConsumers(
@@ -362,20 +391,7 @@ class Worker:
             ),
             *(StreamPoller(clients, r, functions[r.function_id], stop) for r in streams),
             *(self._embedded.parts if self._embedded else ()),
-            *(
-                [
-                    StoreWatch(
-                        lambda: secrets_client.list_secrets(MaxResults=1),
-                        lambda: create_secrets(template, session),
-                        stop,
-                        revive=self._moto.revive if self._moto else None,
-                    )
-                ]
-                if secrets_client is not None
-                else store_watch(
-                    clients, queues, reprovision, stop, self._moto.revive if self._moto else None
-                )
-            ),
+            *watches,
             *(
                 ScheduleLoop(
                     functions[s.logical_id],
@@ -418,17 +434,21 @@ class Worker:
             moto = f"{self.endpoint} (taken over, pid {self._adopted.pid}, ephemeral)"
         else:
             moto = f"{self.endpoint} (attached)"
-        if self._embedded is not None:
-            store = self._embedded.store
-            where = "ephemeral" if store.ephemeral else str(store.path)
-            journal = f"embedded SQLite ({where}); secrets in moto at {moto}"
+        if self._store is not None:
+            where = "ephemeral" if self._store.ephemeral else str(self._store.path)
+            store_lines = [
+                f"  journal   embedded SQLite ({where})",
+                "  aws       what the handlers call through boto3 (secrets): moto, in process",
+            ]
         else:
-            journal = f"moto at {moto}"
+            store_lines = [
+                f"  journal   moto at {moto}",
+                f"  key       the store's session key: {key_file(port_of(self.endpoint))} "
+                f"(or {KEY_VARIABLE})",
+            ]
         lines = [
             "durable-agents local mode",
-            f"  journal   {journal}",
-            f"  key       the store's session key: {key_file(port_of(self.endpoint))} "
-            f"(or {KEY_VARIABLE})",
+            *store_lines,
             f"  agents    {self._agents_line}",
             f"  api       {self.api_url}  {len(routes)} routes "
             f"(GET {self.api_url}/openapi.json describes them)",
@@ -483,6 +503,8 @@ class Worker:
             part.join()
         if self._embedded is not None:
             self._embedded.close()
+        if self._aws is not None:
+            self._aws.stop()
         if self._store is not None:
             self._store.close()
         if self._issuer is not None:

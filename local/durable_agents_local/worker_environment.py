@@ -46,7 +46,10 @@ def services_environment(
 
 
 def function_environment(
-    specs: Sequence[FunctionSpec], options: WorkerOptions, endpoint: str, store_key: str
+    specs: Sequence[FunctionSpec],
+    options: WorkerOptions,
+    endpoint: str | None,
+    store_key: str | None,
 ) -> dict[str, str]:
     """The process environment for the functions: theirs, resolved, plus local settings.
 
@@ -57,10 +60,11 @@ def function_environment(
     Args:
         specs: The template's functions.
         options: How local mode runs.
-        endpoint: The store's URL (``AWS_ENDPOINT_URL``).
-        store_key: The store's session key: ``AWS_ACCESS_KEY_ID`` (so that the handlers'
-            clients, with default credentials, reach the store) and
-            ``DURABLE_AGENTS_STORE_KEY``.
+        endpoint: The moto store's URL (``AWS_ENDPOINT_URL``); None with the embedded store,
+            whose in-process mock answers AWS's own endpoints.
+        store_key: The moto store's session key: ``AWS_ACCESS_KEY_ID`` (so that the
+            handlers' clients, with default credentials, reach the store) and
+            ``DURABLE_AGENTS_STORE_KEY``; None with the embedded store (a dummy key).
     """
     env: dict[str, str] = {}
     for spec in specs:
@@ -75,9 +79,10 @@ def function_environment(
                     value,
                 )
             env[key] = value
+    if endpoint is not None:
+        env["AWS_ENDPOINT_URL"] = endpoint
     env.update(
-        AWS_ENDPOINT_URL=endpoint,
-        AWS_ACCESS_KEY_ID=store_key,
+        AWS_ACCESS_KEY_ID=store_key or "local",
         AWS_SECRET_ACCESS_KEY=DUMMY_SECRET,
         AWS_DEFAULT_REGION=options.region,
         AWS_REGION=options.region,
@@ -88,7 +93,8 @@ def function_environment(
         # Signed approval links must point at this local server (no https, no stage).
         PUBLIC_BASE_URL=f"http://{HOST}:{options.api_port}",
     )
-    env[KEY_VARIABLE] = store_key
+    if store_key is not None:
+        env[KEY_VARIABLE] = store_key
     env.setdefault("POWERTOOLS_METRICS_NAMESPACE", "DurableAgentsLocal")
     # Each rule's queue has several consumer threads here, and an agent parked on a greenlet
     # goes on only on the thread that parked it: park on threads, which any consumer resumes.

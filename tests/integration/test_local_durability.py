@@ -131,14 +131,17 @@ def test_the_whole_stack_killed_and_restarted(tmp_path: Path, store: str) -> Non
         )
         assert run_of(first, paying_run)["status"] != "SUCCEEDED"
 
-        # SIGKILL to everything: the worker (with the embedded store, it holds the journal), the
-        # moto store it started, the fake services.
-        moto_pid = store_pid(state_dir)
-        for pid in (first.pid, moto_pid, services_process.pid):
+        # SIGKILL to everything: the worker (with the embedded store it is the only local
+        # process, holding the journal), the moto store it started (with --store moto), the
+        # fake services.
+        stores = [store_pid(state_dir)] if store == "moto" else []
+        assert store == "moto" or not (state_dir / "LOCK").exists()  # no moto process
+        for pid in (first.pid, *stores, services_process.pid):
             os.kill(pid, signal.SIGKILL)
         assert first.wait(10) == -signal.SIGKILL
         services_process.stop()
-        wait_until(lambda: not _alive(moto_pid), 10, "the store to die")
+        for pid in stores:
+            wait_until(lambda pid=pid: not _alive(pid), 10, "the store to die")
 
         # At once, on the same state, the same ports.
         services_process = ServicesProcess(state_dir.with_name("ledgers.json"), services_port)
