@@ -198,4 +198,8 @@ class LocalFunction:
         phrase = summarize(event, result)
         if phrase is not None:
             log.info("%-18s %s (%.2fs)%s", self.name, phrase, elapsed, suffix)
+        else:
+            # Nothing to tell (an idle sweep), except at DEBUG, where its duration shows what
+            # the idle stack costs (scripts/bench_loop.py reads it).
+            log.debug("%-18s idle (%.2fs)%s", self.name, elapsed, suffix)
         return result
