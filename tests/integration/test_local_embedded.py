@@ -141,6 +141,38 @@ def test_sigkill_mid_step_then_restart_runs_each_recorded_step_once(tmp_path: Pa
         stack.close(failed)
 
 
+def test_a_killed_local_modes_claim_is_taken_over_at_once_not_after_its_lease(
+    tmp_path: Path,
+) -> None:
+    # No --function-timeout: the claim's lease is the template's 240 s StepRunner timeout plus
+    # a margin. The restarted local mode owns the store alone, so the dead one's claim is void.
+    stack = Stack(tmp_path / "state", env={"EXAMPLE_WORK_SECONDS": "3"})
+    failed = True
+    try:
+        first = stack.start("--function-timeout", "StepRunnerFunction=240")
+        run_id = start_run(first, {"topic": "lease", "sections": 1, "pause_seconds": 0})
+
+        def fetch_claimed() -> bool:
+            events = history(first, run_id)
+            assert not any(
+                e["event"] == "step_succeeded" and e["name"] == "fetch-1" for e in events
+            ), "fetch-1 finished before the kill"
+            return any(e["event"] == "step_started" and e["name"] == "fetch-1" for e in events)
+
+        wait_until(fetch_claimed, 30, "fetch-1 to be claimed")
+        first.kill()
+        second = stack.start("--function-timeout", "StepRunnerFunction=240")
+        restarted = time.monotonic()
+        wait_for_status(second, run_id, "SUCCEEDED", timeout=60)
+        # The stall sweep (--stall-after 1) and a 3 s step again, not the 245 s lease.
+        assert time.monotonic() - restarted < 30
+        assert step_starts(history(second, run_id))["fetch-1"] == 2
+        assert second.stop() == 0
+        failed = False
+    finally:
+        stack.close(failed)
+
+
 def test_crash_at_after_the_charge_then_restart_charges_exactly_once(tmp_path: Path) -> None:
     services = ServicesHandle.start_in_thread(state_file=tmp_path / "ledgers.json")
     stack = Stack(tmp_path / "state", env=services.env())

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from durable_agents.core.clock import Clock, SystemClock
 from durable_agents.errors import InfrastructureError
-from durable_agents.journal.sqlite import SqliteJournal
 from durable_agents_local.embedded.memory_store import SqliteMemoryStore
+from durable_agents_local.embedded.owned_journal import OwnedJournal
 from durable_agents_local.embedded.stream_cache import SqliteStreamCache
 from durable_agents_local.wal import StateLock
 
@@ -60,7 +60,8 @@ class EmbeddedStore:
         self._lock.acquire()
         self.path = self.directory / DATABASE
         try:
-            self.journal = SqliteJournal(self.path)
+            # Opened under the lock: every claim already in it is a dead process's.
+            self.journal = OwnedJournal(self.path, clock=self._clock)
             self.memory = SqliteMemoryStore(self.path)
             self.streams = SqliteStreamCache(self.path, clock=self._clock)
         except BaseException:
