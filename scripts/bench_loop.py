@@ -326,21 +326,21 @@ def local_mode(
         api_port=free_port(), moto_endpoint=None, args=args, cwd=ROOT,
         env={"PYTHONPATH": path}, on_line=log.on_line,
     )  # fmt: skip
-    seen: set[int] = set()
+    seen: set[tuple[int, str]] = set()  # (pid, start time): a recycled pid is not ours
     try:
         if on_spawn is not None:
             on_spawn(worker.base_url)
         spawned = time.monotonic()
         worker.start(timeout=120)
         answered = time.monotonic()
-        seen.update(_children(worker.pid))
+        seen.update(_identified(_children(worker.pid)))
         yield worker, spawned, answered, moto_port
     finally:
         if worker.returncode is None and _started(worker):
-            seen.update(_children(worker.pid))
+            seen.update(_identified(_children(worker.pid)))
         worker.stop(timeout=60)
-        for pid in seen:  # the store runs in a session of its own: never leave it behind
-            _kill(pid)
+        for pid, started in seen:  # the store runs in a session of its own: never leave it
+            _kill(pid, started)
 
 
 def _store_of(extra: list[str]) -> str:
@@ -360,8 +360,24 @@ def _started(worker: WorkerProcess) -> bool:
         return False
 
 
-def _kill(pid: int) -> None:
+def _start_time(pid: int) -> str:
+    """The process's start time (``/proc/PID/stat`` field 22); ``""`` if it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def _identified(pids: list[int]) -> list[tuple[int, str]]:
+    return [(pid, _start_time(pid)) for pid in pids]
+
+
+def _kill(pid: int, started: str) -> None:
+    """SIGTERM, then SIGKILL after 10 s, to ``pid`` if it is still the process that started
+    at ``started``."""
     for signum in (signal.SIGTERM, signal.SIGKILL):
+        if not started or _start_time(pid) != started:
+            return
         try:
             os.kill(pid, signum)
         except ProcessLookupError:
@@ -605,6 +621,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker-args", default="", help="more durable-agents local flags")
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args(argv)
+    # SIGTERM ends the script like Ctrl-C: through the finally blocks that stop every process.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     extra = shlex.split(args.worker_args)
     flags = " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     results = Results(flags=flags, load_start=os.getloadavg())
