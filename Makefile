@@ -62,7 +62,7 @@ PYENV_313 = $(shell python3.13 --version >/dev/null 2>&1 || pyenv versions --bar
 BUILD_ENV = $(if $(PYENV_313),PYENV_VERSION=$(shell pyenv version-name 2>/dev/null):$(PYENV_313))
 
 .PHONY: help venv venv-sam venv-cfn venv-policy venv-bench lint typecheck validate lint-policy pytest test reliability \
-        reliability-fast openapi docs screenshots demo bench bench-local bench-concurrency local \
+        reliability-fast openapi docs screenshots demo bench bench-local bench-concurrency bench-loop local \
         build build-check deploy scaffold dist clean distclean
 
 help: ## Show this help
@@ -205,11 +205,14 @@ bench: $(VENV_STAMP) ## Benchmarks: AWS requests and cost per operation kind, pe
 	$(VENV)/bin/python scripts/bench_warm_load.py
 	$(VENV)/bin/python scripts/bench_cold_start.py
 
-bench-local: $(VENV_STAMP) ## Local-mode runs/minute, ephemeral vs durable store (~10 min)
+bench-local: $(VENV_STAMP) ## The moto store's runs/minute, ephemeral vs durable (~10 min)
 	$(VENV)/bin/python scripts/bench_local.py
 
-bench-concurrency: $(VENV_STAMP) ## Local mode: runs/minute and step latency p50/p95/p99 at 1, 10, 50 runs at once
+bench-concurrency: $(VENV_STAMP) ## The moto store: runs/minute and step latency p50/p95/p99 at 1, 10, 50 runs at once
 	$(VENV)/bin/python scripts/bench_local.py --concurrency 1,10,50 --rounds 2
+
+bench-loop: $(VENV_STAMP) ## The local loop vs issue 33's goals: one run, 50 at once, a 1,000-run store, a restart (~3 min)
+	$(VENV)/bin/python scripts/bench_loop.py --markdown docs/benchmarks.md
 
 local: $(VENV_STAMP) ## Serve the runtime locally on http://127.0.0.1:3000
 	$(VENV)/bin/durable-agents local

@@ -53,7 +53,9 @@ from durable_agents_local.processes import WorkerProcess, http_json  # noqa: E40
 AGENT = "example-research"
 START, END = "<!-- bench:local:start -->", "<!-- bench:local:end -->"
 C_START, C_END = "<!-- bench:concurrency:start -->", "<!-- bench:concurrency:end -->"
-WORKER_ARGS = ["--quiet", "--log-level", "ERROR", "--schedule-interval", "1"]
+# The moto store (``--store moto``): what these figures were measured on, and what the fsync
+# comparison is about; the default embedded store is measured by scripts/bench_loop.py.
+WORKER_ARGS = ["--store", "moto", "--quiet", "--log-level", "ERROR", "--schedule-interval", "1"]
 
 
 def _start_runs(worker: WorkerProcess, count: int, tag: str) -> set[str]:
