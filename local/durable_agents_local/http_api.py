@@ -22,6 +22,7 @@ caller, as on AWS.
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import logging
 import re
@@ -48,6 +49,7 @@ HOST = "127.0.0.1"
 DEFAULT_PORT = 3000
 STAGE = "local"
 MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
+LARGE_BODY_BYTES = 1024 * 1024  # a request this large is followed by a garbage collection
 LISTEN_BACKLOG = 1024
 BODY_READ_SECONDS = 3.0
 """How long the whole body may take to arrive: a short body is answered, not waited on."""
@@ -230,6 +232,12 @@ class _BadRequestError(Exception):
         self.message = message
 
 
+def _declared_length(environ: Mapping[str, Any]) -> int:
+    """The request's Content-Length when it is a plain number (0 otherwise)."""
+    declared = str(environ.get("CONTENT_LENGTH") or "").strip()
+    return int(declared[:20]) if declared.isdigit() and declared.isascii() else 0
+
+
 def _read_body(environ: Mapping[str, Any]) -> bytes:
     """The request body, at most ``MAX_BODY_BYTES``.
 
@@ -302,7 +310,10 @@ def _read_exactly(stream: Any, sock: socket.socket | None, length: int) -> bytes
     overstates its body is answered with a 400 instead of waiting for the connection's idle
     timeout, which drops it without a word.
     """
-    chunks: list[bytes] = []
+    # One buffer of the declared size, read into: a large body is one allocation the allocator
+    # gives back when it is freed (allocator.py), not a hundred 64 KiB chunks it keeps.
+    buffer = bytearray(length)
+    view = memoryview(buffer)
     received = 0
     deadline = time.monotonic() + BODY_READ_SECONDS
     previous = sock.gettimeout() if sock is not None else None
@@ -313,19 +324,29 @@ def _read_exactly(stream: Any, sock: socket.socket | None, length: int) -> bytes
                 break
             if sock is not None:  # per read: a client trickling bytes is bounded by the deadline
                 sock.settimeout(remaining)
-            read = getattr(stream, "read1", stream.read)  # read1: what has arrived, not all
             try:
-                chunk: bytes = read(min(length - received, 65536))
+                count = _read_into(stream, view[received : received + 65536])
             except TimeoutError:
                 break
-            if not chunk:
+            if not count:
                 break
-            chunks.append(chunk)
-            received += len(chunk)
+            received += count
     finally:
+        view.release()
         if sock is not None:
             sock.settimeout(previous)
-    return b"".join(chunks)
+    return bytes(buffer) if received == length else bytes(buffer[:received])
+
+
+def _read_into(stream: Any, target: memoryview) -> int:
+    """Reads what has arrived (up to ``len(target)`` bytes) into ``target``; 0 at the end."""
+    read_into = getattr(stream, "readinto1", None) or getattr(stream, "readinto", None)
+    if read_into is not None:
+        return int(read_into(target) or 0)
+    read = getattr(stream, "read1", stream.read)  # read1: what has arrived, not all
+    chunk: bytes = read(len(target))
+    target[: len(chunk)] = chunk
+    return len(chunk)
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -404,6 +425,12 @@ class ApiServer(ThreadedWSGIServer):
         # The raw target, not PATH_INFO: WSGI decodes %2F in PATH_INFO before we could route.
         target = _undance(str(environ.get("RAW_URI") or environ.get("REQUEST_URI") or "/"))
         status, headers, payload = self._respond(method, target, environ)
+        if _declared_length(environ) >= LARGE_BODY_BYTES:
+            # A request refused by raising (413, 415, 422, ...) leaves its frames, and the body
+            # they hold, in a reference cycle through the exception's traceback, freed only by
+            # a full collection that may not come for a long time: with bodies of megabytes,
+            # local mode grew by hundreds of MiB (scripts/bench_loop.py --hostile). Collect now.
+            gc.collect()
         names = {k.lower() for k, _ in headers}
         # The server's own "Connection: close" (after a broken body) stays: it makes werkzeug
         # close the connection instead of reading the rest of a body as the next request.

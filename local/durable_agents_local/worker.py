@@ -34,6 +34,7 @@ from durable_agents_local.agents_loading import (
     model_scripts_setting,
     put_on_path,
 )
+from durable_agents_local.allocator import return_large_buffers
 from durable_agents_local.aws import LocalSession
 from durable_agents_local.crash import CrashHooks, install
 from durable_agents_local.embedded.aws_double import InProcessAws
@@ -542,6 +543,8 @@ def run_local(options: WorkerOptions) -> int:
         0 after a clean stop, 2 if it could not start.
     """
     configure_logging(options.quiet, options.log_level)
+    # Large request bodies would otherwise stay with the process once freed (allocator.py).
+    return_large_buffers()
     worker = Worker(options)
     worker.handle_signals()
     try:

@@ -8,9 +8,12 @@ state directory.
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -260,3 +263,48 @@ def test_ephemeral_embedded_store_leaves_nothing_behind(tmp_path: Path) -> None:
     time.sleep(0.1)
     after = {p.name for p in Path(os.environ.get("TMPDIR", "/tmp")).glob("durable-agents-*")}
     assert after <= before
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def _send(port: int, body: bytes) -> int:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        connection.request("POST", "/runs", body, {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+def test_memory_stays_bounded_under_large_refused_bodies(tmp_path: Path) -> None:
+    # Bodies the Api refuses (413 over its 256 KB JSON limit, 422 for an input of the wrong
+    # type), ten at a time: each once stayed with the process (allocator.py, http_api.py),
+    # hundreds of MiB after a few hundred requests.
+    stack = Stack(tmp_path / "state")
+    failed = True
+    try:
+        worker = stack.start()
+        port = worker.api_port
+        big = [b'{"agent": "example-research", "input": "' + b"x" * (n * 1024 * 1024) + b'"}'
+               for n in (2, 5, 8)]  # fmt: skip
+        wrong = json.dumps({"agent": "example-research", "input": "y" * 200_000}).encode()
+        bodies = [big[i % 3] if i % 2 else wrong for i in range(240)]
+        with ThreadPoolExecutor(10) as pool:
+            list(pool.map(lambda body: _send(port, body), bodies[:20]))  # warm up
+            before = _rss_kib(worker.pid)
+            statuses = set(pool.map(lambda body: _send(port, body), bodies))
+        assert statuses == {413, 422}, statuses
+        grown_mib = (_rss_kib(worker.pid) - before) / 1024
+        assert grown_mib < 64, f"local mode grew by {grown_mib:.0f} MiB"
+        assert worker.stop() == 0
+        failed = False
+    finally:
+        stack.close(failed)
