@@ -27,19 +27,27 @@ prints one line per invocation on stderr, which is how the reconciler's sweeps a
    count of items in the journal table (a ``Scan`` of the store, each item written at least
    once; the embedded store: the rows of its ``runs`` and ``entries`` tables), else runs x
    steps; goal: at most 2 s with at least 10,000 writes;
-6. memory: VmRSS and VmHWM (``/proc/PID/status``) of the worker and of every process under
-   it (the store), after the fill, at the end of the measurement and after the restart.
+6. hostile input: ``--hostile`` requests (default 1,000, from 10 threads) of the kinds that once
+   got past the Api's parsers or grew the old store's memory (``HOSTILE``: bodies over the
+   JSON limit up to 9 MB, malformed JSON, lone surrogates, inputs of the wrong type, limits
+   of thousands of digits, Unicode digits and 600-byte ids in paths, 5,000-character
+   Idempotency-Keys, foreign ``Origin``/``Host`` headers); none may get a 5xx;
+7. memory: VmRSS and VmHWM (``/proc/PID/status``) of the worker and of every process under
+   it (the store), after the fill, after the hostile requests, at the end of the measurement
+   and after the restart.
 
 Options: ``--runs N`` (default 10), ``--at-once N`` (default 50), ``--fill N`` (default
-1000), ``--worker-args "..."`` (more ``durable-agents local`` flags, shlex-split, e.g.
-another store: ``--store moto``, to which the script adds a free ``--moto-port`` unless
-``--moto-port`` or ``--moto-endpoint`` is among them), ``--markdown PATH`` (replace the text
-between ``<!-- bench:loop:start -->`` and ``<!-- bench:loop:end -->``).
+1000), ``--hostile N`` (default 1000), ``--worker-args "..."`` (more ``durable-agents local``
+flags, shlex-split, e.g. another store: ``--store moto``, to which the script adds a free
+``--moto-port`` unless ``--moto-port`` or ``--moto-endpoint`` is among them), ``--markdown
+PATH`` (replace the text between ``<!-- bench:loop:start -->`` and ``<!-- bench:loop:end -->``).
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
 import os
 import platform
 import re
@@ -53,6 +61,7 @@ import tempfile
 import threading
 import time
 import urllib.error
+from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing, contextmanager
@@ -208,6 +217,61 @@ def fill(worker: WorkerProcess, count: int, pool: ThreadPoolExecutor) -> float:
         elapsed = time.perf_counter() - began
         print(f"  fill: {done}/{count} in {elapsed:.0f} s", flush=True)
     return time.perf_counter() - began
+
+
+def _hostile_request(index: int) -> tuple[str, str, bytes, dict[str, str]]:
+    """The ``index``-th hostile request: method, path, body, headers (``HOSTILE`` kinds)."""
+    json_type = {"Content-Type": "application/json"}
+    kind = index % 11
+    if kind == 0:  # a body over the JSON limit (256 KB) and up to 9 MB: 413
+        size = (300 + (index * 7919) % 9_000) * 1024
+        body = b'{"agent": "' + AGENT.encode() + b'", "input": "' + b"x" * size + b'"}'
+        return "POST", "/runs", body, json_type
+    if kind == 1:  # a valid body of 200 KB whose input has the wrong type: 422
+        body = json.dumps({"agent": AGENT, "input": "y" * 200_000}).encode()
+        return "POST", "/runs", body, json_type
+    if kind == 2:  # malformed JSON
+        return "POST", "/runs", b'{"agent": "' + AGENT.encode() + b'", "input": ', json_type
+    if kind == 3:  # a lone surrogate, escaped and as bytes
+        return "POST", "/runs", b'{"agent": "\ud83d", "input": 1}', json_type
+    if kind == 4:
+        return "POST", "/runs", b'{"agent": "\xed\xa0\xbd", "input": 1}', json_type
+    if kind == 5:  # a limit of thousands of digits
+        return "GET", "/runs?limit=" + "9" * 5_000, b"", {}
+    if kind == 6:  # Unicode digits and a 600-byte id in a path
+        return "GET", "/runs/run-%C2%B2%D9%A3", b"", {}
+    if kind == 7:
+        return "GET", "/runs/run-" + "a" * 600 + "/history", b"", {}
+    if kind == 8:  # a 5,000-character Idempotency-Key
+        body = json.dumps({"agent": AGENT, "input": 1}).encode()
+        return "POST", "/runs", body, {**json_type, "Idempotency-Key": "k" * 5_000}
+    if kind == 9:  # another site's page
+        body = json.dumps({"agent": AGENT, "input": 1}).encode()
+        return "POST", "/runs", body, {**json_type, "Origin": "http://evil.example"}
+    return "GET", "/runs", b"", {"Host": "evil.example"}  # a rebound name: 421
+
+
+def hostile(worker: WorkerProcess, count: int, pool: ThreadPoolExecutor) -> Counter[int]:
+    """Sends ``count`` hostile requests; returns how many got each status (0: no answer)."""
+    port = worker.api_port
+
+    def send(index: int) -> int:
+        method, path, body, headers = _hostile_request(index)
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        try:
+            connection.putrequest(method, path, skip_host="Host" in headers)
+            for name, value in {**headers, "Content-Length": str(len(body))}.items():
+                connection.putheader(name, value)
+            connection.endheaders(body or None)
+            response = connection.getresponse()
+            response.read()
+            return response.status
+        except (OSError, http.client.HTTPException):
+            return 0
+        finally:
+            connection.close()
+
+    return Counter(pool.map(send, range(count)))
 
 
 def _children(pid: int) -> list[int]:
@@ -438,6 +502,7 @@ class Results:
     sweeps: list[tuple[str, float, str]] = field(default_factory=list)
     load_end: tuple[float, float, float] = (0.0, 0.0, 0.0)
     store: str = ""
+    hostile: Counter[int] = field(default_factory=Counter)
 
 
 def measure(args: argparse.Namespace, extra: list[str], results: Results) -> None:
@@ -466,6 +531,11 @@ def measure(args: argparse.Namespace, extra: list[str], results: Results) -> Non
             results.full_runs = sequential(worker, args.runs, 0)
             results.full_at_once = at_once(worker, args.at_once, pool)
             print(f"  {args.at_once} at once: {results.full_at_once:.1f} s", flush=True)
+            if args.hostile:
+                log.phase = "hostile"
+                results.hostile = hostile(worker, args.hostile, pool)
+                results.memory[f"after {args.hostile:,} hostile requests"] = memory(worker)
+                print(f"  {args.hostile} hostile requests: {dict(results.hostile)}", flush=True)
             results.memory["end of the measurement"] = memory(worker)
             results.runs_total = WARM_UPS + 2 * (args.runs + args.at_once) + args.fill
             results.journal = journal_items(moto_port, state)
@@ -606,6 +676,10 @@ def markdown(r: Results, args: argparse.Namespace) -> str:
             f"{'not counted' if r.journal is None else f'{r.journal:,}'}; state directory "
             f"{r.state_bytes / 1e6:,.1f} MB. Stop (SIGTERM to exit): {_s(r.stop_seconds)}.",
             f"- One run right after the restart: {_ms(r.restart_run)}.",
+            f"- Hostile requests ({args.hostile:,}), answers by status: "
+            + (", ".join(f"{k or 'none'}: {v}" for k, v in sorted(r.hostile.items())) or "-")
+            + f"; server errors (5xx or no answer): "
+            f"{sum(v for k, v in r.hostile.items() if k == 0 or k >= 500)}.",
             f"- Reconciler sweeps logged, by phase: {phases or 'none'} (an idle sweep's line "
             "shows only at `--log-level DEBUG`).",
         ]
@@ -618,6 +692,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=10, help="sequential runs (default 10)")
     parser.add_argument("--at-once", type=int, default=50, help="runs at once (default 50)")
     parser.add_argument("--fill", type=int, default=1000, help="runs in the store (1000)")
+    parser.add_argument("--hostile", type=int, default=1000, help="hostile requests (1000)")
     parser.add_argument("--worker-args", default="", help="more durable-agents local flags")
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args(argv)
