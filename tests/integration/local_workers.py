@@ -68,3 +68,20 @@ def history(worker: WorkerProcess, run_id: str) -> list[dict[str, Any]]:
     status, body = get(worker, f"/runs/{run_id}/history")
     assert status == 200, body
     return list(body["events"])
+
+
+def wait_for_step_running(worker: WorkerProcess, run_id: str, step: str, timeout: float) -> None:
+    """Waits until ``step`` of the run has started and not finished (a kill lands mid-step).
+
+    Raises:
+        AssertionError: If it finished first, or did not start within ``timeout``.
+    """
+
+    def running() -> bool:
+        events = history(worker, run_id)
+        assert not any(e["event"] == "step_succeeded" and e["name"] == step for e in events), (
+            f"{step} finished before the kill"
+        )
+        return any(e["event"] == "step_started" and e["name"] == step for e in events)
+
+    wait_until(running, timeout, f"{step} to start")

@@ -30,7 +30,7 @@ from tests.integration.local_workers import (
     start_run,
     start_worker,
     wait_for_status,
-    wait_until,
+    wait_for_step_running,
 )
 
 pytestmark = pytest.mark.slow
@@ -47,15 +47,7 @@ def test_sigkill_mid_step_then_restart_runs_each_recorded_step_once() -> None:
         workers.append(start_worker(moto))
         first = workers[0]
         run_id = start_run(first, {"topic": "crash", "sections": 3, "pause_seconds": 0})
-
-        def fetch_2_running() -> bool:
-            events = history(first, run_id)
-            assert not any(
-                e["event"] == "step_succeeded" and e["name"] == "fetch-2" for e in events
-            ), "fetch-2 finished before the kill"
-            return any(e["event"] == "step_started" and e["name"] == "fetch-2" for e in events)
-
-        wait_until(fetch_2_running, 30, "fetch-2 to start")
+        wait_for_step_running(first, run_id, "fetch-2", 30)
         first.kill()
         killed_at_ms = SystemClock().now_ms()
 

@@ -38,6 +38,7 @@ from tests.integration.local_workers import (
     history,
     start_run,
     wait_for_status,
+    wait_for_step_running,
 )
 
 pytestmark = pytest.mark.slow
@@ -113,15 +114,7 @@ def test_sigkill_mid_step_then_restart_runs_each_recorded_step_once(tmp_path: Pa
     try:
         first = stack.start()
         run_id = start_run(first, {"topic": "crash", "sections": 3, "pause_seconds": 0})
-
-        def fetch_2_running() -> bool:
-            events = history(first, run_id)
-            assert not any(
-                e["event"] == "step_succeeded" and e["name"] == "fetch-2" for e in events
-            ), "fetch-2 finished before the kill"
-            return any(e["event"] == "step_started" and e["name"] == "fetch-2" for e in events)
-
-        wait_until(fetch_2_running, 30, "fetch-2 to start")
+        wait_for_step_running(first, run_id, "fetch-2", 30)
         first.kill()
         killed_at_ms = SystemClock().now_ms()
 
@@ -154,15 +147,7 @@ def test_a_killed_local_modes_claim_is_taken_over_at_once_not_after_its_lease(
     try:
         first = stack.start("--function-timeout", "StepRunnerFunction=240")
         run_id = start_run(first, {"topic": "lease", "sections": 1, "pause_seconds": 0})
-
-        def fetch_claimed() -> bool:
-            events = history(first, run_id)
-            assert not any(
-                e["event"] == "step_succeeded" and e["name"] == "fetch-1" for e in events
-            ), "fetch-1 finished before the kill"
-            return any(e["event"] == "step_started" and e["name"] == "fetch-1" for e in events)
-
-        wait_until(fetch_claimed, 30, "fetch-1 to be claimed")
+        wait_for_step_running(first, run_id, "fetch-1", 30)
         first.kill()
         second = stack.start("--function-timeout", "StepRunnerFunction=240")
         restarted = time.monotonic()

@@ -41,18 +41,11 @@ from durable_agents.core.models import EntryType, OpKind, WaitStatus
 from durable_agents.engine.operations.invoke import child_run_id
 from durable_agents.journal.sqlite import SqliteJournal
 from durable_agents_local.embedded.store import DATABASE
-from durable_agents_local.moto_server import MotoProcess, free_port, port_is_free
+from durable_agents_local.moto_server import MotoProcess, free_port
 from durable_agents_local.processes import ServicesProcess, WorkerProcess, http_json
 from durable_agents_local.runs import RunsClient
 from durable_agents_local.services import ServicesHandle
-from tests.integration.local_stack import (
-    ROOT,
-    moto,
-    services,
-    services_process,
-    wait_until,
-    workers,
-)
+from tests.integration.local_stack import ROOT, moto, services, services_process, workers
 from tests.reliability import kill_agent
 
 __all__ = ["moto", "services", "services_process"]  # the fixtures, from local_stack
@@ -256,6 +249,43 @@ def baseline(
     )
 
 
+def kill_then_recover(
+    start: Callable[..., WorkerProcess],
+    store: Any,
+    services: ServicesHandle,
+    baseline: Baseline,
+    op: str,
+    point: str,
+) -> None:
+    """One case: a worker armed to SIGKILL itself at ``op:point``, then an un-armed one.
+
+    Args:
+        start: Starts a worker with these extra flags (the store's and the template's set).
+        store: The journal the workers use, read by the driver and the checks.
+        services: The fake providers (their ledger is checked).
+        baseline: The fault-free run.
+        op: The operation to kill at.
+        point: The crash point.
+    """
+    doomed = start("--crash-at", f"{op}:{point}")
+    run_id = start_run(doomed, "O-1")
+    driver = Driver(store, run_id)
+    outcome = driver.until(
+        lambda: doomed.returncode is not None, doomed, f"the worker to die at {op}:{point}"
+    )
+    assert outcome is True, f"the run finished without reaching {op}:{point}: {outcome}"
+    assert doomed.returncode == -signal.SIGKILL, doomed.returncode
+    assert any(f"--crash-at {op}:{point}: SIGKILL" in line for line in doomed.lines)
+
+    survivor = start()  # the documented restart
+    run = driver.until(lambda: None, survivor, f"{run_id} to succeed after the kill")
+
+    assert run["result"] == baseline.result
+    assert charges(services, run_id) == ["charge.created"], services.ledger("payments")
+    assert _results(store, run_id) == baseline.results
+    assert survivor.stop() == 0
+
+
 @pytest.mark.reliability_full
 @pytest.mark.parametrize(
     ("kind", "op", "point"),
@@ -270,24 +300,16 @@ def test_sigkill_at_boundary(
     op: str,
     point: str,
 ) -> None:
+    store = RunsClient(moto.endpoint, store_key=moto.store_key).store
     with workers(moto, services) as start:
-        doomed = start("--template", str(template), *WORKER_ARGS, "--crash-at", f"{op}:{point}")
-        run_id = start_run(doomed, "O-1")
-        driver = Driver(RunsClient(moto.endpoint, store_key=moto.store_key).store, run_id)
-        outcome = driver.until(
-            lambda: doomed.returncode is not None, doomed, f"the worker to die at {op}:{point}"
+        kill_then_recover(
+            lambda *args: start("--template", str(template), *WORKER_ARGS, *args),
+            store,
+            services,
+            baseline,
+            op,
+            point,
         )
-        assert outcome is True, f"the run finished without reaching {op}:{point}: {outcome}"
-        assert doomed.returncode == -signal.SIGKILL, doomed.returncode
-        assert any(f"--crash-at {op}:{point}: SIGKILL" in line for line in doomed.lines)
-
-        survivor = start("--template", str(template), *WORKER_ARGS)
-        run = driver.until(lambda: None, survivor, f"{run_id} to succeed after the kill")
-
-        assert run["result"] == baseline.result
-        assert charges(services, run_id) == ["charge.created"], services.ledger("payments")
-        assert _results(driver.store, run_id) == baseline.results
-        assert survivor.stop() == 0
 
 
 @pytest.mark.reliability_full
@@ -304,12 +326,9 @@ def test_sigkill_at_boundary_on_the_embedded_store(
     op: str,
     point: str,
 ) -> None:
-    state_dir, moto_port = tmp_path / "state", free_port()
+    state_dir = tmp_path / "state"
+    state_dir.mkdir(mode=0o700)  # the driver opens the journal before the first worker runs
     started: list[WorkerProcess] = []
-
-    embedded = (
-        "--store", "embedded", "--state-dir", str(state_dir), "--moto-port", str(moto_port),
-    )  # fmt: skip
 
     def start(*args: str) -> WorkerProcess:
         worker = WorkerProcess(
@@ -317,7 +336,8 @@ def test_sigkill_at_boundary_on_the_embedded_store(
             moto_endpoint=None,
             args=[
                 *("--services-url", services.url, "--log-level", "ERROR"),
-                *("--template", str(template), *WORKER_ARGS, *embedded, *args),
+                *("--template", str(template), *WORKER_ARGS),
+                *("--store", "embedded", "--state-dir", str(state_dir), *args),
             ],
             cwd=ROOT,
         )
@@ -326,22 +346,8 @@ def test_sigkill_at_boundary_on_the_embedded_store(
         return worker
 
     try:
-        doomed = start("--crash-at", f"{op}:{point}")
-        run_id = start_run(doomed, "O-1")
         with SqliteJournal(state_dir / DATABASE) as store:
-            driver = Driver(store, run_id)
-            outcome = driver.until(
-                lambda: doomed.returncode is not None, doomed, f"the worker to die at {op}:{point}"
-            )
-            assert outcome is True, f"the run finished without reaching {op}:{point}: {outcome}"
-            assert doomed.returncode == -signal.SIGKILL, doomed.returncode
-
-            survivor = start()  # the documented restart, on the same state directory
-            run = driver.until(lambda: None, survivor, f"{run_id} to succeed after the kill")
-            assert run["result"] == baseline.result
-            assert charges(services, run_id) == ["charge.created"], services.ledger("payments")
-            assert _results(store, run_id) == baseline.results
-        assert survivor.stop() == 0
+            kill_then_recover(start, store, services, baseline, op, point)
     except BaseException:
         for index, worker in enumerate(started, start=1):
             print(f"--- worker {index} log ---", *worker.lines, sep="\n")
@@ -349,4 +355,3 @@ def test_sigkill_at_boundary_on_the_embedded_store(
     finally:
         for worker in started:
             worker.stop()
-        wait_until(lambda: port_is_free(moto_port), 20, "the moto store to stop")
