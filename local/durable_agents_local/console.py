@@ -10,6 +10,7 @@ from typing import Any
 from durable_agents.admin.views import entry_event, history
 from durable_agents.core.clock import iso
 from durable_agents.core.models import EffectStatus, OpKind, RunSnapshot
+from durable_agents_local.cli.tables import traceback_stories
 
 NOTE_WIDTH = 60
 
@@ -121,7 +122,9 @@ def history_table(events: Sequence[Mapping[str, Any]]) -> str:
                 _note(event),
             ]
         )
-    return table(["OFFSET", "EVENT", "OPERATION", "ATTEMPT", "NOTE"], rows)
+    timeline = table(["OFFSET", "EVENT", "OPERATION", "ATTEMPT", "NOTE"], rows)
+    # Under it, each failure's recorded traceback, as ``runs history`` prints them.
+    return "\n\n".join([timeline, *traceback_stories(events, run_id)])
 
 
 def _when(event: Mapping[str, Any]) -> datetime:

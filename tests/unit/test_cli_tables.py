@@ -21,6 +21,7 @@ from durable_agents_local.cli.tables import (
     runs_table,
     timeline_table,
 )
+from durable_agents_local.console import history_table as console_history_table
 
 RUN = "run-0123456789abcdef"
 LONG = "x" * 300
@@ -205,3 +206,40 @@ def test_since_takes_iso_times_and_spans_back_from_now() -> None:
     assert since("2026-11-30T12:00:00+02:00") == "2026-11-30T10:00:00.000+00:00"
     with pytest.raises(argparse.ArgumentTypeError, match="ISO date/time or a span"):
         since("yesterday")
+
+
+def test_the_timeline_prints_the_traceback_of_each_operation_that_failed_for_good() -> None:
+    error = {"type": "ValueError", "message": "bad", "module": "builtins", "traceback": STORY}
+    events = [
+        {"event": "run_started", "run_id": RUN, "at": "2026-12-01T20:33:30.000+00:00"},
+        _event("step_started", "fetch:1", "33:30.100", attempt=1),
+        _event("step_attempt_failed", "fetch:1", "33:30.200", attempt=1,
+               error={**error, "traceback": "Traceback: the first attempt\n"}),
+        _event("step_started", "fetch:1", "33:31.000", attempt=2),
+        _event("step_failed", "fetch:1", "33:31.100", attempt=2, error=error),
+        _event("step_started", "other:2", "33:31.200", attempt=1),
+        _event("step_attempt_failed", "other:2", "33:31.300", attempt=1, error=error),
+        _event("step_succeeded", "other:2", "33:32.000", attempt=2),
+    ]  # fmt: skip
+    text = timeline_table(RUN, operations(events))
+    table, story = text.split("\n\n")  # one story: other:2 recovered, so none for it
+    _fits(table)
+    assert "Traceback" not in table
+    assert story.splitlines()[0] == "traceback of fetch:1 (step_failed):"
+    assert story.splitlines()[-1] == "  ValueError: \\x1b]0;pwned\\x07 bad"  # the last, escaped
+    assert "first attempt" not in text
+    # Without a recorded traceback (an older journal), nothing is added.
+    older = [{**e, "error": {"type": "E"}} if e.get("error") else e for e in events]
+    assert "\n\n" not in timeline_table(RUN, operations(older))
+
+
+def test_the_local_history_table_prints_recorded_tracebacks_too() -> None:
+    error = {"type": "ValueError", "message": "bad", "traceback": STORY}
+    events = [
+        {"event": "run_started", "run_id": RUN, "at": "2026-12-01T20:33:30.000+00:00"},
+        _event("step_failed", "fetch:1", "33:31.000", attempt=1, error=error),
+    ]
+    table, story = console_history_table(events).split("\n\n")
+    assert "ValueError: bad" in table and "Traceback" not in table
+    assert story.splitlines()[0] == "traceback of fetch:1 (step_failed, attempt 1):"
+    assert "\x1b" not in story

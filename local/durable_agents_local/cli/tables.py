@@ -257,6 +257,19 @@ def history_table(events: Sequence[Mapping[str, Any]], width: int = WIDTH) -> st
     headers = ["OFFSET", "EVENT", "OPERATION", "ATTEMPT", "NOTE"]
     table = fit_table(headers, rows, width, keep=(2,))  # the operation id: never cut
     # Under the table, each failure's recorded traceback (the NOTE has its type and message).
+    return "\n\n".join([table, *traceback_stories(events, run_id)])
+
+
+def traceback_stories(events: Sequence[Mapping[str, Any]], run_id: str) -> list[str]:
+    """Each recorded traceback of ``events``, titled with its operation, event and attempt.
+
+    Args:
+        events: History events (an ``error`` with a ``traceback`` has a story; others none).
+        run_id: The run (operation ids are shown without it).
+
+    Returns:
+        One block of lines per traceback, in the events' order.
+    """
     stories = []
     for event in events:
         story = traceback_lines(event.get("error"))
@@ -265,7 +278,7 @@ def history_table(events: Sequence[Mapping[str, Any]], width: int = WIDTH) -> st
             attempt = f", attempt {event['attempt']}" if event.get("attempt") else ""
             title = f"traceback of {op} ({event.get('event', '')}{attempt}):"
             stories.append("\n".join([escape_controls(title), *story]))
-    return "\n\n".join([table, *stories])
+    return stories
 
 
 def operations(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -275,7 +288,8 @@ def operations(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     WAITING, SUCCEEDED, FAILED), ``started_at``, ``ended_at`` (a settled one's),
     ``duration_seconds`` (to its last entry) and ``deadline`` (a timer's or retry's due time,
     or a running attempt's lease expiry; None once settled); a batch that completed with
-    failed branches also ``failed_branches`` and ``total_branches``.
+    failed branches also ``failed_branches`` and ``total_branches``; one that failed an
+    attempt also ``error`` and ``error_event`` (its last failure's).
     """
     ops: dict[str, dict[str, Any]] = {}
     for event in events:
@@ -298,6 +312,8 @@ def operations(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if event.get("failed_branches"):  # a batch's, tolerated or not (ADR 0024)
             op["failed_branches"] = event["failed_branches"]
             op["total_branches"] = event.get("total_branches")
+        if event.get("error"):  # the last failure's (its traceback, if recorded)
+            op["error"], op["error_event"] = event["error"], event.get("event")
     return list(ops.values())
 
 
@@ -327,7 +343,14 @@ def timeline_table(run_id: str, ops: Sequence[Mapping[str, Any]], width: int = W
         for op in ops
     ]
     headers = ["OPERATION", "KIND", "NAME", "ATT", "TOOK", "STATUS", "DEADLINE"]
-    return fit_table(headers, rows, width, keep=(0, 6))  # the operation id: never cut
+    table = fit_table(headers, rows, width, keep=(0, 6))  # the operation id: never cut
+    # Under it, the recorded traceback of each operation that failed for good.
+    failed = [
+        {"op_id": op["op_id"], "event": op.get("error_event"), "error": op.get("error")}
+        for op in ops
+        if op["status"] == "FAILED"
+    ]
+    return "\n\n".join([table, *traceback_stories(failed, run_id)])
 
 
 def approvals_table(approvals: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:
