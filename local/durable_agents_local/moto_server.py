@@ -26,7 +26,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -211,15 +210,8 @@ class MotoProcess:
         """The child's process id (None before ``start``)."""
         return self._process.pid if self._process else None
 
-    def start(
-        self, timeout: float = 120.0, *, while_waiting: Callable[[], None] | None = None
-    ) -> None:
+    def start(self, timeout: float = 120.0) -> None:
         """Starts the process and waits until it accepts connections (its state rebuilt).
-
-        Args:
-            timeout: How long to wait for it to listen.
-            while_waiting: Called once while the process boots (local mode imports the
-                handlers' libraries meanwhile, so the two do not add up at start).
 
         Raises:
             PortInUseError: If the port is already taken.
@@ -248,8 +240,6 @@ class MotoProcess:
             start_new_session=True,
         )
         deadline = time.monotonic() + timeout
-        if while_waiting is not None:
-            while_waiting()
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 code = self._process.returncode

@@ -1,16 +1,18 @@
-"""``durable-agents local``: the template's functions, run in one process against moto.
+"""``durable-agents local``: the template's functions, run in one process on your machine.
 
-Start-up: start (or attach to) the moto server process, provision what ``template.yaml``
-declares, set the functions' environment, import their handlers; then deliver EventBridge
-events from the rules' SQS queues, fire Schedule events, and serve the Api routes on
-``http://127.0.0.1:3000``. SIGTERM/SIGINT stop it cleanly: no new work is taken, running
-handlers finish, the HTTP server closes, and the moto process it started is stopped (unless
-``keep_moto``).
+Start-up, on the embedded store (the default, ADR 0026): take the state directory's lock and
+open its SQLite file, start moto's in-process mock with the template's secrets, set the
+functions' environment, import their handlers, install the embedded store as their runtime's
+backend; then deliver events on the in-process bus, relay the outbox, fire Schedule events and
+serve the Api routes on ``http://127.0.0.1:3000``. On the moto store (``--store moto``):
+start (or attach to) the moto server process and provision what ``template.yaml`` declares
+instead, and deliver EventBridge events from the rules' SQS queues. SIGTERM/SIGINT stop it
+cleanly: no new work is taken, running handlers finish, the HTTP server closes, the store is
+closed, and the moto process it started is stopped (unless ``keep_moto``).
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import signal
@@ -85,26 +87,6 @@ log = logging.getLogger("durable_agents_local")
 EXIT_SETUP_FAILED = 2
 
 
-# What the handlers import, heaviest first: imported while the moto server boots (it takes
-# longer than they do), so that a restart is ready in about the time of one of the two.
-_PRELOAD = (
-    "durable_agents.aws.deployment",
-    "durable_agents.journal.sqlite",
-    "aws_lambda_powertools",
-    "aws_lambda_powertools.metrics",
-    "aws_lambda_powertools.utilities.parser.models",
-    "aws_lambda_powertools.event_handler",
-)
-
-
-def _preload() -> None:
-    for name in _PRELOAD:
-        try:
-            importlib.import_module(name)
-        except ImportError:  # a handler that needs it says so when it is imported
-            log.debug("preloading %s failed", name, exc_info=True)
-
-
 class _Part(Protocol):
     """A worker thread group: event consumers, a stream poller, a schedule loop."""
 
@@ -177,7 +159,7 @@ class Worker:
             return self._take_over(leftover)
         self._moto = moto_server.MotoProcess(port, state_dir)
         try:
-            self._moto.start(while_waiting=_preload)
+            self._moto.start()
         except moto_server.PortInUseError as exc:
             serving = ""
             if leftover is not None:
@@ -219,7 +201,7 @@ class Worker:
             raise ConfigurationError(f"{exc}: stop it (kill -9 {leftover.pid})") from exc
         # The same key: clients of the earlier local mode (a CLI, a test) go on working.
         self._moto = moto_server.MotoProcess(port, self.options.state_dir, store_key=leftover.key)
-        self._moto.start(while_waiting=_preload)
+        self._moto.start()
         return self._moto.endpoint, self._moto.store_key
 
     def _functions(self, specs: Sequence[FunctionSpec]) -> dict[str, LocalFunction]:
