@@ -234,17 +234,17 @@ class LocalBus:
         Raises:
             TypeError: If ``detail`` is not JSON.
         """
-        # Through JSON, as EventBridge does: a target never shares the publisher's objects, and
-        # what AWS would refuse is refused here.
-        detail = json.loads(json.dumps(detail, separators=(",", ":")))
-        event = envelope(source, detail_type, detail, self._region)
+        # Encoded once, as EventBridge does: what AWS would refuse is refused here, and each
+        # matching rule decodes its own copy (no target shares the publisher's objects, nor
+        # another target's, nor the one matched against here).
+        text = json.dumps(envelope(source, detail_type, detail, self._region))
+        event = json.loads(text)
         target_bus = bus_name or self.bus_name
         matched = 0
         for consumers in self._consumers:
             rule = consumers.rule
             if rule.bus_name == target_bus and matches(rule.pattern, event):
-                # Each rule gets its own copy, as each EventBridge target does.
-                consumers.put(_Delivery(json.loads(json.dumps(event)), 1))
+                consumers.put(_Delivery(json.loads(text), 1))
                 matched += 1
         if not matched:
             log.debug("event %s from %s matched no rule", detail_type, source)
