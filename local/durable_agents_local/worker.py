@@ -295,6 +295,7 @@ class Worker:
         queues: list[RuleQueue] = []
         streams: list[StreamRoute] = []
         watches: list[_Part] = []
+        clients: Clients | None = None  # the moto store's
         if embedded:
             # One process (ADR 0026): the store's lock first, then moto's in-process mock for
             # what the handlers still ask AWS for (secrets).
@@ -311,12 +312,12 @@ class Worker:
             resolver = replace(resolver, refs={**resolver.refs, **arns})
             specs = read_functions(template, template_dir, resolver)
         if not embedded:
-            clients = Clients(session)
+            moto_clients = clients = Clients(session)
 
             def reprovision() -> tuple[list[RuleQueue], list[StreamRoute]]:
                 create_secrets(template, session)
                 return provision(
-                    clients, template, specs, visibility_timeout=opts.visibility_timeout
+                    moto_clients, template, specs, visibility_timeout=opts.visibility_timeout
                 )
 
             queues, streams = reprovision()
@@ -359,21 +360,29 @@ class Worker:
                 f"cannot serve the Api on {HOST}:{opts.api_port}: {exc.strerror}; "
                 "pick another --port"
             ) from exc
+        # Event delivery: the embedded store's bus and relay, or the moto store's queues and
+        # stream pollers.
+        delivery: list[_Part] = []
+        if self._embedded is not None:
+            delivery = list(self._embedded.parts)
+        elif clients is not None:
+            delivery = [
+                *(
+                    QueueConsumers(
+                        clients.sqs,
+                        q,
+                        functions[q.function_id],
+                        region=opts.region,
+                        concurrency=opts.concurrency,
+                        visibility_timeout=opts.visibility_timeout,
+                        stop=stop,
+                    )
+                    for q in queues
+                ),
+                *(StreamPoller(clients, r, functions[r.function_id], stop) for r in streams),
+            ]
         self._parts = [
-            *(
-                QueueConsumers(
-                    clients.sqs,
-                    q,
-                    functions[q.function_id],
-                    region=opts.region,
-                    concurrency=opts.concurrency,
-                    visibility_timeout=opts.visibility_timeout,
-                    stop=stop,
-                )
-                for q in queues
-            ),
-            *(StreamPoller(clients, r, functions[r.function_id], stop) for r in streams),
-            *(self._embedded.parts if self._embedded else ()),
+            *delivery,
             *watches,
             *(
                 ScheduleLoop(
