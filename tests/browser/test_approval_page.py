@@ -77,22 +77,30 @@ def logs_on_failure(worker: WorkerProcess) -> Iterator[None]:
         raise
 
 
-@pytest.fixture(scope="module")
-def local(
-    tmp_path_factory: pytest.TempPathFactory,
+@contextmanager
+def local_stack(
+    tmp_path_factory: pytest.TempPathFactory, *args: str, moto_store: bool = True
 ) -> Iterator[tuple[WorkerProcess, ServicesHandle]]:
-    state = tmp_path_factory.mktemp("services") / "ledgers.json"
-    moto = MotoProcess(free_port())
-    services = ServicesProcess(state)
+    """Local mode and the fake services in their own processes, stopped at the end.
+
+    Args:
+        tmp_path_factory: For the services' ledgers.
+        *args: More ``durable-agents local`` flags.
+        moto_store: Attach the worker to a moto server started here; False: the worker runs
+            on its own store (the embedded one, unless ``args`` say otherwise).
+    """
+    moto = MotoProcess(free_port()) if moto_store else None
+    services = ServicesProcess(tmp_path_factory.mktemp("services") / "ledgers.json")
     worker: WorkerProcess | None = None
     try:
-        moto.start()
+        if moto is not None:
+            moto.start()
         handle = services.start()
         worker = WorkerProcess(
             api_port=free_port(),
-            moto_endpoint=moto.endpoint,
-            store_key=moto.store_key,
-            args=["--services-url", services.url, "--log-level", "ERROR"],
+            moto_endpoint=moto.endpoint if moto is not None else None,
+            store_key=moto.store_key if moto is not None else None,
+            args=["--services-url", services.url, "--log-level", "ERROR", *args],
             cwd=ROOT,
         )
         worker.start()
@@ -101,7 +109,16 @@ def local(
         if worker is not None:
             worker.stop()
         services.stop()
-        moto.stop()
+        if moto is not None:
+            moto.stop()
+
+
+@pytest.fixture(scope="module")
+def local(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[WorkerProcess, ServicesHandle]]:
+    with local_stack(tmp_path_factory) as stack:
+        yield stack
 
 
 @pytest.fixture(scope="module")

@@ -14,16 +14,15 @@ from typing import Any
 import pytest
 
 from durable_agents_local.identity import LOCAL_CALLER_ARN
-from durable_agents_local.moto_server import free_port
-from durable_agents_local.processes import ServicesProcess, WorkerProcess, http_json
+from durable_agents_local.processes import WorkerProcess, http_json
 from durable_agents_local.services import ServicesHandle
 from tests.browser.test_approval_page import (
     CSS,
     MESSAGE,
-    ROOT,
     _console_errors,
     _text,
     chromium,
+    local_stack,
     logs_on_failure,
 )
 from tests.browser.test_approval_page import pytestmark as approval_page_marks
@@ -42,25 +41,11 @@ def worker_caller(worker: WorkerProcess) -> str:
 def acting(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[WorkerProcess, ServicesHandle]]:
-    services = ServicesProcess(tmp_path_factory.mktemp("services") / "ledgers.json")
-    worker: WorkerProcess | None = None
-    try:
-        handle = services.start()
-        worker = WorkerProcess(
-            api_port=free_port(),
-            moto_endpoint=None,
-            args=[
-                *("--services-url", services.url, "--log-level", "ERROR"),
-                *("--state-dir", str(tmp_path_factory.mktemp("state")), "--act-as", GROUP),
-            ],
-            cwd=ROOT,
-        )
-        worker.start()
-        yield worker, handle
-    finally:
-        if worker is not None:
-            worker.stop()
-        services.stop()
+    state = str(tmp_path_factory.mktemp("state"))
+    with local_stack(
+        tmp_path_factory, "--state-dir", state, "--act-as", GROUP, moto_store=False
+    ) as stack:
+        yield stack
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from durable_agents.core.clock import SkipClock
 from durable_agents.core.effect_wait_records import EffectChange, EffectStatus, SideEffectRecord
 from durable_agents.core.leases import lease_expired
 from durable_agents.core.models import Entry, EntryType, OpKind, RunHeader, RunStatus
@@ -12,17 +13,6 @@ from durable_agents_local.embedded.owned_journal import OwnedJournal
 
 OPENED = 1_000_000
 LONG = 10 * 60 * 1000  # a lease far beyond the owner's start
-
-
-class FixedClock:
-    def __init__(self, now_ms: int):
-        self.now = now_ms
-
-    def now_ms(self) -> int:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:  # pragma: no cover - not used here
-        self.now += int(seconds * 1000)
 
 
 def header(run_id: str, at: int) -> RunHeader:
@@ -80,7 +70,7 @@ def seed(path: Path) -> None:
 def test_an_earlier_owners_claims_have_ended_when_the_store_is_opened(tmp_path: Path) -> None:
     path = tmp_path / "local.sqlite3"
     seed(path)
-    with OwnedJournal(path, clock=FixedClock(OPENED)) as journal:
+    with OwnedJournal(path, clock=SkipClock(OPENED)) as journal:
         snapshot = journal.load("run-old")
         (claim,) = snapshot.entries
         (effect,) = snapshot.effects
@@ -101,7 +91,7 @@ def test_an_earlier_owners_claims_have_ended_when_the_store_is_opened(tmp_path: 
 def test_this_owners_own_claims_keep_their_leases(tmp_path: Path) -> None:
     path = tmp_path / "local.sqlite3"
     seed(path)
-    with OwnedJournal(path, clock=FixedClock(OPENED)) as journal:
+    with OwnedJournal(path, clock=SkipClock(OPENED)) as journal:
         # A new attempt of the old run, and a new run, claimed after the store was opened.
         journal.commit("run-old", [started("run-old", 3, OPENED + 10)])
         journal.create_run(header("run-new", OPENED + 20))
