@@ -22,6 +22,7 @@ from urllib.parse import quote, urlencode
 from api.approval_page import page_headers
 from durable_agents.core.clock import iso
 from durable_agents.core.models import RunHeader, RunStatus, SideEffectRecord, WaitRecord
+from durable_agents.engine.effects.records import unclear_outcome, why
 
 STYLE = """
 :root{color-scheme:light;--fg:#1c2024;--muted:#5b6470;--line:#dfe3e8;--bg:#f4f5f7;--card:#fff;
@@ -182,6 +183,31 @@ def compact(value: Any) -> str:
         f'<details class="json"><summary><code>{e(text[:80])}…</code> '
         f'<span class="muted">({len(text):,} characters)</span></summary>{pretty(value)}</details>'
     )
+
+
+def collapsed_traceback(text: str | None) -> str:
+    """A recorded traceback, collapsed in a ``<details>`` (none if there is none).
+
+    Escaped like every recorded value: a message is anyone's text. Folded and unfolded by the
+    browser itself (the console has no JavaScript).
+    """
+    if not text:
+        return ""
+    return f'<details class="traceback"><summary>traceback</summary><pre>{e(text)}</pre></details>'
+
+
+def effect_notes(record: SideEffectRecord) -> list[tuple[str, str]]:
+    """A tool call's note as fact rows: why it is parked, and its unclear outcome's story."""
+    rows: list[tuple[str, str]] = []
+    reason = why(record.note)
+    if reason:
+        rows.append(("Why", e(reason)))
+    unclear = unclear_outcome(record)
+    if unclear is not None and unclear["reason"] != reason:
+        rows.append(("Unclear outcome", e(unclear["reason"])))
+    if unclear is not None and unclear["traceback"]:
+        rows.append(("Where it failed", collapsed_traceback(unclear["traceback"])))
+    return rows
 
 
 def facts(rows: Sequence[tuple[str, str]]) -> str:
@@ -358,7 +384,7 @@ def _review_card(record: SideEffectRecord, root: str) -> str:
                 ("Idempotency key", f"<code>{e(record.idempotency_key)}</code>"),
                 ("Attempt", e(record.attempt)),
                 ("External id", f"<code>{e(record.external_id or '—')}</code>"),
-                ("Note", e(record.note or "")),
+                *effect_notes(record),
                 ("Prepared", when(record.prepared_at_ms)),
                 ("Updated", when(record.updated_at_ms)),
             ]

@@ -20,7 +20,18 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
-from api.console_page import compact, e, facts, notice, page, pill, run_link, when
+from api.console_page import (
+    collapsed_traceback,
+    compact,
+    e,
+    effect_notes,
+    facts,
+    notice,
+    page,
+    pill,
+    run_link,
+    when,
+)
 from durable_agents.core.models import ErrorInfo, OpKind, RunSnapshot
 from durable_agents.engine.operations.batch_result import branch_counts
 from durable_agents.engine.replay_index import OpRecord, group_entries
@@ -124,23 +135,13 @@ def _effect(record: OpRecord) -> str:
         ("external id", f"<code>{e(effect.external_id or '—')}</code>"),
         ("idempotency key", f"<code>{e(effect.idempotency_key)}</code>"),
     ]
-    if effect.note:
-        rows.append(("note", e(effect.note)))
+    rows += effect_notes(effect)
     return facts(rows)
 
 
 def _traceback(error: ErrorInfo) -> str:
-    """The error's recorded traceback, collapsed in a ``<details>`` (none if not recorded).
-
-    Escaped like every recorded value: a source line or a message is anyone's text. Folded
-    and unfolded by the browser itself (the console has no JavaScript).
-    """
-    if not error.traceback:
-        return ""
-    return (
-        '<details class="traceback"><summary>traceback</summary>'
-        f"<pre>{e(error.traceback)}</pre></details>"
-    )
+    """The error's recorded traceback, collapsed (none if not recorded)."""
+    return collapsed_traceback(error.traceback)
 
 
 def _operation_row(

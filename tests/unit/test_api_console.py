@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from api.console_page import STYLE, render_runs_page, root_of
+from api.console_page import STYLE, render_pending_page, render_runs_page, root_of
 from api.console_timeline import render_timeline_page
 from durable_agents.core.models import (
     EffectStatus,
@@ -164,6 +164,38 @@ def test_a_failed_operation_and_run_show_their_tracebacks_collapsed_and_escaped(
     # An error recorded before tracebacks were kept shows as before, without a <details>.
     old = render_timeline_page(_hostile_snapshot(), [], root="../../")
     assert "<details" not in old
+
+
+def test_a_review_shows_why_and_its_unclear_outcomes_traceback_collapsed() -> None:
+    # A note is shown as sentences a person reads, not a Python dict; the story of the
+    # attempt whose outcome is unknown is folded under it, escaped.
+    story = f'Traceback (most recent call last):\n  File "tools.py", line 9, in send\n{HOSTILE}'
+    snapshot = _hostile_snapshot()
+    note = {
+        "reason": f"outcome unknown and the call is not idempotent: {HOSTILE}",
+        "unclear": "TimeoutError: the bank did not answer",
+        "unclear_traceback": story,
+        "failures": 1,
+    }
+    record = snapshot.effects[0].replace(status=EffectStatus.NEEDS_REVIEW, note=note)
+    html = render_pending_page([], [record], root="../")
+    _no_raw(html)
+    assert "{&#x27;" not in html and "&#x27;failures&#x27;" not in html  # no dict repr
+    escaped = "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;&quot;&#x27;"
+    assert f"<dt>Why</dt><dd>outcome unknown and the call is not idempotent: {escaped}" in html
+    assert "<dt>Unclear outcome</dt><dd>TimeoutError: the bank did not answer</dd>" in html
+    assert (
+        '<details class="traceback"><summary>traceback</summary><pre>Traceback (most recent'
+        f' call last):\n  File &quot;tools.py&quot;, line 9, in send\n{escaped}</pre></details>'
+    ) in html
+    # The run's timeline shows the same for the call.
+    timeline = render_timeline_page(
+        RunSnapshot(snapshot.header, snapshot.entries, [record]), [], root="../../"
+    )
+    assert "<dt>Unclear outcome</dt>" in timeline and f"in send\n{escaped}</pre>" in timeline
+    # Once the call settled, its earlier unclear look is history: no story shown.
+    settled = record.replace(status=EffectStatus.COMMITTED, note={"unclear": "x", **note})
+    assert "Unclear outcome" not in render_pending_page([], [settled], root="../")
 
 
 def test_the_runs_list_escapes_filters_and_keeps_them_when_paging() -> None:

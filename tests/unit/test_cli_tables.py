@@ -111,7 +111,7 @@ def test_details_history_approvals_reviews_fit_80_columns() -> None:
     assert row.startswith(f"{RUN}:gather:2/charge-card:1  charge") and "12-01 20:33" in row
     narrow = reviews_table([review], 70)  # the operation id whole, the rest at its narrowest
     assert narrow.splitlines()[1].startswith(f"{RUN}:gather:2/charge-card:1  ")
-    _fits(narrow, 73)  # 43 + TOOL, ATT, NOTE at 4, 3, 4 + SINCE (kept) + the gaps
+    _fits(narrow, 73)  # 43 + TOOL, ATT, WHY at 4, 3, 4 + SINCE (kept) + the gaps
 
 
 STORY = (
@@ -243,3 +243,28 @@ def test_the_local_history_table_prints_recorded_tracebacks_too() -> None:
     assert "ValueError: bad" in table and "Traceback" not in table
     assert story.splitlines()[0] == "traceback of fetch:1 (step_failed, attempt 1):"
     assert "\x1b" not in story
+
+
+def test_reviews_say_why_in_words_and_print_the_unclear_outcomes_traceback() -> None:
+    review = {
+        "operation_id": f"{RUN}:wire:1",
+        "tool": "transfer",
+        "attempt": 2,
+        "updated_at": "2026-12-01T20:33:30.000+00:00",
+        "note": {"reason": "outcome unknown", "unclear": "TimeoutError: slow", "failures": 1},
+        "unclear": {"reason": "TimeoutError: slow", "traceback": STORY},
+    }
+    text = reviews_table([review], 200)
+    table, story = text.split("\n\n")
+    assert table.splitlines()[0].split()[-1] == "WHY"
+    assert table.splitlines()[1].endswith("outcome unknown") and "{" not in table
+    assert story.splitlines()[0] == f"traceback of {RUN}:wire:1 (unclear outcome, attempt 2):"
+    assert story.splitlines()[-1] == "  ValueError: \\x1b]0;pwned\\x07 bad"
+    # In a run's history, the call's event carries the same story.
+    events = [
+        {"event": "run_started", "run_id": RUN, "at": "2026-12-01T20:33:30.000+00:00"},
+        {"event": "side_effect_needs_review", **review, "run_id": RUN,
+         "at": "2026-12-01T20:33:31.000+00:00"},
+    ]  # fmt: skip
+    _, told = history_table(events).split("\n\n")
+    assert told.splitlines()[0] == "traceback of wire:1 (unclear outcome, attempt 2):"

@@ -24,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from durable_agents.engine.effects.records import why
+
 WIDTH = 80
 GAP = "  "
 ELLIPSIS = "…"
@@ -278,6 +280,9 @@ def traceback_stories(events: Sequence[Mapping[str, Any]], run_id: str) -> list[
             attempt = f", attempt {event['attempt']}" if event.get("attempt") else ""
             title = f"traceback of {op} ({event.get('event', '')}{attempt}):"
             stories.append("\n".join([escape_controls(title), *story]))
+        unclear = _unclear_story(event, short_op(event.get("operation_id"), run_id))
+        if unclear:
+            stories.append(unclear)
     return stories
 
 
@@ -382,9 +387,23 @@ def reviews_table(reviews: Sequence[Mapping[str, Any]], width: int = WIDTH) -> s
             str(r.get("tool", "")),
             str(r.get("attempt", "")),
             short_time(r.get("updated_at"), seconds=False),
-            str(r.get("note") or ""),
+            why(r.get("note")),
         ]
         for r in reviews
     ]
     # The operation id is what `reviews decide` takes: never clipped.
-    return fit_table(["OPERATION ID", "TOOL", "ATT", "SINCE", "NOTE"], rows, width, keep=(0, 3))
+    table = fit_table(["OPERATION ID", "TOOL", "ATT", "SINCE", "WHY"], rows, width, keep=(0, 3))
+    # Under it, the traceback of each call's unclear outcome (where the tool or lookup raised).
+    stories = [_unclear_story(r, str(r.get("operation_id", ""))) for r in reviews]
+    return "\n\n".join([table, *(s for s in stories if s)])
+
+
+def _unclear_story(effect: Mapping[str, Any], shown_as: str) -> str:
+    """The traceback of an unsettled call's unclear outcome, titled (``""`` if none)."""
+    unclear = effect.get("unclear")
+    story = traceback_lines(unclear if isinstance(unclear, Mapping) else None)
+    if not story:
+        return ""
+    attempt = f", attempt {effect['attempt']}" if effect.get("attempt") else ""
+    title = f"traceback of {shown_as} (unclear outcome{attempt}):"
+    return "\n".join([escape_controls(title), *story])

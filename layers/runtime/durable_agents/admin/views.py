@@ -14,7 +14,7 @@ from durable_agents.core.models import (
     RunSnapshot,
     SideEffectRecord,
 )
-from durable_agents.engine.effects.records import frozen_reviewers
+from durable_agents.engine.effects.records import frozen_reviewers, unclear_outcome
 from durable_agents.engine.time_limits import deadline_ms
 
 
@@ -153,6 +153,9 @@ def effect_view(record: SideEffectRecord) -> dict[str, Any]:
         "external_id": record.external_id,
         "result": _json(record.result),
         "note": record.note,
+        # Why an unsettled call's outcome is unknown, with the traceback of the exception
+        # behind it (scrubbed, bounded): what a reviewer reads first. None once settled.
+        "unclear": unclear_outcome(record),
         # Who may decide it: frozen when the call was parked (empty: REVIEW_OPERATORS; None:
         # parked before they were frozen, REVIEW_OPERATORS). Patterns only, never credentials.
         "reviewers": _reviewers(record),

@@ -83,6 +83,29 @@ def recorded_traceback(exc: BaseException) -> str | None:
     return _tail(scrub("".join(parts)), MAX_CHARS)
 
 
+def told_because(exc: BaseException, what: str, story: str | None) -> str | None:
+    """The traceback of an error the runtime raises because of an earlier recorded failure.
+
+    A batch that fails beyond its policy is such an error (``BatchFailedError``): it was
+    never raised where anything went wrong, so its own frames say nothing. Its story is the
+    recorded traceback of the failure that caused it, then its own exception line.
+
+    Args:
+        exc: The error being recorded (not raised yet).
+        what: What failed first, as a reader knows it (``branch-1 of map 'prices'``).
+        story: That failure's recorded traceback (None: it has none, nor has ``exc``).
+
+    Returns:
+        The scrubbed text, at most ``MAX_CHARS`` characters, or None.
+    """
+    if story is None:
+        return None
+    own = _told(exc, MAX_CHARS // 4, keep_inner_runtime=False)
+    joint = f"\nThe failure of {what} above made the following error:\n\n"
+    room = max(MAX_CHARS - len(own) - len(joint), 0)
+    return _tail(scrub(_tail(story.rstrip("\n") + "\n", room) + joint + own), MAX_CHARS)
+
+
 def carried(exc: BaseException) -> str | None:
     """The traceback ``exc`` was rebuilt with from the journal, if it was."""
     text = getattr(exc, ATTRIBUTE, None)

@@ -27,6 +27,7 @@ from typing import Any
 from durable_agents.core.credentials import CredentialMintError
 from durable_agents.core.models import EffectChange, EffectStatus, SideEffectRecord
 from durable_agents.core.serde import canonical_json
+from durable_agents.core.tracebacks import recorded_traceback
 from durable_agents.engine import crash_budget
 from durable_agents.engine.effects import compensation
 from durable_agents.engine.effects.records import (
@@ -151,7 +152,8 @@ class SideEffectProtocol(EffectWrites):
         except ToolRejectedError as exc:
             return self._commit_error(record, exc, how="rejected")
         except Exception as exc:
-            return self._retry_later(record, f"{type(exc).__name__}: {exc}")
+            reason = f"{type(exc).__name__}: {exc}"
+            return self._retry_later(record, reason, story=recorded_traceback(exc))
         self.hooks.after_execute(record.operation_id, record.attempt)
         if isinstance(outcome, ToolResult):
             return self._commit_result(
@@ -203,11 +205,16 @@ class SideEffectProtocol(EffectWrites):
         except CredentialMintError as exc:
             return self.credentials_failed(tool, record, exc)
         verdict: Any = Unknown("the tool declares no lookup")
+        lookup_failed: tuple[str, str | None] | None = None
         if tool.lookup is not None:
             try:
                 verdict = tool.lookup(request, call)
             except Exception as exc:
-                verdict = Unknown(f"lookup failed: {type(exc).__name__}: {exc}")
+                lookup_failed = (
+                    f"lookup failed: {type(exc).__name__}: {exc}",
+                    recorded_traceback(exc),
+                )
+                verdict = Unknown(lookup_failed[0])
         if isinstance(verdict, Found):
             return self._commit_result(
                 tool, record, verdict.value, verdict.external_id, how="found"
@@ -251,6 +258,7 @@ class SideEffectProtocol(EffectWrites):
             tool,
             record,
             f"outcome unknown and the call is not idempotent, not reversible: {reason}",
+            unclear=lookup_failed,
         )
 
     def abandon(self, tool: Tool[Any, Any], record: SideEffectRecord) -> Settled:

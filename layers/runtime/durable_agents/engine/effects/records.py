@@ -22,6 +22,11 @@ claim count exactly once across crashes. The keys:
 ``retry_granted``, ``retry_attempt``
     A person decided ``retry``; the next claim consumes the grant by recording its own attempt.
     Only that attempt executes without a lookup or a review.
+``unclear``, ``unclear_traceback``
+    Why the last look at the call left its outcome unknown (the exception an execution or a
+    lookup raised, or why it chose to wait), and that exception's traceback (scrubbed and
+    bounded, ``durable_agents.core.tracebacks``): what a reviewer reads to decide. Shown while
+    the call is unsettled (``unclear_outcome``); kept, as history, once it settles.
 ``frozen_reviewers``, ``reviewers_unknown``
     Who may decide the call in review, frozen when it was parked (its tool's ``reviewers``;
     empty: ``REVIEW_OPERATORS``), so that a redeploy meanwhile changes nothing; and why nobody's
@@ -36,7 +41,7 @@ claim count exactly once across crashes. The keys:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +61,9 @@ _DECISION_KEYS = (
 FROZEN_REVIEWERS = "frozen_reviewers"
 NOTHING_SENT = "nothing_sent"
 REVIEWERS_UNKNOWN = "reviewers_unknown"
+UNCLEAR = "unclear"
+UNCLEAR_TRACEBACK = "unclear_traceback"
+_UNSETTLED = frozenset({EffectStatus.PREPARED, EffectStatus.NEEDS_REVIEW})
 
 
 def idempotency_key(operation_id: str) -> str:
@@ -141,9 +149,56 @@ def release_note(record: SideEffectRecord, *, executed: bool, **extra: Any) -> d
     return note
 
 
-def failed_note(record: SideEffectRecord, reason: str) -> dict[str, Any]:
-    """The note after an execution that ran and failed unclearly (one more failure)."""
-    return release_note(record, executed=True, unclear=reason, failures=failures(record) + 1)
+def failed_note(record: SideEffectRecord, reason: str, story: str | None) -> dict[str, Any]:
+    """The note after an execution that ran and failed unclearly (one more failure).
+
+    Args:
+        record: The record as read.
+        reason: The exception's type and message.
+        story: Its recorded traceback (``tracebacks.recorded_traceback``), if any.
+    """
+    note = release_note(record, executed=True, failures=failures(record) + 1)
+    return with_unclear(note, reason, story)
+
+
+def with_unclear(note: dict[str, Any], reason: str, story: str | None) -> dict[str, Any]:
+    """``note`` saying why the outcome is unknown now (an earlier look's story is replaced)."""
+    out = {**note, UNCLEAR: reason}
+    out.pop(UNCLEAR_TRACEBACK, None)
+    if story is not None:
+        out[UNCLEAR_TRACEBACK] = story
+    return out
+
+
+def why(note: Any) -> str:
+    """A record's note in one line for a person: why it was parked, or why it is unclear.
+
+    Args:
+        note: A record's ``note`` (a mapping; any other value is shown as its text).
+
+    Returns:
+        The review's reason, else the last unclear look's, else ``""``.
+    """
+    if not isinstance(note, Mapping):
+        return "" if note is None else str(note)
+    for key in ("reason", UNCLEAR):
+        if isinstance(note.get(key), str):
+            return str(note[key])
+    return ""
+
+
+def unclear_outcome(record: SideEffectRecord) -> dict[str, Any] | None:
+    """Why an unsettled call's outcome is unknown: ``{"reason", "traceback"}``, or None.
+
+    None once the call has settled (its earlier unclear looks stay in ``note`` as history),
+    and for a call nobody has found unclear (a holder died silently: no exception to tell).
+    """
+    note = record.note or {}
+    reason = note.get(UNCLEAR)
+    if record.status not in _UNSETTLED or not isinstance(reason, str):
+        return None
+    story = note.get(UNCLEAR_TRACEBACK)
+    return {"reason": reason, "traceback": story if isinstance(story, str) else None}
 
 
 def review_note(

@@ -34,6 +34,7 @@ from durable_agents.engine.effects.records import (
     operation_name,
     release_note,
     review_note,
+    with_unclear,
 )
 from durable_agents.engine.invocation import NO_HOOKS, InvocationHooks
 from durable_agents.engine.ports import InvocationStore
@@ -83,18 +84,31 @@ class EffectWrites:
         # commit then also wakes the run, in the same transaction.
         self.resume_run = False
 
-    def needs_review(self, tool: Tool[Any, Any], record: SideEffectRecord, reason: str) -> Settled:
+    def needs_review(
+        self,
+        tool: Tool[Any, Any],
+        record: SideEffectRecord,
+        reason: str,
+        *,
+        unclear: tuple[str, str | None] | None = None,
+    ) -> Settled:
         """Parks the call for a person and pauses the run (one transaction).
 
         Who may decide is frozen into the record now — ``tool.reviewers`` of the code parking
         it — so that a redeploy before the decision cannot change it (``review.reviewers_of``).
+
+        Args:
+            tool: The tool as deployed in the parking process.
+            record: The record as read (the write's condition).
+            reason: Why a person has to decide.
+            unclear: The exception that left the outcome unknown in this look (a failed
+                lookup): its type and message, and its traceback, kept for the reviewer.
         """
         now = self.clock.now_ms()
-        parked = record.replace(
-            status=EffectStatus.NEEDS_REVIEW,
-            updated_at_ms=now,
-            note=review_note(record, reason, tool.reviewers),
-        )
+        note = review_note(record, reason, tool.reviewers)
+        if unclear is not None:
+            note = with_unclear(note, *unclear)
+        parked = record.replace(status=EffectStatus.NEEDS_REVIEW, updated_at_ms=now, note=note)
         pause = RunChange(
             expected=frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED, RunStatus.PAUSED}),
             status=RunStatus.PAUSED,
@@ -174,7 +188,8 @@ class EffectWrites:
             if nothing_sent:  # certain: the call fails, typed, and the agent can handle it
                 return self._commit_error(record, exc, how="gave_up")
             return self.needs_review(tool, record, str(exc))
-        note = release_note(record, executed=False, unclear=str(exc), failures=failures(record) + 1)
+        released = release_note(record, executed=False, failures=failures(record) + 1)
+        note = with_unclear(released, str(exc), None)  # the reason says it all: no story
         if nothing_sent:
             note[NOTHING_SENT] = True
         return self._retry_later(record, str(exc), executed=False, note=note)
@@ -248,7 +263,19 @@ class EffectWrites:
         not_before_ms: int = 0,
         executed: bool = True,
         note: dict[str, Any] | None = None,
+        story: str | None = None,
     ) -> Settled:
+        """Releases the call for a later look, and suspends the run until then.
+
+        Args:
+            record: The record as read (the write's condition).
+            reason: Why the outcome is unknown (an exception's type and message, or why the
+                look chose to wait).
+            not_before_ms: Not looked at again before this time.
+            executed: Whether this holder called the tool (a failure that counts).
+            note: The note to write instead of the one made from the above.
+            story: The traceback of the exception behind ``reason``, if there was one.
+        """
         now = self.clock.now_ms()
         delay_ms = int(
             UNCLEAR_BACKOFF.delay_seconds(record.attempt, seed=record.operation_id) * 1000
@@ -264,9 +291,9 @@ class EffectWrites:
             # to wait is not.
             note=note
             or (
-                failed_note(record, reason)
+                failed_note(record, reason, story)
                 if executed
-                else release_note(record, executed=False, unclear=reason)
+                else with_unclear(release_note(record, executed=False), reason, story)
             ),
         )
         suspend = RunChange(

@@ -26,11 +26,11 @@ never asks the policy again, so runs recorded by earlier code replay as they did
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from types import FunctionType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -39,6 +39,7 @@ from durable_agents.core.models import Entry, EntryType, ErrorInfo, OpKind
 from durable_agents.core.serde import Serdes, decode, decode_value, encode, encode_value, error_info
 from durable_agents.core.serde_errors import rebuild_error
 from durable_agents.core.serde_values import from_tagged
+from durable_agents.core.tracebacks import told_because
 from durable_agents.engine.invocation import Invocation, Reason
 from durable_agents.engine.operations.batch_result import (
     ALL_SUCCESSFUL,
@@ -82,7 +83,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-@dataclass(slots=True)
+@dataclasses.dataclass(slots=True)
 class _Branch:
     index: int
     position: str
@@ -230,7 +231,7 @@ def run_batch(
     raise SuspendExecution(Reason.EXTERNAL, detail=detail)
 
 
-@dataclass
+@dataclasses.dataclass
 class _Tally:
     """Running counts of a batch's branches, kept up to date as branches change."""
 
@@ -385,7 +386,7 @@ def _complete(
     if reason == _EXCEEDED and raises:
         # Recorded with the outcome as its value too, so a replay rebuilds ``exc.result``.
         names = [_label(s) for s in states]
-        info = error_info(BatchFailedError.of_batch(label, batch, names))
+        info = _recorded(BatchFailedError.of_batch(label, batch, names), label)
         failed = inv.entry(
             position, op_id, kind, name, EntryType.FAILED, value=encode(outcome), error=info
         )
@@ -418,6 +419,19 @@ def _warn(label: str, batch: BatchResult[Any], op_id: str) -> None:
         batch.total_count,
         first.get("type", "unknown"),
         first.get("message", ""),
+    )
+
+
+def _recorded(exc: BatchFailedError, label: str) -> ErrorInfo:
+    """The batch's error as recorded, with its first failed branch's story as its traceback.
+
+    The error is built, not raised, where the batch ends: its own frames would tell nothing.
+    """
+    info = error_info(exc)
+    story = exc.errors[0].get("traceback") if exc.errors else None
+    what = f"{exc.failed_branches[0]} of {label}" if exc.failed_branches else label
+    return dataclasses.replace(
+        info, traceback=told_because(exc, what, story if isinstance(story, str) else None)
     )
 
 
