@@ -116,6 +116,14 @@ class _DryRunStore(InvocationStore):
         """
         return self._store.get_run(run_id)
 
+    def load(self, run_id: str) -> RunSnapshot:
+        """The store's ``load``.
+
+        Raises:
+            RunNotFoundError: If there is no such run.
+        """
+        return self._store.load(run_id)
+
     def get_wait(self, wait_id: str) -> WaitRecord:
         """The store's ``get_wait``.
 

@@ -47,6 +47,10 @@ def run_view(header: RunHeader) -> dict[str, Any]:
         "execution_deadline": iso(deadline_ms(header)),
         # How many times it continued as new (ADR 0016); its history is per generation.
         "generation": header.generation,
+        # A rerun's origin (durable_agents.engine.reruns): the run it re-runs, and from where.
+        "rerun_of": (header.rerun or {}).get("of"),
+        "rerun_from": (header.rerun or {}).get("from"),
+        "rerun": header.rerun,
     }
 
 

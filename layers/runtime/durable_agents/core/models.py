@@ -264,6 +264,13 @@ class RunHeader:
             for runs from before it was recorded.
         generation: How many times the run continued as new (``durable_agents.engine.generations``):
             ``load`` reads only this generation's entries; 0 for a run that never did.
+        rerun: For a re-run of a finished run (``durable_agents.engine.reruns``), what it
+            re-runs, written when it is created and never changed: ``of`` (the run re-run),
+            ``from`` (the operation it re-runs from, as asked), ``position`` (the top-level
+            position its own execution starts at; None: after every copied operation),
+            ``chain`` (every earlier run whose side effects it may reuse, oldest first),
+            ``repeat_effects`` and ``copied`` (how many of ``of``'s entries its journal
+            starts with). None for any other run.
     """
 
     run_id: str
@@ -289,6 +296,7 @@ class RunHeader:
     stamp_due_at_ms: int | None = None
     event_names: frozenset[str] = frozenset()
     generation: int = 0
+    rerun: dict[str, Any] | None = None
 
     def replace(self, **changes: Any) -> RunHeader:
         """Returns a copy with ``changes`` applied."""

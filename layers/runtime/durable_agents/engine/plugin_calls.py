@@ -25,6 +25,7 @@ from durable_agents.core.models import (
     OpKind,
     RunChange,
     RunHeader,
+    RunSnapshot,
     WaitChange,
     WaitRecord,
 )
@@ -477,6 +478,14 @@ class _ObservedStore(InvocationStore):
             Exception: Whatever the store raises.
         """
         return self._store.get_run(run_id)
+
+    def load(self, run_id: str) -> RunSnapshot:
+        """The store's ``load``.
+
+        Raises:
+            Exception: Whatever the store raises.
+        """
+        return self._store.load(run_id)
 
     def get_wait(self, wait_id: str) -> WaitRecord:
         """The store's ``get_wait``.

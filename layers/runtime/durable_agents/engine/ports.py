@@ -29,6 +29,7 @@ from durable_agents.core.models import (
     Entry,
     RunChange,
     RunHeader,
+    RunSnapshot,
     WaitChange,
     WaitRecord,
 )
@@ -79,6 +80,14 @@ class InvocationStore(Protocol):
 
     def get_run(self, run_id: str) -> RunHeader:
         """Returns the run header (strongly consistent read).
+
+        Raises:
+            RunNotFoundError: If there is no such run.
+        """
+        ...
+
+    def load(self, run_id: str) -> RunSnapshot:
+        """Returns a run's header and current generation (strongly consistent reads).
 
         Raises:
             RunNotFoundError: If there is no such run.

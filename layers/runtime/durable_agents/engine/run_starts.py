@@ -64,11 +64,13 @@ def new_header(
     idempotency_key: str | None,
     tenant: str,
     execution_timeout: float | None,
+    version: str | None = None,
 ) -> RunHeader:
-    """The header a run of the latest version of ``agent_name`` starts with.
+    """The header a run of ``agent_name`` starts with: its latest version, or ``version``.
 
     Raises:
         AgentNotFoundError: If no such agent is registered.
+        VersionNotDeployedError: If ``version`` is given and not deployed.
         InputValidationError: If the input does not match the agent's input type.
         PayloadError: If the input cannot be recorded (for example it holds a secret).
         InvalidNameError: If ``idempotency_key`` is empty, too long or not printable
@@ -80,7 +82,9 @@ def new_header(
         # Before any journal sees it: each backend would fail differently (or not at all).
         check_idempotency_key(idempotency_key)
     limit_ms = timeout_to_ms(execution_timeout)
-    definition = registry.latest(agent_name)
+    definition = (
+        registry.latest(agent_name) if version is None else registry.pinned(agent_name, version)
+    )
     value = validate_input(definition, input_value)
     input_json = encode(value, definition.input_type)
     now = clock.now_ms()

@@ -27,7 +27,9 @@ from durable_agents.core.models import (
     RunSnapshot,
     RunStatus,
 )
+from durable_agents.core.serde import decode
 from durable_agents.core.tenancy import DEFAULT_TENANT
+from durable_agents.engine import reruns
 from durable_agents.engine.cancellation import prepare, settle_leftovers, stop_run
 from durable_agents.engine.drive import drive, root_context
 from durable_agents.engine.events import (
@@ -53,9 +55,7 @@ from durable_agents.engine.sticky.driving import drive_sticky
 from durable_agents.engine.sticky.parked_turn import AGENT_BUDGET, Limits, go_on
 from durable_agents.engine.sticky.parking import ParkedRun, StickyRuns, WriteTally
 from durable_agents.engine.wait_scheduler import WaitScheduler
-from durable_agents.errors import (
-    VersionUnavailableError,
-)
+from durable_agents.errors import IdempotencyConflictError, VersionUnavailableError
 from durable_agents.journal.store import JournalStore
 from durable_agents.llm.types import LlmProvider, StreamSink
 from durable_agents.plugins import Plugin, RunStartInfo
@@ -274,6 +274,9 @@ class Runtime(RuntimeParts):
     ) -> InvocationOutcome:
         """``execute``, within its plugins' span (``started_ms``: when the invocation began)."""
         snapshot = self.store.load(run_id)
+        if snapshot.header.rerun is not None:
+            # A rerun whose copy a crash cut short is completed before anything replays.
+            snapshot = reruns.complete_copy(self.store, snapshot)
         # Taken at once, so that every way out of this invocation leaves no parked agent of
         # the run behind but the one it parks itself (``parked_turn.go_on`` or
         # ``agent_drive.drive_sticky`` consumes it).
@@ -402,3 +405,86 @@ class Runtime(RuntimeParts):
             RunStateConflictError: If the run has already finished.
         """
         return redrive(self.store, self.clock, self.publisher, run_id)
+
+    def rerun(
+        self,
+        run_id: str,
+        from_: str = reruns.FAILED,
+        *,
+        version: str | None = None,
+        input_value: Any = reruns.SAME_INPUT,
+        repeat_effects: bool = False,
+        idempotency_key: str | None = None,
+        dry_run: bool = False,
+        bulk: str | None = None,
+    ) -> tuple[reruns.RerunPlan, RunHeader | None, bool]:
+        """Re-runs a finished run from one of its operations (``durable_agents.engine.reruns``).
+
+        The rerun belongs to the original's tenant and agent; it runs ``version`` (the deployed
+        one by default) on the original's input or ``input_value``. The same request twice
+        makes one rerun (its idempotency key is derived from the request unless given).
+
+        Args:
+            run_id: The finished run to re-run.
+            from_: ``start``, ``failed`` or an operation as its timeline shows it.
+            version: The agent version to run (None: the latest deployed).
+            input_value: The replacement input (``SAME_INPUT``: the original's).
+            repeat_effects: Run every side effect again instead of reusing the chain's.
+            idempotency_key: The rerun's key (None: derived from this request).
+            dry_run: Only plan: nothing is written, no run created.
+            bulk: The key of the bulk request making this rerun (kept on the rerun, so that
+                the same request never re-runs it in turn).
+
+        Returns:
+            The plan, the rerun's header (None for a dry run) and whether this call created it.
+
+        Raises:
+            RunNotFoundError: If there is no such run.
+            RerunRefusedError: If it cannot be re-run now (see ``reruns``).
+            UnknownOperationError: If ``from_`` names no operation of the run.
+            VersionNotDeployedError: If ``version`` is not deployed.
+            AgentNotFoundError: If the run's agent is no longer deployed.
+            InputValidationError: If the input does not match the version's input type.
+            IdempotencyConflictError: If the key was used for another rerun.
+        """
+        plan = reruns.plan(self.store, run_id, from_, repeat_effects=repeat_effects)
+        original = plan.original
+        same_input = input_value is reruns.SAME_INPUT
+        value = decode(original.input) if same_input else input_value
+        key = idempotency_key or reruns.rerun_key(
+            run_id,
+            {
+                "from": from_,
+                "version": version,
+                "input": None if same_input else value,
+                "same_input": same_input,
+                "repeat_effects": repeat_effects,
+                "bulk": bulk,
+            },
+        )
+        header = new_header(
+            self.registry,
+            self.clock,
+            original.agent,
+            value,
+            run_id=self._new_run_id(),
+            parent_run_id=None,
+            idempotency_key=key,
+            tenant=original.tenant,
+            execution_timeout=None,
+            version=version,
+        )
+        if dry_run:
+            return plan, None, False
+        header = reruns.rerun_header(plan, header, repeat_effects=repeat_effects, bulk=bulk)
+        stored, created = self.store.create_run(header)
+        if stored.rerun is None or stored.rerun.get("of") != run_id:
+            raise IdempotencyConflictError(key, stored.run_id)
+        # The copy, then the first Step Ready: also for a repeated request, whose first
+        # attempt may have died between creating the run and either.
+        reruns.copy_entries(self.store, stored, plan.copied)
+        events = [reruns.started_event(stored)]
+        if stored.status is RunStatus.RUNNING:
+            events.append(step_ready(stored.run_id, "rerun"))
+        self.publisher.publish(events)
+        return plan, stored, created

@@ -326,6 +326,8 @@ class ItemCodec:
             item["event_names"] = {"SS": sorted(header.event_names)}
         if header.generation:
             item["generation"] = {"N": str(header.generation)}
+        if header.rerun is not None:
+            item["rerun"] = {"S": json.dumps(header.rerun, sort_keys=True)}
         self.check_header_update(header.run_id, item)
         return item
 
@@ -360,6 +362,7 @@ class ItemCodec:
             # Headers written before it was recorded: no names (nothing to find by them).
             event_names=frozenset(item.get("event_names", {}).get("SS", ())),
             generation=opt_int(item, "generation") or 0,  # never continued as new: 0
+            rerun=json.loads(item["rerun"]["S"]) if "rerun" in item else None,
         )
 
     def effect_item(

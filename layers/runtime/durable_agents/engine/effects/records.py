@@ -27,6 +27,12 @@ claim count exactly once across crashes. The keys:
     lookup raised, or why it chose to wait), and that exception's traceback (scrubbed and
     bounded, ``durable_agents.core.tracebacks``): what a reviewer reads to decide. Shown while
     the call is unsettled (``unclear_outcome``); kept, as history, once it settles.
+``rerun_original``
+    For a rerun's call parked because an earlier run of its chain made the same tool call
+    with another request (or has not settled it): that call (run, operation, status, request,
+    result), for the reviewer to compare (``durable_agents.engine.reruns``).
+``reused_from``
+    A rerun's call that reused an earlier run's result instead of executing: which one.
 ``frozen_reviewers``, ``reviewers_unknown``
     Who may decide the call in review, frozen when it was parked (its tool's ``reviewers``;
     empty: ``REVIEW_OPERATORS``), so that a redeploy meanwhile changes nothing; and why nobody's
@@ -62,6 +68,8 @@ FROZEN_REVIEWERS = "frozen_reviewers"
 NOTHING_SENT = "nothing_sent"
 REVIEWERS_UNKNOWN = "reviewers_unknown"
 UNCLEAR = "unclear"
+RERUN_ORIGINAL = "rerun_original"
+REUSED_FROM = "reused_from"
 UNCLEAR_TRACEBACK = "unclear_traceback"
 _UNSETTLED = frozenset({EffectStatus.PREPARED, EffectStatus.NEEDS_REVIEW})
 

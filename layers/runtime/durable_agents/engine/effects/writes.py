@@ -28,6 +28,7 @@ from durable_agents.engine import crash_budget
 from durable_agents.engine.effects.records import (
     NEVER_MS,
     NOTHING_SENT,
+    RERUN_ORIGINAL,
     Settled,
     failed_note,
     failures,
@@ -91,6 +92,7 @@ class EffectWrites:
         reason: str,
         *,
         unclear: tuple[str, str | None] | None = None,
+        original: SideEffectRecord | None = None,
     ) -> Settled:
         """Parks the call for a person and pauses the run (one transaction).
 
@@ -103,11 +105,22 @@ class EffectWrites:
             reason: Why a person has to decide.
             unclear: The exception that left the outcome unknown in this look (a failed
                 lookup): its type and message, and its traceback, kept for the reviewer.
+            original: For a rerun, the call of an earlier run in its chain the review is
+                about (``engine.reruns``): named in the note, with its request and result.
         """
         now = self.clock.now_ms()
         note = review_note(record, reason, tool.reviewers)
         if unclear is not None:
             note = with_unclear(note, *unclear)
+        if original is not None:
+            note[RERUN_ORIGINAL] = {
+                "run_id": original.run_id,
+                "operation_id": original.operation_id,
+                "status": original.status.value,
+                "canonical_request": original.canonical_request,
+                "result": original.result,
+                "external_id": original.external_id,
+            }
         parked = record.replace(status=EffectStatus.NEEDS_REVIEW, updated_at_ms=now, note=note)
         pause = RunChange(
             expected=frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED, RunStatus.PAUSED}),

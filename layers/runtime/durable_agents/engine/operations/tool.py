@@ -6,11 +6,12 @@ from typing import TYPE_CHECKING, Any
 
 from durable_agents.core.leases import lease_end, lease_expired
 from durable_agents.core.models import EffectStatus, OpKind, RunStatus
+from durable_agents.engine import reruns
 from durable_agents.engine.effects.protocol import Settled, SideEffectProtocol
 from durable_agents.engine.events import OutgoingEvent
 from durable_agents.engine.fingerprints import ToolFingerprint
 from durable_agents.engine.invocation import Invocation, Reason
-from durable_agents.errors import EffectConflictError, SuspendExecution
+from durable_agents.errors import EffectConflictError, EntryConflictError, SuspendExecution
 from durable_agents.tools import Tool
 
 if TYPE_CHECKING:
@@ -32,12 +33,27 @@ def run_tool(ctx: OperationScope, tool: Tool[Any, Any], request: Any, name: str)
         # Built after the budget check: a parked agent goes on here in a later invocation.
         protocol = _protocol(inv)
         inv.hooks.before_claim(op_id)
+        # A rerun first asks its chain's ledger: a call already made is not made again.
+        found = reruns.match(inv.store, inv.header, tool, request, position)
+        if found is not None and found.reuse is not None:
+            try:
+                entry, _ = reruns.reuse(
+                    protocol, inv.run_id, position, op_id, tool, request, found.reuse
+                )
+            except (EffectConflictError, EntryConflictError) as exc:
+                raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+            inv.executed.append(op_id)
+            protocol.hooks.after_record(op_id)
+            return inv.replay(entry, tool.result_type)
         try:
             effect = protocol.prepare(inv.run_id, position, op_id, tool, request)
         except EffectConflictError as exc:
             raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
         inv.executed.append(op_id)
-        settled = protocol.execute(tool, effect)
+        if found is not None and found.review is not None:
+            settled = protocol.needs_review(tool, effect, found.review, original=found.original)
+        else:
+            settled = protocol.execute(tool, effect)
     elif effect.status is EffectStatus.PREPARED:
         if not lease_expired(effect.lease_expires_at_ms, inv.now_ms()):
             # Someone holds the call, or an unclear outcome waits for its next look.

@@ -103,6 +103,14 @@ class _RefusingStore(InvocationStore):
         """
         raise _refused("get_run")
 
+    def load(self, run_id: str) -> RunSnapshot:
+        """Refuses the read.
+
+        Raises:
+            ParkedRunAbandonedError: Always.
+        """
+        raise _refused("load")
+
     def get_wait(self, wait_id: str) -> WaitRecord:
         """Refuses the read.
 
@@ -188,6 +196,14 @@ class WriteTally(InvocationStore):
             Exception: Whatever the store raises.
         """
         return self.inner.get_run(run_id)
+
+    def load(self, run_id: str) -> RunSnapshot:
+        """The inner store's ``load``.
+
+        Raises:
+            Exception: Whatever the store raises.
+        """
+        return self.inner.load(run_id)
 
     def get_wait(self, wait_id: str) -> WaitRecord:
         """The inner store's ``get_wait``.

@@ -1,0 +1,199 @@
+"""Re-run after the fix without paying twice (issue 35), on every journal.
+
+An agent charges a card, then fails in a later step because of a bug. After the fix (version 2)
+a rerun from the failed operation succeeds with one charge in the provider's ledger; a rerun
+from the start reuses the charge; a rerun whose fixed code asks another amount puts that
+charge in review; a rerun with ``repeat_effects`` charges again (after listing it). The same
+request twice makes one rerun; a run that is not finished, or whose call is not settled, is
+refused; a copy cut short by a crash is finished by the rerun's first invocation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from durable_agents import NO_RETRY, AgentRegistry, DurableContext, SkipClock
+from durable_agents import agent as agent_decorator
+from durable_agents.admin.review import Decision, ReviewRequest, resolve
+from durable_agents.core.models import EffectStatus, RunStatus
+from durable_agents.engine import reruns
+from durable_agents.engine.events import CollectingPublisher
+from durable_agents.engine.runtime import Runtime
+from durable_agents.journal.store import JournalStore
+from durable_agents.tools import ToolCall, ToolRegistry, ToolResult, tool
+from tests.contract.test_side_effects_contract import Payment, Provider, Receipt
+from tests.contract.test_versions_contract import drive
+
+
+class Shop:
+    """One deployment's tools and agent versions, against one provider."""
+
+    def __init__(self, provider: Provider):
+        self.provider = provider
+        registry = ToolRegistry()
+        self.tools = registry
+
+        @tool(name="charge", registry=registry)  # no lookup, not idempotent: never repeated
+        def charge(request: Payment, call: ToolCall) -> ToolResult[Receipt]:
+            return provider.charge(request, call)
+
+        self.charge = charge
+
+    def version(self, cents: int, *, buggy: bool) -> Any:
+        charge = self.charge
+
+        def checkout(ctx: DurableContext, order: dict[str, Any]) -> dict[str, Any]:
+            total = ctx.step(lambda: order["cents"], name="price")
+            receipt = ctx.tool(charge, Payment(customer=order["customer"], cents=cents or total))
+            label = ctx.step(lambda: "label" if not buggy else 1 / 0, name="ship", retry=NO_RETRY)
+            return {"payment": receipt.payment_id, "label": label}
+
+        return checkout
+
+
+def deployment(
+    journal: JournalStore, clock: SkipClock, shop: Shop, *versions: tuple[str, Any]
+) -> Runtime:
+    registry = AgentRegistry()
+    for version, fn in versions:
+        agent_decorator(name="checkout", version=version, registry=registry)(fn)
+    return Runtime(journal, registry=registry, clock=clock, publisher=CollectingPublisher())
+
+
+ORDER = {"customer": "c-1", "cents": 500}
+
+
+@pytest.fixture
+def failed(journal: JournalStore) -> tuple[Runtime, Shop, str]:
+    """A run that charged 500 cents, then failed in ``ship``; version 2 (the fix) deployed."""
+    clock = SkipClock()
+    shop = Shop(Provider(dedupe=False))
+    v1 = deployment(journal, clock, shop, ("1", shop.version(0, buggy=True)))
+    run, _ = v1.start_run("checkout", ORDER)
+    assert drive(v1, run.run_id) is RunStatus.FAILED
+    assert len(shop.provider.ledger) == 1
+    fixed = deployment(
+        journal,
+        clock,
+        shop,
+        ("1", shop.version(0, buggy=True)),
+        ("2", shop.version(0, buggy=False)),
+    )
+    return fixed, shop, run.run_id
+
+
+def test_a_rerun_from_the_failed_operation_succeeds_with_one_charge(
+    failed: tuple[Runtime, Shop, str],
+) -> None:
+    rt, shop, run_id = failed
+    plan, header, created = rt.rerun(run_id, "failed")
+    assert created and header is not None and plan.label == "ship:3"
+    assert header.rerun is not None and header.rerun["of"] == run_id
+    assert header.versions["workflow_version"] == "2"
+    assert drive(rt, header.run_id) is RunStatus.SUCCEEDED
+    assert len(shop.provider.ledger) == 1  # the charge was replayed from the copy
+    published = [e.detail_type for e in rt.publisher.events]  # type: ignore[attr-defined]
+    assert reruns.RUN_RERUN_STARTED in published
+
+
+def test_a_rerun_from_the_start_reuses_the_charge(failed: tuple[Runtime, Shop, str]) -> None:
+    rt, shop, run_id = failed
+    plan, header, _ = rt.rerun(run_id, "start")
+    assert header is not None and plan.copied == ()
+    assert [r.tool for r in plan.effects_after] == ["charge"]  # listed: would be reused
+    assert drive(rt, header.run_id) is RunStatus.SUCCEEDED
+    assert len(shop.provider.ledger) == 1
+    (effect,) = rt.store.load(header.run_id).effects
+    assert effect.status is EffectStatus.COMMITTED
+    assert (effect.note or {})["reused_from"]["run_id"] == run_id
+    # Its rerun in turn reuses it again (the chain's ledger), still without charging.
+    _, again, _ = rt.rerun(header.run_id, "start")
+    assert again is not None and again.rerun is not None
+    assert again.rerun["chain"] == [run_id, header.run_id]
+    assert drive(rt, again.run_id) is RunStatus.SUCCEEDED
+    assert len(shop.provider.ledger) == 1
+
+
+def test_a_different_amount_goes_to_review_and_charges_only_when_a_person_says_so(
+    journal: JournalStore, failed: tuple[Runtime, Shop, str]
+) -> None:
+    rt, shop, run_id = failed
+    asks_more = deployment(
+        journal,
+        rt.clock,
+        shop,
+        ("1", shop.version(0, buggy=True)),
+        ("3", shop.version(700, buggy=False)),
+    )  # type: ignore[arg-type]
+    _, header, _ = asks_more.rerun(run_id, "start")
+    assert header is not None
+    assert drive(asks_more, header.run_id) is RunStatus.PAUSED
+    (review,) = [r for r in journal.effects_in_review() if r.run_id == header.run_id]
+    note = review.note or {}
+    assert "already did charge" in note["reason"] and '"cents":700' in note["reason"]
+    assert note["rerun_original"]["run_id"] == run_id
+    assert len(shop.provider.ledger) == 1  # nothing charged before the decision
+    resolve(
+        journal,
+        shop.tools,
+        asks_more.clock,
+        review.operation_id,
+        ReviewRequest(decision=Decision.RETRY, decided_by="user:ops"),
+    )
+    asks_more.clock.advance(60_000)  # type: ignore[attr-defined]  # past the clock-skew margin
+    assert drive(asks_more, header.run_id) is RunStatus.SUCCEEDED
+    assert [p["cents"] for p in shop.provider.ledger] == [500, 700]
+
+
+def test_repeat_effects_charges_again_after_listing_it(failed: tuple[Runtime, Shop, str]) -> None:
+    rt, shop, run_id = failed
+    plan, dry, _ = rt.rerun(run_id, "start", repeat_effects=True, dry_run=True)
+    assert dry is None and [r.operation_id for r in plan.effects_after] == [f"{run_id}:charge:2"]
+    assert plan.describe()["effects_after"][0]["request"] == {"customer": "c-1", "cents": 500}
+    _, header, _ = rt.rerun(run_id, "start", repeat_effects=True)
+    assert header is not None
+    assert drive(rt, header.run_id) is RunStatus.SUCCEEDED
+    assert len(shop.provider.ledger) == 2
+
+
+def test_the_same_request_twice_makes_one_rerun(failed: tuple[Runtime, Shop, str]) -> None:
+    rt, _, run_id = failed
+    _, first, created = rt.rerun(run_id, "failed")
+    _, second, again = rt.rerun(run_id, "failed")
+    assert first is not None and second is not None
+    assert created and not again and second.run_id == first.run_id
+    _, other, _ = rt.rerun(run_id, "start")  # another request: another rerun
+    assert other is not None and other.run_id != first.run_id
+
+
+def test_refusals_say_why(journal: JournalStore, failed: tuple[Runtime, Shop, str]) -> None:
+    rt, _, run_id = failed
+    with pytest.raises(reruns.UnknownOperationError, match="no operation 'pay'"):
+        rt.rerun(run_id, "pay")
+    _, header, _ = rt.rerun(run_id, "start")
+    assert header is not None
+    with pytest.raises(reruns.RerunRefusedError, match="only a finished run"):
+        rt.rerun(header.run_id, "start")  # still RUNNING
+
+
+def test_a_copy_cut_short_is_finished_by_the_first_invocation(
+    failed: tuple[Runtime, Shop, str],
+) -> None:
+    rt, shop, run_id = failed
+    plan = reruns.plan(rt.store, run_id, "failed")
+    assert len(plan.copied) >= 3
+    # What a crash after the header and the first entry leaves: the rest is written later.
+    real = reruns.copy_entries
+    try:
+        reruns.copy_entries = lambda store, header, copied: real(store, header, copied[:1])  # type: ignore[assignment]
+        _, header, _ = rt.rerun(run_id, "failed")
+    finally:
+        reruns.copy_entries = real  # type: ignore[assignment]
+    assert header is not None
+    assert not reruns.copy_complete(rt.store.load(header.run_id))
+    assert drive(rt, header.run_id) is RunStatus.SUCCEEDED
+    copied = [e for e in rt.store.load(header.run_id).entries if e.meta.get("copied_from")]
+    assert len(copied) == len(plan.copied)
+    assert len(shop.provider.ledger) == 1
