@@ -33,6 +33,7 @@ from api.routes import (
     callbacks,
     console,
     openapi_doc,
+    reruns,
     reviews,
     run_events,
     run_stops,
@@ -67,6 +68,7 @@ from durable_agents.engine.inbox import (
     RunNotAcceptingEventsError,
     TooManyEventNamesError,
 )
+from durable_agents.engine.reruns import RerunRefusedError, UnknownOperationError
 from durable_agents.engine.run_starts import InputValidationError
 from durable_agents.engine.wait_records import WaitGoneError, closed_for_finished_run
 from durable_agents.errors import (
@@ -207,6 +209,9 @@ ERROR_STATUS: dict[type[Exception], HTTPStatus] = {
     MigrationRefusedError: HTTPStatus.CONFLICT,
     MigrationNotFoundError: HTTPStatus.CONFLICT,
     VersionUnavailableError: HTTPStatus.CONFLICT,
+    # POST /runs/{id}/rerun: not finished, a call not settled (409); no such operation (400).
+    RerunRefusedError: HTTPStatus.CONFLICT,
+    UnknownOperationError: HTTPStatus.BAD_REQUEST,
     PayloadError: HTTPStatus.UNPROCESSABLE_ENTITY,
     ValidationError: HTTPStatus.UNPROCESSABLE_ENTITY,
 }
@@ -284,6 +289,7 @@ for _error_type in ERROR_STATUS:
 app.include_router(reviews.router)
 app.include_router(runs.router)
 app.include_router(run_stops.router)
+app.include_router(reruns.router)
 app.include_router(run_events.router)
 app.include_router(approvals.router)
 app.include_router(callbacks.router)

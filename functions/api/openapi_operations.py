@@ -17,6 +17,7 @@ from api.routes.approvals import LinkDecisionRequest, MintLinkRequest
 from api.routes.callbacks import CallbackFailureRequest
 from api.routes.console import ConsoleEventForm, ConsoleStartForm
 from api.routes.limits import MAX_CURSOR_CHARS, MAX_KEY_CHARS
+from api.routes.reruns import BulkRerunRequest, RerunRequest
 from api.routes.reviews import ReviewDecisionRequest
 from api.routes.run_query import MAX_VERSION_CHARS
 from api.routes.run_starts import StartRunRequest
@@ -165,6 +166,36 @@ def operations() -> dict[tuple[str, str], Operation]:
             body=MigrateRunRequest,
             example={"to_version": "2", "dry_run": True},
             errors=(404, 409, 413, 422),
+            tags=("runs",),
+        ),
+        ("POST", "/runs/{run_id}/rerun"): Operation(
+            201,
+            also=(200, "The same request again (the same rerun), or a dry run (nothing made)"),
+            body=RerunRequest,
+            body_required=False,
+            example={"from": "charge:2", "version": "2", "repeat_effects": False},
+            headers=(
+                Param(
+                    "Idempotency-Key",
+                    {"type": "string", "maxLength": MAX_KEY_CHARS},
+                    "The rerun's key (default: derived from the request: the same request "
+                    "names the same rerun).",
+                ),
+            ),
+            errors=(400, 404, 409, 413, 422),
+            tags=("runs",),
+        ),
+        ("POST", "/runs/rerun"): Operation(
+            body=BulkRerunRequest,
+            example={"agent": "refund", "status": "FAILED", "since": "2026-12-01T00:00:00Z"},
+            headers=(
+                Param(
+                    "Idempotency-Key",
+                    {"type": "string", "maxLength": MAX_KEY_CHARS},
+                    "The bulk request's key (default: derived from its filter and options).",
+                ),
+            ),
+            errors=(400, 413, 422),
             tags=("runs",),
         ),
         ("POST", "/runs/{run_id}/cancel"): Operation(

@@ -78,7 +78,9 @@ class IntrudedSimulator(Simulator):
         person = {"Authorization": f"Bearer {KEYS.sign(self._person())}"}
         named = [("GET", f"/runs/{RUN_ID}", None), ("GET", f"/runs/{RUN_ID}/history", None),
                  ("POST", f"/runs/{RUN_ID}/redrive", None),
-                 ("POST", f"/runs/{RUN_ID}/migrate", {"to_version": "2"})]  # fmt: skip
+                 ("POST", f"/runs/{RUN_ID}/migrate", {"to_version": "2"}),
+                 ("POST", f"/runs/{RUN_ID}/rerun", {"from": "start"}),
+                 ("POST", f"/runs/{RUN_ID}/rerun", {"from": "start", "dry_run": True})]  # fmt: skip
         for record in self.inner.list_waits("approval", WaitStatus.PENDING):
             approval = f"/approvals/{record.wait_id}"
             named += [("GET", approval, None), ("POST", approval, {"decision": "approve"})]
@@ -98,6 +100,13 @@ class IntrudedSimulator(Simulator):
                 self.breaches.append(f"GET {path} lists tenant a's: {reply.text[:200]}")
         for path, key in (("/approvals", "approvals"), ("/reviews", "reviews")):
             self._page_through(path, key)
+        # A bulk rerun by the intruder matches none of tenant a's runs, finished or not.
+        for status in ("FAILED", "SUCCEEDED", "CANCELLED", "TERMINATED", "TIMED_OUT"):
+            body = {"agent": "reference", "status": status, "from": "start", "limit": 25}
+            reply = request("POST", "/runs/rerun", body, user_arn=INTRUDER)
+            self._expect(f"POST /runs/rerun {status}", reply, {200, 503})
+            if reply.status == 200 and reply.json["results"]:
+                self.breaches.append(f"POST /runs/rerun re-ran tenant a's: {reply.text[:200]}")
         if self._state() != before:
             self.breaches.append("tenant b's requests changed tenant a's run")
 

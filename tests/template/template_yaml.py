@@ -28,6 +28,8 @@ API_ROUTES = {
     "GetRunStream": ("GET", "/runs/{run_id}/stream"),
     "RedriveRun": ("POST", "/runs/{run_id}/redrive"),
     "MigrateRun": ("POST", "/runs/{run_id}/migrate"),
+    "RerunRun": ("POST", "/runs/{run_id}/rerun"),
+    "RerunRuns": ("POST", "/runs/rerun"),
     "CancelRun": ("POST", "/runs/{run_id}/cancel"),
     "TerminateRun": ("POST", "/runs/{run_id}/terminate"),
     "SendRunEvent": ("POST", "/runs/{run_id}/events/{name}"),
