@@ -197,3 +197,90 @@ def test_a_copy_cut_short_is_finished_by_the_first_invocation(
     copied = [e for e in rt.store.load(header.run_id).entries if e.meta.get("copied_from")]
     assert len(copied) == len(plan.copied)
     assert len(shop.provider.ledger) == 1
+
+
+def test_a_sub_agent_that_succeeded_on_the_same_input_is_not_run_again(
+    journal: JournalStore,
+) -> None:
+    clock = SkipClock()
+    quoted: list[int] = []
+
+    def quote(ctx: DurableContext, cents: int) -> int:
+        return int(ctx.step(lambda: quoted.append(cents) or cents + 1, name="quote"))
+
+    def parent(buggy: bool) -> Any:
+        def checkout(ctx: DurableContext, cents: int) -> int:
+            price = int(ctx.invoke("quote", cents, name="price"))
+            ctx.step(lambda: 1 / 0 if buggy else "ok", name="ship", retry=NO_RETRY)
+            return price
+
+        return checkout
+
+    def deployed(*versions: tuple[str, Any]) -> Runtime:
+        registry = AgentRegistry()
+        agent_decorator(name="quote", version="1", registry=registry)(quote)
+        for version, fn in versions:
+            agent_decorator(name="checkout", version=version, registry=registry)(fn)
+        return Runtime(journal, registry=registry, clock=clock, publisher=CollectingPublisher())
+
+    def drive_all(rt: Runtime, run_id: str) -> RunStatus:
+        # The parent suspends on its child: drive both until the parent settles.
+        for _ in range(20):
+            for run in rt.store.list_runs(limit=100, include_children=True).runs:
+                if not run.status.terminal:
+                    drive(rt, run.run_id)
+            if rt.store.get_run(run_id).status.terminal:
+                break
+        return rt.store.get_run(run_id).status
+
+    v1 = deployed(("1", parent(True)))
+    run, _ = v1.start_run("checkout", 41)
+    assert drive_all(v1, run.run_id) is RunStatus.FAILED
+    assert quoted == [41]
+    fixed = deployed(("1", parent(True)), ("2", parent(False)))
+    _, header, _ = fixed.rerun(run.run_id, "start")
+    assert header is not None
+    assert drive_all(fixed, header.run_id) is RunStatus.SUCCEEDED
+    assert quoted == [41]  # the child's result was reused, no second child
+    assert fixed.store.get_run(header.run_id).result == "42"
+    # Another input is another call: a new child runs.
+    _, other, _ = fixed.rerun(run.run_id, "start", input_value=99)
+    assert other is not None
+    assert drive_all(fixed, other.run_id) is RunStatus.SUCCEEDED
+    assert quoted == [41, 99]
+
+
+def test_abandoning_a_parked_rerun_call_undoes_nothing(
+    journal: JournalStore, failed: tuple[Runtime, Shop, str]
+) -> None:
+    rt, shop, run_id = failed
+    refunds: list[str] = []
+    registry = ToolRegistry()
+
+    @tool(
+        name="charge",
+        registry=registry,
+        compensate=lambda request, call: refunds.append(call.idempotency_key),
+    )
+    def charge(request: Payment, call: ToolCall) -> ToolResult[Receipt]:
+        return shop.provider.charge(request, call)
+
+    def asks_more(ctx: DurableContext, order: dict[str, Any]) -> str:
+        ctx.step(lambda: order["cents"], name="price")
+        return ctx.tool(charge, Payment(customer="c-1", cents=900)).payment_id
+
+    rt3 = deployment(journal, rt.clock, shop, ("3", asks_more))  # type: ignore[arg-type]
+    _, header, _ = rt3.rerun(run_id, "start")
+    assert header is not None
+    assert drive(rt3, header.run_id) is RunStatus.PAUSED
+    (review,) = [r for r in journal.effects_in_review() if r.run_id == header.run_id]
+    resolve(
+        journal,
+        registry,
+        rt3.clock,
+        review.operation_id,
+        ReviewRequest(decision=Decision.ABANDON, decided_by="user:ops"),
+    )
+    rt3.clock.advance(60_000)  # type: ignore[attr-defined]
+    assert drive(rt3, header.run_id) is RunStatus.FAILED
+    assert refunds == [] and len(shop.provider.ledger) == 1

@@ -89,6 +89,8 @@ COPY_CHUNK = 25
 
 START = "start"
 FAILED = "failed"
+REUSED_CHILD = "reused_child"
+"""The meta key of a rerun's sub-agent result taken from its chain: the child's run id."""
 SAME_INPUT: Any = object()
 """``Runtime.rerun``'s default input: the original's."""
 _UNSETTLED = frozenset({EffectStatus.PREPARED, EffectStatus.NEEDS_REVIEW})
@@ -493,6 +495,59 @@ def match(
             original=r,
         )
     return None
+
+
+def reusable_child(
+    store: Any, header: RunHeader, agent: str, input_hash_: str, position: str
+) -> tuple[str, Entry] | None:
+    """A sub-agent run of the chain that SUCCEEDED with the same agent and input, not reused yet.
+
+    Args:
+        store: The journal (consistent reads of the chain's runs and their children).
+        header: The rerun's header.
+        agent: The sub-agent's name.
+        input_hash_: The fingerprint of its input (``journal.store.input_hash``).
+        position: Where the rerun invokes it (the same position in the chain is preferred).
+
+    Returns:
+        The child's run id and the chain's result entry recording it, or None.
+    """
+    rerun = header.rerun
+    if not rerun or rerun.get("repeat_effects"):
+        return None
+    used = {
+        e.meta.get(REUSED_CHILD)
+        for e in store.load(header.run_id).entries
+        if e.meta.get(REUSED_CHILD) is not None
+    }
+    found: list[tuple[bool, str, Entry]] = []
+    for run in rerun.get("chain", ()):
+        try:
+            snapshot = store.load(run)
+        except RunNotFoundError:
+            continue  # its children are found through it only: nothing to reuse from it
+        generation = snapshot.header.generation
+        for entry in snapshot.entries:
+            child = entry.meta.get("child_run_id")
+            if entry.type is not EntryType.SUCCEEDED or not isinstance(child, str):
+                continue
+            if child in used:
+                continue
+            try:
+                child_header = store.get_run(child)
+            except RunNotFoundError:
+                continue
+            if (
+                child_header.status is RunStatus.SUCCEEDED
+                and child_header.agent == agent
+                and child_header.input_hash == input_hash_
+            ):
+                here = entry.position.removeprefix(pos_prefix(generation)) == position
+                found.append((not here, child, entry))
+    if not found:
+        return None
+    found.sort(key=lambda f: f[0])
+    return found[0][1], found[0][2]
 
 
 def _rebased(record: SideEffectRecord, generation: int) -> str:

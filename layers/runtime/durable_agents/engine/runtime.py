@@ -482,7 +482,8 @@ class Runtime(RuntimeParts):
             raise IdempotencyConflictError(key, stored.run_id)
         # The copy, then the first Step Ready: also for a repeated request, whose first
         # attempt may have died between creating the run and either.
-        reruns.copy_entries(self.store, stored, plan.copied)
+        if created or not reruns.copy_complete(self.store.load(stored.run_id)):
+            reruns.copy_entries(self.store, stored, plan.copied)
         events = [reruns.started_event(stored)]
         if stored.status is RunStatus.RUNNING:
             events.append(step_ready(stored.run_id, "rerun"))

@@ -27,7 +27,7 @@ from durable_agents.core.credentials import CredentialMintError
 from durable_agents.core.models import EntryType, SideEffectRecord
 from durable_agents.core.serde import error_info
 from durable_agents.engine import crash_budget
-from durable_agents.engine.effects.records import Settled, compensation_key, released
+from durable_agents.engine.effects.records import NOTHING_SENT, Settled, compensation_key, released
 from durable_agents.tools import Tool, ToolAbandonedError, ToolCall
 
 if TYPE_CHECKING:
@@ -95,7 +95,9 @@ def compensate_then_execute(
 def abandon(protocol: EffectWrites, tool: Tool[Any, Any], record: SideEffectRecord) -> Settled:
     """Finishes a call a person abandoned: undo it once if the tool can, then fail it typed."""
     note = dict(record.note or {})
-    if tool.compensate is None or note.get("compensated"):
+    # A call certainly never sent (credentials never minted; a rerun's call parked before it
+    # was made) has nothing to undo: compensating it could undo something else.
+    if tool.compensate is None or note.get("compensated") or note.get(NOTHING_SENT):
         return _finish(protocol, tool, record, compensated=bool(note.get("compensated")))
     now = protocol.clock.now_ms()
     pending = note.get("compensating")

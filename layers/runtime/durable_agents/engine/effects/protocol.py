@@ -78,10 +78,22 @@ class SideEffectProtocol(EffectWrites):
             EffectConflictError: If the call is already prepared (another invocation won).
             PayloadError: If the request cannot be recorded (for example it holds a secret).
         """
+        record = self.new_record(run_id, position, operation_id, tool, request)
+        self.store.commit(run_id, [], None, EffectChange(record))
+        return record
+
+    def new_record(
+        self, run_id: str, position: str, operation_id: str, tool: Tool[Any, Any], request: Any
+    ) -> SideEffectRecord:
+        """The PREPARED record of a new call (not written): its canonical request and key.
+
+        Raises:
+            PayloadError: If the request cannot be recorded (for example it holds a secret).
+        """
         now = self.clock.now_ms()
         model = tool.request_model.model_validate(request)
         lease = now + self.lease_ms
-        record = SideEffectRecord(
+        return SideEffectRecord(
             run_id=run_id,
             position=position,
             operation_id=operation_id,
@@ -96,8 +108,6 @@ class SideEffectProtocol(EffectWrites):
             lease_expires_at_ms=lease,
             stale_at_ms=max(lease, now + int(tool.stale_after_seconds * 1000)),
         )
-        self.store.commit(run_id, [], None, EffectChange(record))
-        return record
 
     def claim(self, record: SideEffectRecord, tool: Tool[Any, Any]) -> SideEffectRecord:
         """Takes over a PREPARED call whose holder is gone (the next attempt).

@@ -93,6 +93,7 @@ class EffectWrites:
         *,
         unclear: tuple[str, str | None] | None = None,
         original: SideEffectRecord | None = None,
+        create: bool = False,
     ) -> Settled:
         """Parks the call for a person and pauses the run (one transaction).
 
@@ -107,6 +108,8 @@ class EffectWrites:
                 lookup): its type and message, and its traceback, kept for the reviewer.
             original: For a rerun, the call of an earlier run in its chain the review is
                 about (``engine.reruns``): named in the note, with its request and result.
+            create: ``record`` is a new call's (``new_record``), not written yet: it is
+                written parked, in the same transaction as the pause, certainly unsent.
         """
         now = self.clock.now_ms()
         note = review_note(record, reason, tool.reviewers)
@@ -130,7 +133,13 @@ class EffectWrites:
             wake_at_ms=None,
             waiting_on={"kind": "review", "op_id": record.operation_id, "tool": record.tool},
         )
-        if not self.write(record, [], parked, pause):
+        if create:
+            parked = parked.replace(note={**note, NOTHING_SENT: True})
+            try:
+                self.store.commit(record.run_id, [], pause, EffectChange(parked))
+            except (EffectConflictError, RunStateConflictError):
+                return Settled("lost_race")
+        elif not self.write(record, [], parked, pause):
             return Settled("lost_race")
         return Settled("review", record=parked)
 

@@ -20,14 +20,16 @@ from durable_agents.core.serde import (
     Serdes,
     canonical_json,
     decode,
+    encode,
     encode_value,
     error_info,
     replay_value,
 )
+from durable_agents.engine import reruns
 from durable_agents.engine.events import step_ready
 from durable_agents.engine.fingerprints import Fingerprint
 from durable_agents.engine.invocation import Invocation, Reason, Suspension
-from durable_agents.engine.run_starts import new_header
+from durable_agents.engine.run_starts import new_header, validate_input
 from durable_agents.errors import (
     AgentNotFoundError,
     DurableError,
@@ -36,6 +38,7 @@ from durable_agents.errors import (
     RunStateConflictError,
     SuspendExecution,
 )
+from durable_agents.journal.store import input_hash
 
 if TYPE_CHECKING:
     from durable_agents.agent import AgentDefinition
@@ -115,6 +118,10 @@ def run_invoke(
             raise inv.fault
         inv.take_budget(op_id)
         inv.hooks.before_claim(op_id)
+        if inv.header.rerun is not None:
+            reused = _reused_child(inv, agent_name, value, position, op_id, name, fingerprint)
+            if reused is not None:
+                return _replay(inv, reused, output_type, result_serdes)
         # Creating the child is idempotent by id: a second attempt adopts the existing run.
         # Its Step Ready goes out with this invocation's commit (pending_events, below).
         with contextlib.suppress(EntryConflictError):
@@ -196,6 +203,54 @@ def run_invoke(
     except EntryConflictError as exc:
         raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
     return _replay(inv, done, output_type, result_serdes)
+
+
+def _reused_child(
+    inv: Invocation,
+    agent_name: str,
+    value: Any,
+    position: str,
+    op_id: str,
+    name: str,
+    fingerprint: Fingerprint,
+) -> Entry | None:
+    """A rerun's sub-agent call, answered by its chain's child that SUCCEEDED on this input.
+
+    The child is not started again (``durable_agents.engine.reruns``): its result is recorded
+    as this operation's, naming the child, in one write.
+
+    Raises:
+        SuspendExecution: If another invocation recorded the operation meanwhile.
+    """
+    definition = inv.registry.latest(agent_name)
+    encoded = encode(validate_input(definition, value), definition.input_type)
+    found = reruns.reusable_child(
+        inv.store, inv.header, agent_name, input_hash(definition.name, encoded), position
+    )
+    if found is None:
+        return None
+    child_id, original = found
+    done = inv.entry(
+        position,
+        op_id,
+        OpKind.INVOKE,
+        name,
+        EntryType.SUCCEEDED,
+        value=original.value,
+        meta={
+            "child_run_id": child_id,
+            reruns.REUSED_CHILD: child_id,
+            "reused_from": original.op_id,
+            **fingerprint.meta(),
+        },
+    )
+    try:
+        inv.commit([done])
+    except EntryConflictError as exc:
+        raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
+    inv.executed.append(op_id)
+    inv.hooks.after_record(op_id)
+    return done
 
 
 def _serialized_input(value: Any, serdes: Serdes) -> Any:

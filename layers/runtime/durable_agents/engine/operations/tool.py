@@ -45,15 +45,20 @@ def run_tool(ctx: OperationScope, tool: Tool[Any, Any], request: Any, name: str)
             inv.executed.append(op_id)
             protocol.hooks.after_record(op_id)
             return inv.replay(entry, tool.result_type)
+        if found is not None and found.review is not None:
+            # Parked as it is prepared (one write): nothing was sent, a person decides first.
+            new = protocol.new_record(inv.run_id, position, op_id, tool, request)
+            inv.executed.append(op_id)
+            settled = protocol.needs_review(
+                tool, new, found.review, original=found.original, create=True
+            )
+            return settle(ctx, settled, tool, op_id)
         try:
             effect = protocol.prepare(inv.run_id, position, op_id, tool, request)
         except EffectConflictError as exc:
             raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
         inv.executed.append(op_id)
-        if found is not None and found.review is not None:
-            settled = protocol.needs_review(tool, effect, found.review, original=found.original)
-        else:
-            settled = protocol.execute(tool, effect)
+        settled = protocol.execute(tool, effect)
     elif effect.status is EffectStatus.PREPARED:
         if not lease_expired(effect.lease_expires_at_ms, inv.now_ms()):
             # Someone holds the call, or an unclear outcome waits for its next look.
