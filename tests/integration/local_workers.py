@@ -58,8 +58,10 @@ def wait_for_status(worker: WorkerProcess, run_id: str, wanted: str, timeout: fl
     def check() -> Any:
         status, run = get(worker, f"/runs/{run_id}")
         assert status == 200, run
-        assert run["status"] not in ("FAILED", "PAUSED"), run
-        return run if run["status"] == wanted else None
+        if run["status"] == wanted:
+            return run
+        assert run["status"] not in ("FAILED", "PAUSED"), run  # ended otherwise: say how
+        return None
 
     return wait_until(check, timeout, f"run {run_id} to be {wanted}")
 

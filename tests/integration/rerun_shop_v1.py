@@ -1,0 +1,8 @@
+"""Version 1 of ``rerun-shop`` (see ``tests.integration.rerun_shop``)."""
+
+from __future__ import annotations
+
+from durable_agents import agent
+from tests.integration.rerun_shop import shop
+
+rerun_shop_v1 = agent(name="rerun-shop", version="1")(shop(fixed=False))
