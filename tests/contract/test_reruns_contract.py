@@ -10,6 +10,7 @@ refused; a copy cut short by a crash is finished by the rerun's first invocation
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from durable_agents.core.models import EffectStatus, RunStatus
 from durable_agents.engine import reruns
 from durable_agents.engine.events import CollectingPublisher
 from durable_agents.engine.runtime import Runtime
+from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.store import JournalStore
 from durable_agents.tools import ToolCall, ToolRegistry, ToolResult, tool
 from tests.contract.test_side_effects_contract import Payment, Provider, Receipt
@@ -284,3 +286,98 @@ def test_abandoning_a_parked_rerun_call_undoes_nothing(
     rt3.clock.advance(60_000)  # type: ignore[attr-defined]
     assert drive(rt3, header.run_id) is RunStatus.FAILED
     assert refunds == [] and len(shop.provider.ledger) == 1
+
+
+def test_an_original_that_expires_mid_rerun_never_leaves_it_stuck_or_paying_twice() -> None:
+    # Retention removes a finished run with all it wrote (the in-memory journal's ``expire``
+    # does what DynamoDB TTL does; the other journals are checked through the same engine).
+    journal = InMemoryJournal()
+    clock = SkipClock()
+    shop = Shop(Provider(dedupe=False))
+    v1 = deployment(journal, clock, shop, ("1", shop.version(0, buggy=True)))
+    fixed = deployment(
+        journal,
+        clock,
+        shop,
+        ("1", shop.version(0, buggy=True)),
+        ("2", shop.version(0, buggy=False)),
+    )
+
+    def expire(run_id: str) -> None:
+        until = journal.get_run(run_id).expires_at_ms
+        assert until is not None
+        assert run_id in journal.expire(until)
+
+    # 1. The copy was cut short, then the original expired: the rerun fails, saying why.
+    run, _ = v1.start_run("checkout", ORDER)
+    assert drive(v1, run.run_id) is RunStatus.FAILED
+    real = reruns.copy_entries
+    try:
+        reruns.copy_entries = lambda store, header, copied: real(store, header, copied[:1])  # type: ignore[assignment]
+        _, cut, _ = fixed.rerun(run.run_id, "failed")
+    finally:
+        reruns.copy_entries = real  # type: ignore[assignment]
+    assert cut is not None
+    expire(run.run_id)
+    assert drive(fixed, cut.run_id) is RunStatus.FAILED
+    error = journal.get_run(cut.run_id).error
+    assert error is not None and error.type == "RerunRefusedError"
+    assert "expired before this rerun's copy" in error.message
+
+    # 2. The original expired after the copy, before the rerun reached its charge: whether the
+    # charge was made can no longer be told, so a person decides; nothing is charged.
+    run, _ = v1.start_run("checkout", ORDER)
+    assert drive(v1, run.run_id) is RunStatus.FAILED
+    charges = len(shop.provider.ledger)
+    _, header, _ = fixed.rerun(run.run_id, "start")
+    assert header is not None
+    expire(run.run_id)
+    assert drive(fixed, header.run_id) is RunStatus.PAUSED
+    (review,) = [r for r in journal.effects_in_review() if r.run_id == header.run_id]
+    assert "has expired" in (review.note or {})["reason"]
+    assert len(shop.provider.ledger) == charges
+
+
+def test_a_run_that_continued_as_new_is_re_run_from_its_current_generation(
+    journal: JournalStore,
+) -> None:
+    clock = SkipClock()
+    shop = Shop(Provider(dedupe=False))
+    charge = shop.charge
+
+    def rounds(buggy: bool) -> Any:
+        def billing(ctx: DurableContext, state: dict[str, Any]) -> str:
+            paid = ctx.tool(charge, Payment(customer="c-1", cents=100 * state["round"]))
+            if state["round"] < 2:
+                ctx.continue_as_new({"round": state["round"] + 1})
+            ctx.step(lambda: 1 / 0 if buggy else "ok", name="ship", retry=NO_RETRY)
+            return str(paid.payment_id)
+
+        return billing
+
+    def deployed(*versions: tuple[str, Any]) -> Runtime:
+        registry = AgentRegistry()
+        for version, fn in versions:
+            agent_decorator(name="billing", version=version, registry=registry)(fn)
+        return Runtime(journal, registry=registry, clock=clock, publisher=CollectingPublisher())
+
+    v1 = deployed(("1", rounds(True)))
+    run, _ = v1.start_run("billing", {"round": 1})
+    assert drive(v1, run.run_id) is RunStatus.FAILED
+    assert journal.get_run(run.run_id).generation == 1
+    assert [p["cents"] for p in shop.provider.ledger] == [100, 200]
+    fixed = deployed(("1", rounds(True)), ("2", rounds(False)))
+    plan, header, _ = fixed.rerun(run.run_id, "failed")
+    assert header is not None and plan.label == "ship:2"
+    # The rerun is generation 0 of its own, with the generation's input and records.
+    assert json.loads(header.input) == {"round": 2}
+    copied = [e for e in journal.load(header.run_id).entries if e.meta.get("copied_from")]
+    assert copied and all(not e.position.startswith("G") for e in copied)
+    assert all(e.op_id.startswith(f"{header.run_id}:") for e in copied)
+    assert drive(fixed, header.run_id) is RunStatus.SUCCEEDED
+    assert [p["cents"] for p in shop.provider.ledger] == [100, 200]
+    # From its start: round 2's charge is reused from the original's current generation.
+    _, again, _ = fixed.rerun(run.run_id, "start")
+    assert again is not None
+    assert drive(fixed, again.run_id) is RunStatus.SUCCEEDED
+    assert [p["cents"] for p in shop.provider.ledger] == [100, 200]

@@ -39,6 +39,7 @@ is ``MAX_CHAIN`` long, when a run of the chain has expired (its ledger is gone; 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -46,20 +47,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from durable_agents.core.clock import Clock
 from durable_agents.core.models import (
     EffectChange,
     EffectStatus,
     Entry,
     EntryType,
+    RunChange,
     RunHeader,
     RunSnapshot,
     RunStatus,
     SideEffectRecord,
 )
-from durable_agents.core.serde import canonical_json
+from durable_agents.core.serde import canonical_json, error_info
 from durable_agents.engine.effects.records import REUSED_FROM, idempotency_key
 from durable_agents.engine.events import OutgoingEvent
-from durable_agents.errors import DurableError, EntryConflictError, RunNotFoundError
+from durable_agents.errors import (
+    DurableError,
+    EntryConflictError,
+    RunNotFoundError,
+    RunStateConflictError,
+)
 from durable_agents.journal.generation_keys import generation_of, id_prefix, pos_prefix
 
 if TYPE_CHECKING:
@@ -365,12 +373,14 @@ def copy_complete(snapshot: RunSnapshot) -> bool:
     return have >= int(rerun["copied"])
 
 
-def complete_copy(store: Any, snapshot: RunSnapshot) -> RunSnapshot:
+def complete_copy(store: Any, clock: Clock, snapshot: RunSnapshot) -> RunSnapshot:
     """Finishes a rerun's copy a crash cut short, and reads the run again (else: as it is).
 
+    When the original expired before its copy was made, the rerun cannot start as asked: it
+    is failed (``RerunRefusedError`` as its error), visibly, instead of being retried forever.
+
     Raises:
-        RerunRefusedError: If the original expired before its copy was made (the rerun
-            cannot start as asked; it is failed by the caller).
+        RunNotFoundError: If the rerun itself is gone.
     """
     if copy_complete(snapshot):
         return snapshot
@@ -378,9 +388,22 @@ def complete_copy(store: Any, snapshot: RunSnapshot) -> RunSnapshot:
     try:
         source = store.load(rerun["of"])
     except RunNotFoundError:
-        raise RerunRefusedError(
-            f"run {rerun['of']} expired before this rerun's copy of it was made"
-        ) from None
+        gone = RerunRefusedError(
+            f"run {rerun['of']} expired before this rerun's copy of it was made: re-run it "
+            "from a run that still exists"
+        )
+        failed = RunChange(
+            expected=frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED}),
+            status=RunStatus.FAILED,
+            updated_at_ms=clock.now_ms(),
+            error=error_info(gone),
+            wake_at_ms=None,
+            waiting_on=None,
+        )
+        with contextlib.suppress(RunStateConflictError):  # another delivery failed it first
+            store.commit(snapshot.header.run_id, [], failed)
+        loaded: RunSnapshot = store.load(snapshot.header.run_id)
+        return loaded
     position = rerun.get("position")
     generation = source.header.generation
     copied = [
@@ -390,8 +413,8 @@ def complete_copy(store: Any, snapshot: RunSnapshot) -> RunSnapshot:
         and (position is None or top(e.position, generation) < position)
     ]
     copy_entries(store, snapshot.header, copied)
-    loaded: RunSnapshot = store.load(snapshot.header.run_id)
-    return loaded
+    reloaded: RunSnapshot = store.load(snapshot.header.run_id)
+    return reloaded
 
 
 def started_event(header: RunHeader) -> OutgoingEvent:

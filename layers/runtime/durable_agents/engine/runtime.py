@@ -276,7 +276,7 @@ class Runtime(RuntimeParts):
         snapshot = self.store.load(run_id)
         if snapshot.header.rerun is not None:
             # A rerun whose copy a crash cut short is completed before anything replays.
-            snapshot = reruns.complete_copy(self.store, snapshot)
+            snapshot = reruns.complete_copy(self.store, self.clock, snapshot)
         # Taken at once, so that every way out of this invocation leaves no parked agent of
         # the run behind but the one it parks itself (``parked_turn.go_on`` or
         # ``agent_drive.drive_sticky`` consumes it).
