@@ -12,10 +12,13 @@ from datetime import date, timedelta
 from decimal import Decimal
 from typing import Any
 
+from pydantic import BaseModel
+
 from durable_agents import AgentRegistry, CompletionPolicy, DurableContext, RetryPolicy, agent
 from durable_agents.agent import register_model_config, register_prompt
 from durable_agents.llm.types import ModelConfig
 from durable_agents.migrations import MigrationPlan, RecordedRun, migration
+from durable_agents.tools import ToolCall, ToolRegistry, tool
 
 registry = AgentRegistry()
 _attempts: dict[str, int] = {}
@@ -277,3 +280,30 @@ def earlier_registry() -> AgentRegistry:
     deploy_tickets(earlier, ["1"])
     deploy_writer(earlier, ["1"])
     return earlier
+
+
+# -- golden-shop: a tool call, and a rerun that reuses it (ADR 0027) --------------------------
+
+_tools = ToolRegistry()
+
+
+class Parcel(BaseModel):
+    """What to ship."""
+
+    order_id: str
+    boxes: int
+
+
+@tool(name="book-courier", registry=_tools)
+def book_courier(request: Parcel, call: ToolCall) -> str:
+    """Books a courier (deterministic: the booking is named by the call's key)."""
+    return f"booking-{request.order_id}-{request.boxes}"
+
+
+@agent(name="golden-shop", version="1", registry=registry)
+def shop(ctx: DurableContext, order_id: str) -> dict[str, object]:
+    """A step, a tool call and a step after it: re-run from the start, the call is reused."""
+    boxes = ctx.step(lambda: 2, name="count-boxes")
+    booking = ctx.tool(book_courier, Parcel(order_id=order_id, boxes=boxes))
+    label = ctx.step(lambda: f"label for {booking}", name="print-label")
+    return {"booking": booking, "label": label}

@@ -41,6 +41,8 @@ class GoldenCase:
         migrate_to: The version to migrate it to.
         events: Sent one by one (``message`` events) each time the run waits for one.
         model_script: The scripted model's file, for agents that call one.
+        rerun_from: Record the run to its end, then re-run it from this operation (ADR 0027)
+            and keep the rerun's journal (copied records, reused calls) instead.
     """
 
     file: str
@@ -54,6 +56,7 @@ class GoldenCase:
     migrate_to: str | None = None
     events: tuple[Any, ...] = ()
     model_script: str | None = None
+    rerun_from: str | None = None
 
     def resolve_registry(self) -> AgentRegistry:
         """Imports the agent's module and returns its registry."""
@@ -196,6 +199,25 @@ CASES = [
         "ship-window",
         "golden",
     ),
+    # A rerun from the start of a finished run: its tool call reused from the original's
+    # ledger (a SUCCEEDED entry "via reused"), nothing copied; and one from the tool call on,
+    # whose journal starts with the copied count-boxes record.
+    GoldenCase(
+        "golden-shop-v1-rerun-start-completed.json",
+        "golden-shop",
+        "order-4001",
+        None,
+        "golden",
+        rerun_from="start",
+    ),
+    GoldenCase(
+        "golden-shop-v1-rerun-copied-completed.json",
+        "golden-shop",
+        "order-4002",
+        None,
+        "golden",
+        rerun_from="print-label",
+    ),
     # A run that pinned prompt and model config v1; today's deployment has v2 of both.
     GoldenCase(
         "golden-writer-v1-completed.json",
@@ -216,14 +238,42 @@ def record(case: GoldenCase) -> dict[str, Any]:
     if case.model_script:
         script = ScriptedProvider.from_file(resolve_resource(case.model_script))
         providers = {"scripted": script}
+    stem = case.file.removesuffix(".json")
+    # A rerun case makes two runs: the original, then the rerun kept as the golden journal.
+    ids = iter([f"run-{stem}", f"run-{stem}-rerun"] if case.rerun_from else [f"run-{stem}"])
     runtime = Runtime(
         journal,
         registry=case.recording_registry(),
         clock=clock,
-        run_id_factory=lambda: f"run-{case.file.removesuffix('.json')}",
+        run_id_factory=lambda: next(ids),
         providers=providers,
     )
     run, _ = runtime.start_run(case.agent, case.input)
+    _drive(case, runtime, journal, clock, run.run_id)
+    if case.rerun_from:
+        _, rerun, _ = runtime.rerun(run.run_id, case.rerun_from)
+        assert rerun is not None
+        _drive(case, runtime, journal, clock, rerun.run_id)
+        run = rerun
+    data = snapshot_to_dict(journal.load(run.run_id))
+    data["description"] = (
+        f"{case.agent} run recorded by tests/replay/golden_cases.py"
+        + (f", a rerun from {case.rerun_from!r} of a completed run" if case.rerun_from else "")
+        + (
+            f", migrated to version {case.migrate_to!r} at wait {case.migrate_at_wait!r}"
+            if case.migrate_to
+            else ""
+        )
+        + (f", in flight at wait {case.stop_at_wait!r}" if case.stop_at_wait else ", completed")
+    )
+    return data
+
+
+def _drive(
+    case: GoldenCase, runtime: Runtime, journal: InMemoryJournal, clock: SkipClock, run_id: str
+) -> None:
+    """Runs ``run_id`` one operation per invocation until it ends (or ``stop_at_wait``)."""
+    run = journal.get_run(run_id)
     migrated = False
     events = list(case.events)
     for number in range(1000):
@@ -245,17 +295,6 @@ def record(case: GoldenCase) -> dict[str, Any]:
             if case.stop_at_wait and f":{case.stop_at_wait}:" in at:
                 break
             clock.advance_to(outcome.wake_at_ms)
-    data = snapshot_to_dict(journal.load(run.run_id))
-    data["description"] = (
-        f"{case.agent} run recorded by tests/replay/golden_cases.py"
-        + (
-            f", migrated to version {case.migrate_to!r} at wait {case.migrate_at_wait!r}"
-            if case.migrate_to
-            else ""
-        )
-        + (f", in flight at wait {case.stop_at_wait!r}" if case.stop_at_wait else ", completed")
-    )
-    return data
 
 
 def main(argv: list[str] | None = None) -> None:

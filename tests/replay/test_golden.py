@@ -190,3 +190,14 @@ def test_a_run_replays_with_the_prompt_and_model_config_it_pinned_not_the_newest
     result = json.loads(journal.get_run(run_id).result or "{}")
     assert result["tone"] == "Answer in one short sentence."  # v1's text
     assert (result["model"], result["temperature"]) == ("m-small", 0.0)  # v1's config
+
+
+def test_the_rerun_journals_hold_their_copied_and_reused_records() -> None:
+    # What makes them reruns (ADR 0027): they must keep replaying as recorded.
+    start = recorded("golden-shop-v1-rerun-start-completed.json")
+    assert start["header"]["rerun"]["from"] == "start"
+    vias = [e["meta"].get("via") for e in start["entries"] if e["name"] == "book-courier"]
+    assert vias == ["reused"]
+    copied = recorded("golden-shop-v1-rerun-copied-completed.json")
+    assert copied["header"]["rerun"]["copied"] == 3
+    assert sum("copied_from" in e["meta"] for e in copied["entries"]) == 3

@@ -25,6 +25,14 @@ def _error(data: dict[str, Any] | None) -> ErrorInfo | None:
 def snapshot_to_dict(snapshot: RunSnapshot) -> dict[str, Any]:
     """Returns a JSON-ready dict of the header and entries."""
     header = snapshot.header
+    data = _to_dict(snapshot)
+    if header.rerun is not None:  # only then: exports of other runs stay as they were
+        data["header"]["rerun"] = header.rerun
+    return data
+
+
+def _to_dict(snapshot: RunSnapshot) -> dict[str, Any]:
+    header = snapshot.header
     return {
         "format": FORMAT_VERSION,
         "header": {
@@ -89,6 +97,7 @@ def snapshot_from_dict(data: dict[str, Any]) -> RunSnapshot:
         idempotency_key=h.get("idempotency_key"),
         input_hash=h.get("input_hash", ""),
         tenant=h.get("tenant", DEFAULT_TENANT),  # exports from before tenants: the default
+        rerun=h.get("rerun"),  # a rerun's origin (ADR 0027); absent for every other run
     )
     entries = [
         Entry(
