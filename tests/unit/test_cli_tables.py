@@ -268,3 +268,13 @@ def test_reviews_say_why_in_words_and_print_the_unclear_outcomes_traceback() -> 
     ]  # fmt: skip
     _, told = history_table(events).split("\n\n")
     assert told.splitlines()[0] == "traceback of wire:1 (unclear outcome, attempt 2):"
+
+
+def test_runs_show_names_the_run_a_rerun_re_runs_never_cut() -> None:
+    original = "run-" + "7" * 100
+    details = run_details(
+        {**_run("agent", "RUNNING"), "rerun_of": original, "rerun_from": "ship:3"}
+    )
+    lines = _lines(details)
+    assert f"rerun_of:           {original}" in lines
+    assert "rerun_from:         ship:3" in lines

@@ -185,7 +185,7 @@ def runs_table(runs: Sequence[Mapping[str, Any]], width: int = WIDTH) -> str:
     return fit_table(headers, rows, width, keep=(0, 4, 5))
 
 
-_ID_KEYS = ("run_id", "parent_run_id")
+_ID_KEYS = ("run_id", "parent_run_id", "rerun_of")
 
 
 def run_details(run: Mapping[str, Any], width: int = WIDTH) -> str:
@@ -193,7 +193,8 @@ def run_details(run: Mapping[str, Any], width: int = WIDTH) -> str:
     lines = []
     for key in (
         "run_id", "agent", "status", "tenant", "created_at", "updated_at", "wake_at",
-        "waiting_on", "parent_run_id", "versions", "cancel_requested", "execution_deadline",
+        "waiting_on", "parent_run_id", "rerun_of", "rerun_from", "versions", "cancel_requested",
+        "execution_deadline",
         "input", "result", "error",
     ):  # fmt: skip
         value = run.get(key)
