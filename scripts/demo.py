@@ -22,7 +22,9 @@ Part 2, a side effect (the PREPARE → EXECUTE → COMMIT sandwich):
 4. starts a new worker; once the dead worker's lease on the call expires, recovery asks the
    provider (lookup by idempotency key), finds the charge and records it, never charging again;
 5. prints the timeline (journal and ledgers) and checks exactly one charge, one ticket, one
-   email.
+   email;
+6. re-runs the finished run from its start (``POST /runs/{id}/rerun``): the charge, the
+   ticket and the email are reused from the ledger, and no provider's ledger changes.
 
 Part 3, the agent layer and a person in the loop:
 

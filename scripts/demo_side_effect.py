@@ -17,6 +17,7 @@ from demo_common import (
 )
 
 from durable_agents.core.clock import SystemClock, iso
+from durable_agents.journal.store import JournalStore
 from durable_agents_local.console import (
     history_table,
     side_effect_timeline,
@@ -54,7 +55,7 @@ def part_two(moto: MotoProcess, new_worker: NewWorker, state_dir: Path) -> bool:
     print("Part 2 of 4: a side effect. A tool call is PREPAREd in the journal (request and")
     print("idempotency key), EXECUTEd at the provider, then COMMITted. Here the worker dies")
     print("between the provider's charge and the COMMIT: the journal only knows it PREPAREd.")
-    banner("1/5", f"starting the fake providers and worker 3 with --crash-at {CRASH_AT}")
+    banner("1/6", f"starting the fake providers and worker 3 with --crash-at {CRASH_AT}")
     services = ServicesProcess(state_dir / "ledgers.json")
     try:
         handle = services.start()
@@ -75,7 +76,7 @@ def _checkout(
     args: Sequence[str],
 ) -> bool:
     journal = RunsClient(moto.endpoint, store_key=moto.store_key).store
-    banner("2/5", "POST /runs: agent example-checkout (price → charge-card → create-ticket → …)")
+    banner("2/6", "POST /runs: agent example-checkout (price → charge-card → create-ticket → …)")
     say(f"input {CHECKOUT_INPUT}")
     status, body = http_json(
         "POST",
@@ -89,7 +90,7 @@ def _checkout(
     code = doomed.wait(30)
     killed_at = iso(SystemClock().now_ms())
 
-    banner("3/5", f"worker 3 killed itself (exit code {code}) after the charge, before COMMIT")
+    banner("3/6", f"worker 3 killed itself (exit code {code}) after the charge, before COMMIT")
     at_crash = journal.load(run_id)
     payments = handle.ledger("payments")
     charges = [e["data"]["charge"] for e in payments if e["event"] == "charge.created"]
@@ -108,7 +109,7 @@ def _checkout(
     if code != -signal.SIGKILL:
         crash_failures.append(f"worker 3 exited with {code}, expected -9 (SIGKILL)")
 
-    banner("4/5", "starting worker 4 (no --crash-at); it finds the PREPARED call")
+    banner("4/6", "starting worker 4 (no --crash-at); it finds the PREPARED call")
     second = new_worker("worker 4", args)
     say(f"worker 4: {second.base_url}, pid {second.pid}")
     say("worker 3's lease on the call expires (2 s timeout + 5 s margin); then whoever")
@@ -124,7 +125,7 @@ def _checkout(
     )
     say(f"run {run_id} SUCCEEDED; {ledger_line(handle)}")
 
-    banner("5/5", "the timeline: journal and providers' ledgers, in time order")
+    banner("5/6", "the timeline: journal and providers' ledgers, in time order")
     marks = [
         *ledger_marks(handle),
         {
@@ -141,6 +142,7 @@ def _checkout(
         tickets=handle.ledger("tickets"),
         email=handle.ledger("email"),
     )
+    failures += _rerun(journal, second, handle, run_id)
     return print_checks(
         [
             "worker 3 was SIGKILLed by its own hook after the provider charged, before COMMIT",
@@ -148,6 +150,37 @@ def _checkout(
             "the run SUCCEEDED; every side-effect record is COMMITTED",
             "charge-card was settled by recovery: attempt 2, via found (lookup by key)",
             "exactly one charge (no refund), one ticket, one email; the run's result names them",
+            "re-run from its start, the charge, the ticket and the email were reused, not made",
         ],
         failures,
     )
+
+
+def _rerun(
+    journal: JournalStore, worker: WorkerProcess, handle: ServicesHandle, run_id: str
+) -> list[str]:
+    """Re-runs the finished checkout from its start: every side effect comes from the ledger."""
+    banner("6/6", f'POST /runs/{run_id}/rerun {{"from": "start"}}: re-run it, pay nothing twice')
+    before = ledger_line(handle)
+    status, body = http_json("POST", f"{worker.base_url}/runs/{run_id}/rerun", {"from": "start"})
+    if status != 201:
+        return [f"POST /runs/{run_id}/rerun answered {status}: {body}"]
+    rerun_id = body["run"]["run_id"]
+    say(f"rerun {rerun_id} of {run_id}; the calls it may reuse (same tool, same request):")
+    for effect in body["reusable_effects"]:
+        say(f"  {effect['tool']} ({effect['operation_id'].removeprefix(run_id + ':')})")
+    wait_for_status(worker.base_url, rerun_id, "SUCCEEDED", CHECKOUT_TIMEOUT)
+    reused = [
+        r.tool
+        for r in journal.load(rerun_id).effects
+        if (r.note or {}).get("reused_from", {}).get("run_id") == run_id
+    ]
+    say(f"rerun {rerun_id} SUCCEEDED; reused from the ledger: {', '.join(reused)}")
+    say(f"before: {before}")
+    say(f"after:  {ledger_line(handle)}")
+    failures = []
+    if sorted(reused) != ["charge-card", "create-ticket", "send-email"]:
+        failures.append(f"the rerun reused {reused}, not the three calls")
+    if ledger_line(handle) != before:
+        failures.append("the rerun changed a provider's ledger")
+    return failures
