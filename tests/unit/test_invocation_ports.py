@@ -82,6 +82,7 @@ CALLS: dict[str, tuple[Any, ...]] = {
     "create_run": (_header("r-child"),),
     "get_run": (RUN,),
     "get_wait": ("cb-1",),
+    "load": (RUN,),  # a rerun reads its chain's ledger (engine.reruns)
 }
 
 
@@ -112,7 +113,7 @@ WRAPPERS: dict[str, Callable[[InvocationStore], InvocationStore]] = {
 
 
 def test_the_port_is_what_the_calls_cover() -> None:
-    assert PORT == sorted(CALLS) == ["commit", "create_run", "get_run", "get_wait"]
+    assert PORT == sorted(CALLS) == ["commit", "create_run", "get_run", "get_wait", "load"]
 
 
 def test_a_journal_store_is_the_port() -> None:
@@ -134,7 +135,7 @@ def test_every_wrapper_implements_every_method_of_the_port_itself(kind: str) -> 
 def test_no_wrapper_forwards_what_is_not_in_the_port(kind: str) -> None:
     wrapper = WRAPPERS[kind](_journal())
     with pytest.raises(AttributeError):
-        wrapper.load  # type: ignore[attr-defined]  # noqa: B018
+        wrapper.list_runs  # type: ignore[attr-defined]  # noqa: B018
 
 
 @pytest.mark.parametrize("name", PORT)
@@ -167,6 +168,7 @@ def test_a_dry_run_stops_at_its_first_write(name: str) -> None:
 def test_a_dry_run_reads_the_journal() -> None:
     dry = _DryRunStore(_journal())
     assert dry.get_run(RUN).run_id == RUN
+    assert dry.load(RUN).header.run_id == RUN
     assert dry.get_wait("cb-1").wait_id == "cb-1"
     with pytest.raises(WaitNotFoundError):
         dry.get_wait("cb-none")
@@ -176,6 +178,7 @@ def test_the_observed_store_passes_every_call_on_and_reports_what_landed() -> No
     journal, heard = _journal(), _Heard()
     observed = _ObservedStore(journal, heard)  # type: ignore[arg-type]  # hears writes only
     assert observed.get_run(RUN).run_id == RUN
+    assert observed.load(RUN).header.run_id == RUN
     assert observed.get_wait("cb-1").wait_id == "cb-1"
     assert observed.create_run(_header("r-child"))[1] is True
     entry = _entry()
@@ -191,6 +194,7 @@ def test_the_tally_passes_every_call_on_and_counts_its_runs_writes_only() -> Non
     journal = _journal()
     tally = _tally(journal)
     assert tally.get_run(RUN).run_id == RUN
+    assert tally.load(RUN).header.run_id == RUN
     assert tally.get_wait("cb-1").wait_id == "cb-1"
     assert tally.create_run(_header("r-child"))[1] is True
     tally.commit(RUN, [_entry()])
