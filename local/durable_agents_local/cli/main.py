@@ -7,7 +7,7 @@
   mode's by default, a deployed stack's with ``--stack NAME`` or ``--api-url URL`` (SigV4).
 * ``durable-agents runs start``: ``POST /runs`` through the Api, local mode's or a deployed
   stack's (the same connection options), then it waits for the run.
-* ``durable-agents runs migrate``: through the Api (it has the agents).
+* ``durable-agents runs migrate``, ``runs rerun``: through the Api (it has the agents).
 * ``durable-agents console --api-url URL``: a deployed Api's run console (``console_proxy``).
 * ``durable-agents init DIR``: a new SAM app of your own in DIR (``durable_agents_local.scaffold``).
 """
@@ -239,7 +239,7 @@ def _add_local(commands: Any) -> None:
 
 def _add_runs(commands: Any) -> None:
     runs = commands.add_parser(
-        "runs", help="list, show, follow, start, stop, message, redrive or migrate runs"
+        "runs", help="list, show, follow, start, stop, message, redrive, migrate or re-run runs"
     )
     actions = runs.add_subparsers(dest="action", required=True, metavar="ACTION")
     cli_remote.add_commands(actions, commands, _http_url, _caller_arn)

@@ -23,7 +23,7 @@ from typing import Any
 
 from durable_agents.core.clock import SystemClock
 from durable_agents.core.models import RunStatus
-from durable_agents_local import runs_migrate
+from durable_agents_local import runs_migrate, runs_rerun
 from durable_agents_local.cli.api_client import (
     ApiClient,
     ApiConfigError,
@@ -167,6 +167,7 @@ def add_commands(
         stop.add_argument("run_id")
         stop.add_argument("--reason", default="", help="why (recorded; the agent sees it)")
     runs_migrate.add_command(runs, [common])
+    runs_rerun.add_command(runs, [common], when=since)
     event = runs.add_parser(
         "send-event", parents=[common], help="send a named event (a message) to a run"
     )
@@ -314,6 +315,13 @@ def _watch(client: ApiClient, args: argparse.Namespace) -> int:
 
 def command(args: argparse.Namespace) -> int:
     """Runs one of the Api's commands (``args.command``: runs, approvals or reviews)."""
+    rerun = args.command == "runs" and args.action == "rerun"
+    if rerun:  # a usage error (a malformed --input) is said before anything is asked
+        try:
+            runs_rerun.body(args)
+        except runs_rerun.RerunUsageError as exc:
+            print(f"error: {escape_controls(str(exc))}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         client = connect(
             api_url=args.api_url,
@@ -329,6 +337,8 @@ def command(args: argparse.Namespace) -> int:
     try:
         if args.command == "runs" and args.action == "watch":
             return _watch(client, args)
+        if rerun:  # it prints as it goes (a bulk rerun's progress), and may be interrupted
+            return runs_rerun.command(client, args, _width())
         data, text = handlers[args.command](client, args)
     except ApiError as exc:
         hint = ""
