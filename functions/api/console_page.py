@@ -22,7 +22,7 @@ from urllib.parse import quote, urlencode
 from api.approval_page import page_headers
 from durable_agents.core.clock import iso
 from durable_agents.core.models import RunHeader, RunStatus, SideEffectRecord, WaitRecord
-from durable_agents.engine.effects.records import unclear_outcome, why
+from durable_agents.engine.effects.records import REUSED_FROM, unclear_outcome, why
 
 STYLE = """
 :root{color-scheme:light;--fg:#1c2024;--muted:#5b6470;--line:#dfe3e8;--bg:#f4f5f7;--card:#fff;
@@ -98,6 +98,10 @@ NOTICES = {
     "event-sent": "Event sent: recorded for the run, which takes it with wait_for_event.",
     "run-started": "Run started.",
     "run-start-repeated": "This form had already started this run: it is shown, nothing new.",
+    "rerun-started": "Re-run started: a new run, which replays the original's operations before "
+    "the one chosen and reuses the side effects it already made.",
+    "rerun-repeated": "This re-run had already been made with these options: it is shown, "
+    "nothing new.",
     "approval-approved": "Approval recorded: approved. The run continues.",
     "approval-rejected": "Approval recorded: rejected. The run continues.",
     "review-decided": "Review decision recorded. The run continues.",
@@ -196,9 +200,26 @@ def collapsed_traceback(text: str | None) -> str:
     return f'<details class="traceback"><summary>traceback</summary><pre>{e(text)}</pre></details>'
 
 
-def effect_notes(record: SideEffectRecord) -> list[tuple[str, str]]:
-    """A tool call's note as fact rows: why it is parked, and its unclear outcome's story."""
+def effect_notes(record: SideEffectRecord, root: str | None = None) -> list[tuple[str, str]]:
+    """A tool call's note as fact rows: why it is parked, and its unclear outcome's story.
+
+    A call a rerun took from its chain's ledger instead of making it again (its note's
+    ``reused_from``, ``durable_agents.engine.reruns``) says which run's call it reused: a link
+    to that run when ``root`` is given.
+    """
     rows: list[tuple[str, str]] = []
+    note = record.note
+    reused = note.get(REUSED_FROM) if isinstance(note, Mapping) else None
+    if isinstance(reused, dict):
+        source = str(reused.get("run_id") or "")
+        run = run_link(root, source) if root is not None and source else f"<code>{e(source)}</code>"
+        rows.append(
+            (
+                "Reused from",
+                f"{run} call <code>{e(reused.get('operation_id'))}</code> (key "
+                f"<code>{e(reused.get('key'))}</code>): not made again",
+            )
+        )
     reason = why(record.note)
     if reason:
         rows.append(("Why", e(reason)))
@@ -384,7 +405,7 @@ def _review_card(record: SideEffectRecord, root: str) -> str:
                 ("Idempotency key", f"<code>{e(record.idempotency_key)}</code>"),
                 ("Attempt", e(record.attempt)),
                 ("External id", f"<code>{e(record.external_id or '—')}</code>"),
-                *effect_notes(record),
+                *effect_notes(record, root),
                 ("Prepared", when(record.prepared_at_ms)),
                 ("Updated", when(record.updated_at_ms)),
             ]

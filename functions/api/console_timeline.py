@@ -32,10 +32,12 @@ from api.console_page import (
     run_link,
     when,
 )
-from durable_agents.core.models import ErrorInfo, OpKind, RunSnapshot
+from durable_agents.core.models import ErrorInfo, OpKind, RunHeader, RunSnapshot, RunStatus
+from durable_agents.engine import reruns
 from durable_agents.engine.operations.batch_result import branch_counts
 from durable_agents.engine.replay_index import OpRecord, group_entries
 from durable_agents.engine.time_limits import deadline_ms
+from durable_agents.journal.generation_keys import id_prefix, pos_prefix
 
 MAX_TEXT_CHARS = 20_000
 STOPPABLE = {"RUNNING", "SUSPENDED"}
@@ -126,7 +128,7 @@ def _branch_failures(record: OpRecord) -> str:
     return f'<p class="err">{counts[0]} of {counts[1]} branch(es) failed</p>'
 
 
-def _effect(record: OpRecord) -> str:
+def _effect(record: OpRecord, root: str) -> str:
     effect = record.effect
     if effect is None:
         return ""
@@ -135,7 +137,7 @@ def _effect(record: OpRecord) -> str:
         ("external id", f"<code>{e(effect.external_id or '—')}</code>"),
         ("idempotency key", f"<code>{e(effect.idempotency_key)}</code>"),
     ]
-    rows += effect_notes(effect)
+    rows += effect_notes(effect, root)
     return facts(rows)
 
 
@@ -155,7 +157,7 @@ def _operation_row(
     waits = _waits(record)
     if waits:
         detail.append(facts(waits))
-    detail.append(_effect(record))
+    detail.append(_effect(record, root))
     child = _scheduled_field(record, "child_run_id") if record.kind is OpKind.INVOKE else None
     if child:
         detail.append(f"child run {run_link(root, child)}")
@@ -251,6 +253,158 @@ def _actions(snapshot: RunSnapshot, root: str) -> str:
     return '<section class="card run-actions">' + "".join(forms) + "</section>"
 
 
+def rerun_choices(snapshot: RunSnapshot) -> list[str]:
+    """The run's top-level operations as its timeline shows them, in program order.
+
+    What ``POST /runs/{id}/rerun``'s ``from`` takes (``engine.reruns``): a nested operation
+    re-runs its top-level one, so only those are offered.
+    """
+    header = snapshot.header
+    root_scope = pos_prefix(header.generation)
+    prefix = id_prefix(header.run_id, header.generation)
+    records = group_entries(snapshot.entries, snapshot.effects)
+    return [
+        records[p].op_id.removeprefix(prefix)
+        for p in sorted(records)
+        if p.startswith(root_scope)
+        and not p.startswith("~")
+        and "/" not in p.removeprefix(root_scope)
+        and records[p].kind is not OpKind.MIGRATION
+    ]
+
+
+def _rerun_fields(choices: Sequence[str], chosen: str) -> str:
+    """The re-run form's fields: from where, which version, whether effects are repeated."""
+    options = "".join(
+        f'<option value="{e(value)}"{" selected" if value == chosen else ""}>{e(label)}</option>'
+        for value, label in (
+            (reruns.FAILED, "failed (the operation that failed or never finished)"),
+            (reruns.START, "start (nothing copied)"),
+            *((c, c) for c in choices),
+        )
+    )
+    return (
+        '<label for="rerun-from">From</label>'
+        f'<select id="rerun-from" name="from">{options}</select>'
+        '<label for="rerun-version">Version (empty: the deployed one)</label>'
+        '<input id="rerun-version" name="version" maxlength="80">'
+        '<label for="rerun-repeat"><input id="rerun-repeat" name="repeat_effects" '
+        'type="checkbox" value="true"> Repeat side effects</label>'
+        '<p class="muted warn">Ticked, every tool call at or after the chosen operation is made '
+        "again: a charge charges again, an email is sent again. Unticked, the calls already "
+        "made are reused. Preview lists them.</p>"
+    )
+
+
+def _rerun_form(snapshot: RunSnapshot, root: str) -> str:
+    """Re-runs a finished run (``POST /console/runs/{id}/rerun``); none for any other run."""
+    header = snapshot.header
+    if header.status not in reruns.RERUNNABLE:
+        return ""
+    action = f"{root}console/runs/{quote(header.run_id, safe='')}/rerun"
+    chosen = reruns.FAILED if header.status is RunStatus.FAILED else reruns.START
+    return (
+        '<section class="card run-actions">'
+        f'<form method="post" action="{e(action)}" class="rerun"><h2>Re-run</h2>'
+        '<p class="muted">A new run of this agent that replays the operations before the one '
+        "chosen and runs from there.</p>"
+        f"{_rerun_fields(rerun_choices(snapshot), chosen)}"
+        '<div class="actions"><button type="submit" name="dry_run" value="true" '
+        'class="preview">Preview</button><button class="danger" type="submit">Re-run</button>'
+        "</div></form></section>"
+    )
+
+
+def _origin(header: RunHeader, root: str) -> str:
+    """Where a rerun came from: "Re-run of <the original> from <operation>" (else nothing)."""
+    rerun = header.rerun
+    if not isinstance(rerun, dict) or not rerun.get("of"):
+        return ""
+    repeated = " (side effects repeated)" if rerun.get("repeat_effects") else ""
+    return (
+        f'<p class="rerun-of">Re-run of {run_link(root, str(rerun["of"]))} from '
+        f"<code>{e(rerun.get('from'))}</code>{e(repeated)}</p>"
+    )
+
+
+def render_rerun_preview(
+    run_id: str,
+    described: dict[str, Any],
+    *,
+    from_: str,
+    version: str | None,
+    repeat_effects: bool,
+    root: str,
+) -> str:
+    """What a re-run would do (a dry run, nothing written), with a form to make it.
+
+    Args:
+        run_id: The run re-run.
+        described: The plan, as ``RerunPlan.describe`` says it (requests scrubbed).
+        from_: The ``from`` asked for (sent again by the confirm form).
+        version: The version asked for (None: the deployed one).
+        repeat_effects: Whether the side effects would be made again.
+        root: The relative prefix to the Api's root (``console_page.root_of``).
+
+    Returns:
+        A complete HTML document; every value is escaped.
+    """
+    effects = described.get("effects_after") or []
+    chain = described.get("chain") or []
+    rows = [
+        ("Re-run of", run_link(root, run_id)),
+        ("From", f"<code>{e(described.get('rerun_from'))}</code>"),
+        ("Version", e(version or "the deployed one")),
+        ("Operations copied", e(described.get("copied_operations", 0))),
+        ("Chain", "<br>".join(run_link(root, str(c)) for c in chain) or "—"),
+    ]
+    fate = "made again" if repeat_effects else "reused (not made again)"
+    listed = "".join(
+        f"<tr><td>{run_link(root, str(x.get('run_id')))}</td>"
+        f"<td><code>{e(x.get('operation_id'))}</code></td><td>{e(x.get('tool'))}</td>"
+        f"<td>{compact(x.get('request'))}</td><td><code>{e(x.get('idempotency_key'))}</code></td>"
+        f"<td><code>{e(x.get('external_id') or '—')}</code></td></tr>"
+        for x in effects
+    )
+    table = (
+        '<div class="scroll"><table class="effects"><thead><tr><th>Run</th><th>Operation</th>'
+        "<th>Tool</th><th>Request</th><th>Idempotency key</th><th>External id</th></tr>"
+        f"</thead><tbody>{listed}</tbody></table></div>"
+        if effects
+        else '<p class="muted">None: no side effect was made at or after this operation.</p>'
+    )
+    warning = (
+        '<p class="err">Repeat side effects is ticked: each of these is made again.</p>'
+        if repeat_effects and effects
+        else ""
+    )
+    action = f"{root}console/runs/{quote(run_id, safe='')}/rerun"
+    hidden = "".join(
+        f'<input type="hidden" name="{name}" value="{e(value)}">'
+        for name, value in (
+            ("from", from_),
+            ("version", version or ""),
+            ("repeat_effects", "true" if repeat_effects else ""),
+        )
+        if value
+    )
+    confirm = (
+        f'<form method="post" action="{e(action)}" class="rerun-confirm">{hidden}'
+        '<div class="actions"><button class="danger" type="submit">Re-run</button>'
+        f'<a href="{e(root)}console/runs/{e(quote(run_id, safe=""))}">Back to the run</a>'
+        "</div></form>"
+    )
+    body = (
+        f'<section class="card preview"><h1>Preview: re-run <code>{e(run_id)}</code></h1>'
+        '<p class="muted">Nothing was written. Re-run below makes it.</p>'
+        f"{facts(rows)}</section>"
+        f'<section class="card effects"><h2>Side effects that would be {e(fate)}</h2>'
+        f"{warning}{table}</section>"
+        f'<section class="card">{confirm}</section>'
+    )
+    return page(f"Re-run {run_id} (preview)", body, root=root, here="runs")
+
+
 def render_timeline_page(
     snapshot: RunSnapshot,
     texts: Sequence[tuple[str, str]],
@@ -314,7 +468,8 @@ def render_timeline_page(
             )
         )
     summary = (
-        f'<section class="card"><h1>Run <code>{e(header.run_id)}</code></h1>{facts(rows)}</section>'
+        f'<section class="card"><h1>Run <code>{e(header.run_id)}</code></h1>'
+        f"{_origin(header, root)}{facts(rows)}</section>"
     )
     io_rows = [("Input", compact(header.input or "null"))]
     if header.result is not None:
@@ -347,7 +502,15 @@ def render_timeline_page(
         if live
         else ""
     )
-    body = notice(done) + summary + io + toggle + _actions(snapshot, root) + timeline
+    body = (
+        notice(done)
+        + summary
+        + io
+        + toggle
+        + _actions(snapshot, root)
+        + _rerun_form(snapshot, root)
+        + timeline
+    )
     return page(
         f"Run {header.run_id}",
         body,

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from api.routes.approval_decisions import DecisionRequest
 from api.routes.approvals import LinkDecisionRequest, MintLinkRequest
 from api.routes.callbacks import CallbackFailureRequest
-from api.routes.console import ConsoleEventForm, ConsoleStartForm
+from api.routes.console import ConsoleEventForm, ConsoleRerunForm, ConsoleStartForm
 from api.routes.limits import MAX_CURSOR_CHARS, MAX_KEY_CHARS
 from api.routes.reruns import BulkRerunRequest, RerunRequest
 from api.routes.reviews import ReviewDecisionRequest
@@ -350,6 +350,13 @@ def _console_operations(statuses: list[str]) -> dict[tuple[str, str], Operation]
         ),
         ("POST", "/console/runs/{run_id}/redrive"): replace(
             action, body_required=False, errors=(400, 404, 409, 413)
+        ),
+        ("POST", "/console/runs/{run_id}/rerun"): replace(
+            action,
+            also=(200, "Preview (dry_run): what the re-run would do, nothing written (HTML)"),
+            body=ConsoleRerunForm,
+            body_required=False,
+            errors=(400, 404, 409, 413, 422),
         ),
         ("POST", "/console/runs/{run_id}/events"): replace(
             action, body=ConsoleEventForm, errors=(400, 404, 409, 413, 422, 503)

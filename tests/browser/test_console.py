@@ -228,4 +228,31 @@ def test_the_console_starts_a_run_shows_its_input_and_terminates_it(
         )
         browser.get(f"{api}/console/runs/{run_id}")
         assert "terminated" in _text(browser, "dl").lower()
-        assert browser.find_elements(CSS, "form") == []  # finished: no action left
+        # Finished: no action left but a re-run.
+        forms = browser.find_elements(CSS, "form")
+        assert [f.get_attribute("class") for f in forms] == ["rerun"]
+
+        # Re-run it from its first operation: the new run's page says where it came from.
+        options = browser.find_elements(CSS, "#rerun-from option")
+        assert [o.get_attribute("value") for o in options[:2]] == ["failed", "start"]
+        chosen = options[2].get_attribute("value")  # the first operation, as the timeline shows
+        assert chosen and chosen in _text(browser, "table.timeline")
+        options[2].click()
+        browser.find_element(CSS, "form.rerun button.danger").click()
+        wait_until(lambda: "done=rerun-started" in browser.current_url, 10, "the re-run's page")
+        assert "Re-run started" in _text(browser, ".banner")
+        new_id = browser.current_url.split("/console/runs/")[1].split("?")[0]
+        assert new_id != run_id
+        origin = _text(browser, "p.rerun-of")
+        assert origin == f"Re-run of {run_id} from {chosen}", origin
+        assert (
+            browser.find_element(CSS, "p.rerun-of a")
+            .get_attribute("href")
+            .endswith(f"/console/runs/{run_id}")
+        )
+        assert _console_errors(browser) == []
+        _, rerun = http_json("GET", f"{api}/runs/{new_id}")
+        assert rerun["rerun_of"] == run_id and rerun["rerun_from"] == chosen
+        # It waits for its approval again: stopped here, so no other test sees it.
+        status, body = http_json("POST", f"{api}/runs/{new_id}/terminate", {"reason": "done"})
+        assert status in (200, 202), body

@@ -524,6 +524,7 @@ def test_a_hostile_page_cannot_stop_a_run(
             f"{console}/cancel",
             f"{console}/terminate",
             f"{console}/redrive",
+            f"{console}/rerun",
             f"{api}/runs/{run_id}/cancel",
         ):
             answer = _submit_form(attacker, hostile, api, action, {"reason": "hostile"})
@@ -551,6 +552,7 @@ def test_a_hostile_page_cannot_stop_a_run(
                 f"{console}/cancel": 1,
                 f"{console}/terminate": 1,
                 f"{console}/redrive": 1,
+                f"{console}/rerun": 1,
                 f"{api}/runs/{run_id}/cancel": 3,
                 f"{api}/runs/{run_id}/terminate": 2,
             },

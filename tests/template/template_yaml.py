@@ -53,6 +53,7 @@ API_ROUTES = {
     "ConsoleCancelRun": ("POST", "/console/runs/{run_id}/cancel"),
     "ConsoleTerminateRun": ("POST", "/console/runs/{run_id}/terminate"),
     "ConsoleRedriveRun": ("POST", "/console/runs/{run_id}/redrive"),
+    "ConsoleRerunRun": ("POST", "/console/runs/{run_id}/rerun"),
     "ConsoleSendRunEvent": ("POST", "/console/runs/{run_id}/events"),
     "ConsoleStartRun": ("POST", "/console/runs"),
     "ConsoleApprovals": ("GET", "/console/approvals"),

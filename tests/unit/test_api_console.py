@@ -20,6 +20,7 @@ import pytest
 
 from api.console_page import STYLE, render_pending_page, render_runs_page, root_of
 from api.console_timeline import render_timeline_page
+from durable_agents.core.clock import SkipClock
 from durable_agents.core.models import (
     EffectStatus,
     Entry,
@@ -39,6 +40,7 @@ from tests.contract.test_versions_contract import drive
 from tests.unit.approvals_harness import OPERATOR, OUTSIDER, SUMMARY, Pending, pending, request
 from tests.unit.conftest import Deployment
 from tests.unit.test_api_approvals import api  # noqa: F401 - the fixture
+from tests.unit.test_api_reruns import PROVIDER, shop_registry, v1_failure
 from tests.unit.test_api_reviews import op_id, paused  # noqa: F401 - the fixture
 from tests.unit.test_api_run_events import _suspended, rt, status_value  # noqa: F401 - fixture
 from tests.unit.test_api_tenancy import MISSING_RUN, TENANT_A, TENANT_B, TENANT_MAP
@@ -133,7 +135,8 @@ def test_the_timeline_escapes_everything_and_shows_full_dates() -> None:
     assert 'href="../../console/runs/parent-1"' in html
     assert "charge" in html and ">committed<" in html  # the side effect and its status
     assert "s3cr3t-value" not in html  # a callback's scheduled value holds its secret
-    assert "<form" not in html  # a FAILED run cannot be cancelled
+    # A FAILED run cannot be cancelled: its one form is the re-run's.
+    assert re.findall(r'<form[^>]*class="([^"]+)"', html) == ["rerun"]
 
 
 def test_a_failed_operation_and_run_show_their_tracebacks_collapsed_and_escaped() -> None:
@@ -186,7 +189,7 @@ def test_a_review_shows_why_and_its_unclear_outcomes_traceback_collapsed() -> No
     assert "<dt>Unclear outcome</dt><dd>TimeoutError: the bank did not answer</dd>" in html
     assert (
         '<details class="traceback"><summary>traceback</summary><pre>Traceback (most recent'
-        f' call last):\n  File &quot;tools.py&quot;, line 9, in send\n{escaped}</pre></details>'
+        f" call last):\n  File &quot;tools.py&quot;, line 9, in send\n{escaped}</pre></details>"
     ) in html
     # The run's timeline shows the same for the call.
     timeline = render_timeline_page(
@@ -318,6 +321,7 @@ def test_a_form_from_another_site_is_refused_and_changes_nothing(
         (f"/console/runs/{pending.run_id}/cancel", {"reason": "csrf"}),
         (f"/console/runs/{pending.run_id}/terminate", {"reason": "csrf"}),
         (f"/console/runs/{pending.run_id}/redrive", {}),
+        (f"/console/runs/{pending.run_id}/rerun", {"from": "start"}),
         (f"/console/runs/{pending.run_id}/events", {"name": "message", "data": "1"}),
         ("/console/runs", {"agent": "refund", "input": "42"}),
     ):
@@ -381,6 +385,7 @@ def test_another_tenants_run_is_the_same_404_as_none(
             ("POST", "/cancel"),
             ("POST", "/terminate"),
             ("POST", "/redrive"),
+            ("POST", "/rerun"),
             ("POST", "/events"),
         ):
             fields = {"name": "message", "data": '"hi"'} if suffix == "/events" else {}
@@ -431,7 +436,8 @@ def test_input_and_result_are_at_the_top_compact_and_long_ones_folded() -> None:
     assert '<details class="json"><summary><code>{&quot;text&quot;:' in html[top:]
     assert "characters)</span></summary><pre>{\n  &quot;text&quot;" in html[top:]
     assert 'href="../../runs/run-1/history?format=json"' in html
-    assert "<form" not in html  # SUCCEEDED: nothing to do
+    # SUCCEEDED: nothing to do but re-run it.
+    assert re.findall(r'<form[^>]*class="([^"]+)"', html) == ["rerun"]
 
 
 def test_the_history_link_answers_json_even_to_a_browser(pending: Pending) -> None:
@@ -505,7 +511,7 @@ def test_redrive_from_the_console_and_a_finished_run_has_no_actions(
     assert form(f"/console/approvals/{pending.approval_id}", {"decision": "approve"}).status == 303
     pending.finish()
     html = page(f"/console/runs/{pending.run_id}").html
-    assert "<form" not in html  # SUCCEEDED: no action
+    assert re.findall(r'<form[^>]*class="([^"]+)"', html) == ["rerun"]  # SUCCEEDED: re-run
     for action, fields in (
         ("redrive", {}),
         ("terminate", {}),
@@ -614,3 +620,108 @@ def test_a_bad_start_form_is_refused_and_starts_nothing(
     clash = form("/console/runs", {**key, "input": "2"}, user_arn=TENANT_A)
     assert clash.status == 409, clash.text
     assert len(rt.store.list_runs(limit=10).runs) == 1
+
+
+# ------------------------------------------------------------------------------ re-runs
+def test_the_rerun_form_is_only_on_a_finished_run_and_escapes_the_operations() -> None:
+    snapshot = _hostile_snapshot()
+    hostile_op = f"run-1:{HOSTILE}:5"
+    entry = Entry("run-1", "00000005", hostile_op, OpKind.STEP, "x", EntryType.SUCCEEDED,
+                  value="1", recorded_at_ms=1_700_000_004_500)  # fmt: skip
+    snapshot = RunSnapshot(snapshot.header, [*snapshot.entries, entry], snapshot.effects)
+    html = render_timeline_page(snapshot, [], root="../../")
+    _no_raw(html)
+    (form_html,) = re.findall(r'<form[^>]*class="rerun".*?</form>', html, re.S)
+    assert 'action="../../console/runs/run-1/rerun"' in form_html
+    options = re.findall(r'<option value="([^"]*)"( selected)?>', form_html)
+    # failed (chosen for a FAILED run), start, then every top-level operation as shown.
+    assert options[:3] == [("failed", " selected"), ("start", ""), ("fetch:1", "")]
+    assert ("&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;&quot;&#x27;:5", "") in options
+    assert 'name="version"' in form_html and 'name="repeat_effects"' in form_html
+    assert "made again" in form_html  # the warning next to the checkbox
+    assert 'name="dry_run" value="true"' in form_html and ">Re-run</button>" in form_html
+    for status in (RunStatus.RUNNING, RunStatus.SUSPENDED, RunStatus.PAUSED):
+        running = RunSnapshot(snapshot.header.replace(status=status), snapshot.entries, [])
+        assert 'class="rerun"' not in render_timeline_page(running, [], root="../../")
+    done = RunSnapshot(snapshot.header.replace(status=RunStatus.TERMINATED), snapshot.entries, [])
+    terminated = render_timeline_page(done, [], root="../../")
+    assert '<option value="start" selected>' in terminated  # not FAILED: from the start
+
+
+@pytest.fixture
+def shop(api: Deployment, monkeypatch: pytest.MonkeyPatch) -> Runtime:  # noqa: F811
+    """The re-run tests' checkout (charges, then fails in ship at version 1), tenant a."""
+    from api.services import get_runtime
+
+    runtime = get_runtime()
+    monkeypatch.setattr(runtime, "registry", shop_registry())
+    monkeypatch.setattr(runtime, "clock", SkipClock())
+    monkeypatch.setenv("TENANT_MAP", json.dumps(TENANT_MAP))
+    PROVIDER.ledger.clear()
+    return runtime
+
+
+def test_rerun_from_the_console_previews_then_reruns_without_charging_twice(
+    shop: Runtime,
+    api: Deployment,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run_id = v1_failure(shop, monkeypatch)
+    html = page(f"/console/runs/{run_id}", user_arn=TENANT_A).html
+    assert '<option value="failed" selected>' in html
+    (charge,) = re.findall(r'<option value="(charge:[^"]*)"', html)
+    path = f"/console/runs/{run_id}/rerun"
+    runs_before = shop.store.list_runs(limit=10).runs
+    api.published()  # drained: what the failed run published
+
+    # Preview: the plan and the charge it would reuse; nothing written.
+    preview = form(path, {"from": charge, "dry_run": "true"}, user_arn=TENANT_A)
+    assert preview.status == 200, preview.text
+    assert "Side effects that would be reused" in preview.html and ">charge<" in preview.html
+    assert f'value="{charge}"' in preview.html and 'class="rerun-confirm"' in preview.html
+    repeated = form(path, {"from": charge, "repeat_effects": "true", "dry_run": "true"},
+                    user_arn=TENANT_A)  # fmt: skip
+    assert "would be made again" in repeated.html and "each of these is made again" in repeated.html
+    assert shop.store.list_runs(limit=10).runs == runs_before
+    assert api.published() == [] and len(PROVIDER.ledger) == 1
+
+    # Another site's form, another tenant: refused, nothing written.
+    cross = {**SAME_ORIGIN, "Sec-Fetch-Site": "cross-site"}
+    assert form(path, {"from": charge}, headers=cross, user_arn=TENANT_A).status == 403
+    mine = form(path, {"from": "start"}, user_arn=TENANT_B)
+    none = form(f"/console/runs/{MISSING_RUN}/rerun", {"from": "start"}, user_arn=TENANT_B)
+    assert mine.status == none.status == 404
+    assert mine.text.replace(run_id, MISSING_RUN) == none.text
+    assert form(path, {"from": "nope"}, user_arn=TENANT_A).status == 400  # no such operation
+    assert shop.store.list_runs(limit=10).runs == runs_before and api.published() == []
+
+    # The rerun: 303 to the new run's page, which says where it came from.
+    reply = form(path, {"from": charge}, user_arn=TENANT_A)
+    assert reply.status == 303, reply.text
+    location = reply.headers["Location"]
+    assert location.startswith("../../../console/runs/") and location.endswith(
+        "?done=rerun-started"
+    )
+    new_id = location.removeprefix("../../../console/runs/").split("?")[0]
+    assert new_id != run_id and shop.store.get_run(new_id).rerun["of"] == run_id
+    assert drive(shop, new_id) is RunStatus.SUCCEEDED
+    assert len(PROVIDER.ledger) == 1  # the charge was reused, not made again
+    shown = page(f"/console/runs/{new_id}", query={"done": "rerun-started"}, user_arn=TENANT_A)
+    assert "Re-run started" in shown.html
+    assert re.search(
+        rf'Re-run of <a href="../../console/runs/{re.escape(run_id)}"><code>[^<]+</code></a> '
+        rf"from <code>{re.escape(charge)}</code>",
+        shown.html,
+    )
+    assert "Reused from" in shown.html and f"{run_id}:{charge}" in shown.html
+    # The same form again names the same rerun.
+    again = form(path, {"from": charge}, user_arn=TENANT_A)
+    assert again.status == 303 and again.headers["Location"].endswith(
+        f"{new_id}?done=rerun-repeated"
+    )
+
+
+def test_a_run_that_has_not_finished_is_not_rerun_from_the_console(pending: Pending) -> None:
+    reply = form(f"/console/runs/{pending.run_id}/rerun", {"from": "start", "dry_run": "true"})
+    assert reply.status == 409, reply.text
+    assert "only a finished run can be re-run" in reply.text

@@ -9,7 +9,8 @@ another tenant's run is the same 404 as none.
 
 The actions post HTML forms and go through the Api's own code paths and checks: cancel and
 terminate are ``run_stops.stop_run`` (``POST /runs/{id}/cancel``, ``/terminate``), redrive and
-a start are ``routes.run_starts`` (``POST /runs/{id}/redrive``, ``POST /runs``), an event is
+a start are ``routes.run_starts`` (``POST /runs/{id}/redrive``, ``POST /runs``), a re-run (or
+its preview) is ``routes.reruns.rerun_owned`` (``POST /runs/{id}/rerun``), an event is
 ``run_events.record_event`` (``POST /runs/{id}/events/{name}``), an approval decision is the one
 ``POST /approvals/{id}`` makes (``routes.approval_decisions``: the caller must match an
 ``iam:`` approver pattern), a review decision is ``routes.reviews.record_review`` (the tool's
@@ -24,7 +25,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote, urlencode
 
 from aws_lambda_powertools.event_handler import Response
@@ -39,14 +40,15 @@ from api.console_page import (
     render_runs_page,
     root_of,
 )
-from api.console_timeline import child_run_ids, render_timeline_page
+from api.console_timeline import child_run_ids, render_rerun_preview, render_timeline_page
 from api.cross_site import origin_names_host
 from api.routes.approval_decisions import DecisionRequest, authorize, decide
 from api.routes.common import BadRequest, find_wait, form_or_json_body, header, is_form
 from api.routes.limits import MAX_KEY_CHARS, check_key, parse_json
+from api.routes.reruns import MAX_FROM_CHARS, RerunRequest, rerun_owned
 from api.routes.reviews import ReviewDecisionRequest, record_review
 from api.routes.run_events import record_event
-from api.routes.run_query import list_page, listing_query
+from api.routes.run_query import MAX_VERSION_CHARS, list_page, listing_query
 from api.routes.run_starts import StartRunRequest, redrive_run, start_in_tenant
 from api.routes.run_stops import StopRunRequest, stop_run
 from api.routes.tenancy import iam_caller, owned_run, owned_wait
@@ -55,6 +57,7 @@ from api.services import get_runtime
 from durable_agents.core.ids import check_name, check_run_id
 from durable_agents.core.models import WaitStatus
 from durable_agents.core.tenancy import ALL_TENANTS
+from durable_agents.engine import reruns
 from durable_agents.engine.cancellation import CANCEL, TERMINATE
 from durable_agents.engine.operations.approval import KIND
 from durable_agents.errors import DurableError
@@ -86,6 +89,29 @@ class ConsoleStartForm(BaseModel):
     input: str = Field(default="", description="The run's input, as JSON (empty: null).")
     idempotency_key: str = Field(
         default="", max_length=MAX_KEY_CHARS, description="The form's key: sent twice, one run."
+    )
+
+
+class ConsoleRerunForm(BaseModel):
+    """The timeline page's "Re-run" form (``POST /console/runs/{run_id}/rerun``)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    from_: str = Field(
+        default=reruns.FAILED,
+        alias="from",
+        min_length=1,
+        max_length=MAX_FROM_CHARS,
+        description="An operation as the run's timeline shows it (charge:2), start, or failed.",
+    )
+    version: str = Field(
+        default="", max_length=MAX_VERSION_CHARS, description="Empty: the deployed version."
+    )
+    repeat_effects: Literal["", "true"] = Field(
+        default="", description="true (the checkbox): make every side effect again."
+    )
+    dry_run: Literal["", "true"] = Field(
+        default="", description="true (the Preview button): only show what would happen."
     )
 
 
@@ -301,6 +327,54 @@ def console_redrive(run_id: str) -> Response[str]:
     _form(event)  # a form, from this origin; it carries no field
     redrive_run(tenant, run_id, principal.display)
     return _back_to_run(event, run_id, "redriven")
+
+
+@router.post("/console/runs/<run_id>/rerun")
+def console_rerun(run_id: str) -> Response[str]:
+    """Re-runs a finished run from its timeline page (``POST /runs/{id}/rerun``'s code path).
+
+    The form's ``from``, ``version`` (empty: the deployed one) and ``repeat_effects``; its
+    Preview button (``dry_run``) answers a page saying what would be copied and which side
+    effects would be reused or made again, with a form to make the rerun, and writes nothing.
+    A rerun answers 303 to the new run's page. The same options twice name the same rerun
+    (its key is derived from the request, as the JSON route's is without a key).
+
+    Raises:
+        CrossSiteFormError: If the form was not posted from the console's own pages (403).
+        RunNotFoundError: If there is no such run, or it is another tenant's (404).
+        RerunRefusedError: If the run has not finished, or a call of its chain is not
+            settled (409).
+        UnknownOperationError: If ``from`` names no operation of the run (400).
+    """
+    event = _event()
+    check_same_origin(event)
+    principal, tenant = iam_caller(event)
+    run_id = check_run_id(run_id)
+    fields = ConsoleRerunForm.model_validate(_form(event))
+    request = RerunRequest.model_validate(
+        {
+            "from": fields.from_.strip(),
+            "version": fields.version.strip() or None,
+            "repeat_effects": fields.repeat_effects == "true",
+            "dry_run": fields.dry_run == "true",
+        }
+    )
+    plan, started, created = rerun_owned(principal.display, tenant, run_id, request, None)
+    if started is None:
+        return _html(
+            render_rerun_preview(
+                run_id,
+                plan.describe(),
+                from_=request.from_,
+                version=request.version,
+                repeat_effects=request.repeat_effects,
+                root=root_of(event.path),
+            )
+        )
+    done = "rerun-started" if created else "rerun-repeated"
+    return _see_other(
+        f"{root_of(event.path)}console/runs/{quote(started.run_id, safe='')}?done={done}"
+    )
 
 
 @router.post("/console/runs/<run_id>/events")

@@ -114,6 +114,44 @@ def rerun(run_id: str) -> Response[str]:
     run_id = check_run_id(run_id)
     body = json_body(event, required=False)
     request = RerunRequest.model_validate({} if body is None else body)
+    plan, started, created = rerun_owned(
+        principal.display, tenant, run_id, request, header(event, "Idempotency-Key")
+    )
+    answer = _answer(plan, request.repeat_effects)
+    if started is None:
+        return ok(HTTPStatus.OK, {"dry_run": True, **answer})
+    return ok(
+        HTTPStatus.CREATED if created else HTTPStatus.OK,
+        {"created": created, "run": run_view(started), **answer},
+        headers={"Location": f"/runs/{started.run_id}"},
+    )
+
+
+def rerun_owned(
+    caller: str, tenant: str, run_id: str, request: RerunRequest, idempotency_key: str | None
+) -> tuple[reruns.RerunPlan, RunHeader | None, bool]:
+    """Re-runs (or, with ``dry_run``, plans) one run of ``tenant``.
+
+    The JSON route's and the console's one code path: the tenant checked first, then
+    ``Runtime.rerun``; a rerun made is logged with its caller.
+
+    Args:
+        caller: Who asks (logged with the new run).
+        tenant: The caller's tenant (``ALL_TENANTS``: any run).
+        run_id: The run to re-run (already checked as an id).
+        request: What to re-run and how.
+        idempotency_key: The rerun's key (None: derived from the request).
+
+    Returns:
+        ``Runtime.rerun``'s answer: the plan, the new run (None for a dry run), whether this
+        call created it.
+
+    Raises:
+        RunNotFoundError: If there is no such run, or it is another tenant's (404).
+        RerunRefusedError: If it cannot be re-run now (409).
+        UnknownOperationError: If ``from`` names no operation of the run (400).
+        DurableError: What else ``Runtime.rerun`` raises (a version not deployed, ...).
+    """
     owned_run(tenant, run_id)
     replaced = "input" in request.model_fields_set
     plan, started, created = get_runtime().rerun(
@@ -122,21 +160,15 @@ def rerun(run_id: str) -> Response[str]:
         version=request.version,
         input_value=request.input if replaced else reruns.SAME_INPUT,
         repeat_effects=request.repeat_effects,
-        idempotency_key=header(event, "Idempotency-Key"),
+        idempotency_key=idempotency_key,
         dry_run=request.dry_run,
     )
-    answer = _answer(plan, request.repeat_effects)
-    if started is None:
-        return ok(HTTPStatus.OK, {"dry_run": True, **answer})
-    logger.info(
-        "run re-run" if created else "run re-run (repeated request)",
-        extra={"run_id": run_id, "rerun_run_id": started.run_id, "caller": principal.display},
-    )
-    return ok(
-        HTTPStatus.CREATED if created else HTTPStatus.OK,
-        {"created": created, "run": run_view(started), **answer},
-        headers={"Location": f"/runs/{started.run_id}"},
-    )
+    if started is not None:
+        logger.info(
+            "run re-run" if created else "run re-run (repeated request)",
+            extra={"run_id": run_id, "rerun_run_id": started.run_id, "caller": caller},
+        )
+    return plan, started, created
 
 
 def _answer(plan: reruns.RerunPlan, repeat: bool) -> dict[str, Any]:
