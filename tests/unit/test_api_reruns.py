@@ -162,9 +162,37 @@ def test_bulk_reruns_each_match_once_and_never_its_own_reruns(
     # The same request again: the same reruns ("existing"), none of them re-run in turn.
     again = request("POST", "/runs/rerun", {**body, "limit": 25}, user_arn=TENANT_A).json
     assert sorted(r["outcome"] for r in again["results"]) == ["existing", "existing"]
+    # The same run and options name the same rerun whether asked alone or in bulk.
+    alone = request("POST", f"/runs/{first}/rerun", {"from": "failed"}, user_arn=TENANT_A)
+    assert alone.json["run"]["run_id"] == next(
+        r["rerun_run_id"] for p in pages for r in p["results"] if r["run_id"] == first
+    )
     # Another tenant's caller matches none of tenant a's runs.
     theirs = request("POST", "/runs/rerun", {**body, "limit": 25}, user_arn=TENANT_B).json
     assert theirs["results"] == []
     # Only operators name a tenant.
     named = request("POST", "/runs/rerun", {**body, "tenant": "a"}, user_arn=TENANT_A)
     assert named.status == 400
+
+
+def test_bulk_finds_its_reruns_again_with_any_time_range_and_never_re_runs_them(
+    rt: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = v1_failure(rt, monkeypatch)
+    only_v1 = AgentRegistry()
+    only_v1.add(shop_registry().pinned("checkout", "1"))
+    monkeypatch.setattr(rt, "registry", only_v1)  # the fix rolled back: its rerun fails too
+    body = {"agent": "checkout", "status": "FAILED", "from": "failed", "version": "1"}
+    first = request("POST", "/runs/rerun", {**body, "since": "2000-01-01T00:00:00Z"},
+                    user_arn=TENANT_A).json  # fmt: skip
+    (made,) = first["results"]
+    assert made["run_id"] == original and made["outcome"] == "started"
+    assert drive(rt, made["rerun_run_id"]) is RunStatus.FAILED
+    # Sent again, its time range another instant (as a CLI's --since 1d is at every call):
+    # the original's rerun is found again, and the failed rerun is not re-run beside it.
+    again = request("POST", "/runs/rerun", {**body, "since": "2001-01-01T00:00:00Z"},
+                    user_arn=TENANT_A).json  # fmt: skip
+    outcomes = {r["run_id"]: r["outcome"] for r in again["results"]}
+    assert outcomes == {original: "existing", made["rerun_run_id"]: "skipped"}
+    reruns_of = [r for r in rt.store.list_runs(limit=100).runs if r.rerun]
+    assert [r.run_id for r in reruns_of] == [made["rerun_run_id"]]

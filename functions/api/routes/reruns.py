@@ -204,11 +204,12 @@ def rerun_many() -> Response[str]:
             query[f"{name}_ms"] = parse_time(value, name)
     if query.get("since_ms", 0) >= query.get("until_ms", 10**13):
         raise BadRequest("since must be before until")
-    bulk = header(event, "Idempotency-Key") or bulk_key(request, scope)
-    if len(bulk) > MAX_KEY_CHARS:
+    explicit = header(event, "Idempotency-Key")
+    if explicit is not None and len(explicit) > MAX_KEY_CHARS:
         raise BadRequest(f"Idempotency-Key must be at most {MAX_KEY_CHARS} characters")
+    bulk = bulk_key(request, scope, explicit)
     page = list_page(get_runtime().store, query)
-    results = [_one(run, request, bulk) for run in page.runs]
+    results = [_one(run, request, bulk, explicit) for run in page.runs]
     logger.info(
         "runs re-run" if not request.dry_run else "runs re-run (dry run)",
         extra={
@@ -231,20 +232,43 @@ def rerun_many() -> Response[str]:
     )
 
 
-def bulk_key(request: BulkRerunRequest, scope: str | None) -> str:
-    """The key of a bulk request: the same filter and options make the same reruns."""
-    fields = request.model_dump(mode="json", exclude={"cursor", "limit", "dry_run"})
+def bulk_key(request: BulkRerunRequest, scope: str | None, explicit: str | None) -> str:
+    """What a bulk request's reruns are marked with (``rerun.bulk``): its options, or its key.
+
+    The time range is left out: ``--since 1d`` is another instant at every call, and the
+    same command sent again must not re-run what it already re-ran.
+    """
+    if explicit is not None:
+        return f"key:{hashlib.sha256(explicit.encode()).hexdigest()[:32]}"
+    fields = request.model_dump(
+        mode="json", exclude={"cursor", "limit", "dry_run", "since", "until"}
+    )
     digest = hashlib.sha256(json.dumps([fields, scope], sort_keys=True).encode()).hexdigest()
     return f"bulk:{digest[:32]}"
 
 
-def _one(run: RunHeader, request: BulkRerunRequest, bulk: str) -> dict[str, Any]:
-    """One matched run's rerun (or plan), or why it was refused; never an exception."""
+def _one(
+    run: RunHeader, request: BulkRerunRequest, bulk: str, explicit: str | None
+) -> dict[str, Any]:
+    """One matched run's rerun (or plan), or why it was refused; never an exception.
+
+    A run's rerun is named by the run and the options (as ``POST /runs/{id}/rerun`` names it,
+    or by the request's ``Idempotency-Key``), so sending the request again, with any time
+    range, finds the reruns it made. A run a bulk request made is never matched by one: its
+    original is what bulk reruns re-run (a failed rerun would otherwise be re-run beside it).
+    """
     try:
         # On a consistent read: a listed header is read from an index and may be behind.
         current = get_runtime().store.get_run(run.run_id)
-        if (current.rerun or {}).get("bulk") == bulk:
-            return {"run_id": run.run_id, "outcome": "skipped", "reason": "made by this request"}
+        made = current.rerun or {}
+        if made.get("bulk"):
+            return {
+                "run_id": run.run_id,
+                "outcome": "skipped",
+                "reason": f"a rerun made by a bulk request (of {made.get('of')}): re-run its "
+                "original, or this run alone",
+            }
+        key = None if explicit is None else reruns.rerun_key(run.run_id, {"bulk": bulk})
         plan, started, created = get_runtime().rerun(
             run.run_id,
             request.from_,
@@ -252,6 +276,7 @@ def _one(run: RunHeader, request: BulkRerunRequest, bulk: str) -> dict[str, Any]
             repeat_effects=request.repeat_effects,
             dry_run=request.dry_run,
             bulk=bulk,
+            idempotency_key=key,
         )
     except DurableError as exc:  # refused, diverged, unknown operation: said, and the next
         return {

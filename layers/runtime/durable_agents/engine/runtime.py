@@ -432,8 +432,9 @@ class Runtime(RuntimeParts):
             repeat_effects: Run every side effect again instead of reusing the chain's.
             idempotency_key: The rerun's key (None: derived from this request).
             dry_run: Only plan: nothing is written, no run created.
-            bulk: The key of the bulk request making this rerun (kept on the rerun, so that
-                the same request never re-runs it in turn).
+            bulk: The mark of the bulk request making this rerun (kept on the rerun: bulk
+                requests never re-run it in turn). Not part of the derived key: the same
+                run and options name the same rerun whoever asks.
 
         Returns:
             The plan, the rerun's header (None for a dry run) and whether this call created it.
@@ -459,7 +460,6 @@ class Runtime(RuntimeParts):
                 "input": None if same_input else value,
                 "same_input": same_input,
                 "repeat_effects": repeat_effects,
-                "bulk": bulk,
             },
         )
         header = new_header(
