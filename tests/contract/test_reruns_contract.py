@@ -381,3 +381,24 @@ def test_a_run_that_continued_as_new_is_re_run_from_its_current_generation(
     assert again is not None
     assert drive(fixed, again.run_id) is RunStatus.SUCCEEDED
     assert [p["cents"] for p in shop.provider.ledger] == [100, 200]
+
+
+def test_code_that_no_longer_matches_the_copied_records_stops_the_rerun_visibly(
+    journal: JournalStore, failed: tuple[Runtime, Shop, str]
+) -> None:
+    rt, shop, run_id = failed
+    charge = shop.charge
+
+    def renamed(ctx: DurableContext, order: dict[str, Any]) -> str:
+        total = ctx.step(lambda: order["cents"], name="quote")  # was "price": copied as such
+        ctx.tool(charge, Payment(customer=order["customer"], cents=total))
+        return "shipped"
+
+    rt4 = deployment(journal, rt.clock, shop, ("4", renamed))  # type: ignore[arg-type]
+    _, header, _ = rt4.rerun(run_id, "failed")
+    assert header is not None
+    assert drive(rt4, header.run_id) is RunStatus.PAUSED
+    error = journal.get_run(header.run_id).error
+    assert error is not None and error.type == "ReplayDivergedError"
+    assert "price" in error.message and "quote" in error.message
+    assert len(shop.provider.ledger) == 1  # nothing made past the divergence
