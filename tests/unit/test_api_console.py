@@ -20,7 +20,6 @@ import pytest
 
 from api.console_page import STYLE, render_pending_page, render_runs_page, root_of
 from api.console_timeline import render_timeline_page
-from durable_agents.core.clock import SkipClock
 from durable_agents.core.models import (
     EffectStatus,
     Entry,
@@ -40,7 +39,7 @@ from tests.contract.test_versions_contract import drive
 from tests.unit.approvals_harness import OPERATOR, OUTSIDER, SUMMARY, Pending, pending, request
 from tests.unit.conftest import Deployment
 from tests.unit.test_api_approvals import api  # noqa: F401 - the fixture
-from tests.unit.test_api_reruns import PROVIDER, shop_registry, v1_failure
+from tests.unit.test_api_reruns import PROVIDER, shop_runtime, v1_failure
 from tests.unit.test_api_reviews import op_id, paused  # noqa: F401 - the fixture
 from tests.unit.test_api_run_events import _suspended, rt, status_value  # noqa: F401 - fixture
 from tests.unit.test_api_tenancy import MISSING_RUN, TENANT_A, TENANT_B, TENANT_MAP
@@ -651,14 +650,7 @@ def test_the_rerun_form_is_only_on_a_finished_run_and_escapes_the_operations() -
 @pytest.fixture
 def shop(api: Deployment, monkeypatch: pytest.MonkeyPatch) -> Runtime:  # noqa: F811
     """The re-run tests' checkout (charges, then fails in ship at version 1), tenant a."""
-    from api.services import get_runtime
-
-    runtime = get_runtime()
-    monkeypatch.setattr(runtime, "registry", shop_registry())
-    monkeypatch.setattr(runtime, "clock", SkipClock())
-    monkeypatch.setenv("TENANT_MAP", json.dumps(TENANT_MAP))
-    PROVIDER.ledger.clear()
-    return runtime
+    return shop_runtime(monkeypatch)
 
 
 def test_rerun_from_the_console_previews_then_reruns_without_charging_twice(

@@ -51,6 +51,11 @@ def shop_registry() -> AgentRegistry:
 
 @pytest.fixture
 def rt(api: Deployment, monkeypatch: pytest.MonkeyPatch) -> Runtime:  # noqa: F811
+    return shop_runtime(monkeypatch)
+
+
+def shop_runtime(monkeypatch: pytest.MonkeyPatch) -> Runtime:
+    """The Api's runtime (moto) with the checkout deployed, a skip clock and the tenant map."""
     from api.services import get_runtime
 
     runtime = get_runtime()

@@ -45,7 +45,7 @@ from api.cross_site import origin_names_host
 from api.routes.approval_decisions import DecisionRequest, authorize, decide
 from api.routes.common import BadRequest, find_wait, form_or_json_body, header, is_form
 from api.routes.limits import MAX_KEY_CHARS, check_key, parse_json
-from api.routes.reruns import MAX_FROM_CHARS, RerunRequest, rerun_owned
+from api.routes.reruns import RerunFrom, RerunRequest, rerun_owned
 from api.routes.reviews import ReviewDecisionRequest, record_review
 from api.routes.run_events import record_event
 from api.routes.run_query import MAX_VERSION_CHARS, list_page, listing_query
@@ -97,13 +97,7 @@ class ConsoleRerunForm(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    from_: str = Field(
-        default=reruns.FAILED,
-        alias="from",
-        min_length=1,
-        max_length=MAX_FROM_CHARS,
-        description="An operation as the run's timeline shows it (charge:2), start, or failed.",
-    )
+    from_: RerunFrom = Field(default=reruns.FAILED, alias="from")
     version: str = Field(
         default="", max_length=MAX_VERSION_CHARS, description="Empty: the deployed version."
     )

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 from http import HTTPStatus
-from typing import Any
+from typing import Annotated, Any
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import Response
@@ -47,6 +47,16 @@ router = Router()  # type: ignore[no-untyped-call]
 MAX_FROM_CHARS = 600
 MAX_BULK_LIMIT = 25  # each rerun is a few writes and reads: a page stays well within 29 s
 RERUNNABLE_NAMES = sorted(s.value for s in reruns.RERUNNABLE)
+RerunFrom = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_FROM_CHARS,
+        description="An operation as the run's timeline shows it (charge:2), start, or "
+        "failed (the operation that failed or never finished).",
+    ),
+]
+"""Where a rerun starts (the JSON routes' and the console form's ``from``)."""
 
 
 class RerunOptions(BaseModel):
@@ -54,14 +64,7 @@ class RerunOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    from_: str = Field(
-        default=reruns.FAILED,
-        alias="from",
-        min_length=1,
-        max_length=MAX_FROM_CHARS,
-        description="An operation as the run's timeline shows it (charge:2), start, or "
-        "failed (the operation that failed or never finished).",
-    )
+    from_: RerunFrom = Field(default=reruns.FAILED, alias="from")
     version: str | None = Field(
         default=None,
         min_length=1,

@@ -60,7 +60,7 @@ from durable_agents.core.models import (
     SideEffectRecord,
 )
 from durable_agents.core.serde import canonical_json, error_info
-from durable_agents.engine.effects.records import REUSED_FROM, idempotency_key
+from durable_agents.engine.effects.records import REUSED_FROM
 from durable_agents.engine.events import OutgoingEvent
 from durable_agents.errors import (
     DurableError,
@@ -71,7 +71,7 @@ from durable_agents.errors import (
 from durable_agents.journal.generation_keys import generation_of, id_prefix, pos_prefix
 
 if TYPE_CHECKING:
-    from durable_agents.engine.effects.writes import EffectWrites
+    from durable_agents.engine.effects.protocol import SideEffectProtocol
     from durable_agents.engine.ports import InvocationStore
     from durable_agents.tools import Tool
 
@@ -578,7 +578,7 @@ def _rebased(record: SideEffectRecord, generation: int) -> str:
 
 
 def reuse(
-    writes: EffectWrites,
+    protocol: SideEffectProtocol,
     run_id: str,
     position: str,
     op_id: str,
@@ -592,21 +592,11 @@ def reuse(
         EffectConflictError: If this call was prepared meanwhile (another invocation).
         EntryConflictError: If its result was recorded meanwhile.
     """
-    now = writes.clock.now_ms()
-    record = SideEffectRecord(
-        run_id=run_id,
-        position=position,
-        operation_id=op_id,
-        tool=tool.name,
-        tool_schema_version=tool.schema_version,
-        canonical_request=canonical_json(tool.request_model.model_validate(request)),
-        idempotency_key=idempotency_key(op_id),
+    new = protocol.new_record(run_id, position, op_id, tool, request)
+    record = new.replace(
         status=EffectStatus.COMMITTED,
-        attempt=1,
-        prepared_at_ms=now,
-        updated_at_ms=now,
-        lease_expires_at_ms=now,
-        stale_at_ms=now,
+        lease_expires_at_ms=new.prepared_at_ms,
+        stale_at_ms=new.prepared_at_ms,
         external_id=original.external_id,
         result=original.result,
         note={
@@ -617,13 +607,13 @@ def reuse(
             }
         },
     )
-    entry = writes.entry(
+    entry = protocol.entry(
         record,
         EntryType.SUCCEEDED,
         value=original.result,
         meta={"via": "reused", "external_id": original.external_id},
     )
-    writes.store.commit(run_id, [entry], writes.resume(), EffectChange(record))
+    protocol.store.commit(run_id, [entry], protocol.resume(), EffectChange(record))
     return entry, record
 
 
