@@ -376,6 +376,9 @@ def test_a_run_that_continued_as_new_is_re_run_from_its_current_generation(
     assert all(e.op_id.startswith(f"{header.run_id}:") for e in copied)
     assert drive(fixed, header.run_id) is RunStatus.SUCCEEDED
     assert [p["cents"] for p in shop.provider.ledger] == [100, 200]
+    # The operation named as the timeline shows it in that generation, or by its whole id.
+    for shown in ("g1/ship:2", f"{run.run_id}:g1/ship:2", "ship"):
+        assert reruns.plan(journal, run.run_id, shown).label == "ship:2"
     # From its start: round 2's charge is reused from the original's current generation.
     _, again, _ = fixed.rerun(run.run_id, "start")
     assert again is not None

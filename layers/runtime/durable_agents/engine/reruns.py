@@ -285,7 +285,10 @@ def _resolve(ops: Ops, from_: str, original: RunHeader, generation: int) -> tupl
             if failed:
                 return shown, pos
         return "end", None
-    wanted = from_.removeprefix(id_prefix(original.run_id, generation)).split("/", 1)[0]
+    # As the timeline shows it (``charge:2``, or ``g1/charge:2`` in a later generation), or
+    # the whole operation id; a nested operation names its top-level one.
+    wanted = from_.removeprefix(id_prefix(original.run_id, generation))
+    wanted = wanted.removeprefix(f"g{generation}/").split("/", 1)[0]
     for pos, (shown, _, _) in ops.items():
         if wanted in (shown, shown.rsplit(":", 1)[0]):
             return shown, pos
