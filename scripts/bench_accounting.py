@@ -22,7 +22,7 @@ from pathlib import Path
 
 from bench_billing import PRICE_DATE, PRICE_REGION, PRICES, S3_GETS, S3_PUTS, Bill
 from bench_common import Table
-from bench_kinds import marginal, platform
+from bench_kinds import RERUN_REUSE, marginal, platform
 from bench_markers import write_section
 
 KINDS = (
@@ -36,6 +36,7 @@ KINDS = (
     "parallel branch",
     "emit",
     "step 400 KB",
+    RERUN_REUSE,
 )
 # The fewest durable (DynamoDB) writes any correct protocol needs for the operation.
 MINIMUM: dict[str, tuple[int, str]] = {
@@ -49,6 +50,7 @@ MINIMUM: dict[str, tuple[int, str]] = {
     "parallel branch": (1, "the branch's result"),
     "emit": (1, "the outbox record"),
     "step 400 KB": (1, "its result's reference (+ 1 S3 PUT)"),
+    RERUN_REUSE: (1, "its result, from the ledger: no PREPARE, the tool does not run"),
 }
 START, END = "<!-- bench:accounting:start -->", "<!-- bench:accounting:end -->"
 

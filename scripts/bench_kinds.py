@@ -53,6 +53,8 @@ BUCKET = "payloads"
 GROUP = "durable-agents"
 MODEL = ModelConfig(name="bench-model", version="1", provider="scripted", model_id="scripted")
 RELAY_EVENTS = {"emit": 1}
+RERUN_REUSE = "tool reused (rerun)"
+"""A tool call of a rerun that the original already made: its result comes from the ledger."""
 SETTLED = {OutcomeKind.SUCCEEDED, OutcomeKind.FAILED}
 
 
@@ -148,6 +150,7 @@ class Platform:
     clock: SkipClock
     peek: DynamoDBJournal  # unbilled: the driver's own look at the journal
     unbilled_scheduler: Any  # unbilled: plays Scheduler deleting a schedule that fired
+    last_run_id: str = ""  # the run ``run`` drove last (what ``rerun`` re-runs)
 
     def run(self, kind: str, count: int, *, budget: int | None = 1) -> Bill:
         """Starts and drives one run of ``count`` operations of ``kind``; returns its bill."""
@@ -162,10 +165,25 @@ class Platform:
         self.ledger.lambda_invoked()  # the Api's POST /runs
         header, _ = self.runtime.start_run("bench", 0)
         self._drive(header.run_id, budget)
+        self.last_run_id = header.run_id
         bill = self.ledger.take() - began
         bill.requests["PutEvents (relay)"] += RELAY_EVENTS.get(kind, 0) * count
         bill.event_chunks += RELAY_EVENTS.get(kind, 0) * count
         return bill
+
+    def rerun(self, count: int) -> Bill:
+        """A run of ``count`` tool calls, then its rerun from the start; the rerun's bill.
+
+        Every call of the rerun is reused from the original's ledger (ADR 0027): the row
+        ``tool reused (rerun)`` is what one more such call costs.
+        """
+        self.run("tool", count)  # the original: its own bill is not this row's
+        began = self.ledger.take()
+        self.ledger.lambda_invoked()  # the Api's POST /runs/{id}/rerun
+        _, header, _ = self.runtime.rerun(self.last_run_id, "start")
+        assert header is not None
+        self._drive(header.run_id, 1)
+        return self.ledger.take() - began
 
     def _drive(self, run_id: str, budget: int | None) -> None:
         queue: deque[tuple[str, str | None]] = deque([(run_id, None)])
@@ -268,6 +286,8 @@ def marginal(kind: str, plat: Platform) -> Bill:
     """The bill of one more operation of ``kind``: a run of 2 minus a run of 1 (3 minus 2
     branches for ``parallel branch``), so the run's start and finish cancel out.
     """
+    if kind == RERUN_REUSE:
+        return plat.rerun(2) - plat.rerun(1)
     low = 2 if kind == "parallel branch" else 1
     small = plat.run(kind, low)
     big = plat.run(kind, low + 1)

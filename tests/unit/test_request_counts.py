@@ -276,6 +276,9 @@ PER_KIND: dict[str, tuple[dict[str, int], float, float, int]] = {
         1,
         1,
     ),
+    # A rerun's call the original made (ADR 0027): one write (no PREPARE), and the ledger's
+    # reads: the rerun's own calls and the original's.
+    "tool reused (rerun)": ({"PutEvents": 1, "Query": 3, "TransactWriteItems": 1}, 4, 3, 1),
 }
 
 
