@@ -170,7 +170,7 @@ def _note(result: Mapping[str, Any]) -> str:
     if outcome == "planned":
         return f"would re-run from {plan.get('rerun_from')}"
     if outcome == "existing":
-        return f"re-run before by this request ({result.get('status')})"
+        return f"re-run before with these options ({result.get('status')})"
     return f"from {plan.get('rerun_from')} ({result.get('status')})"
 
 
