@@ -120,8 +120,8 @@ class RerunPlan:
         original: The run re-run, as read.
         label: The operation re-run from as the timeline shows it (``charge:1``), ``start``, or
             ``end`` when everything is copied (the agent failed after its last operation).
-        position: The top-level position the rerun's own execution starts at (generation 0),
-            or None when every operation is copied.
+        position: The top-level position the rerun's own execution starts at (generation 0):
+            ``""`` from the start (nothing copied), None when every operation is copied.
         copied: The original's entries the rerun's journal starts with, as recorded.
         chain: The runs whose side effects the rerun may reuse, oldest first.
         effects_after: The chain's COMMITTED calls at or after ``position`` in the original:
@@ -137,7 +137,11 @@ class RerunPlan:
     effects_after: tuple[SideEffectRecord, ...]
 
     def describe(self) -> dict[str, Any]:
-        """The plan as JSON for an answer (never a result or a request's secrets: scrubbed)."""
+        """The plan as JSON for an answer.
+
+        No result is in it; requests are as recorded: canonical JSON, which never holds a
+        secret (the serializer refuses one).
+        """
         return {
             "rerun_of": self.original.run_id,
             "rerun_from": self.label,
@@ -162,11 +166,13 @@ def top(position: str, generation: int) -> str:
     return position.removeprefix(pos_prefix(generation)).split("/", 1)[0]
 
 
-def plan(store: Any, run_id: str, from_: str, *, repeat_effects: bool = False) -> RerunPlan:
+def plan(
+    store: InvocationStore, run_id: str, from_: str, *, repeat_effects: bool = False
+) -> RerunPlan:
     """Reads the run (consistently) and decides what its rerun from ``from_`` copies.
 
     Args:
-        store: The journal (``JournalStore``).
+        store: The journal.
         run_id: The run to re-run.
         from_: ``start``, ``failed``, or an operation as the timeline shows it (``charge:1``,
             ``gather:2/charge:1``: a nested one re-runs its top-level operation), its full id,
@@ -226,7 +232,7 @@ def plan(store: Any, run_id: str, from_: str, *, repeat_effects: bool = False) -
 
 
 def _ledgers(
-    store: Any, chain: Sequence[str], snapshot: RunSnapshot, repeat_effects: bool
+    store: InvocationStore, chain: Sequence[str], snapshot: RunSnapshot, repeat_effects: bool
 ) -> list[tuple[SideEffectRecord, ...]]:
     out: list[tuple[SideEffectRecord, ...]] = []
     for run in chain:
@@ -376,7 +382,7 @@ def copy_complete(snapshot: RunSnapshot) -> bool:
     return have >= int(rerun["copied"])
 
 
-def complete_copy(store: Any, clock: Clock, snapshot: RunSnapshot) -> RunSnapshot:
+def complete_copy(store: InvocationStore, clock: Clock, snapshot: RunSnapshot) -> RunSnapshot:
     """Finishes a rerun's copy a crash cut short, and reads the run again (else: as it is).
 
     When the original expired before its copy was made, the rerun cannot start as asked: it
@@ -456,7 +462,7 @@ class LedgerMatch:
 
 
 def match(
-    store: Any,
+    store: InvocationStore,
     header: RunHeader,
     tool: Tool[Any, Any],
     request: Any,
@@ -524,7 +530,7 @@ def match(
 
 
 def reusable_child(
-    store: Any, header: RunHeader, agent: str, input_hash_: str, position: str
+    store: InvocationStore, header: RunHeader, agent: str, input_hash_: str, position: str
 ) -> tuple[str, Entry] | None:
     """A sub-agent run of the chain that SUCCEEDED with the same agent and input, not reused yet.
 
