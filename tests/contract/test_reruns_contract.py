@@ -11,6 +11,7 @@ refused; a copy cut short by a crash is finished by the rerun's first invocation
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -56,11 +57,18 @@ class Shop:
 
 
 def deployment(
-    journal: JournalStore, clock: SkipClock, shop: Shop, *versions: tuple[str, Any]
+    journal: JournalStore,
+    clock: SkipClock,
+    *versions: tuple[str, Any],
+    agent: str = "checkout",
+    beside: Sequence[tuple[str, Any]] = (),
 ) -> Runtime:
+    """One deployment: ``agent``'s ``versions`` (and other agents' version 1, ``beside``)."""
     registry = AgentRegistry()
+    for name, fn in beside:
+        agent_decorator(name=name, version="1", registry=registry)(fn)
     for version, fn in versions:
-        agent_decorator(name="checkout", version=version, registry=registry)(fn)
+        agent_decorator(name=agent, version=version, registry=registry)(fn)
     return Runtime(journal, registry=registry, clock=clock, publisher=CollectingPublisher())
 
 
@@ -72,14 +80,13 @@ def failed(journal: JournalStore) -> tuple[Runtime, Shop, str]:
     """A run that charged 500 cents, then failed in ``ship``; version 2 (the fix) deployed."""
     clock = SkipClock()
     shop = Shop(Provider(dedupe=False))
-    v1 = deployment(journal, clock, shop, ("1", shop.version(0, buggy=True)))
+    v1 = deployment(journal, clock, ("1", shop.version(0, buggy=True)))
     run, _ = v1.start_run("checkout", ORDER)
     assert drive(v1, run.run_id) is RunStatus.FAILED
     assert len(shop.provider.ledger) == 1
     fixed = deployment(
         journal,
         clock,
-        shop,
         ("1", shop.version(0, buggy=True)),
         ("2", shop.version(0, buggy=False)),
     )
@@ -125,7 +132,6 @@ def test_a_different_amount_goes_to_review_and_charges_only_when_a_person_says_s
     asks_more = deployment(
         journal,
         rt.clock,
-        shop,
         ("1", shop.version(0, buggy=True)),
         ("3", shop.version(700, buggy=False)),
     )  # type: ignore[arg-type]
@@ -219,11 +225,7 @@ def test_a_sub_agent_that_succeeded_on_the_same_input_is_not_run_again(
         return checkout
 
     def deployed(*versions: tuple[str, Any]) -> Runtime:
-        registry = AgentRegistry()
-        agent_decorator(name="quote", version="1", registry=registry)(quote)
-        for version, fn in versions:
-            agent_decorator(name="checkout", version=version, registry=registry)(fn)
-        return Runtime(journal, registry=registry, clock=clock, publisher=CollectingPublisher())
+        return deployment(journal, clock, *versions, beside=[("quote", quote)])
 
     def drive_all(rt: Runtime, run_id: str) -> RunStatus:
         # The parent suspends on its child: drive both until the parent settles.
@@ -271,7 +273,7 @@ def test_abandoning_a_parked_rerun_call_undoes_nothing(
         ctx.step(lambda: order["cents"], name="price")
         return ctx.tool(charge, Payment(customer="c-1", cents=900)).payment_id
 
-    rt3 = deployment(journal, rt.clock, shop, ("3", asks_more))  # type: ignore[arg-type]
+    rt3 = deployment(journal, rt.clock, ("3", asks_more))  # type: ignore[arg-type]
     _, header, _ = rt3.rerun(run_id, "start")
     assert header is not None
     assert drive(rt3, header.run_id) is RunStatus.PAUSED
@@ -294,11 +296,10 @@ def test_an_original_that_expires_mid_rerun_never_leaves_it_stuck_or_paying_twic
     journal = InMemoryJournal()
     clock = SkipClock()
     shop = Shop(Provider(dedupe=False))
-    v1 = deployment(journal, clock, shop, ("1", shop.version(0, buggy=True)))
+    v1 = deployment(journal, clock, ("1", shop.version(0, buggy=True)))
     fixed = deployment(
         journal,
         clock,
-        shop,
         ("1", shop.version(0, buggy=True)),
         ("2", shop.version(0, buggy=False)),
     )
@@ -356,10 +357,7 @@ def test_a_run_that_continued_as_new_is_re_run_from_its_current_generation(
         return billing
 
     def deployed(*versions: tuple[str, Any]) -> Runtime:
-        registry = AgentRegistry()
-        for version, fn in versions:
-            agent_decorator(name="billing", version=version, registry=registry)(fn)
-        return Runtime(journal, registry=registry, clock=clock, publisher=CollectingPublisher())
+        return deployment(journal, clock, *versions, agent="billing")
 
     v1 = deployed(("1", rounds(True)))
     run, _ = v1.start_run("billing", {"round": 1})
@@ -397,7 +395,7 @@ def test_code_that_no_longer_matches_the_copied_records_stops_the_rerun_visibly(
         ctx.tool(charge, Payment(customer=order["customer"], cents=total))
         return "shipped"
 
-    rt4 = deployment(journal, rt.clock, shop, ("4", renamed))  # type: ignore[arg-type]
+    rt4 = deployment(journal, rt.clock, ("4", renamed))  # type: ignore[arg-type]
     _, header, _ = rt4.rerun(run_id, "failed")
     assert header is not None
     assert drive(rt4, header.run_id) is RunStatus.PAUSED
