@@ -34,7 +34,11 @@ def run_tool(ctx: OperationScope, tool: Tool[Any, Any], request: Any, name: str)
         protocol = _protocol(inv)
         inv.hooks.before_claim(op_id)
         # A rerun first asks its chain's ledger: a call already made is not made again.
-        found = reruns.match(inv.store, inv.header, tool, request, position)
+        found = (
+            None
+            if inv.header.rerun is None
+            else reruns.match(inv.store, inv.header, tool, request, position)
+        )
         if found is not None and found.reuse is not None:
             try:
                 entry, _ = reruns.reuse(
