@@ -32,7 +32,7 @@ LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 """The names local mode's servers answer to (with their own port, or none)."""
 
 
-def is_own_host(host: str | None, port: int) -> bool:
+def is_own_host(host: str | None, port: int, bound: str | None = None) -> bool:
     """Whether a request's ``Host`` header names this loopback server.
 
     A web page whose DNS name an attacker rebinds to 127.0.0.1 reaches local mode's ports
@@ -46,9 +46,12 @@ def is_own_host(host: str | None, port: int) -> bool:
     Args:
         host: The ``Host`` header, or None if the request had none.
         port: The port the server listens on.
+        bound: The address the server listens on when it is not loopback (the moto store of
+            ``make sam-local``, on the gateway of the Docker network it created): that address
+            with ``port`` is its own name too. A browser sends it only to a page loaded from it.
 
     Returns:
-        True if ``host`` is a loopback name, optionally with ``port``.
+        True if ``host`` is a loopback name or ``bound``, optionally with ``port``.
     """
     if host is None:
         return True
@@ -59,4 +62,5 @@ def is_own_host(host: str | None, port: int) -> bool:
     else:
         name, colon, rest = host.partition(":")
         rest = colon + rest
-    return name in LOOPBACK_NAMES and rest in ("", f":{port}")
+    names = (*LOOPBACK_NAMES, bound) if bound else LOOPBACK_NAMES
+    return name in names and rest in ("", f":{port}")

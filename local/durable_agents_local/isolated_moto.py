@@ -31,7 +31,7 @@ from urllib.parse import parse_qs
 
 from moto.moto_server.threaded_moto_server import ThreadedMotoServer
 
-from durable_agents_local.identity import is_own_host
+from durable_agents_local.identity import LOOPBACK_NAMES, is_own_host
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 # Headers every browser adds to a request a page makes, and no AWS SDK sends.
@@ -67,23 +67,28 @@ def _refusal(start_response: Callable[..., Any], status: str, message: str) -> I
     return [payload]
 
 
-def refuse_browsers(app: WsgiApp) -> WsgiApp:
+def refuse_browsers(app: WsgiApp, bound: str | None = None) -> WsgiApp:
     """Wraps the store's WSGI app so that only local processes' SDK clients reach it.
 
     Refused before moto sees anything (so nothing is read or written): 421 for a ``Host`` that
     is not the store's own loopback address and port (``identity.is_own_host``), 403 for a
     request with a browser's ``Origin`` or ``Sec-Fetch-*`` headers.
+
+    Args:
+        app: The store's app.
+        bound: The non-loopback address the store listens on, if any (``make sam-local``'s
+            store, on the gateway of its Docker network): requests naming it are its own too.
     """
 
     def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         host = environ.get("HTTP_HOST")
         port = int(environ.get("SERVER_PORT") or 0)
-        if not is_own_host(None if host is None else str(host), port):
+        if not is_own_host(None if host is None else str(host), port, bound):
             return _refusal(
                 start_response,
                 "421 Misdirected Request",
-                f"local mode's store answers only Host 127.0.0.1:{port} (or localhost, [::1]), "
-                f"not {str(host)[:100]!r}\n",
+                f"local mode's store answers only Host 127.0.0.1:{port} (or localhost, [::1]"
+                f"{', ' + bound if bound else ''}), not {str(host)[:100]!r}\n",
             )
         sent = [k[5:].replace("_", "-").title() for k in BROWSER_HEADERS if k in environ]
         if sent:
@@ -206,7 +211,8 @@ class IsolatedMotoServer(ThreadedMotoServer):
             app = self._app()
             if self.store_key is not None:
                 app = require_store_key(app, self.store_key, self.key_location)
-            app = refuse_browsers(app)
+            loopback = self._ip_address in LOOPBACK_NAMES or self._ip_address.startswith("127.")
+            app = refuse_browsers(app, None if loopback else self._ip_address)
         except BaseException as exc:  # reported by start() in the caller's thread
             self.open_error = exc
             self._server_ready_event.set()

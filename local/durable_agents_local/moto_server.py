@@ -295,10 +295,16 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description="Run the local moto server until SIGTERM.")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument(
+        "--host",
+        default=HOST,
+        help="the address to listen on (default %(default)s; `make sam-local` passes the "
+        "gateway of the Docker network it created, so its containers reach the store)",
+    )
     add_state_arguments(parser)
     args = parser.parse_args(argv)
     try:
-        serve(args.port, state_dir=state_dir_of(args))
+        serve(args.port, host=args.host, state_dir=state_dir_of(args))
     except PortInUseError as exc:
         print(f"error: {exc}; is another moto server running there?", file=sys.stderr)
         return EXIT_PORT_IN_USE

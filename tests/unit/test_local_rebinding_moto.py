@@ -138,3 +138,51 @@ def test_boto3_clients_still_work(store: int) -> None:
     url = sqs.create_queue(QueueName="q")["QueueUrl"]
     sqs.send_message(QueueUrl=url, MessageBody="m")
     assert sqs.receive_message(QueueUrl=url)["Messages"][0]["Body"] == "m"
+
+
+def _wsgi(app: Any, host: str | None, port: int, headers: dict[str, str] | None = None) -> str:
+    environ: dict[str, Any] = {"SERVER_PORT": str(port), "REQUEST_METHOD": "POST"}
+    if host is not None:
+        environ["HTTP_HOST"] = host
+    for name, value in (headers or {}).items():
+        environ["HTTP_" + name.upper().replace("-", "_")] = value
+    answered: list[str] = []
+    app(environ, lambda status, _headers: answered.append(status))
+    return answered[0]
+
+
+@pytest.mark.parametrize(
+    ("host", "status"),
+    [
+        ("172.18.0.1:5010", "200 OK"),  # `make sam-local`'s containers name the gateway
+        ("172.18.0.1", "200 OK"),
+        ("127.0.0.1:5010", "200 OK"),
+        ("172.18.0.1:5011", "421 Misdirected Request"),  # another port: another server
+        ("172.18.0.2:5010", "421 Misdirected Request"),  # another address
+        ("attacker.example:5010", "421 Misdirected Request"),
+    ],
+)
+def test_a_store_bound_to_a_network_gateway_answers_that_address_too(
+    host: str, status: str
+) -> None:
+    from durable_agents_local.isolated_moto import refuse_browsers
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        start_response("200 OK", [])
+        return [b""]
+
+    assert _wsgi(refuse_browsers(app, bound="172.18.0.1"), host, 5010) == status
+    # Bound there or not, a page is still refused.
+    assert _wsgi(
+        refuse_browsers(app, bound="172.18.0.1"), "172.18.0.1:5010", 5010, {"Origin": "http://x"}
+    ).startswith("403")
+
+
+def test_a_loopback_store_does_not_answer_a_gateway_address() -> None:
+    from durable_agents_local.isolated_moto import refuse_browsers
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        start_response("200 OK", [])
+        return [b""]
+
+    assert _wsgi(refuse_browsers(app), "172.18.0.1:5010", 5010).startswith("421")

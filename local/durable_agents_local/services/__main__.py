@@ -13,11 +13,11 @@ from pathlib import Path
 from types import FrameType
 
 from durable_agents_local.services import build_app
-from durable_agents_local.services.server import ServicesServer
+from durable_agents_local.services.server import HOST, ServicesServer
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Serves payments, email and tickets on 127.0.0.1 until SIGTERM or SIGINT.
+    """Serves payments, email and tickets (on 127.0.0.1 by default) until SIGTERM or SIGINT.
 
     Args:
         argv: Command-line arguments (``sys.argv[1:]`` if omitted).
@@ -34,8 +34,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8900, help="0 picks a free port")
     parser.add_argument("--state-file", type=Path, help="persist ledgers to this JSON file")
     parser.add_argument("--verbose", action="store_true", help="log every request")
+    parser.add_argument(
+        "--host",
+        default=HOST,
+        help="the address to listen on (default %(default)s; `make sam-local` passes its "
+        "Docker network's gateway)",
+    )
     args = parser.parse_args(argv)
-    server = ServicesServer(build_app(args.state_file), args.port, verbose=args.verbose)
+    server = ServicesServer(
+        build_app(args.state_file), args.port, verbose=args.verbose, host=args.host
+    )
     stop = threading.Event()
 
     def _stop(signum: int, frame: FrameType | None) -> None:

@@ -328,12 +328,14 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class ServicesServer(ThreadingHTTPServer):
-    """A threading HTTP server on 127.0.0.1 hosting a :class:`ServicesApp`.
+    """A threading HTTP server (on 127.0.0.1 by default) hosting a :class:`ServicesApp`.
 
     Args:
         app: The application to serve.
         port: The TCP port (0 picks a free one).
         verbose: Log every request to stderr.
+        host: The address to listen on (``make sam-local``: its Docker network's gateway, so
+            that the functions' containers reach the services).
 
     Raises:
         OSError: If the port cannot be bound.
@@ -342,10 +344,11 @@ class ServicesServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, app: ServicesApp, port: int = 0, *, verbose: bool = False):
+    def __init__(self, app: ServicesApp, port: int = 0, *, verbose: bool = False, host: str = HOST):
         self.app = app
         self.verbose = verbose
-        super().__init__((HOST, port), _Handler)
+        self.host = host
+        super().__init__((host, port), _Handler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Stays quiet when a client hung up first (the ``slow`` fault's documented use)."""
@@ -355,5 +358,5 @@ class ServicesServer(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        """The base URL (``http://127.0.0.1:<port>``)."""
-        return f"http://{HOST}:{self.server_address[1]}"
+        """The base URL (``http://<host>:<port>``)."""
+        return f"http://{self.host}:{self.server_address[1]}"
