@@ -16,17 +16,27 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from durable_agents_local.invoke import LocalFunction
 from durable_agents_local.lambda_context import LOCAL_ACCOUNT_ID
 from durable_agents_local.provision import RuleQueue
 
 log = logging.getLogger("durable_agents_local")
 
 POLL_SECONDS = 1
+
+
+class Invocable(Protocol):
+    """A function a rule's events are delivered to.
+
+    ``invoke.LocalFunction`` runs the handler in this process; ``make sam-local``'s bridge
+    (``scripts/sam_local_bridge.py``) asks ``sam local start-lambda`` to run it in a container.
+    """
+
+    def invoke(self, event: dict[str, Any], *, note: str = "") -> Any:
+        """Runs the function with ``event``; raises if it failed (the event is redelivered)."""
 
 
 def normalize_event(event: dict[str, Any], region: str) -> dict[str, Any]:
@@ -79,7 +89,7 @@ class QueueConsumers:
         self,
         sqs: Any,
         queue: RuleQueue,
-        function: LocalFunction,
+        function: Invocable,
         *,
         region: str,
         concurrency: int,
