@@ -50,6 +50,7 @@ from api.routes.common import (
 )
 from api.routes.limits import PayloadTooLargeError
 from api.routes.tenancy import TenantNotMappedError
+from api.sam_emulator import authenticate as sam_emulator_authenticate
 from api.services import logger
 from durable_agents.admin.review import (
     NotAReviewerError,
@@ -335,6 +336,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     too_long = _oversized_segment(event)
     if too_long is not None:
         return _rejection(HTTPStatus.BAD_REQUEST, too_long)
+    # Under `make sam-local` only: the IAM caller SAM's API Gateway emulation leaves out.
+    sam_emulator_authenticate(event)
     try:
         return app.resolve(event, context)
     except InfrastructureError as exc:
