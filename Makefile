@@ -63,7 +63,7 @@ BUILD_ENV = $(if $(PYENV_313),PYENV_VERSION=$(shell pyenv version-name 2>/dev/nu
 
 .PHONY: help venv venv-sam venv-cfn venv-policy venv-bench lint typecheck validate lint-policy pytest test reliability \
         reliability-fast openapi docs screenshots demo bench bench-local bench-concurrency bench-loop local \
-        build build-check deploy scaffold dist clean distclean
+        build build-check deploy scaffold dist clean distclean sam-image sam-local
 
 help: ## Show this help
 	@echo "durable-agents. First: 'make demo' (local run, no AWS) and 'make test'."
@@ -216,6 +216,18 @@ bench-loop: $(VENV_STAMP) ## The local loop vs issue 33's goals: one run, 50 at 
 
 local: $(VENV_STAMP) ## Serve the runtime locally on http://127.0.0.1:3000
 	$(VENV)/bin/durable-agents local
+
+# ------------------------------------------------------------------------------- sam local
+# The template's functions in Lambda containers (ADR 0028): Docker's engine (installed and
+# started where run as root), an image built from Debian's packages and the package index.
+sam-image: $(VENV_STAMP) ## Docker's engine up and the Lambda-compatible python3.13 image built (cached)
+	$(VENV)/bin/python scripts/sam_image.py
+
+# SAM_LOCAL_ARGS=--short: one invoke per function (what `make test` runs); --aws-images: SAM
+# pulls AWS's own images (a registry needed) instead of the built one.
+SAM_LOCAL_ARGS ?=
+sam-local: $(VENV_STAMP) $(SAM_STAMP) ## Every function in a Lambda container against moto, then a whole run through start-api/start-lambda
+	$(VENV)/bin/python scripts/sam_local.py $(SAM_LOCAL_ARGS)
 
 # --------------------------------------------------------------------------------------- AWS
 build: $(SAM_STAMP) ## sam build (python3.13/arm64, no container; ENV=dev|prod optional)
