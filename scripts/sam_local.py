@@ -1,6 +1,6 @@
 """`make sam-local`: the template's functions in Lambda containers (`sam local`) against moto.
 
-Usage: python scripts/sam_local.py [--short] [--keep-build]
+Usage: python scripts/sam_local.py [--short] [--aws-images]
 
 1. The engine and the image (`scripts/sam_image.py`; `--aws-images`: SAM pulls AWS's own).
 2. A Docker network made for this session; the moto store and the fake payments/email/tickets
@@ -20,8 +20,9 @@ Usage: python scripts/sam_local.py [--short] [--keep-build]
 5. Every container, network and process started here is stopped and removed at the end, also
    when something fails or on Ctrl-C / SIGTERM (the engine too, if this started it).
 
-Exit status: 0 when every check held; 1 otherwise (what failed is printed); 2 when Docker cannot
-be made usable here (the reason is printed).
+Exit status: 0 when every check held; 1 otherwise (what failed is printed); 2 when something it
+needs cannot be set up here (Docker's engine, the image, the store: the reason is printed); 130
+when interrupted.
 """
 
 from __future__ import annotations
@@ -495,15 +496,12 @@ def invoke_all(session: Session, sam: str, *, short: bool) -> None:
         took = time.monotonic() - started
         answer = _last_json(done.stdout)
         check = EXPECTED.get((function, event))
-        problem = (
-            f"exit status {done.returncode}"
-            if done.returncode != 0
-            else "no JSON answer on stdout"
-            if answer is None
-            else check(answer)
-            if check is not None
-            else None
-        )
+        if done.returncode != 0:
+            problem: str | None = f"exit status {done.returncode}"
+        elif not isinstance(answer, dict):
+            problem = "no JSON object answered on stdout"
+        else:
+            problem = check(answer) if check is not None else None
         if problem:
             raise CheckFailedError(
                 f"sam local invoke {function} -e {event}: {problem}\n"
