@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import functools
 import json
 import logging
 import os
@@ -533,22 +534,16 @@ def whole_run(
     lambda_port = free_port()
     env = session.aws_environment()
     common = ["--host", "127.0.0.1", "--warm-containers", "LAZY", *session.flags()]
-    start_process(
-        session,
-        [sam, "local", "start-lambda", "--port", str(lambda_port), *common],
-        name="start-lambda",
-        env=env,
-        ready=lambda: is_listening("127.0.0.1", lambda_port),
-        stop_signal=signal.SIGINT,  # SAM removes its warm containers on Ctrl-C
-    )
-    start_process(
-        session,
-        [sam, "local", "start-api", "--port", str(api_port), *common],
-        name="start-api",
-        env=env,
-        ready=lambda: is_listening("127.0.0.1", api_port),
-        stop_signal=signal.SIGINT,
-    )
+    # SAM's two servers; SIGINT at the end, on which SAM removes its warm containers.
+    for command, port in (("start-lambda", lambda_port), ("start-api", api_port)):
+        start_process(
+            session,
+            [sam, "local", command, "--port", str(port), *common],
+            name=command,
+            env=env,
+            ready=functools.partial(is_listening, "127.0.0.1", port),
+            stop_signal=signal.SIGINT,
+        )
     stop = threading.Event()
     step_runner = StartLambdaFunction(
         f"http://127.0.0.1:{lambda_port}", "StepRunnerFunction", timeout_seconds=300, region=REGION
