@@ -307,3 +307,16 @@ def shop(ctx: DurableContext, order_id: str) -> dict[str, object]:
     booking = ctx.tool(book_courier, Parcel(order_id=order_id, boxes=boxes))
     label = ctx.step(lambda: f"label for {booking}", name="print-label")
     return {"booking": booking, "label": label}
+
+
+# -- golden-courier: a wait_for_callback (a scope holding the callback and the submit step) ----
+
+_pickups: list[str] = []
+
+
+@agent(name="golden-courier", version="1", registry=registry)
+def courier(ctx: DurableContext, order_id: str) -> dict[str, object]:
+    """A step, then ``wait_for_callback``: recorded as a scope, marked or not (issue 32)."""
+    parcel = ctx.step(lambda: f"parcel-{order_id}", name="pack")
+    pickup = ctx.wait_for_callback(_pickups.append, name="pickup", timeout=3600)
+    return {"parcel": parcel, "pickup": pickup}

@@ -13,6 +13,7 @@ from durable_agents.admin.migration_commit import migrate_run
 from durable_agents.agent import default_registry
 from durable_agents.aws.deployment import resolve_resource
 from durable_agents.engine.inbox import send_event
+from durable_agents.engine.operations.callback import complete_callback
 from durable_agents.engine.runtime import OutcomeKind, Runtime
 from durable_agents.journal.export import snapshot_to_dict
 from durable_agents.journal.memory import InMemoryJournal
@@ -43,6 +44,8 @@ class GoldenCase:
         model_script: The scripted model's file, for agents that call one.
         rerun_from: Record the run to its end, then re-run it from this operation (ADR 0027)
             and keep the rerun's journal (copied records, reused calls) instead.
+        callbacks: Completed one by one (their results) each time the run waits for a
+            callback.
     """
 
     file: str
@@ -57,6 +60,7 @@ class GoldenCase:
     events: tuple[Any, ...] = ()
     model_script: str | None = None
     rerun_from: str | None = None
+    callbacks: tuple[Any, ...] = ()
 
     def resolve_registry(self) -> AgentRegistry:
         """Imports the agent's module and returns its registry."""
@@ -227,6 +231,17 @@ CASES = [
         "golden",
         recorded_on="earlier",
     ),
+    # A wait_for_callback as the runtime recorded it before the scope was marked (issue 32):
+    # a plain child scope. Never re-record it: runs recorded so are in flight and must keep
+    # replaying (tests/unit/test_wait_for_callback_kind.py checks it holds no marker).
+    GoldenCase(
+        "golden-courier-v1-unmarked-completed.json",
+        "golden-courier",
+        "order-5001",
+        None,
+        "golden",
+        callbacks=({"courier": "c-7", "at": "09:00"},),
+    ),
 ]
 
 
@@ -276,12 +291,20 @@ def _drive(
     run = journal.get_run(run_id)
     migrated = False
     events = list(case.events)
+    callbacks = list(case.callbacks)
     for number in range(1000):
         outcome = runtime.execute(run.run_id, budget=1, remaining_ms=60_000)
         if outcome.kind in (OutcomeKind.SUCCEEDED, OutcomeKind.FAILED, OutcomeKind.PAUSED):
             break
+        waiting = journal.get_run(run.run_id).waiting_on or {}
+        if outcome.kind is OutcomeKind.SUSPENDED and waiting.get("kind") == "callback":
+            # A callback's suspension has no wake time: the external system completes it.
+            if not callbacks:
+                break
+            wait = journal.get_wait(str(waiting["callback_id"]))
+            complete_callback(journal, clock, wait, result=callbacks.pop(0))
+            continue
         if outcome.kind is OutcomeKind.SUSPENDED and outcome.wake_at_ms is not None:
-            waiting = journal.get_run(run.run_id).waiting_on or {}
             at = waiting.get("op_id", "")
             if waiting.get("kind") == "event" and events:
                 event_id = f"golden-{number}"
