@@ -181,11 +181,17 @@ def _operation_row(
     return (
         f'<tr class="op" data-kind="{e(record.kind.value)}">'
         f'<td class="opid op-depth-{depth}"><code>{e(short)}</code></td>'
-        f"<td>{e(record.kind.value)}</td><td>{e(record.name)}</td>"
+        f"<td>{e(record.kind.value)}{_sub_kind_label(record)}</td><td>{e(record.name)}</td>"
         f'<td>{pill(_state(record))}</td><td class="num">{e(record.attempts or "")}</td>'
         f"<td>{when(started)}<br>{when(ended)}</td>"
         f'<td class="num">{_duration(record)}</td><td class="detail">{"".join(detail)}</td></tr>'
     )
+
+
+def _sub_kind_label(record: OpRecord) -> str:
+    """A small label under the kind of a marked operation (a ``wait_for_callback`` scope)."""
+    sub_kind = record.result.sub_kind if record.result is not None else None
+    return "" if sub_kind is None else f'<br><small class="sub-kind">{e(sub_kind)}</small>'
 
 
 def _form(action: str, title: str, fields: str, button: str, kind: str) -> str:

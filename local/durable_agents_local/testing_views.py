@@ -82,6 +82,10 @@ class OperationView:
         result: The recorded result (plain JSON).
         error: The recorded error, if it failed.
         entries: The raw journal entries.
+        sub_kind: What it is within its kind, as its record says (``wait_for_callback`` for
+            the ``child`` scope of ``ctx.wait_for_callback``); None for every other operation,
+            for one not finished yet (the scope's record is its result), and for scopes
+            recorded before the marker.
     """
 
     op_id: str
@@ -92,6 +96,7 @@ class OperationView:
     result: Any
     error: ErrorInfo | None
     entries: list[Entry]
+    sub_kind: str | None = None
 
 
 @dataclass
@@ -178,9 +183,15 @@ def operation_views(snapshot: RunSnapshot) -> list[OperationView]:
                 result=_view(result.value) if result and result.value else None,
                 error=result.error if result else None,
                 entries=list(record.entries),
+                sub_kind=_sub_kind(record.entries),
             )
         )
     return views
+
+
+def _sub_kind(entries: Sequence[Entry]) -> str | None:
+    """The sub-kind the operation's entries record (the first that names one), or None."""
+    return next((e.sub_kind for e in entries if e.sub_kind is not None), None)
 
 
 def _view(text: str) -> Any:

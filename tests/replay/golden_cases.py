@@ -242,6 +242,15 @@ CASES = [
         "golden",
         callbacks=({"courier": "c-7", "at": "09:00"},),
     ),
+    # The same as recorded since: the scope's record marked with sub-kind wait_for_callback.
+    GoldenCase(
+        "golden-courier-v1-completed.json",
+        "golden-courier",
+        "order-5002",
+        None,
+        "golden",
+        callbacks=({"courier": "c-8", "at": "10:00"},),
+    ),
 ]
 
 

@@ -290,7 +290,8 @@ def traceback_stories(events: Sequence[Mapping[str, Any]], run_id: str) -> list[
 def operations(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """A run's operations from its history, in the order they began.
 
-    Each: ``op_id``, ``kind``, ``name``, ``attempts``, ``status`` (RUNNING, RETRYING,
+    Each: ``op_id``, ``kind`` (and ``sub_kind`` once one of its events names one: a
+    ``wait_for_callback`` scope's result), ``name``, ``attempts``, ``status`` (RUNNING, RETRYING,
     WAITING, SUCCEEDED, FAILED), ``started_at``, ``ended_at`` (a settled one's),
     ``duration_seconds`` (to its last entry) and ``deadline`` (a timer's or retry's due time,
     or a running attempt's lease expiry; None once settled); a batch that completed with
@@ -311,6 +312,8 @@ def operations(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         state = str(event.get("event", "")).removeprefix(f"{kind}_")
         op["status"] = _STATE_AFTER.get(state, op["status"])
         op["attempts"] = max(op["attempts"], int(event.get("attempt") or 0))
+        if event.get("sub_kind"):  # a marked scope's (a wait_for_callback): on its result
+            op["sub_kind"] = event["sub_kind"]
         op["duration_seconds"] = seconds_between(op["started_at"], event.get("at"))
         settled = op["status"] in ("SUCCEEDED", "FAILED")
         op["ended_at"] = event.get("at") if settled else None
@@ -321,6 +324,12 @@ def operations(events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if event.get("error"):  # the last failure's (its traceback, if recorded)
             op["error"], op["error_event"] = event["error"], event.get("event")
     return list(ops.values())
+
+
+def _kind(op: Mapping[str, Any]) -> str:
+    """An operation's kind; a marked one's with its sub-kind (``child/wait_for_callback``)."""
+    sub_kind = op.get("sub_kind")
+    return f"{op['kind']}/{sub_kind}" if sub_kind else str(op["kind"])
 
 
 def _status(op: Mapping[str, Any]) -> str:
@@ -339,7 +348,7 @@ def timeline_table(run_id: str, ops: Sequence[Mapping[str, Any]], width: int = W
     rows = [
         [
             short_op(op["op_id"], run_id),
-            str(op["kind"]),
+            _kind(op),
             str(op.get("name") or ""),
             str(op.get("attempts") or "-"),
             duration(op.get("duration_seconds")),

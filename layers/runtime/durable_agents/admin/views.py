@@ -88,6 +88,9 @@ def entry_event(entry: Entry) -> dict[str, Any]:
         "name": entry.name,
         "at": iso(entry.recorded_at_ms),
     }
+    sub_kind = entry.sub_kind
+    if sub_kind is not None:  # what a general kind's operation is (a wait_for_callback scope)
+        event["sub_kind"] = sub_kind
     if entry.attempt:
         event["attempt"] = entry.attempt
     if entry.type is EntryType.SUCCEEDED and entry.value is not None:

@@ -113,6 +113,24 @@ class OpKind(StrEnum):
     """Not an operation of agent code: the first record of a generation, how it began."""
 
 
+class SubKind(StrEnum):
+    """What a composite operation recorded under a more general kind is (``Entry.sub_kind``).
+
+    Kept in the entry's ``meta`` under ``SUB_KIND_KEY``, not as a kind of its own: the entry
+    keeps the kind it always had, so runs recorded before the marker replay unchanged, and
+    code from before it (a rollback) still reads the entries that carry it. It mirrors the
+    operation sub-type of AWS's durable execution SDK (``OperationSubType``).
+    """
+
+    WAIT_FOR_CALLBACK = "wait_for_callback"
+    """``ctx.wait_for_callback``: a ``child`` scope holding the callback and the submit step
+    (the SDK's ``WaitForCallback``)."""
+
+
+SUB_KIND_KEY = "sub_kind"
+"""The ``Entry.meta`` key of an operation's sub-kind (``SubKind``)."""
+
+
 class EntryType(StrEnum):
     """One transition of an operation. Each is written once and never changed."""
 
@@ -196,7 +214,8 @@ class Entry:
         recorded_at_ms: When the entry was written.
         lease_expires_at_ms: For STARTED: until when the claimant may still be working.
         due_at_ms: For ATTEMPT_FAILED: the next attempt's time; for SCHEDULED: the fire time.
-        meta: Small extra facts (for example the step semantics).
+        meta: Small extra facts (for example the step semantics, or the sub-kind read by
+            ``sub_kind``).
     """
 
     run_id: str
@@ -212,6 +231,16 @@ class Entry:
     lease_expires_at_ms: int | None = None
     due_at_ms: int | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def sub_kind(self) -> str | None:
+        """What the operation is within its kind (``SubKind``), if its record says.
+
+        ``wait_for_callback`` on the ``child`` scope ``ctx.wait_for_callback`` records; None
+        for every other entry, and for scopes recorded before the marker existed.
+        """
+        value = self.meta.get(SUB_KIND_KEY) if self.meta else None
+        return value if isinstance(value, str) else None
 
     @property
     def sort_key(self) -> str:

@@ -17,7 +17,7 @@ from typing import Any, Literal, NoReturn, TypeVar
 
 from durable_agents.agent import AgentDefinition
 from durable_agents.core.ids import check_name, name_of
-from durable_agents.core.models import OpKind
+from durable_agents.core.models import OpKind, SubKind
 from durable_agents.core.principals import check_approvers
 from durable_agents.core.semantics import StepSemantics
 from durable_agents.core.serde import SerdesSpec, as_serdes, canonical_json
@@ -603,7 +603,9 @@ class DurableContext(OperationScope):
 
         The operation is a scope named ``name`` (default: the submitter's name) holding the
         callback (same name) and the submitter's step (``submit``, retried with ``retry``);
-        its result is the callback's. The submitter runs once per attempt, never again on
+        its result is the callback's. The scope is recorded as kind ``child`` with sub-kind
+        ``wait_for_callback`` (``Entry.sub_kind``; scopes recorded before the marker have
+        none and replay all the same). The submitter runs once per attempt, never again on
         replay. ``serdes`` is the callback's result's (see ``create_callback``).
 
         The earlier form ``wait_for_callback(name, submitter)`` still works, with its journal
@@ -650,7 +652,16 @@ class DurableContext(OperationScope):
             scope.step(submit, callback.callback_id, name="submit", retry=retry)
             return callback.result()
 
-        return self.run_in_child_context(composite, name=op_name, serdes=serdes)
+        # Marked (``SubKind.WAIT_FOR_CALLBACK``): recognisable in the journal, the harness and
+        # plugins as what it is, not a scope of the agent's own; replay ignores the marker.
+        return run_child(
+            self,
+            composite,
+            op_name,
+            None,
+            serdes=as_serdes(serdes),
+            sub_kind=SubKind.WAIT_FOR_CALLBACK,
+        )
 
     def wait_for_event(
         self, name: str, *, timeout: float | timedelta | None = None

@@ -67,7 +67,12 @@ class OperationScope:
         return self._inv
 
     def next_operation(
-        self, kind: OpKind, name: str, fingerprint: Fingerprint | None = None
+        self,
+        kind: OpKind,
+        name: str,
+        fingerprint: Fingerprint | None = None,
+        *,
+        observed_as: str | None = None,
     ) -> tuple[str, str, OpRecord | None]:
         """Allocates the next position and checks the journal's record at it.
 
@@ -77,6 +82,9 @@ class OperationScope:
             fingerprint: Its input's fingerprint, compared with the recorded one (if the record
                 has one) so that a same-named operation with another input cannot take the
                 recorded result. None for operations without an input.
+            observed_as: The kind plugins are told, if not ``kind``: a composite operation
+                recorded under a general kind (``wait_for_callback``, a ``child`` scope) is
+                reported as what the code called. Never compared with the record.
 
         Returns:
             The position path, the operation id and the record at that position (if any).
@@ -133,7 +141,8 @@ class OperationScope:
             # measurable part of replaying a long run.
             note_operation(op_id, name)
         if inv.observer is not None:
-            inv.observer.operation(str(kind), name, op_id, position, record)
+            told = str(kind) if observed_as is None else observed_as
+            inv.observer.operation(told, name, op_id, position, record)
         return position, op_id, record
 
     def replayed_record(self, kind: OpKind, name: str, fingerprint: Fingerprint) -> OpRecord | None:

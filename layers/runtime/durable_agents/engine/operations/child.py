@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from durable_agents.core.models import Entry, EntryType, OpKind
+from durable_agents.core.models import SUB_KIND_KEY, Entry, EntryType, OpKind, SubKind
 from durable_agents.core.serde import (
     Serdes,
     decode_value,
@@ -31,6 +31,7 @@ def run_child(
     fingerprint: Fingerprint | None = None,
     serdes: Serdes | None = None,
     on_recorded: Callable[[Entry], None] | None = None,
+    sub_kind: SubKind | None = None,
 ) -> Any:
     """Executes or replays one child scope (see ``DurableContext.run_in_child_context``).
 
@@ -38,14 +39,23 @@ def run_child(
     and with the ``fingerprint`` of their input, recorded with the scope's result.
     ``on_recorded`` is given the result entry this execution recorded, once it is written (a
     batch's branch: the batch then refers to that record instead of copying what it holds).
+    ``sub_kind`` marks the scope's result entry (``Entry.sub_kind``) and is the kind plugins
+    are told; replay never compares it, so a scope recorded before it was marked still
+    replays.
 
     Raises:
         Exception: The scope's error, rebuilt as its record holds it (``rebuild_error``).
         SuspendExecution: When the scope suspends, or another invocation recorded it first.
     """
     inv = ctx.invocation
-    position, op_id, record = ctx.next_operation(kind, name, fingerprint)
+    observed = None if sub_kind is None else sub_kind.value
+    position, op_id, record = ctx.next_operation(kind, name, fingerprint, observed_as=observed)
     meta = fingerprint.meta() if fingerprint is not None else {}
+    if sub_kind is not None:
+        # In ``meta``, which every journal backend and the export already keep, rather than a
+        # kind of its own: the record keeps kind ``child`` (older runs' records match it) and
+        # code from before the marker (a rollback) reads it without knowing it.
+        meta = {**meta, SUB_KIND_KEY: sub_kind.value}
     hint = result_type if result_type is not None else return_hint(fn)
     if record is not None and record.result is not None:
         return replay_value(record.result, hint, serdes)
