@@ -7,7 +7,8 @@ names of AWS's durable functions SDK:
 * ``on_run_start`` — a run was created by ``start_run`` (once: not for a repeated start with
   the same idempotency key);
 * ``on_invocation_start`` / ``on_invocation_end`` — around every ``Runtime.execute`` (one
-  StepRunner invocation);
+  StepRunner invocation). ``is_first_invocation`` says whether it is the run's first: the
+  journal it read held nothing the run had recorded yet (see ``InvocationStartInfo``);
 * ``on_operation_start`` / ``on_operation_end`` — every operation the invocation takes up.
   ``replayed=True`` when its result was already recorded before the invocation took it up
   (nothing ran); otherwise it ends ``succeeded`` or ``failed`` when its result is recorded, or
@@ -54,19 +55,40 @@ class RunStartInfo:
 
 @dataclass(frozen=True, slots=True)
 class InvocationStartInfo:
-    """An invocation begins.
+    """An invocation begins: it has read the run (reported after that read, timed from before).
 
     Attributes:
         run_id: The run it advances.
         target: The parallel branch it was sent to advance, if any.
         started_at_ms: When it began (the runtime's clock).
         deadline_ms: When it must be done (the Lambda's remaining time; 15 minutes if unknown).
+        is_first_invocation: The run's first invocation, by what this one read (AWS's SDK's
+            name and meaning: the first invocation of the execution). True when the run it
+            read, strongly consistently, at its start, was in its first generation and its
+            journal held no entry of its own (none but a rerun's copies and migration
+            records): no operation taken up yet. That read decides, never what a warm
+            container remembers. So:
+
+            * a **rerun** (``Runtime.rerun``) is a new run: its first invocation is first,
+              although it replays the operations copied from the original (copies are the
+              original's records, not its own);
+            * a run past **continue-as-new** is the same run: the first invocation of a later
+              generation is not first (the generation's opening was recorded by the switch);
+            * **duplicate deliveries** of the first ``Step Ready`` event that both read the
+              journal before either recorded anything both report True: the flag says what
+              an invocation saw, not which one won. For once per run, use ``on_run_start``;
+            * an invocation that recorded nothing (it crashed before its first write)
+              leaves the next one first as well, as a retried invocation is in AWS's SDK;
+            * False when the invocation could not read the run (its end then has an
+              ``error_type``): True is only ever said on a read that showed it.
     """
 
     run_id: str
     target: str | None
     started_at_ms: int
     deadline_ms: int
+    # A default (False: not shown by a read), so that infos built without it keep working.
+    is_first_invocation: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +105,7 @@ class InvocationEndInfo:
         duration_ms: How long it took.
         error_type: The exception that escaped it, if any.
         agent: The run's agent ("" if the run could not be read).
+        is_first_invocation: What its start said (``InvocationStartInfo.is_first_invocation``).
     """
 
     run_id: str
@@ -93,6 +116,7 @@ class InvocationEndInfo:
     duration_ms: int
     error_type: str | None
     agent: str = ""
+    is_first_invocation: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +249,7 @@ class Plugin(Protocol):
         return None
 
     def on_invocation_start(self, info: InvocationStartInfo) -> None:
-        """An invocation begins."""
+        """An invocation begins (called once it has read the run; ``info.is_first_invocation``)."""
         return None  # a default: not abstract, so a subclass overrides only what it needs
 
     def on_invocation_end(self, info: InvocationEndInfo) -> None:

@@ -1,7 +1,8 @@
 """How plugins are called: safely, once per fact, on what the journal recorded.
 
 ``PluginSet`` is the runtime's list of plugins (``durable_agents.plugins``) and the one place
-their hooks are called; ``InvocationSpan`` reports an invocation's start and end;
+their hooks are called; ``InvocationSpan`` reports an invocation's start (once it read the run:
+``first_invocation`` decides from that read) and end;
 ``InvocationObserver`` turns the operations an invocation takes up and the writes that landed
 into operation and attempt hooks.
 """
@@ -44,6 +45,28 @@ if TYPE_CHECKING:
     from durable_agents.engine.replay_index import OpRecord
 
 _LOG = logging.getLogger("durable_agents.plugins")
+
+
+def first_invocation(snapshot: RunSnapshot) -> bool:
+    """Whether the invocation that read ``snapshot`` is its run's first (``is_first_invocation``).
+
+    True when the run is in its first generation and its journal, as read, holds no entry of
+    its own: nothing but a rerun's copies of the original's records (``copied_from``) and
+    migration records (written by an operator, not by an invocation). A later generation's
+    journal starts with its opening entry, recorded by the invocation that continued the run
+    as new; the header's generation says so first, and is read with the journal.
+
+    ``snapshot`` is what the invocation read at its start: a strongly consistent read (a warm
+    tail read equals the whole partition, ADR 0015), never state a warm container kept.
+    """
+    if snapshot.header.generation:
+        return False
+    # From the end: a rerun's own entries follow its copies, migration records come last and
+    # are few, so the answer is found at once on any run that has recorded something.
+    return not any(
+        entry.kind is not OpKind.MIGRATION and entry.meta.get("copied_from") is None
+        for entry in reversed(snapshot.entries)
+    )
 
 
 def _has_own(plugin: Plugin, hook: str) -> bool:
@@ -115,6 +138,10 @@ class PluginSet:
 class InvocationSpan:
     """One invocation as plugins see it: its start, its operations, its end.
 
+    Its start is timed when the span opens and reported when the runtime hands it what the
+    invocation read (``read``): ``is_first_invocation`` is decided by that read. An invocation
+    that ends before reading the run (the read failed) reports its start at its end, not first.
+
     Attributes:
         outcome: Set by the runtime to the invocation's outcome before the span closes.
         agent: Set by the runtime to the run's agent once its header is read.
@@ -133,6 +160,7 @@ class InvocationSpan:
         self.outcome: Any = None
         self.agent = ""
         self._started = 0
+        self._first: bool | None = None  # None until the start is reported
         self._observer: InvocationObserver | None = None
 
     def observer(self) -> InvocationObserver | None:
@@ -141,11 +169,30 @@ class InvocationSpan:
             self._observer = InvocationObserver(self._plugins, self._run_id, self._clock)
         return self._observer
 
-    def __enter__(self) -> InvocationSpan:
-        self._started = self._clock.now_ms()
+    def read(self, snapshot: RunSnapshot) -> None:
+        """The invocation read the run (``snapshot``, at its start): its start is reported.
+
+        Only the first read counts: what the invocation reads later (its own writes among
+        them) says nothing about the invocations before it.
+        """
+        if self._first is not None:
+            return
+        first = False  # if the check itself fails: True is only said when a read showed it
+        with _bookkeeping("invocation start"):
+            first = first_invocation(snapshot)
+        self._report_start(first)
+
+    def _report_start(self, first: bool) -> None:
+        self._first = first
         if self._heard:
-            info = InvocationStartInfo(self._run_id, self._target, self._started, self.deadline_ms)
+            info = InvocationStartInfo(
+                self._run_id, self._target, self._started, self.deadline_ms, first
+            )
             self._plugins.emit("on_invocation_start", info)
+
+    def __enter__(self) -> InvocationSpan:
+        # Timed here, reported by ``read``: the flag it carries is what the read showed.
+        self._started = self._clock.now_ms()
         return self
 
     def __exit__(
@@ -156,6 +203,8 @@ class InvocationSpan:
     ) -> None:
         if not self._heard:
             return  # what escaped the invocation goes on (the span never swallows it)
+        if self._first is None:  # it never read the run (the read raised): no start yet
+            self._report_start(False)
         if self._observer is not None:
             self._observer.close()
         with _bookkeeping("invocation end"):
@@ -171,6 +220,7 @@ class InvocationSpan:
                     duration_ms=self._clock.now_ms() - self._started,
                     error_type=type(exc).__name__ if exc is not None else None,
                     agent=self.agent,
+                    is_first_invocation=bool(self._first),
                 ),
             )
 
@@ -190,6 +240,10 @@ class QuietSpan(InvocationSpan):
     def observer(self) -> InvocationObserver | None:
         """None: nothing watches the invocation's operations."""
         return None
+
+    def read(self, snapshot: RunSnapshot) -> None:
+        """Nothing: no start to report."""
+        return
 
     def __enter__(self) -> QuietSpan:
         return self

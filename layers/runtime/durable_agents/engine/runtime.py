@@ -274,6 +274,9 @@ class Runtime(RuntimeParts):
     ) -> InvocationOutcome:
         """``execute``, within its plugins' span (``started_ms``: when the invocation began)."""
         snapshot = self.store.load(run_id)
+        # Plugins hear the invocation's start now, with what this read showed (whether the run
+        # had recorded anything: ``is_first_invocation``), not what a warm container remembers.
+        span.read(snapshot)
         if snapshot.header.rerun is not None:
             # A rerun whose copy a crash cut short is completed before anything replays.
             snapshot = reruns.complete_copy(self.store, self.clock, snapshot)
