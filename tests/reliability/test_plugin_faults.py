@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import asdict
+from typing import Any
 
 import pytest
 
@@ -40,3 +41,35 @@ def test_a_raising_plugin_changes_nothing_under_faults(plan: FaultPlan) -> None:
     assert check(with_plugins) == check(without)
     heard = {hook for hook, _ in recorder.calls}
     assert {"on_invocation_start", "on_invocation_end", "on_operation_start"} <= heard <= set(HOOKS)
+    assert_first_invocations(recorder)
+
+
+def assert_first_invocations(recorder: Recorder) -> None:
+    """``is_first_invocation`` is what each invocation read, whatever the faults.
+
+    Every end says what its start said (a concurrent duplicate nests inside another
+    invocation: starts and ends pair as a stack). Per run, the starts that say True all come
+    before the first write of the run a hook reported (an attempt's claim, an operation's
+    result), and there is one: the first read that succeeded found nothing recorded.
+    """
+    open_starts: list[Any] = []
+    written: set[str] = set()  # the runs a recorded write was reported for
+    first_before_write: set[str] = set()
+    for hook, info in recorder.calls:
+        if hook == "on_invocation_start":
+            open_starts.append(info)
+            if info.is_first_invocation:
+                assert info.run_id not in written, f"first after a recorded write: {info}"
+                first_before_write.add(info.run_id)
+        elif hook == "on_invocation_end":
+            start = open_starts.pop()
+            assert (start.run_id, start.is_first_invocation) == (
+                info.run_id,
+                info.is_first_invocation,
+            ), (start, info)
+        elif hook == "on_operation_attempt_start" or (
+            hook == "on_operation_end" and not info.replayed and info.outcome != "pending"
+        ):
+            written.add(info.run_id)
+    assert not open_starts
+    assert written <= first_before_write, written - first_before_write
