@@ -76,7 +76,7 @@ class InvocationStartInfo:
               generation is not first (the generation's opening was recorded by the switch);
             * **duplicate deliveries** of the first ``Step Ready`` event that both read the
               journal before either recorded anything both report True: the flag says what
-              an invocation saw, not which one won. For once per run, use ``on_run_start``;
+              an invocation saw, not which one won (``on_run_start`` is never called twice);
             * an invocation that recorded nothing (it crashed before its first write)
               leaves the next one first as well, as a retried invocation is in AWS's SDK;
             * False when the invocation could not read the run (its end then has an
