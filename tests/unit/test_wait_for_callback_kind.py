@@ -254,15 +254,22 @@ def test_the_history_the_cli_timeline_and_the_console_show_it() -> None:
 def test_plugin_hooks_report_the_scope_as_a_wait_for_callback() -> None:
     recorder = Recorder()
     _finished_runner([recorder])
-    starts = [(s.kind, s.name) for s in recorder.of("on_operation_start") if not s.replayed]
-    assert ("wait_for_callback", "pickup") in starts
-    assert ("callback", "pickup") in starts and ("child", "pickup") not in starts
-    ends = [(e.kind, e.outcome) for e in recorder.of("on_operation_end") if e.name == "pickup"]
-    assert ("wait_for_callback", "succeeded") in ends
+    starts = [
+        (s.kind, s.sub_kind, s.name) for s in recorder.of("on_operation_start") if not s.replayed
+    ]
+    assert ("child", "wait_for_callback", "pickup") in starts
+    assert ("callback", None, "pickup") in starts  # the callback inside is not marked
+    ends = [
+        (e.kind, e.sub_kind, e.outcome)
+        for e in recorder.of("on_operation_end")
+        if e.name == "pickup"
+    ]
+    assert ("child", "wait_for_callback", "succeeded") in ends
+    assert ("callback", None, "succeeded") in ends
 
 
 def test_plugin_hooks_report_an_old_unmarked_scope_as_a_wait_for_callback_too() -> None:
-    """The hooks' kind is what the code called, so a run recorded before the marker is
+    """The hooks' sub-kind is what the code called, so a run recorded before the marker is
     reported the same way when it is replayed."""
     case = next(c for c in CASES if c.file == UNMARKED)
     data = _golden(UNMARKED)
@@ -271,5 +278,5 @@ def test_plugin_hooks_report_an_old_unmarked_scope_as_a_wait_for_callback_too() 
     runtime = Runtime(plain.store, registry=plain.registry, clock=plain.clock, plugins=[recorder])
     outcome = runtime.execute(data["header"]["run_id"], budget=0)
     assert outcome.kind is OutcomeKind.SUCCEEDED
-    ends = [(e.kind, e.name, e.replayed) for e in recorder.of("on_operation_end")]
-    assert ("wait_for_callback", "pickup", True) in ends
+    ends = [(e.kind, e.sub_kind, e.name, e.replayed) for e in recorder.of("on_operation_end")]
+    assert ("child", "wait_for_callback", "pickup", True) in ends

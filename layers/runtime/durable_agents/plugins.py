@@ -129,6 +129,10 @@ class OperationStartInfo:
         kind: The operation kind (``step``, ``wait``, ``tool``…).
         name: The operation name.
         replayed: Its result was recorded already: it is only replayed, nothing runs.
+        sub_kind: What a composite operation recorded under a general kind is
+            (``wait_for_callback`` for that scope, whose kind is ``child``; the SDK's
+            ``sub_type``); None for the others. Told whether or not the record is marked
+            (a scope recorded before the marker existed).
     """
 
     run_id: str
@@ -136,6 +140,7 @@ class OperationStartInfo:
     kind: str
     name: str
     replayed: bool
+    sub_kind: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +160,7 @@ class OperationEndInfo:
         model_id: For a model call this invocation recorded: the model that answered.
         input_tokens: For a model call this invocation recorded: the tokens it was sent.
         output_tokens: For a model call this invocation recorded: the tokens it answered.
+        sub_kind: As ``OperationStartInfo.sub_kind``.
     """
 
     run_id: str
@@ -169,6 +175,7 @@ class OperationEndInfo:
     model_id: str | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
+    sub_kind: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,7 +72,7 @@ class OperationScope:
         name: str,
         fingerprint: Fingerprint | None = None,
         *,
-        observed_as: str | None = None,
+        sub_kind: str | None = None,
     ) -> tuple[str, str, OpRecord | None]:
         """Allocates the next position and checks the journal's record at it.
 
@@ -82,9 +82,9 @@ class OperationScope:
             fingerprint: Its input's fingerprint, compared with the recorded one (if the record
                 has one) so that a same-named operation with another input cannot take the
                 recorded result. None for operations without an input.
-            observed_as: The kind plugins are told, if not ``kind``: a composite operation
-                recorded under a general kind (``wait_for_callback``, a ``child`` scope) is
-                reported as what the code called. Never compared with the record.
+            sub_kind: What a composite operation recorded under ``kind`` is
+                (``wait_for_callback``, a ``child`` scope), told to plugins with the kind.
+                Never compared with the record.
 
         Returns:
             The position path, the operation id and the record at that position (if any).
@@ -141,8 +141,7 @@ class OperationScope:
             # measurable part of replaying a long run.
             note_operation(op_id, name)
         if inv.observer is not None:
-            told = str(kind) if observed_as is None else observed_as
-            inv.observer.operation(told, name, op_id, position, record)
+            inv.observer.operation(str(kind), name, op_id, position, record, sub_kind)
         return position, op_id, record
 
     def replayed_record(self, kind: OpKind, name: str, fingerprint: Fingerprint) -> OpRecord | None:

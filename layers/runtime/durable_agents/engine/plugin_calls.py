@@ -263,6 +263,7 @@ class _Open:
     started_ms: int
     attempts: dict[int, int] = field(default_factory=dict)  # attempt -> when it was claimed
     ended: set[int] = field(default_factory=set)  # attempts whose end was reported
+    sub_kind: str | None = None
 
 
 class InvocationObserver:
@@ -293,11 +294,21 @@ class InvocationObserver:
         return _ObservedStore(store, self)
 
     def operation(
-        self, kind: str, name: str, op_id: str, position: str, record: OpRecord | None
+        self,
+        kind: str,
+        name: str,
+        op_id: str,
+        position: str,
+        record: OpRecord | None,
+        sub_kind: str | None = None,
     ) -> None:
-        """The invocation takes up the operation at ``position`` (``record``: what is recorded)."""
+        """The invocation takes up the operation at ``position`` (``record``: what is recorded).
+
+        ``sub_kind`` is what a composite operation recorded under ``kind`` is (the hooks'
+        ``sub_kind``).
+        """
         try:  # _bookkeeping("operation"), without a generator per operation
-            self._operation(kind, name, op_id, position, record)
+            self._operation(kind, name, op_id, position, record, sub_kind)
         except Exception:
             with contextlib.suppress(Exception):
                 _LOG.exception("plugin bookkeeping failed in %s; ignored", "operation")
@@ -325,25 +336,33 @@ class InvocationObserver:
             for position, state in previous._left_open:
                 if self._hears_start:
                     info = OperationStartInfo(
-                        self._run_id, state.op_id, state.kind, state.name, False
+                        self._run_id, state.op_id, state.kind, state.name, False, state.sub_kind
                     )
                     self._plugins.emit("on_operation_start", info)
                 now = self._clock.now_ms()
                 self._open[position] = _Open(state.kind, state.name, state.op_id, state.record, now)
 
     def _operation(
-        self, kind: str, name: str, op_id: str, position: str, record: OpRecord | None
+        self,
+        kind: str,
+        name: str,
+        op_id: str,
+        position: str,
+        record: OpRecord | None,
+        sub_kind: str | None,
     ) -> None:
         result = record.result if record is not None else None
         replayed = result is not None
         if self._hears_replayed_start if replayed else self._hears_start:
             self._plugins.emit(
                 "on_operation_start",
-                OperationStartInfo(self._run_id, op_id, kind, name, replayed),
+                OperationStartInfo(self._run_id, op_id, kind, name, replayed, sub_kind),
                 replayed=replayed,
             )
         if record is None or result is None:
-            self._open[position] = _Open(kind, name, op_id, record, self._clock.now_ms())
+            self._open[position] = _Open(
+                kind, name, op_id, record, self._clock.now_ms(), sub_kind=sub_kind
+            )
             return
         if not self._hears_replayed_end:
             return
@@ -359,6 +378,7 @@ class InvocationObserver:
                 attempts=record.attempts,
                 duration_ms=None,
                 error_type=result.error.type if result.error is not None else None,
+                sub_kind=sub_kind,
             ),
             replayed=True,
         )
@@ -453,6 +473,7 @@ class InvocationObserver:
                 model_id=model_id,
                 input_tokens=tokens_in,
                 output_tokens=tokens_out,
+                sub_kind=state.sub_kind,
             ),
         )
 

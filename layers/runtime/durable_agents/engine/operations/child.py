@@ -39,17 +39,17 @@ def run_child(
     and with the ``fingerprint`` of their input, recorded with the scope's result.
     ``on_recorded`` is given the result entry this execution recorded, once it is written (a
     batch's branch: the batch then refers to that record instead of copying what it holds).
-    ``sub_kind`` marks the scope's result entry (``Entry.sub_kind``) and is the kind plugins
-    are told; replay never compares it, so a scope recorded before it was marked still
-    replays.
+    ``sub_kind`` marks the scope's result entry (``Entry.sub_kind``) and is told to plugins
+    (``OperationStartInfo.sub_kind``); replay never compares it, so a scope recorded before
+    it was marked still replays.
 
     Raises:
         Exception: The scope's error, rebuilt as its record holds it (``rebuild_error``).
         SuspendExecution: When the scope suspends, or another invocation recorded it first.
     """
     inv = ctx.invocation
-    observed = None if sub_kind is None else sub_kind.value
-    position, op_id, record = ctx.next_operation(kind, name, fingerprint, observed_as=observed)
+    told = None if sub_kind is None else sub_kind.value
+    position, op_id, record = ctx.next_operation(kind, name, fingerprint, sub_kind=told)
     meta = fingerprint.meta() if fingerprint is not None else {}
     if sub_kind is not None:
         # In ``meta``, which every journal backend and the export already keep, rather than a
