@@ -27,7 +27,7 @@ SDK_SURFACE = (
     "SerDes",
     "CompletionConfig",
     "StepContext",
-    "DurableExecutionPlugin",
+    "DurableInstrumentationPlugin",
     "DurableFunctionTestRunner",
 )
 
