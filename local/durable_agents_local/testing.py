@@ -57,6 +57,11 @@ from durable_agents.llm.scripted import ScriptedProvider
 from durable_agents.llm.types import LlmProvider
 from durable_agents.plugins import Plugin
 from durable_agents.prompts import PromptRegistry
+from durable_agents_local.replay_check import (
+    ReplayDifference,
+    ReplaySideEffectWarning,
+    check_replays,
+)
 from durable_agents_local.testing_views import (
     Crash,
     CrashPoint,
@@ -73,6 +78,8 @@ __all__ = [
     "CrashPoint",
     "ModelScript",
     "OperationView",
+    "ReplayDifference",
+    "ReplaySideEffectWarning",
     "SimulatedCrash",
     "TestResult",
 ]
@@ -140,6 +147,15 @@ class AgentTestRunner:
         prompts: The prompts and model configurations the agents pin (``ctx.prompt``,
             ``ctx.model_config``): the default registry's (where ``register_prompt`` puts
             them) unless given.
+        sticky: Park the agent between faithful invocations, as a warm StepRunner container
+            does with ``STICKY_RUNS`` (docs/invocations.md).
+        check_determinism: After each drive of the run (``run``, ``resume``, ``decide``, …),
+            replay its journal twice more, dry (no operation executes, nothing is written),
+            and warn (``ReplaySideEffectWarning``) of what the agent's code outside
+            operations did differently: output, log lines, the operations it asked for, the
+            value it returned. Each finding is also in ``TestResult.replay_warnings``. Off by
+            default: it costs two replays of the journal per drive
+            (``durable_agents_local.replay_check``).
 
     Example:
         >>> from durable_agents import AgentRegistry, agent
@@ -177,6 +193,7 @@ class AgentTestRunner:
         plugins: Sequence[Plugin] = (),
         prompts: PromptRegistry | None = None,
         sticky: bool = False,
+        check_determinism: bool = False,
     ):
         if mode not in ("continuous", "faithful"):
             raise ValueError("mode is 'continuous' or 'faithful'")
@@ -186,6 +203,7 @@ class AgentTestRunner:
         self.journal = journal or InMemoryJournal()
         self.clock = clock or SkipClock()
         self.mode = mode
+        self.check_determinism = check_determinism
         self.lease_ms = int(lease_seconds * 1000)
         self.max_invocations = max_invocations
         self.registry = AgentRegistry()
@@ -290,8 +308,32 @@ class AgentTestRunner:
                 break
         else:
             raise RuntimeError(f"run {run_id} did not settle in {self.max_invocations} invocations")
-        return self.inspect(
+        result = self.inspect(
             run_id, outcomes=outcomes, crashes=hooks.fired, crashed_invocations=crashed
+        )
+        if self.check_determinism:
+            result.replay_warnings = self.check_replays(run_id)
+        return result
+
+    def check_replays(self, run_id: str) -> list[ReplayDifference]:
+        """Replays the run twice, dry, and warns of what its code did differently each time.
+
+        What ``check_determinism=True`` does after every drive; callable on its own, for any
+        run of this runner (``durable_agents_local.replay_check``).
+
+        Returns:
+            The differences found (each also warned as ``ReplaySideEffectWarning``).
+
+        Raises:
+            RunNotFoundError: If there is no such run.
+        """
+        return check_replays(
+            self.journal,
+            run_id,
+            registry=self.registry,
+            providers=self.runtime.providers,
+            memory=self.memory,
+            now_ms=self.clock.now_ms(),
         )
 
     def _event_deadline(self, run_id: str) -> bool:

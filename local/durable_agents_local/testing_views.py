@@ -16,6 +16,7 @@ from durable_agents.engine.invocation import InvocationHooks
 from durable_agents.engine.outcomes import InvocationOutcome
 from durable_agents.engine.replay_index import group_entries
 from durable_agents.errors import PayloadError
+from durable_agents_local.replay_check import ReplayDifference
 
 CrashPoint = Literal["before_claim", "before_execute", "after_execute", "after_record"]
 
@@ -114,6 +115,9 @@ class TestResult:
         crashes: How many injected crashes fired.
         outcomes: Each invocation's outcome.
         events: Events the runtime published while driving (Step Ready, Review Requested, …).
+        replay_warnings: What ``check_determinism=True`` found the agent's code outside
+            operations doing differently between replays
+            (``ReplayDifference``); always empty without it.
     """
 
     __test__ = False  # not a pytest test class
@@ -128,6 +132,7 @@ class TestResult:
     crashes: int
     outcomes: list[InvocationOutcome] = field(default_factory=list)
     events: list[OutgoingEvent] = field(default_factory=list)
+    replay_warnings: list[ReplayDifference] = field(default_factory=list)
 
     def operation(self, name_or_id: str) -> OperationView:
         """Returns the single operation with this name or id.
