@@ -83,7 +83,7 @@ def mapper(serdes: CountingSerdes, nesting: str = "nested") -> Any:
             stamp = child.step(lambda: index, name="stamp")
             return {"item": item, "index": stamp}
 
-        batch = ctx.map(items, line, name="lines", serdes=serdes, nesting=nesting)  # type: ignore[arg-type]
+        batch = ctx.map(items, line, name="lines", item_serdes=serdes, nesting=nesting)  # type: ignore[arg-type]
         return batch.results()
 
     return run
@@ -123,7 +123,7 @@ def test_a_parallel_serializes_each_branch_value_once_and_stores_it_once(
 
     @agent(name="fan", version="1", registry=AgentRegistry())
     def fan(ctx: DurableContext, _: Any) -> list[Any]:
-        batch = ctx.parallel([branch(i) for i in range(3)], name="fan-out", serdes=serdes)
+        batch = ctx.parallel([branch(i) for i in range(3)], name="fan-out", item_serdes=serdes)
         return batch.results()
 
     result = AgentTestRunner(fan, journal=journal, mode=mode).run(None)  # type: ignore[arg-type]
@@ -201,7 +201,7 @@ def test_replays_rebuild_the_same_values_types_and_errors_as_the_first_execution
             items,
             line,
             name="lines",
-            serdes=serdes,
+            item_serdes=serdes,
             completion=CompletionPolicy(tolerated_failure_count=1),
         )
         seen.append(snapshot(batch))

@@ -102,7 +102,7 @@ def test_parallel_results_with_a_serdes(journal: JournalStore) -> None:
         def branch(days: int) -> Any:
             return lambda child: child.step(lambda: date(2026, 1, 1) + timedelta(days=days))
 
-        batch = ctx.parallel([branch(0), branch(1)], serdes=ISO_DATE)
+        batch = ctx.parallel([branch(0), branch(1)], item_serdes=ISO_DATE)
         seen.append(batch.results())
         ctx.step(lambda: None, name="after")
         return "ok"

@@ -7,6 +7,7 @@ version (or write a migration) instead of editing the golden file.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import date, timedelta
 from decimal import Decimal
@@ -14,7 +15,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from durable_agents import AgentRegistry, CompletionPolicy, DurableContext, RetryPolicy, agent
+from durable_agents import (
+    AgentRegistry,
+    BatchFailedError,
+    BatchResult,
+    CompletionPolicy,
+    DurableContext,
+    RetryPolicy,
+    agent,
+)
 from durable_agents.agent import register_model_config, register_prompt
 from durable_agents.llm.types import ModelConfig
 from durable_agents.migrations import MigrationPlan, RecordedRun, migration
@@ -320,3 +329,132 @@ def courier(ctx: DurableContext, order_id: str) -> dict[str, object]:
     parcel = ctx.step(lambda: f"parcel-{order_id}", name="pack")
     pickup = ctx.wait_for_callback(_pickups.append, name="pickup", timeout=3600)
     return {"parcel": parcel, "pickup": pickup}
+
+
+# -- golden-packing: batches with a custom serializer given as serdes= (issue 32) ------------
+
+
+class PackSerdes:
+    """A packing line as ``line:<JSON>``, and a whole batch as ``batch:<its JSON>``.
+
+    ``serdes=`` of a batch once meant each branch's value only; with the AWS SDK's meaning it
+    also encodes the ``BatchResult`` as a whole (the per-item use kept when no ``item_serdes``
+    is given), so a serializer given as ``serdes=`` alone sees both.
+    """
+
+    def serialize(self, value: Any) -> str:
+        """Returns the text recorded for a line or a batch."""
+        if isinstance(value, BatchResult):
+            return "batch:" + value.model_dump_json()
+        return "line:" + json.dumps(value, sort_keys=True)
+
+    def deserialize(self, text: str) -> Any:
+        """Returns the line or the batch ``serialize`` wrote."""
+        if text.startswith("batch:"):
+            return BatchResult[Any].model_validate_json(text.removeprefix("batch:"))
+        return json.loads(text.removeprefix("line:"))
+
+
+PACK = PackSerdes()
+
+
+def pack_line(ctx: DurableContext, item: str, index: int) -> dict[str, object]:
+    """One line of the packing map."""
+    return {"item": item, "boxes": ctx.step(lambda: len(item) + index, name="boxes")}
+
+
+def weigh(ctx: DurableContext) -> dict[str, object]:
+    """The weighing branch of the crates."""
+    return {"kg": ctx.step(lambda: 7, name="weigh")}
+
+
+def crush() -> None:
+    """The crate is crushed."""
+    raise ValueError("crate crushed")
+
+
+def inspect_crate(ctx: DurableContext) -> Any:
+    """The inspection branch of the crates: it fails."""
+    return ctx.step(crush, name="inspect", retry=RetryPolicy(max_attempts=1))
+
+
+def ratio(ctx: DurableContext, n: int, index: int) -> Any:
+    """One branch of the ratios map: fails for 0."""
+    return ctx.step(lambda: 10 // n, name="ratio", retry=RetryPolicy(max_attempts=1))
+
+
+@agent(name="golden-packing", version="1", registry=registry)
+def packing(ctx: DurableContext, order_id: str) -> dict[str, object]:
+    """Three batches given ``serdes=``: a map; a flat parallel with a failed branch, returned
+    (``on_failure="return"``); and a map beyond its policy, raised and caught."""
+    lines = ctx.map(["tea", "jam", "bread"], pack_line, name="lines", serdes=PACK)
+    crates = ctx.parallel(
+        {"weigh": weigh, "inspect": inspect_crate},
+        name="crates",
+        serdes=PACK,
+        nesting="flat",
+        on_failure="return",
+    )
+    try:
+        ctx.map([5, 0], ratio, name="ratios", serdes=PACK)
+        ratios: dict[str, object] = {}
+    except BatchFailedError as exc:
+        assert exc.result is not None
+        ratios = {"failed": exc.failed_branches, "results": exc.result.all_results()}
+    return {
+        "order": order_id,
+        "lines": lines.results(),
+        "crates": {
+            "reason": crates.completion_reason,
+            "results": crates.all_results(),
+            "errors": [e["type"] if e else None for e in crates.all_errors()],
+        },
+        "ratios": ratios,
+    }
+
+
+# -- golden-packing-items: item_serdes= alone, and with a batch serializer (issue 32) ---------
+
+
+class WholeBatchSerdes:
+    """A ``BatchResult`` as ``whole:<its JSON>``: given as ``serdes=`` beside ``item_serdes=``,
+    it sees only the batch, never a branch's value."""
+
+    def serialize(self, value: BatchResult[Any]) -> str:
+        """Returns the text recorded for the whole batch."""
+        return "whole:" + value.model_dump_json()
+
+    def deserialize(self, text: str) -> BatchResult[Any]:
+        """Returns the batch ``serialize`` wrote."""
+        return BatchResult[Any].model_validate_json(text.removeprefix("whole:"))
+
+
+@agent(name="golden-packing-items", version="1", registry=registry)
+def packing_items(ctx: DurableContext, order_id: str) -> dict[str, object]:
+    """The batches of ``golden-packing``, given ``item_serdes=``: alone (each branch's value,
+    the batch records referring to the branches), and beside a batch ``serdes=``."""
+    lines = ctx.map(["tea", "jam", "bread"], pack_line, name="lines", item_serdes=PACK)
+    crates = ctx.parallel(
+        {"weigh": weigh, "inspect": inspect_crate},
+        name="crates",
+        serdes=WholeBatchSerdes(),
+        item_serdes=PACK,
+        nesting="flat",
+        on_failure="return",
+    )
+    try:
+        ctx.map([5, 0], ratio, name="ratios", serdes=WholeBatchSerdes(), item_serdes=PACK)
+        ratios: dict[str, object] = {}
+    except BatchFailedError as exc:
+        assert exc.result is not None
+        ratios = {"failed": exc.failed_branches, "results": exc.result.all_results()}
+    return {
+        "order": order_id,
+        "lines": lines.results(),
+        "crates": {
+            "reason": crates.completion_reason,
+            "results": crates.all_results(),
+            "errors": [e["type"] if e else None for e in crates.all_errors()],
+        },
+        "ratios": ratios,
+    }

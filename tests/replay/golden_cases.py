@@ -251,6 +251,29 @@ CASES = [
         "golden",
         callbacks=({"courier": "c-8", "at": "10:00"},),
     ),
+    # Batches given serdes= as the runtime recorded them when serdes= meant each branch's
+    # value only (issue 32): no marker in the batch records, which refer to their branches.
+    # Never re-record it: runs recorded so are in flight and must keep replaying
+    # (tests/unit/test_batch_serdes_whole.py checks it holds no marker).
+    GoldenCase(
+        "golden-packing-v1-item-form-completed.json",
+        "golden-packing",
+        "order-6001",
+        None,
+        "golden",
+    ),
+    # The same agent as recorded since: serdes= alone encodes each branch's value and, in the
+    # batch record (under "batch"), the BatchResult as a whole.
+    GoldenCase("golden-packing-v1-completed.json", "golden-packing", "order-6002", None, "golden"),
+    # item_serdes= alone (records referring to branches, no marker), and beside a serdes= that
+    # encodes only the whole batch.
+    GoldenCase(
+        "golden-packing-items-v1-completed.json",
+        "golden-packing-items",
+        "order-6003",
+        None,
+        "golden",
+    ),
 ]
 
 

@@ -20,7 +20,7 @@ from durable_agents.core.ids import check_name, name_of
 from durable_agents.core.models import OpKind, SubKind
 from durable_agents.core.principals import check_approvers
 from durable_agents.core.semantics import StepSemantics
-from durable_agents.core.serde import SerdesSpec, as_serdes, canonical_json
+from durable_agents.core.serde import Serdes, SerdesSpec, as_serdes, canonical_json
 from durable_agents.engine.context_scope import OperationScope
 from durable_agents.engine.fingerprints import NO_ARGS, Fingerprint
 from durable_agents.engine.generations import run_continue_as_new
@@ -282,6 +282,7 @@ class DurableContext(OperationScope):
         completion: CompletionPolicy | None = None,
         max_concurrency: int | None = None,
         serdes: SerdesSpec | None = None,
+        item_serdes: SerdesSpec | None = None,
         nesting: Literal["nested", "flat"] = "nested",
         on_failure: Literal["raise", "return"] = "raise",
     ) -> BatchResult[Any]:
@@ -294,7 +295,13 @@ class DurableContext(OperationScope):
             completion: When the batch is done (default: all branches, failing on the first
                 failure). Only the failure tolerances end a batch early on failures.
             max_concurrency: At most this many branches in progress at a time.
-            serdes: A custom serializer for every branch's result.
+            serdes: A custom serializer for the ``BatchResult`` as a whole (the AWS SDK's
+                meaning): its text of the whole batch is recorded in the batch's record, and a
+                replay returns what it decodes that text to. Given without ``item_serdes``,
+                it serializes every branch's result too (the SDK's backward-compatible rule),
+                so it must accept both.
+            item_serdes: A custom serializer for every branch's result, each recorded in its
+                branch's record (what ``serdes=`` alone did before it also meant the batch).
             nesting: ``flat``: branches write no scope record of their own (one write less
                 per branch; a finished branch is replayed until the batch records its result).
             on_failure: What a batch whose failures go beyond ``completion`` does: ``raise``
@@ -312,6 +319,9 @@ class DurableContext(OperationScope):
                 ``BatchResult`` as ``result``. Raised again, identically, on every replay.
             ValueError: If ``max_concurrency`` is below 1, or ``on_failure`` is neither
                 ``raise`` nor ``return``.
+            TypeError: If ``serdes`` or ``item_serdes`` is not a serializer.
+            PayloadError: If ``serdes`` cannot serialize the ``BatchResult`` or decode it back
+                to one, or a batch recorded as a whole is replayed without ``serdes``.
             InvalidNameError: If a branch name is not a valid operation name.
             ReplayDivergedError: If the journal recorded another operation at this position.
         """
@@ -323,7 +333,7 @@ class DurableContext(OperationScope):
 
         fns, names = branch_names(branches)
         policy = completion or ALL_SUCCESSFUL
-        spec = as_serdes(serdes)
+        whole, item = _batch_serdes(serdes, item_serdes)
         flat = _flat(nesting)
         return run_batch(
             self,
@@ -332,10 +342,11 @@ class DurableContext(OperationScope):
             fns,
             policy,
             max_concurrency,
-            spec,
+            item,
             names,
             flat,
             on_failure,
+            batch_serdes=whole,
         )
 
     def map(
@@ -347,6 +358,7 @@ class DurableContext(OperationScope):
         completion: CompletionPolicy | None = None,
         max_concurrency: int | None = None,
         serdes: SerdesSpec | None = None,
+        item_serdes: SerdesSpec | None = None,
         item_namer: Callable[[Any, int], str] | None = None,
         nesting: Literal["nested", "flat"] = "nested",
         on_failure: Literal["raise", "return"] = "raise",
@@ -355,15 +367,20 @@ class DurableContext(OperationScope):
 
         ``fn`` may take ``(child_ctx, item, index, items)`` instead; a ``fn(child_ctx, item)``
         fails every branch it is called in with a ``TypeError`` (and so, under the default
-        policy, the batch). ``serdes`` serializes each item's result (as for ``parallel``);
-        ``item_namer(item, index)`` names each item's branch (``branch-<i>`` by default);
-        ``nesting`` and ``on_failure`` as for ``parallel``.
+        policy, the batch). ``serdes`` serializes the ``BatchResult`` as a whole, and each
+        item's result too unless ``item_serdes`` is given; ``item_serdes`` serializes each
+        item's result (both as for ``parallel``). ``item_namer(item, index)`` names each
+        item's branch (``branch-<i>`` by default); ``nesting`` and ``on_failure`` as for
+        ``parallel``.
 
         Raises:
             BatchFailedError: If the failures went beyond ``completion`` (with ``on_failure``
                 ``raise``), as for ``parallel``; identically on every replay.
             ValueError: If ``max_concurrency`` is below 1, or ``on_failure`` is neither
                 ``raise`` nor ``return``.
+            TypeError: If ``serdes`` or ``item_serdes`` is not a serializer.
+            PayloadError: As for ``parallel``: ``serdes`` cannot serialize or decode the
+                ``BatchResult``, or a batch recorded as a whole is replayed without it.
             InvalidNameError: If ``item_namer`` gives an invalid operation name.
             ReplayDivergedError: If the journal recorded another operation at this position.
         """
@@ -375,7 +392,7 @@ class DurableContext(OperationScope):
 
         fns, names = map_branches(items, fn, item_namer)
         policy = completion or ALL_SUCCESSFUL
-        spec = as_serdes(serdes)
+        whole, item = _batch_serdes(serdes, item_serdes)
         flat = _flat(nesting)
         return run_batch(
             self,
@@ -384,10 +401,11 @@ class DurableContext(OperationScope):
             fns,
             policy,
             max_concurrency,
-            spec,
+            item,
             names,
             flat,
             on_failure,
+            batch_serdes=whole,
         )
 
     def run_in_child_context(
@@ -787,6 +805,24 @@ def _flat(nesting: str) -> bool:
     if nesting not in ("nested", "flat"):
         raise ValueError(f"nesting is 'nested' or 'flat', not {nesting!r}")
     return nesting == "flat"
+
+
+def _batch_serdes(
+    serdes: SerdesSpec | None, item_serdes: SerdesSpec | None
+) -> tuple[Serdes | None, Serdes | None]:
+    """A batch's serializers, as the AWS SDK reads ``serdes`` and ``item_serdes``.
+
+    Returns ``(whole, item)``: ``serdes`` for the ``BatchResult`` as a whole; ``item_serdes``
+    for each branch's value, else ``serdes`` (the SDK's backward-compatible rule: given alone,
+    ``serdes`` is used for both). The same object for both when ``serdes`` is alone, which is
+    how the batch tells that case apart (its error message says so).
+
+    Raises:
+        TypeError: If either is not a serializer.
+    """
+    whole = as_serdes(serdes)
+    item = as_serdes(item_serdes)
+    return whole, item if item is not None else whole
 
 
 def _ms(duration: float | timedelta | None) -> int | None:

@@ -16,6 +16,18 @@ batch record. A replay rebuilds the ``BatchResult`` from those records, decoding
 its child scope's replay would, so it returns what the first execution returned. Batch records
 written before this format hold every branch's value under ``items``; they replay as they are.
 
+A batch given a batch serializer (``serdes=`` of ``ctx.map`` / ``ctx.parallel``, the AWS SDK's
+meaning) is recorded as a whole: ``batch_serdes.serialize(batch_result)``, one text holding the
+whole ``BatchResult``, goes into the batch record under ``batch``, beside the branch letters and
+the completion reason (kept so timelines count failures without the serializer); the record
+then holds no ``values`` or ``errors`` (they are inside that text). A replay returns
+``batch_serdes.deserialize(text)`` and reads no branch record. The ``batch`` field is the
+marker: a record without it is in the branch-referring form above, written by a batch without a
+batch serializer or by code from before batch serializers (when ``serdes=`` meant each branch's
+value, as ``item_serdes=`` does now), and replays as it always did. The branch records hold
+their values as before (``item_serdes``, else ``serdes``, else tagged JSON), so in the whole
+form each value is stored twice, as in the SDK.
+
 A batch that completes with ``failure_tolerance_exceeded`` is recorded FAILED (ADR 0024): the
 same outcome as the value, and a ``BatchFailedError`` as the error, which ``ctx.map`` /
 ``ctx.parallel`` raise, then and on every replay, with the rebuilt ``BatchResult`` on it
@@ -33,6 +45,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from types import FunctionType
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import ValidationError
 
 from durable_agents.core.ids import check_name, format_position
 from durable_agents.core.models import Entry, EntryType, ErrorInfo, OpKind
@@ -53,6 +67,7 @@ from durable_agents.engine.operations.step import return_hint
 from durable_agents.errors import (
     PayloadError,
     RunCancelledError,
+    SecretSerializationError,
     SuspendExecution,
 )
 
@@ -112,13 +127,17 @@ def run_batch(
     names: Sequence[str] | None = None,
     flat: bool = False,
     on_failure: str = "raise",
+    batch_serdes: Serdes | None = None,
 ) -> BatchResult[Any]:
     """Executes, dispatches or replays one batch (see ``DurableContext.parallel``/``map``).
 
     Item results are recorded like child scope results (tagged JSON, the branch's return
-    annotation, or ``serdes``), each once, in its branch's record. ``names`` names the branches
-    (``branch-<i>`` by default); positions stay index-based. ``flat`` branches write no scope
-    record of their own: one write less per branch, their values go into the batch record;
+    annotation, or ``serdes``: the per-item serializer), each once, in its branch's record.
+    With ``batch_serdes`` the batch record holds the whole ``BatchResult`` as its text (see
+    the module docstring), and the batch returns what that text decodes to. ``names`` names
+    the branches (``branch-<i>`` by default); positions stay index-based. ``flat`` branches
+    write no scope record of their own: one write less per branch, their values go into the
+    batch record (into its ``batch`` text, with ``batch_serdes``);
     until the batch records its result, a finished branch is replayed (its operations are
     recorded) to get it. ``on_failure`` says what a batch that completes beyond its policy
     does (``raise`` or ``return``); a recorded batch replays as recorded, whatever it says.
@@ -129,8 +148,10 @@ def run_batch(
         BatchFailedError: If the batch completed (now, or as recorded) with
             ``failure_tolerance_exceeded`` and was recorded FAILED.
         SuspendExecution: While branches are left to run here or elsewhere, or wait.
-        PayloadError: If a recorded value cannot be decoded, or the batch record names a
-            branch result the journal does not hold.
+        PayloadError: If a recorded value cannot be decoded, the batch record names a
+            branch result the journal does not hold, ``batch_serdes`` cannot encode the
+            batch or decode it to a ``BatchResult``, or the batch was recorded as a whole and
+            no ``batch_serdes`` is given to decode it.
     """
     if max_concurrency is not None and max_concurrency < 1:
         raise ValueError("max_concurrency must be at least 1")
@@ -139,7 +160,7 @@ def run_batch(
     inv = ctx.invocation
     position, op_id, record = ctx.next_operation(kind, name)
     if record is not None and record.result is not None:
-        return _replayed(ctx, position, op_id, record.result, branches, serdes)
+        return _replayed(ctx, position, op_id, record.result, branches, serdes, batch_serdes)
     if inv.target is not None and not inv.target.startswith(f"{position}/"):
         # This invocation was sent to a branch of an earlier batch, which it saw completed
         # and moved past: this batch is not that branch's, and nobody else was sent to its
@@ -215,7 +236,9 @@ def run_batch(
     reason = tally.decided(policy)
     if reason is not None and (inv.target is None or _all_known(states)):
         raises = on_failure == "raise"
-        return _complete(ctx, position, op_id, kind, name, states, reason, serdes, raises)
+        return _complete(
+            ctx, position, op_id, kind, name, states, reason, serdes, raises, batch_serdes
+        )
     if dispatch:
         raise SuspendExecution(
             Reason.DISPATCH,
@@ -346,15 +369,20 @@ def _complete(
     reason: str,
     serdes: Serdes | None,
     raises: bool,
+    batch_serdes: Serdes | None,
 ) -> BatchResult[Any]:
     """Records the batch's outcome, referring to its branches' records, and returns it.
 
     What it returns is what ``_replayed`` rebuilds from the journal: each branch's value as
-    its branch already decoded it (no second serialization), errors as recorded. Beyond its
-    policy (``failure_tolerance_exceeded``) and ``raises``, the batch is recorded FAILED.
+    its branch already decoded it (no second serialization), errors as recorded. With
+    ``batch_serdes``, the whole ``BatchResult`` is serialized once, recorded under ``batch``,
+    and what that text decodes to is returned. Beyond its policy
+    (``failure_tolerance_exceeded``) and ``raises``, the batch is recorded FAILED.
 
     Raises:
         BatchFailedError: If it is recorded FAILED: the error as a replay rebuilds it.
+        PayloadError: If ``batch_serdes`` cannot encode the batch, or its text does not decode
+            to a ``BatchResult``.
     """
     inv = ctx.invocation
     values: dict[str, Any] = {}
@@ -377,11 +405,19 @@ def _complete(
         "branches": "".join(_LETTERS.get(s.status, "n") for s in states),
         "completion_reason": reason,
     }
-    if values:
-        outcome["values"] = values
-    if errors:
-        outcome["errors"] = errors
     batch = _batch(items, reason)
+    if batch_serdes is not None:
+        # The whole batch, in one text: flat branches' values and unrecorded errors are in it,
+        # so ``values`` / ``errors`` would only store them a second time in this record.
+        text = _encode_whole(batch, batch_serdes, op_id, alone=batch_serdes is serdes)
+        outcome["batch"] = text
+        # What a replay returns, so the first execution returns the same.
+        batch = _whole(text, batch_serdes, op_id)
+    else:
+        if values:
+            outcome["values"] = values
+        if errors:
+            outcome["errors"] = errors
     label = f"{kind.value} {name!r}"
     if reason == _EXCEEDED and raises:
         # Recorded with the outcome as its value too, so a replay rebuilds ``exc.result``.
@@ -450,23 +486,25 @@ def _replayed(
     recorded: Entry,
     branches: Sequence[Callable[..., Any]],
     serdes: Serdes | None,
+    batch_serdes: Serdes | None,
 ) -> BatchResult[Any]:
     """The recorded batch, rebuilt from its record and its branches' records.
 
     Raises:
         BatchFailedError: If the batch was recorded FAILED (its ``result`` rebuilt too).
-        PayloadError: If a value cannot be decoded, or the batch record names a branch result
-            that is not in the journal.
+        PayloadError: If a value cannot be decoded, the batch record names a branch result
+            that is not in the journal, or it holds the batch as a whole and no
+            ``batch_serdes`` is given.
     """
     inv = ctx.invocation
     if recorded.type is EntryType.FAILED:
         outcome = decode(recorded.value) if recorded.value is not None else None
         batch = None
         if isinstance(outcome, dict):
-            batch = _rebuilt(inv, position, op_id, outcome, branches, serdes)
+            batch = _rebuilt(inv, position, op_id, outcome, branches, serdes, batch_serdes)
         raise _failed(recorded.error or _UNKNOWN_ERROR, batch)
     outcome = inv.replay(recorded, None)
-    return _rebuilt(inv, position, op_id, outcome, branches, serdes)
+    return _rebuilt(inv, position, op_id, outcome, branches, serdes, batch_serdes)
 
 
 def _rebuilt(
@@ -476,13 +514,17 @@ def _rebuilt(
     outcome: dict[str, Any],
     branches: Sequence[Callable[..., Any]],
     serdes: Serdes | None,
+    batch_serdes: Serdes | None,
 ) -> BatchResult[Any]:
     """The ``BatchResult`` a batch record's outcome and its branches' records describe.
 
     Raises:
-        PayloadError: If a value cannot be decoded, or the outcome names a branch result that
-            is not in the journal.
+        PayloadError: If a value cannot be decoded, the outcome names a branch result that
+            is not in the journal, or it holds the batch as a whole and no ``batch_serdes``
+            is given.
     """
+    if "batch" in outcome:  # recorded as a whole: the text alone says what the batch is
+        return _whole(outcome["batch"], batch_serdes, op_id)
     if "items" in outcome:  # recorded before batch records referred to their branches
         return _decoded(BatchResult[Any].model_validate(outcome), serdes)
     values: dict[str, Any] = outcome.get("values") or {}
@@ -518,6 +560,57 @@ def _rebuilt(
         value = child.replayed(hint, serdes, _decode_branch_result)  # type: ignore[union-attr]
         items.append({"index": index, "status": "succeeded", "result": value})
     return _batch(items, outcome["completion_reason"])
+
+
+def _encode_whole(batch: BatchResult[Any], batch_serdes: Serdes, op_id: str, *, alone: bool) -> str:
+    """The batch serializer's text of the whole ``BatchResult``.
+
+    Raises:
+        PayloadError: If ``batch_serdes`` cannot serialize it. When ``serdes=`` was given
+            alone, the message says it now sees the batch too: code written when ``serdes=``
+            meant each branch's value only fails here first.
+        SecretSerializationError: If the batch holds a credential.
+    """
+    try:
+        return encode_value(batch, None, batch_serdes)
+    except PayloadError as exc:
+        if not alone or isinstance(exc, SecretSerializationError):
+            raise  # a credential is refused whatever the serializer: no hint about it
+        raise PayloadError(
+            f"batch {op_id}: {exc} (serdes= of a batch also serializes the whole BatchResult, "
+            "as in the AWS SDK; to serialize each branch's value only, pass item_serdes= "
+            "instead)"
+        ) from exc
+
+
+def _whole(text: Any, batch_serdes: Serdes | None, op_id: str) -> BatchResult[Any]:
+    """The ``BatchResult`` a batch recorded as a whole holds: ``batch_serdes``'s decoding.
+
+    A ``BatchResult`` is returned as the serializer gives it; anything else (a dict, say) is
+    validated into one.
+
+    Raises:
+        PayloadError: If no ``batch_serdes`` is given (the code no longer passes the
+            ``serdes=`` the batch was recorded with), it cannot decode the text, or what it
+            gives is not a ``BatchResult``.
+    """
+    if batch_serdes is None:
+        raise PayloadError(
+            f"batch {op_id} was recorded as a whole with a batch serializer (serdes=); "
+            "replaying it needs that serializer, and none is given"
+        )
+    if not isinstance(text, str):
+        raise PayloadError(f"batch {op_id}: its record holds no serializer text")
+    value = decode_value(text, None, batch_serdes)
+    if isinstance(value, BatchResult):
+        return value
+    try:
+        return BatchResult[Any].model_validate(value)
+    except ValidationError as exc:
+        raise PayloadError(
+            f"batch {op_id}: serdes.deserialize gave {type(value).__name__}, not a BatchResult"
+            f": {exc}"
+        ) from exc
 
 
 def _batch(items: list[dict[str, Any]], reason: str) -> BatchResult[Any]:
