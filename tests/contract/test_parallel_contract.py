@@ -245,7 +245,7 @@ def test_named_branches_items_and_the_batch_result_in_full(journal: JournalStore
         except BatchFailedError as exc:
             thrown = exc.completion_reason
         return {
-            "counts": [named.success_count, named.failure_count, named.total_count],
+            "counts": [named.success_count, named.failure_count, named.branch_count],
             "results": named.all_results(),
             "errors": [e["type"] if e else None for e in named.all_errors()],
             "thrown": thrown,

@@ -125,6 +125,7 @@ EXPECTED = {
     "VersionUnavailableError",
     "WaitDecision",
     "WaitStrategy",
+    "WrapperError",
     "agent",
     "default_registry",
     "default_tools",

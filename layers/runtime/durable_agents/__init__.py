@@ -99,6 +99,7 @@ if TYPE_CHECKING:
         SuspendExecution,
         VersionNotDeployedError,
         VersionUnavailableError,
+        WrapperError,
     )
     from durable_agents.llm.scripted import ScriptedProvider
     from durable_agents.llm.types import (
@@ -251,6 +252,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "SuspendExecution",
         "VersionNotDeployedError",
         "VersionUnavailableError",
+        "WrapperError",
     ),
     "durable_agents.llm.scripted": ("ScriptedProvider",),
     "durable_agents.llm.types": (
@@ -412,6 +414,7 @@ __all__ = [
     "VersionUnavailableError",
     "WaitDecision",
     "WaitStrategy",
+    "WrapperError",
     "agent",
     "default_registry",
     "default_tools",

@@ -23,6 +23,28 @@ class DurableError(Exception):
     recorded_fields: tuple[str, ...] = ()
 
 
+class WrapperError(DurableError):
+    """A typed wrapper whose error, as users see it, is the one it wraps (issue 32).
+
+    ``except ConditionCheckFailedError`` (or ``CallbackFailedError``, ``BatchFailedError``)
+    keeps working, but what happened is not hidden behind the wrapper's own words: its message
+    is the wrapped error's, and the journal records the wrapped error's type, module and
+    message (so the run's error in the Api, the console and the CLI is ``StatusCheckError:
+    ...``, not the wrapper's). The wrapper's own type and ``recorded_fields`` are recorded
+    beside them, so a replay raises the wrapper again, the wrapped error rebuilt as its
+    ``__cause__`` and as ``wrapped``. AWS's SDK does the same: its ``WaitForConditionError``,
+    ``CallbackExternalError`` and ``ChildContextError`` carry the original message.
+
+    A wrapper rebuilt from a record written before (its own type and message) has no
+    ``wrapped``, and is recorded again as it was.
+
+    Attributes:
+        wrapped: The error it wraps (None for a wrapper recorded before the change).
+    """
+
+    wrapped: BaseException | None = None
+
+
 class ConfigurationError(DurableError):
     """The runtime was wired incorrectly (missing table, unknown agent module, bad option)."""
 
@@ -280,14 +302,29 @@ class StepError(DurableError):
 
 
 class StepInterruptedError(DurableError):
-    """A step's previous attempt started but never finished (its process died)."""
+    """A step's previous attempt started but never finished (its process died).
+
+    An at-most-once step whose policy does not name this error is not retried after it (its
+    work may have happened), unlike AWS's SDK, whose retry-everything strategies retry it: the
+    message then says so, and how to opt in (``docs/retries.md``).
+    """
 
     recorded_fields = ("op_id", "attempt")
 
-    def __init__(self, op_id: str, attempt: int):
+    NOT_RETRIED = (
+        "; an at-most-once step is not retried after an interruption (its work may have "
+        "happened) unless its retry policy names it: retry=RetryPolicy(retryable="
+        "(StepInterruptedError,)) or a decide= function (AWS's SDK retries it under any "
+        "retry-everything strategy)"
+    )
+    """What the message adds when the step is not retried because its policy does not name
+    the interruption."""
+
+    def __init__(self, op_id: str, attempt: int, *, not_retried: bool = False):
         self.op_id = op_id
         self.attempt = attempt
-        super().__init__(f"attempt {attempt} of {op_id!r} was interrupted before it finished")
+        why = self.NOT_RETRIED if not_retried else ""
+        super().__init__(f"attempt {attempt} of {op_id!r} was interrupted before it finished{why}")
 
 
 class RunCancelledError(DurableError):

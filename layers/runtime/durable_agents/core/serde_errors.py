@@ -17,6 +17,11 @@ either). Messages, arguments and attributes are scrubbed of revealed secrets.
 
 Runtime errors that declare ``recorded_fields`` keep the format journals already hold.
 
+A typed wrapper (``WrapperError``: ``ConditionCheckFailedError``, ``CallbackFailedError``,
+``BatchFailedError``) is recorded as the error it wraps, its own type and fields under
+``WRAPPER_KEY`` in ``data``: the journal, the Api, the console and the CLI show what happened,
+and a replay raises the wrapper again with the wrapped error rebuilt as its ``__cause__``.
+
 The traceback is recorded too (``durable_agents.core.tracebacks``: scrubbed, bounded), and the
 rebuilt error carries it back as ``recorded_traceback`` — the same text on the first run and on
 every replay. It is never one of the recorded attributes.
@@ -32,10 +37,14 @@ from durable_agents.core.scrub import MASK, scrub, scrub_value
 from durable_agents.core.serde_values import from_tagged, resolve_class, to_text
 from durable_agents.core.tracebacks import ATTRIBUTE as TRACEBACK_ATTRIBUTE
 from durable_agents.core.tracebacks import attach, recorded_traceback
-from durable_agents.errors import PayloadError, SecretSerializationError, StepError
+from durable_agents.errors import PayloadError, SecretSerializationError, StepError, WrapperError
 
 STATE_KEY = "__durable_exception__"
 """The ``ErrorInfo.data`` key holding a rebuildable exception's ``args`` and attributes."""
+
+WRAPPER_KEY = "__durable_wrapper__"
+"""The ``ErrorInfo.data`` key holding the typed wrapper (``type``, ``module``, ``fields``) of an
+error recorded as the one it wraps."""
 
 
 def error_info(exc: BaseException) -> ErrorInfo:
@@ -46,6 +55,8 @@ def error_info(exc: BaseException) -> ErrorInfo:
     """
     # Messages are scrubbed of revealed secrets: "auth failed for sk-live-…" is recorded masked.
     story = recorded_traceback(exc)
+    if isinstance(exc, WrapperError) and exc.wrapped is not None:
+        return _wrapper_info(exc, exc.wrapped, story)
     if isinstance(exc, StepError):
         return ErrorInfo(
             type=exc.original_type,
@@ -63,6 +74,21 @@ def error_info(exc: BaseException) -> ErrorInfo:
             cls.__qualname__, message, cls.__module__, scrub_value(data) or None, story
         )
     return ErrorInfo(cls.__qualname__, message, cls.__module__, {STATE_KEY: _state(exc)}, story)
+
+
+def _wrapper_info(exc: WrapperError, wrapped: BaseException, story: str | None) -> ErrorInfo:
+    """The wrapped error's record, with the wrapper's type and fields beside it."""
+    inner = error_info(wrapped)
+    cls = type(exc)
+    fields = {name: _field(getattr(exc, name, None)) for name in exc.recorded_fields}
+    data = dict(inner.data or {})
+    data[WRAPPER_KEY] = {
+        "type": cls.__qualname__,
+        "module": cls.__module__,
+        "fields": scrub_value(fields),
+    }
+    # The wrapper's story tells the wrapped error's too (it was raised from it).
+    return ErrorInfo(inner.type, inner.message, inner.module, data, story or inner.traceback)
 
 
 def _text(exc: BaseException) -> str:
@@ -131,6 +157,9 @@ def rebuild_error(info: ErrorInfo) -> Exception:
 def _rebuild(info: ErrorInfo) -> Exception:
     cls = _resolve_exception_class(info.module, info.type)
     data = info.data if isinstance(info.data, dict) else {}
+    wrapper = data.get(WRAPPER_KEY)
+    if isinstance(wrapper, dict):
+        return _rebuild_wrapper(info, data, wrapper)
     state = data.get(STATE_KEY)
     if isinstance(state, dict):
         return _rebuild_state(cls, info, state)
@@ -156,6 +185,30 @@ def _rebuild(info: ErrorInfo) -> Exception:
         except Exception:  # noqa: S110 - not rebuildable: StepError below
             pass
     return _unrebuildable(info, {})
+
+
+def _rebuild_wrapper(info: ErrorInfo, data: dict[str, Any], wrapper: dict[str, Any]) -> Exception:
+    """The typed wrapper again, its wrapped error rebuilt as ``__cause__`` and ``wrapped``.
+
+    The wrapped error alone if the wrapper's class is not a ``WrapperError`` here (nothing but
+    the runtime's own wrappers is built from what a record names).
+    """
+    rest = {key: value for key, value in data.items() if key != WRAPPER_KEY}
+    inner = rebuild_error(
+        ErrorInfo(info.type, info.message, info.module, rest or None, info.traceback)
+    )
+    cls = resolve_class(f"{wrapper.get('module')}:{wrapper.get('type')}")
+    if not (isinstance(cls, type) and issubclass(cls, WrapperError)):
+        return inner
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, info.message)
+    fields = wrapper.get("fields")
+    recorded = fields if isinstance(fields, dict) else {}
+    for name in cls.recorded_fields:
+        setattr(exc, name, _lenient(recorded.get(name)))
+    exc.wrapped = inner
+    exc.__cause__ = inner
+    return exc
 
 
 def _rebuild_state(

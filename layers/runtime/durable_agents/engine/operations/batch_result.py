@@ -6,12 +6,16 @@ branch); ``durable_agents.engine.operations.parallel`` re-exports them.
 
 from __future__ import annotations
 
+import sys
+import warnings
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel
 
-from durable_agents.errors import DurableError
+from durable_agents.core.models import ErrorInfo
+from durable_agents.core.serde_errors import rebuild_error
+from durable_agents.errors import WrapperError
 
 T = TypeVar("T")
 
@@ -82,12 +86,20 @@ class BatchItem(BaseModel):
     error: dict[str, Any] | None = None
 
 
-class BatchFailedError(DurableError):
+class BatchFailedError(WrapperError):
     """A batch's failures went beyond its completion policy (or ``throw_if_error`` found one).
 
     ``ctx.map`` and ``ctx.parallel`` raise it when the batch completes with
     ``failure_tolerance_exceeded`` (ADR 0024), recorded as the batch's FAILED result, so a
-    replay raises it again with the same message and fields.
+    replay raises it again with the same message and fields: its message sums the batch up
+    (which branches failed, and the first error's type and message).
+
+    ``BatchResult.throw_if_error`` / ``raise_on_failure`` raise it as the first failed
+    branch's error, as AWS's SDK does (its ``throw_if_error`` raises the first failed item's
+    error, the rest in ``get_errors()``): the message is that branch's, ``__cause__`` (and
+    ``wrapped``) is that branch's error rebuilt, and a run it fails records that branch's type
+    and message (what the Api, console and CLI show); every failed branch's error is in
+    ``errors``.
 
     Attributes:
         completion_reason: Why the batch ended (``failure_tolerance_exceeded`` when raised by
@@ -120,11 +132,13 @@ class BatchFailedError(DurableError):
         *,
         failed_branches: list[str] | None = None,
         result: BatchResult[Any] | None = None,
+        wrapped: BaseException | None = None,
     ):
         self.completion_reason = completion_reason
         self.errors = errors
         self.failed_branches = failed_branches or []
         self.result = result
+        self.wrapped = wrapped
         super().__init__(
             message or f"batch ended with {completion_reason}: {len(errors)} branch(es) failed"
         )
@@ -153,10 +167,33 @@ class BatchFailedError(DurableError):
         first = errors[0] if errors else {}
         message = (
             f"{operation} ended with {batch.completion_reason}: {len(failures)} of "
-            f"{batch.total_count} branch(es) failed ({shown}); first error "
+            f"{batch.branch_count} branch(es) failed ({shown}); first error "
             f"{first.get('type', 'unknown')}: {first.get('message', '')}"
         )
         return cls(batch.completion_reason, errors, message, failed_branches=failed, result=batch)
+
+    @classmethod
+    def first_failure(cls, batch: BatchResult[Any]) -> BatchFailedError:
+        """The error ``throw_if_error`` raises: the first failed branch's, typed.
+
+        Args:
+            batch: A batch with at least one failed branch.
+
+        Returns:
+            The error, with the first failed branch's message, that branch's error rebuilt
+            as its ``wrapped`` and ``__cause__``, and every failed branch's error in
+            ``errors``.
+        """
+        errors = [item.error or {} for item in batch.failures]
+        first = errors[0] if errors else {}
+        try:
+            info = ErrorInfo.from_dict(first)
+        except (KeyError, TypeError):  # a branch recorded without its error (never written)
+            info = ErrorInfo("StepError", "unknown error")
+        cause = rebuild_error(info)
+        exc = cls(batch.completion_reason, errors, info.message, result=batch, wrapped=cause)
+        exc.__cause__ = cause
+        return exc
 
 
 class BatchResult(BaseModel, Generic[T]):
@@ -201,8 +238,33 @@ class BatchResult(BaseModel, Generic[T]):
         return sum(1 for i in self.items if i.status == "not_started")
 
     @property
+    def branch_count(self) -> int:
+        """How many branches the batch has: every one, started or not."""
+        return len(self.items)
+
+    @property
     def total_count(self) -> int:
-        """How many branches the batch has."""
+        """Deprecated: ``branch_count`` here, which is not what AWS's SDK's ``total_count`` is.
+
+        The SDK's counts the branches that started (its ``all`` leaves out those never
+        started); this one counted every branch. A batch's record does not tell a branch that
+        started and was abandoned from one never started, so the SDK's number cannot be given
+        exactly: use ``branch_count`` (every branch) or ``success_count + failure_count``
+        (the finished ones).
+
+        Returns:
+            ``branch_count``, with a ``DeprecationWarning`` saying so.
+        """
+        # Not for the runtime's own reads (parallel.py's log line, until it reads branch_count):
+        # the warning is for code ported from the SDK.
+        if not sys._getframe(1).f_globals.get("__name__", "").startswith("durable_agents."):
+            warnings.warn(
+                "BatchResult.total_count is branch_count here (every branch, started or not), "
+                "not AWS's SDK's total_count (the branches that started): use branch_count, or "
+                "success_count + failure_count for the finished ones",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         return len(self.items)
 
     def all_results(self) -> list[Any]:
@@ -217,24 +279,23 @@ class BatchResult(BaseModel, Generic[T]):
         """Returns self, or raises if any branch failed (whatever the tolerances allowed).
 
         Raises:
-            BatchFailedError: If at least one branch failed.
+            BatchFailedError: If at least one branch failed: the first failed branch's error
+                (its message; that error rebuilt as ``__cause__``), every failed branch's
+                error in ``errors``, as AWS's SDK raises the first failed item's error.
         """
         if self.failures:
-            raise BatchFailedError(
-                self.completion_reason, [i.error or {} for i in self.failures], result=self
-            )
+            raise BatchFailedError.first_failure(self)
         return self
 
     def raise_on_failure(self) -> BatchResult[T]:
         """Returns self, or raises if the failure tolerance was exceeded.
 
         Raises:
-            BatchFailedError: If ``completion_reason`` is ``failure_tolerance_exceeded``.
+            BatchFailedError: If ``completion_reason`` is ``failure_tolerance_exceeded``: the
+                first failed branch's error, as ``throw_if_error`` raises it.
         """
         if self.completion_reason == "failure_tolerance_exceeded":
-            raise BatchFailedError(
-                self.completion_reason, [i.error or {} for i in self.failures], result=self
-            )
+            raise BatchFailedError.first_failure(self)
         return self
 
 

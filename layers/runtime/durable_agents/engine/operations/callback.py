@@ -44,9 +44,11 @@ from durable_agents.engine.wait_records import (
 )
 from durable_agents.errors import (
     DurableError,
+    StepError,
     SuspendExecution,
     WaitConflictError,
     WaitNotFoundError,
+    WrapperError,
 )
 
 if TYPE_CHECKING:
@@ -105,8 +107,23 @@ class CallbackTimeoutError(DurableError):
         super().__init__(f"callback {callback_id} timed out: {reason}")
 
 
-class CallbackFailedError(DurableError):
-    """The external system reported failure; carries its error type and message."""
+class CallbackFailedError(WrapperError):
+    """The external system reported failure; carries its error type and message.
+
+    What users see is the external system's error (AWS's SDK surfaces its message the same
+    way, through ``CallbackExternalError``): this error's message is the one sent, the journal
+    records the sent type and message (the run's error in the Api, console and CLI is
+    ``RejectedError: not approved``), and its ``__cause__`` (and ``wrapped``) is that error,
+    built here as it has no class in this process: a ``StepError`` with the sent type name
+    (a builtin name, ``ValueError``, rebuilds as that builtin). Which callback failed is
+    ``callback_id``. A callback failed before the change (``callback cb-… failed:
+    RejectedError: ...``) replays as recorded.
+
+    Attributes:
+        callback_id: The public id of the callback.
+        error_type: The type name the external system sent.
+        error_message: The message it sent.
+    """
 
     recorded_fields = ("callback_id", "error_type", "error_message")
 
@@ -114,7 +131,10 @@ class CallbackFailedError(DurableError):
         self.callback_id = callback_id
         self.error_type = error_type
         self.error_message = error_message
-        super().__init__(f"callback {callback_id} failed: {error_type}: {error_message}")
+        # The external error as recorded and shown: its own type name and message.
+        self.wrapped = StepError(error_type, error_message)
+        super().__init__(error_message)
+        self.__cause__ = self.wrapped
 
 
 @dataclass(frozen=True)

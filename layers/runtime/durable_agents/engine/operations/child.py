@@ -74,7 +74,9 @@ def run_child(
         inv.record(op_id, [failed])
         if on_recorded is not None:
             on_recorded(failed)
-        raise rebuild_error(info) from exc
+        rebuilt = rebuild_error(info)
+        # A typed wrapper rebuilt keeps the error it wraps as its cause, as on every replay.
+        raise rebuilt from (rebuilt.__cause__ or exc)
     succeeded = inv.entry(
         position, op_id, kind, name, EntryType.SUCCEEDED, value=payload, meta=meta
     )

@@ -19,7 +19,7 @@ from durable_agents.engine.fingerprints import Fingerprint
 from durable_agents.engine.operations.child import run_child
 from durable_agents.engine.operations.step import run_step
 from durable_agents.engine.operations.wait import run_wait
-from durable_agents.errors import DurableError
+from durable_agents.errors import DurableError, WrapperError
 from durable_agents.retry import NO_RETRY, RetryPolicy, jitter_delay
 
 if TYPE_CHECKING:
@@ -37,8 +37,15 @@ class ConditionNotMetError(DurableError):
         super().__init__(f"condition not met after {attempts} checks (last state {last_state!r})")
 
 
-class ConditionCheckFailedError(DurableError):
+class ConditionCheckFailedError(WrapperError):
     """A check raised (after its own ``retry=``, if any): the condition failed at once.
+
+    What users see is the check's error (AWS's SDK surfaces the same through its
+    ``WaitForConditionError``): this error's message is the check's, its ``__cause__`` (and
+    ``wrapped``) is the check's error as its step recorded it, and the journal records the
+    check's type and message (the run's error in the Api, console and CLI is
+    ``StatusCheckError: ...``). Which check failed, and on what state, are its fields. A run
+    recorded before (``condition check 1 failed: StatusCheckError: ...``) replays as recorded.
 
     Attributes:
         attempt: Which check failed (1-based).
@@ -49,12 +56,21 @@ class ConditionCheckFailedError(DurableError):
 
     recorded_fields = ("attempt", "last_state", "error_type", "error_message")
 
-    def __init__(self, attempt: int, last_state: Any, error_type: str, error_message: str):
+    def __init__(
+        self,
+        attempt: int,
+        last_state: Any,
+        error_type: str,
+        error_message: str,
+        *,
+        wrapped: BaseException | None = None,
+    ):
         self.attempt = attempt
         self.last_state = last_state
         self.error_type = error_type
         self.error_message = error_message
-        super().__init__(f"condition check {attempt} failed: {error_type}: {error_message}")
+        self.wrapped = wrapped
+        super().__init__(error_message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +204,9 @@ def run_condition(ctx: OperationScope, name: str, polling: Polling) -> Any:
                 if scope.invocation.fault is not None:
                     raise  # a divergence or a crash pause: the run stops, nothing to wrap
                 info = error_info(exc)  # the type and message replay rebuilds it with
-                raise ConditionCheckFailedError(attempt, given, info.type, info.message) from exc
+                raise ConditionCheckFailedError(
+                    attempt, given, info.type, info.message, wrapped=exc
+                ) from exc
             # Drawn per check from the scope's own deterministic stream (run and operation):
             # runs polling the same service spread out, and a replay draws the same number.
             pause = polling.next_pause(state, attempt, scope.random())

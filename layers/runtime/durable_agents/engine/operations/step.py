@@ -230,7 +230,9 @@ def _record_failure(
         raise SuspendExecution(Reason.TIMER, wake_at_ms=due, detail=f"retry {op_id}") from exc
     final = inv.entry(position, op_id, kind, name, EntryType.FAILED, attempt=attempt, error=info)
     _record_result(ctx, final, op_id)
-    raise rebuild_error(info) from exc
+    rebuilt = rebuild_error(info)
+    # A typed wrapper rebuilt keeps the error it wraps as its cause, as on every replay.
+    raise rebuilt from (rebuilt.__cause__ or exc)
 
 
 def _failures(record: OpRecord | None) -> int:
@@ -288,6 +290,10 @@ def _handle_interrupted(
         # The work may have happened: retried only where the policy names the interruption
         # itself, never merely because it retries every ``Exception``.
         listed = policy.names_interruption()
+        if not listed:
+            # AWS's SDK retries it under any retry-everything strategy: the recorded error says
+            # why it was not retried here, and how to opt in.
+            interrupted = StepInterruptedError(op_id, attempt, not_retried=True)
         _record_failure(
             ctx,
             position,
