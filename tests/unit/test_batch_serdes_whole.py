@@ -10,6 +10,7 @@ no marker and replay as recorded. Each case runs on the in-memory journal and on
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -246,19 +247,43 @@ def test_serdes_alone_serializes_each_value_and_the_whole_batch(
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_serdes_alone_written_for_values_only_fails_the_batch_with_a_hint(
-    journal: JournalStore, kind: str
+def test_serdes_alone_written_for_values_only_keeps_its_old_meaning_and_says_so(
+    journal: JournalStore, kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # Code from before serdes= also meant the whole batch (a run in flight at the deploy,
+    # whose batch completes now): its run must not fail for it. The batch is recorded in the
+    # per-item form, which replays as it always did, and a warning says what to change.
     seen: list[Any] = []
     packer = batch_agent(kind, "nested", seen, serdes=(json.dumps, json.loads))
+    with caplog.at_level(logging.WARNING, logger="durable_agents.batches"):
+        result = drive(packer, journal)
+    assert result.output == VALUES
+    assert len(seen) >= 2 and all(s == seen[0] for s in seen)
+    _, outcome = batch_outcome(result)
+    assert "batch" not in outcome
+    assert any("Pass item_serdes= for that" in r.getMessage() for r in caplog.records)
+    # Said explicitly, the same serializer records the same form, without a warning.
+    caplog.clear()
+    seen.clear()
+    fixed = batch_agent(kind, "nested", seen, item_serdes=(json.dumps, json.loads))
+    with caplog.at_level(logging.WARNING, logger="durable_agents.batches"):
+        assert drive(fixed, journal, "run-2").output == VALUES
+    assert not any("item_serdes" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_batch_serializer_given_as_such_that_fails_fails_the_batch(
+    journal: JournalStore, kind: str
+) -> None:
+    # With item_serdes= beside it, serdes= is meant for the batch: no fallback hides a bug.
+    values_only = (json.dumps, json.loads)
+    seen: list[Any] = []
+    packer = batch_agent(
+        kind, "nested", seen, serdes=values_only, item_serdes=(json.dumps, json.loads)
+    )
     result = AgentTestRunner(packer, journal=journal).run(None)
     assert result.status == "FAILED"
     assert result.error is not None and result.error.type == "PayloadError"
-    assert "pass item_serdes= instead" in result.error.message
-    # The same serializer as item_serdes= is what serdes= alone used to be.
-    seen.clear()
-    fixed = batch_agent(kind, "nested", seen, item_serdes=(json.dumps, json.loads))
-    assert drive(fixed, journal, "run-2").output == VALUES
 
 
 @pytest.mark.parametrize("nesting", NESTINGS)

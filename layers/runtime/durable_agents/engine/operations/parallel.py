@@ -406,13 +406,15 @@ def _complete(
         "completion_reason": reason,
     }
     batch = _batch(items, reason)
-    if batch_serdes is not None:
+    whole = (
+        None
+        if batch_serdes is None
+        else _encode_whole(batch, batch_serdes, op_id, alone=batch_serdes is serdes)
+    )
+    if whole is not None:
         # The whole batch, in one text: flat branches' values and unrecorded errors are in it,
         # so ``values`` / ``errors`` would only store them a second time in this record.
-        text = _encode_whole(batch, batch_serdes, op_id, alone=batch_serdes is serdes)
-        outcome["batch"] = text
-        # What a replay returns, so the first execution returns the same.
-        batch = _whole(text, batch_serdes, op_id)
+        outcome["batch"], batch = whole
     else:
         if values:
             outcome["values"] = values
@@ -562,25 +564,38 @@ def _rebuilt(
     return _batch(items, outcome["completion_reason"])
 
 
-def _encode_whole(batch: BatchResult[Any], batch_serdes: Serdes, op_id: str, *, alone: bool) -> str:
-    """The batch serializer's text of the whole ``BatchResult``.
+def _encode_whole(
+    batch: BatchResult[Any], batch_serdes: Serdes, op_id: str, *, alone: bool
+) -> tuple[str, BatchResult[Any]] | None:
+    """The batch serializer's text of the whole ``BatchResult``, and what a replay reads of it.
+
+    Returns:
+        ``(text, batch as decoded)``: a replay returns the decoded batch, so the first
+        execution returns the same. None when ``serdes=`` was given alone and cannot write or
+        read a ``BatchResult``: code written when ``serdes=`` meant each branch's value only
+        (a run in flight when this version was deployed, whose batch completes now) keeps that
+        meaning instead of failing its run; the batch is recorded as it was before (each value
+        with the serializer), which replays as before, and a warning says what to change.
 
     Raises:
-        PayloadError: If ``batch_serdes`` cannot serialize it. When ``serdes=`` was given
-            alone, the message says it now sees the batch too: code written when ``serdes=``
-            meant each branch's value only fails here first.
-        SecretSerializationError: If the batch holds a credential.
+        PayloadError: If a batch serializer given as such (with ``item_serdes=``) cannot
+            write or read the batch.
+        SecretSerializationError: If the batch holds a credential (whatever was given).
     """
     try:
-        return encode_value(batch, None, batch_serdes)
+        text = encode_value(batch, None, batch_serdes)
+        return text, _whole(text, batch_serdes, op_id)
     except PayloadError as exc:
         if not alone or isinstance(exc, SecretSerializationError):
-            raise  # a credential is refused whatever the serializer: no hint about it
-        raise PayloadError(
-            f"batch {op_id}: {exc} (serdes= of a batch also serializes the whole BatchResult, "
-            "as in the AWS SDK; to serialize each branch's value only, pass item_serdes= "
-            "instead)"
-        ) from exc
+            raise  # a credential is refused whatever the serializer: no fallback for it
+        _LOG.warning(
+            "batch %s: its serdes= cannot serialize the whole BatchResult (%s); each branch's "
+            "value was recorded with it, as before serdes= also meant the batch (the AWS SDK's "
+            "meaning). Pass item_serdes= for that, or a serializer that handles a BatchResult",
+            op_id,
+            exc,
+        )
+        return None
 
 
 def _whole(text: Any, batch_serdes: Serdes | None, op_id: str) -> BatchResult[Any]:
