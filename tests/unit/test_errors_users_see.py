@@ -225,6 +225,34 @@ def test_the_record_rebuilds_the_wrapper_with_the_original_as_its_cause() -> Non
     assert error_info(rebuilt).type == "StatusCheckError"  # recorded again the same way
 
 
+def test_a_wrapper_of_a_wrapper_rebuilds_both() -> None:
+    """A batch whose first failed branch failed on a condition: both wrappers come back."""
+    try:
+        try:
+            raise StatusCheckError("down")
+        except StatusCheckError as inner:
+            raise ConditionCheckFailedError(
+                1, 0, "StatusCheckError", "down", wrapped=inner
+            ) from inner
+    except ConditionCheckFailedError as exc:
+        branch = error_info(exc)
+    outer = BatchFailedError("all_completed", [branch.to_dict()], "down", wrapped=None)
+    outer.wrapped = rebuild_error(branch)
+    info = error_info(outer)
+    assert (info.type, info.message) == ("StatusCheckError", "down")
+    rebuilt = rebuild_error(info)
+    assert isinstance(rebuilt, BatchFailedError)
+    assert isinstance(rebuilt.__cause__, ConditionCheckFailedError)
+    assert isinstance(rebuilt.__cause__.__cause__, StatusCheckError)
+    again = error_info(rebuilt)  # recorded again the same way (its story aside)
+    assert (again.type, again.message, again.module, again.data) == (
+        info.type,
+        info.message,
+        info.module,
+        info.data,
+    )
+
+
 def test_a_record_naming_a_class_that_is_no_wrapper_rebuilds_the_original_only() -> None:
     info = error_info(CallbackFailedError("cb-1", "RejectedError", "no"))
     data = dict(info.data or {})

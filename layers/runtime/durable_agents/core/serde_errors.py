@@ -82,11 +82,15 @@ def _wrapper_info(exc: WrapperError, wrapped: BaseException, story: str | None) 
     cls = type(exc)
     fields = {name: _field(getattr(exc, name, None)) for name in exc.recorded_fields}
     data = dict(inner.data or {})
-    data[WRAPPER_KEY] = {
+    wrapper: dict[str, Any] = {
         "type": cls.__qualname__,
         "module": cls.__module__,
         "fields": scrub_value(fields),
     }
+    nested = data.pop(WRAPPER_KEY, None)
+    if nested is not None:  # a wrapper of a wrapper (a branch's failed condition): kept whole
+        wrapper["wrapped"] = nested
+    data[WRAPPER_KEY] = wrapper
     # The wrapper's story tells the wrapped error's too (it was raised from it).
     return ErrorInfo(inner.type, inner.message, inner.module, data, story or inner.traceback)
 
@@ -194,6 +198,8 @@ def _rebuild_wrapper(info: ErrorInfo, data: dict[str, Any], wrapper: dict[str, A
     the runtime's own wrappers is built from what a record names).
     """
     rest = {key: value for key, value in data.items() if key != WRAPPER_KEY}
+    if isinstance(wrapper.get("wrapped"), dict):
+        rest[WRAPPER_KEY] = wrapper["wrapped"]  # the wrapped error is a wrapper itself
     inner = rebuild_error(
         ErrorInfo(info.type, info.message, info.module, rest or None, info.traceback)
     )
