@@ -6,7 +6,6 @@ branch); ``durable_agents.engine.operations.parallel`` re-exports them.
 
 from __future__ import annotations
 
-import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
@@ -255,16 +254,14 @@ class BatchResult(BaseModel, Generic[T]):
         Returns:
             ``branch_count``, with a ``DeprecationWarning`` saying so.
         """
-        # Not for the runtime's own reads (parallel.py's log line, until it reads branch_count):
-        # the warning is for code ported from the SDK.
-        if not sys._getframe(1).f_globals.get("__name__", "").startswith("durable_agents."):
-            warnings.warn(
-                "BatchResult.total_count is branch_count here (every branch, started or not), "
-                "not AWS's SDK's total_count (the branches that started): use branch_count, or "
-                "success_count + failure_count for the finished ones",
-                DeprecationWarning,
-                stacklevel=2,
-            )
+        # For code ported from the SDK: the same name would count something else here.
+        warnings.warn(
+            "BatchResult.total_count is branch_count here (every branch, started or not), "
+            "not AWS's SDK's total_count (the branches that started): use branch_count, or "
+            "success_count + failure_count for the finished ones",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return len(self.items)
 
     def all_results(self) -> list[Any]:

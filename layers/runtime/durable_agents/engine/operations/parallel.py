@@ -454,7 +454,7 @@ def _warn(label: str, batch: BatchResult[Any], op_id: str) -> None:
         op_id,
         batch.completion_reason,
         len(failures),
-        batch.total_count,
+        batch.branch_count,
         first.get("type", "unknown"),
         first.get("message", ""),
     )
