@@ -43,6 +43,7 @@ from durable_agents.engine.operations.step import run_step
 from durable_agents.engine.operations.tool import run_tool
 from durable_agents.engine.operations.wait import run_wait
 from durable_agents.engine.replay_fast_path import NOT_REPLAYED, replayed_step
+from durable_agents.engine.step_context import StepContext, first_is_step_context, wants_context
 from durable_agents.errors import DurableError
 from durable_agents.llm.types import LlmRequest, LlmResponse, ModelConfig
 from durable_agents.prompts import Prompt, pinned_for_run
@@ -621,7 +622,11 @@ class DurableContext(OperationScope):
 
         The operation is a scope named ``name`` (default: the submitter's name) holding the
         callback (same name) and the submitter's step (``submit``, retried with ``retry``);
-        its result is the callback's. The scope is recorded as kind ``child`` with sub-kind
+        its result is the callback's. The submitter is called ``submitter(callback_id)``, or,
+        if it takes two arguments, ``submitter(callback_id, step_context)`` (the AWS SDK's
+        order: its second argument is the step's ``StepContext``, which has the SDK context's
+        ``logger``); one whose first parameter is annotated ``StepContext`` is called with the
+        context first, as any step. The scope is recorded as kind ``child`` with sub-kind
         ``wait_for_callback`` (``Entry.sub_kind``; scopes recorded before the marker have
         none and replay all the same). The submitter runs once per attempt, never again on
         replay. ``serdes`` is the callback's result's (see ``create_callback``).
@@ -660,8 +665,8 @@ class DurableContext(OperationScope):
             return callback.result()
         if not callable(submitter):
             raise TypeError("wait_for_callback needs a submitter: a function of the callback id")
-        submit = submitter
-        op_name = check_name(name) if name is not None else name_of(submit)
+        submit = _sdk_ordered(submitter)
+        op_name = check_name(name) if name is not None else name_of(submitter)
 
         def composite(scope: DurableContext) -> Any:
             callback = scope.create_callback(
@@ -805,6 +810,28 @@ def _flat(nesting: str) -> bool:
     if nesting not in ("nested", "flat"):
         raise ValueError(f"nesting is 'nested' or 'flat', not {nesting!r}")
     return nesting == "flat"
+
+
+def _sdk_ordered(submitter: Callable[..., Any]) -> Callable[..., Any]:
+    """A ``wait_for_callback`` submitter as the step calls it: context first, if it takes one.
+
+    The AWS SDK calls a submitter ``(callback_id, context)``; a step's function that asks for a
+    ``StepContext`` takes it first (``wants_context``). A submitter of two arguments whose
+    first is not annotated ``StepContext`` is the SDK's shape: it is called with the id first.
+
+    Returns:
+        ``submitter`` itself, or a function of ``(step_context, callback_id)`` calling it
+        ``(callback_id, step_context)``, named as it is (the step keeps its name).
+    """
+    if not wants_context(submitter, 1) or first_is_step_context(submitter):
+        return submitter
+
+    def sdk_order(step: StepContext, callback_id: str) -> Any:
+        return submitter(callback_id, step)
+
+    sdk_order.__name__ = getattr(submitter, "__name__", "submit")
+    sdk_order.__qualname__ = getattr(submitter, "__qualname__", sdk_order.__name__)
+    return sdk_order
 
 
 def _batch_serdes(

@@ -72,6 +72,23 @@ class StepContext:
         return max(0, self.deadline_ms - self.clock.now_ms())
 
 
+def _is_step_context(annotation: Any) -> bool:
+    # With ``from __future__ import annotations`` the annotation is a string.
+    return annotation is StepContext or (
+        isinstance(annotation, str) and annotation.rsplit(".", 1)[-1] == "StepContext"
+    )
+
+
+def first_is_step_context(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn``'s first positional parameter is annotated ``StepContext``."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in signature.parameters.values() if p.kind in _POSITIONAL]
+    return bool(positional) and _is_step_context(positional[0].annotation)
+
+
 def wants_context(fn: Callable[..., Any], n_args: int) -> bool:
     """Whether ``fn`` asks for a ``StepContext`` before its ``n_args`` arguments.
 
@@ -90,11 +107,7 @@ def wants_context(fn: Callable[..., Any], n_args: int) -> bool:
     positional = [p for p in signature.parameters.values() if p.kind in _POSITIONAL]
     if not positional:
         return False
-    annotation = positional[0].annotation
-    # With ``from __future__ import annotations`` the annotation is a string.
-    if annotation is StepContext or (
-        isinstance(annotation, str) and annotation.rsplit(".", 1)[-1] == "StepContext"
-    ):
+    if _is_step_context(positional[0].annotation):
         return True
     required = [p for p in positional if p.default is inspect.Parameter.empty]
     # One required parameter more than the arguments: called without the context it would
