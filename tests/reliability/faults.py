@@ -392,3 +392,39 @@ class FaultyBus:
             elif self.injector.fault("reorder"):
                 delay = rng.randrange(0, 3_000)
             self._deliver(delay, run_id, target)
+
+
+MIXED_RATES = {
+    "crash": 0.1,
+    "timeout": 0.05,
+    "concurrent": 0.1,
+    "commit_before": 0.08,
+    "commit_after": 0.08,
+    "read": 0.05,
+    "dup2": 0.1,
+    "reorder": 0.1,
+    "delay": 0.05,
+}
+"""Every fault class at once, at rates a short run meets several times."""
+
+
+def mixed_plans(seeds: int) -> dict[str, FaultPlan]:
+    """Two fault-free plans (faithful and continuous), then ``seeds`` plans of ``MIXED_RATES``.
+
+    Every third seed runs continuously (no invocation budget), the others one operation per
+    invocation; every fourth keeps agents parked on warm containers (sticky, ADR 0017).
+    """
+    return {
+        "fault-free": FaultPlan(seed=0, reviewer=False),
+        "fault-free-continuous": FaultPlan(seed=0, reviewer=False, budget=None),
+        **{
+            f"mixed-{seed}": FaultPlan(
+                seed=seed,
+                rates=dict(MIXED_RATES),
+                reviewer=False,
+                budget=None if seed % 3 == 0 else 1,
+                sticky=2 if seed % 4 == 0 else 0,
+            )
+            for seed in range(1, seeds + 1)
+        },
+    }

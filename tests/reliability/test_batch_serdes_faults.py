@@ -31,7 +31,7 @@ from durable_agents.engine.events import EventPublishError
 from durable_agents.engine.runtime import Runtime
 from durable_agents.engine.sticky.parking import StickyRuns
 from durable_agents.errors import InfrastructureError
-from tests.reliability.faults import PROCESS, STORAGE, WRITE_MODES, FaultPlan, Target
+from tests.reliability.faults import PROCESS, STORAGE, WRITE_MODES, FaultPlan, Target, mixed_plans
 from tests.reliability.sim import RUN_ID, SimResult, Simulator, _Scheduler
 
 pytestmark = pytest.mark.reliability
@@ -192,31 +192,7 @@ def run(plan: FaultPlan, option: str = "item_serdes") -> None:
     )
 
 
-RANDOM = {
-    "fault-free": FaultPlan(seed=0, reviewer=False),
-    "fault-free-continuous": FaultPlan(seed=0, reviewer=False, budget=None),
-    **{
-        f"mixed-{seed}": FaultPlan(
-            seed=seed,
-            rates={
-                "crash": 0.1,
-                "timeout": 0.05,
-                "concurrent": 0.1,
-                "commit_before": 0.08,
-                "commit_after": 0.08,
-                "read": 0.05,
-                "dup2": 0.1,
-                "reorder": 0.1,
-                "delay": 0.05,
-            },
-            reviewer=False,
-            budget=None if seed % 3 == 0 else 1,
-            # Some deliveries land on warm containers that keep the agent parked (ADR 0017).
-            sticky=2 if seed % 4 == 0 else 0,
-        )
-        for seed in range(1, 13)
-    },
-}
+RANDOM = mixed_plans(12)
 
 
 @pytest.mark.parametrize("option", list(OPTIONS))
