@@ -16,9 +16,12 @@ instead, by the DynamoDB rules for on-demand tables (standard table class):
 * a write (PutItem, UpdateItem, DeleteItem, a failed conditional write too) is one write unit
   per started 1 KB of the larger of the item before and after; in TransactWriteItems twice that
   (a ConditionCheck is billed like a transactional write of the item);
-* every global secondary index (all three project ALL in template.yaml) the item is in, before
-  or after, costs one more write per started 1 KB of the index entry, two if the index key
-  changed (a delete and a put in the index);
+* every global secondary index (all four, ``GSIS``, project ALL in template.yaml) the item is
+  in, before or after, costs one more write per started 1 KB of the index entry, whenever the
+  item changes at all (with ALL every attribute is projected, so any change rewrites the
+  entry), and a delete and a put (one per started KB of the old and of the new entry) if the
+  index key changed; a write that changes nothing (a failed condition, the same values) writes
+  no index;
 * a strongly consistent read is one read unit per started 4 KB (a Query sums the page's items
   first), an eventually consistent read (every index Query) half that, a transactional read
   twice; a Query page that returns nothing still costs the minimum unit.
@@ -56,7 +59,10 @@ WRITE_OPS = frozenset({"PutItem", "UpdateItem", "DeleteItem"})
 READ_OPS = frozenset({"Query", "Scan", "GetItem"})
 S3_PUTS = frozenset({"PutObject", "CopyObject", "ListObjectsV2", "CreateMultipartUpload"})
 S3_GETS = frozenset({"GetObject", "HeadObject"})
-GSIS = (("gsi1pk", "gsi1sk"), ("gsi2pk", "gsi2sk"), ("gsi3pk", "gsi3sk"))
+GSIS = tuple((f"gsi{n}pk", f"gsi{n}sk") for n in range(1, 5))
+"""The key attributes of every GSI of the journal table (template.yaml), all ProjectionType ALL."""
+ITEM_KINDS = {"#RUN": "header", "#LIST": "listing", "J$RUN": "echo", "#IDEM": "idempotency"}
+"""The sort keys of a run's fixed items (``Bill.item_wru``), by what they are."""
 KB, READ_BLOCK, EVENT_CHUNK = 1024, 4096, 65_536
 
 
@@ -72,6 +78,8 @@ class Bill:
     bytes_in: int = 0
     event_chunks: int = 0
     lambdas: int = 0
+    item_wru: collections.Counter[str] = field(default_factory=collections.Counter)
+    """``wru`` by the kind of item written (``ITEM_KINDS``; "other": entries, effects, waits)."""
 
     def __sub__(self, other: Bill) -> Bill:
         return Bill(
@@ -83,6 +91,7 @@ class Bill:
             self.bytes_in - other.bytes_in,
             self.event_chunks - other.event_chunks,
             self.lambdas - other.lambdas,
+            self.item_wru - other.item_wru,
         )
 
     @property
@@ -104,6 +113,10 @@ class Bill:
             + sum(r[op] for op in S3_GETS) * PRICES["s3_get"]
             + self.lambdas * PRICES["lambda"]
         )
+
+
+_Sized = tuple[int, dict[str, Any] | None, str]
+"""An item as a write finds or leaves it: size, GSI key attributes, content (canonical JSON)."""
 
 
 def _units(size: int, block: int) -> int:
@@ -146,6 +159,7 @@ class Ledger:
                 b.bytes_in,
                 b.event_chunks,
                 b.lambdas,
+                collections.Counter(b.item_wru),
             )
 
     def lambda_invoked(self) -> None:
@@ -186,10 +200,13 @@ class Ledger:
         self._local.pending = ({}, [])
         op = model.name
         wru = 0.0
+        by_item: collections.Counter[str] = collections.Counter()
         transactional = op == "TransactWriteItems"
         for (table, key), (_, old) in zip(self._writes(op, request), before, strict=True):
             new = self._size(table, key)
-            wru += self._write_units(old, new, transactional)
+            units = self._write_units(old, new, transactional)
+            wru += units
+            by_item[ITEM_KINDS.get(key.get("sk", {}).get("S", ""), "other")] += units
         rru = self._read_units(op, request, parsed)
         reported = parsed.get("ConsumedCapacity")
         capacity = sum(
@@ -198,6 +215,7 @@ class Ledger:
         )
         with self._lock:
             self.bill.wru += wru
+            self.bill.item_wru.update(by_item)
             self.bill.rru += rru
             self.bill.moto_capacity += capacity
             self.bill.bytes_in += _response_bytes(model, http_response)
@@ -219,20 +237,19 @@ class Ledger:
             return out
         return []
 
-    def _size(self, table: str, key: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
-        """The item's size and its GSI keys now (0 and None if there is no such item)."""
+    def _size(self, table: str, key: dict[str, Any]) -> _Sized:
+        """The item's size, its GSI keys and its content now (0, None, "" if there is none)."""
         found = self._peek.get_item(TableName=table, Key=key, ConsistentRead=True).get("Item")
         if found is None:
-            return 0, None
-        return item_size(found), {a: found.get(a) for pair in GSIS for a in pair}
+            return 0, None, ""
+        keys = {a: found.get(a) for pair in GSIS for a in pair}
+        return item_size(found), keys, json.dumps(found, sort_keys=True)
 
     @staticmethod
-    def _write_units(
-        old: tuple[int, dict[str, Any] | None], new: tuple[int, dict[str, Any] | None], tx: bool
-    ) -> float:
-        (old_size, old_keys), (new_size, new_keys) = old, new
+    def _write_units(old: _Sized, new: _Sized, tx: bool) -> int:
+        (old_size, old_keys, old_content), (new_size, new_keys, new_content) = old, new
         units = _units(max(old_size, new_size), KB) * (2 if tx else 1)
-        if old == new and old_keys is not None:
+        if old_content == new_content:
             return units  # a failed condition or a no-op: the table write only
         for pair in GSIS:
             was = old_keys is not None and all(old_keys.get(a) for a in pair)

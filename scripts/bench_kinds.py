@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import hashlib
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import boto3
@@ -36,7 +37,7 @@ from durable_agents.admin.reconciler import wake_run
 from durable_agents.agent import AgentDefinition
 from durable_agents.aws.eventbridge import EventBridgePublisher
 from durable_agents.aws.scheduler import EventBridgeWaitScheduler
-from durable_agents.core.models import WaitStatus
+from durable_agents.core.models import RunChange, RunHeader, RunStatus, WaitStatus
 from durable_agents.engine.events import STEP_READY, OutgoingEvent, step_ready
 from durable_agents.engine.operations.approval import record_decision
 from durable_agents.engine.operations.callback import complete_callback
@@ -44,6 +45,7 @@ from durable_agents.engine.outcomes import OutcomeKind
 from durable_agents.engine.runtime import Runtime
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents.journal.payloads import S3PayloadStore
+from durable_agents.journal.store import input_hash
 from durable_agents.llm import LlmRequest, Message, ModelConfig
 from durable_agents.llm.scripted import ScriptedProvider
 from durable_agents.tools import ToolCall, ToolRegistry, ToolResult, tool
@@ -292,3 +294,67 @@ def marginal(kind: str, plat: Platform) -> Bill:
     small = plat.run(kind, low)
     big = plat.run(kind, low + 1)
     return big - small
+
+
+STATUS_CHANGES = (
+    "start",
+    "RUNNING -> SUSPENDED (timer)",
+    "SUSPENDED (timer) -> RUNNING",
+    "RUNNING -> SUSPENDED (no timer)",
+    "SUSPENDED (no timer) -> RUNNING",
+    "RUNNING -> PAUSED",
+    "PAUSED -> RUNNING",
+    "finish (SUCCEEDED)",
+    "first stamping pass (EXPIRING, later)",
+    "second stamping pass (out of EXPIRING)",
+)
+"""The run status changes ``status_change_bills`` measures, in the order one run makes them."""
+
+
+def status_change_bills(plat: Platform, run_id: str = "status-changes") -> dict[str, Bill]:
+    """The bill of each of a run's status changes (``STATUS_CHANGES``), written on its own.
+
+    The journal's own writes, as the runtime commits a header change with nothing else: the
+    start (one transaction: header, listing item; then the header echo), each later change
+    (the echo's PutItem, then the header's UpdateItem), and the stamping pass of the finished
+    run: the first pass lists it again for late writes, the second takes it out
+    (``journal.retention``). ``Bill.item_wru["header"]`` is the header's share.
+    """
+    store, now = plat.runtime.store, 1_000_000
+    bills: dict[str, Bill] = {}
+
+    def measured(name: str, write: Callable[[], object]) -> None:
+        began = plat.ledger.take()
+        write()
+        bills[name] = plat.ledger.take() - began
+
+    header = RunHeader(
+        run_id=run_id,
+        agent="bench",
+        versions={"workflow_version": "1"},
+        status=RunStatus.RUNNING,
+        input="0",
+        created_at_ms=now,
+        updated_at_ms=now,
+        input_hash=input_hash("bench", "0"),
+    )
+    measured("start", lambda: store.create_run(header))
+    moves: list[tuple[str, RunStatus, RunStatus, dict[str, Any]]] = [
+        (STATUS_CHANGES[1], RunStatus.RUNNING, RunStatus.SUSPENDED, {"wake_at_ms": now + 60_000}),
+        (STATUS_CHANGES[2], RunStatus.SUSPENDED, RunStatus.RUNNING, {"wake_at_ms": None}),
+        (STATUS_CHANGES[3], RunStatus.RUNNING, RunStatus.SUSPENDED, {"wake_at_ms": None}),
+        (STATUS_CHANGES[4], RunStatus.SUSPENDED, RunStatus.RUNNING, {}),
+        (STATUS_CHANGES[5], RunStatus.RUNNING, RunStatus.PAUSED, {}),
+        (STATUS_CHANGES[6], RunStatus.PAUSED, RunStatus.RUNNING, {}),
+        (STATUS_CHANGES[7], RunStatus.RUNNING, RunStatus.SUCCEEDED, {"result": "1"}),
+    ]
+    for name, was, status, extra in moves:
+        now += 1_000
+        change = RunChange(expected=frozenset({was}), status=status, updated_at_ms=now, **extra)
+        measured(name, partial(store.commit, run_id, [], change))
+    for name in STATUS_CHANGES[8:]:
+        due = plat.peek.get_run(run_id).stamp_due_at_ms
+        assert due is not None, name
+        measured(name, partial(store.stamp_expiry, run_id, due))
+    assert plat.peek.get_run(run_id).stamp_due_at_ms is None  # out of every listing
+    return bills

@@ -128,8 +128,8 @@ def test_run_fixed_costs(stack: Stack) -> None:
     runtime = stack.runtime(steps_agent(0))
 
     header, _ = runtime.start_run("counted", 0)
-    # The header, then its echo (ADR 0019).
-    assert stack.counter.take() == {"PutItem": 2, "PutEvents": 1}
+    # One transaction (the header and its listing item, ADR 0029), then the echo (ADR 0019).
+    assert stack.counter.take() == {"TransactWriteItems": 1, "PutItem": 1, "PutEvents": 1}
 
     runtime.start_run("counted", 0, idempotency_key="k1")
     assert stack.counter.take() == {"TransactWriteItems": 1, "PutItem": 1, "PutEvents": 1}
@@ -149,10 +149,11 @@ def test_whole_run_totals(stack: Stack) -> None:
     for counts in drive_faithful(runtime, header.run_id, stack.counter):
         total.update(counts)
 
-    # start (header and echo) + 2 writes, 1 Query and 1 event per step + finish (echo and
-    # header); no GetItem, nothing else.
+    # start (a transaction: header and listing item; then the echo) + 2 writes, 1 Query and
+    # 1 event per step + finish (echo and header); no GetItem, nothing else.
     assert dict(total) == {
-        "PutItem": 2 + 2 * steps + 1,
+        "TransactWriteItems": 1,
+        "PutItem": 1 + 2 * steps + 1,
         "Query": steps,
         "UpdateItem": 1,
         "PutEvents": 1 + steps,
@@ -221,7 +222,8 @@ def test_warm_invocations_read_only_the_tail_once_the_journal_passes_8_kb(stack:
 # -- per operation kind (scripts/bench_kinds.py, the accounting of scripts/bench_accounting.py) --
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from bench_kinds import Platform, marginal, platform  # noqa: E402
+from bench_billing import Bill  # noqa: E402
+from bench_kinds import STATUS_CHANGES, Platform, marginal, platform, status_change_bills  # noqa: E402
 
 # One more operation of each kind in a faithful run: requests by type, durable writes, billed
 # write/read units (DynamoDB's rules, GSIs included) and Lambda invocations. A change in the
@@ -232,13 +234,13 @@ PER_KIND: dict[str, tuple[dict[str, int], float, float, int]] = {
     "tool": ({"PutEvents": 1, "PutItem": 1, "Query": 1, "TransactWriteItems": 1}, 7, 1, 1),
     "wait": (
         {"CreateSchedule": 1, "GetItem": 1, "PutEvents": 1, "Query": 1, "TransactWriteItems": 2},
-        22,  # the header echo rides in both transactions (ADR 0019)
+        16,  # the header echo rides in both transactions (ADR 0019)
         2,
         2,
     ),
     "approval": (
         {"GetItem": 1, "PutEvents": 2, "PutItem": 1, "Query": 1, "TransactWriteItems": 2},
-        28,
+        27,
         2,
         2,
     ),
@@ -251,7 +253,7 @@ PER_KIND: dict[str, tuple[dict[str, int], float, float, int]] = {
             "TransactWriteItems": 2,
             "UpdateItem": 1,
         },
-        28,
+        27,
         3,
         2,
     ),
@@ -259,12 +261,12 @@ PER_KIND: dict[str, tuple[dict[str, int], float, float, int]] = {
         {
             "GetItem": 1,
             "PutEvents": 2,
-            "PutItem": 3,  # the child's echo at its start and before its finish
+            "PutItem": 2,  # the child's echo at its start and before its finish
             "Query": 2,
-            "TransactWriteItems": 2,
+            "TransactWriteItems": 3,  # the child's start: its header and listing item
             "UpdateItem": 1,
         },
-        31,  # the child run's header enters the start-time index (gsi4, ADR 0012) too
+        28,  # the child's listing item enters the start-time indexes (gsi4, gsi3)
         3,
         2,
     ),
@@ -296,3 +298,45 @@ def test_requests_and_units_per_operation_kind(billed: Platform, kind: str) -> N
 
     assert {op: n for op, n in bill.requests.items() if n} == requests
     assert (bill.wru, bill.rru, bill.lambdas) == (wru, rru, lambdas)
+
+
+# -- write units per run status change (ADR 0029: a header is in one listing, gsi1's) ----------
+
+# Each change of a run's status as the journal writes it on its own (bench_kinds.
+# status_change_bills): billed write units in all, and the run header's share. A header under
+# 1 KB is in one index, so a change is its UpdateItem (1) and a move in gsi1 (a delete and a
+# put: 2); the echo (1, in no index) is written with it. The start is one transaction: the
+# header (2 + gsi1 1) and its listing item (2 + gsi4 1 + gsi3 1), then the echo.
+STATUS_CHANGE_WRU: dict[str, tuple[float, float]] = {
+    "start": (8, 3),
+    "RUNNING -> SUSPENDED (timer)": (4, 3),
+    "SUSPENDED (timer) -> RUNNING": (4, 3),
+    "RUNNING -> SUSPENDED (no timer)": (4, 3),
+    "SUSPENDED (no timer) -> RUNNING": (4, 3),
+    "RUNNING -> PAUSED": (4, 3),
+    "PAUSED -> RUNNING": (4, 3),
+    "finish (SUCCEEDED)": (4, 3),
+    # The stamping passes also stamp the listing item (1 + gsi4 1 + gsi3 1); the header moves
+    # on to a later EXPIRING key (3), then leaves gsi1 (1 + a delete in gsi1: 2).
+    "first stamping pass (EXPIRING, later)": (6, 3),
+    "second stamping pass (out of EXPIRING)": (2, 2),
+}
+
+
+@pytest.fixture(scope="module")
+def status_changes(billed: Platform) -> dict[str, Bill]:
+    return status_change_bills(billed)
+
+
+def test_status_changes_measured_are_the_pinned_ones(status_changes: dict[str, Bill]) -> None:
+    assert list(status_changes) == list(STATUS_CHANGES) == list(STATUS_CHANGE_WRU)
+
+
+@pytest.mark.parametrize("change", list(STATUS_CHANGE_WRU))
+def test_write_units_per_status_change(status_changes: dict[str, Bill], change: str) -> None:
+    total, header = STATUS_CHANGE_WRU[change]
+
+    bill = status_changes[change]
+
+    assert (bill.wru, bill.item_wru["header"]) == (total, header)
+    assert header <= 3  # was 7: the header moved in gsi1, gsi2 and gsi3 (1 + 3 x 2)
