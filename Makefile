@@ -198,6 +198,7 @@ bench: $(VENV_STAMP) ## Benchmarks: AWS requests and cost per operation kind, pe
 	@$(MAKE) venv-bench || echo "==> no $(VENV_BENCH): the peers are skipped"
 	$(VENV)/bin/python scripts/bench.py
 	$(VENV)/bin/python scripts/bench_accounting.py
+	$(VENV)/bin/python scripts/bench_shards.py
 	$(VENV)/bin/python scripts/bench_peers.py --plot docs/benchmarks-peers.png
 	$(VENV)/bin/python scripts/bench_instructions.py
 	$(VENV)/bin/python scripts/bench_replay.py
