@@ -239,8 +239,9 @@ def test_on_dynamodb_retention_stamps_every_generation(
     assert header.stamp_due_at_ms is not None
     journal.stamp_expiry(done.run_id, header.stamp_due_at_ms)
     owned = [i for i in _items(client) if i["pk"]["S"] == f"RUN#{done.run_id}"]
-    # The header and its echo; 3 steps x 2 entries in each of 4 generations; 3 switches x 2.
-    assert len(owned) == 2 + 4 * 6 + 3 * 2
+    # The header, its listing item and its echo; 3 steps x 2 entries in each of 4
+    # generations; 3 switches x 2.
+    assert len(owned) == 3 + 4 * 6 + 3 * 2
     assert all("ttl" in i for i in owned), [i["sk"]["S"] for i in owned if "ttl" not in i]
 
 

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from durable_agents.core.models import RunChange, RunHeader, RunStatus
+from durable_agents.core.models import UNSET, RunChange, RunHeader, RunStatus
 from durable_agents.errors import InvalidCursorError
 from durable_agents.journal.store import JournalStore, input_hash
 
@@ -43,8 +43,11 @@ def header(
 
 def move(journal: JournalStore, run_id: str, status: RunStatus, at: int) -> None:
     current = journal.get_run(run_id).status
+    wake = None if status is RunStatus.SUSPENDED else UNSET  # a suspension says its timer
     journal.commit(
-        run_id, [], RunChange(expected=frozenset({current}), status=status, updated_at_ms=at)
+        run_id,
+        [],
+        RunChange(expected=frozenset({current}), status=status, updated_at_ms=at, wake_at_ms=wake),
     )
 
 

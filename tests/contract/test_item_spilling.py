@@ -61,8 +61,8 @@ def test_a_transaction_of_many_large_items_stays_under_4_mb(
         sent.append(kwargs["TransactItems"])
         return original(**kwargs)
 
-    client.transact_write_items = recording
     journal.create_run(header())
+    client.transact_write_items = recording
     entries = [
         entry(f"{i:08d}", value=json.dumps(text(300 * KB, str(i % 10))), name=f"e{i}")
         for i in range(1, 16)

@@ -180,7 +180,9 @@ def test_a_run_that_has_not_finished_never_expires(journal: JournalStore) -> Non
     journal.commit(
         "run-1",
         [],
-        RunChange(expected=ACTIVE, status=RunStatus.SUSPENDED, updated_at_ms=FINISH),
+        RunChange(
+            expected=ACTIVE, status=RunStatus.SUSPENDED, updated_at_ms=FINISH, wake_at_ms=None
+        ),
     )
     assert journal.get_run("run-1").expires_at_ms is None
     assert journal.expiring_runs_page(10**13 - 1).items == []
@@ -226,14 +228,16 @@ def test_on_dynamodb_every_item_and_payload_carries_the_ttl(
     finish(journal, "run-1")
     client = boto3.client("dynamodb", region_name="us-east-1")
     owned = [i for i in _items(client) if "run-1" in str(i)]
-    # Header, its echo, 3 entries, a side effect, the wait record, the idempotency key.
-    assert len(owned) == 8
+    # Header, its listing item and echo, 3 entries, a side effect, the wait record, the
+    # idempotency key.
+    assert len(owned) == 9
     # The finishing write's; the header echo's own (it outlives its last write by 30 days).
     assert [i["sk"]["S"] for i in owned if "ttl" in i] == ["#RUN", "J$RUN"]
     stamped = journal.stamp_expiry("run-1", FINISH)
     ttl = str(FINISH // 1000 + 7 * DAY_S)
     assert {i["sk"]["S"]: i.get("ttl", {}).get("N") for i in _items(client)} == {
         "#RUN": ttl,
+        "#LIST": ttl,
         "J#00000001|~": ttl,
         "J#00000002|~": ttl,
         "J#00000004|~": ttl,
@@ -247,4 +251,4 @@ def test_on_dynamodb_every_item_and_payload_carries_the_ttl(
     assert len(objects) == 1
     tags = s3.get_object_tagging(Bucket="payloads", Key=objects[0]["Key"])["TagSet"]
     assert tags == [{"Key": "retention-days", "Value": "14"}]  # 7 days kept + its life
-    assert stamped == 8  # 7 items (the echo included) and 1 spilled payload
+    assert stamped == 9  # 8 items (the echo and listing item included) and 1 spilled payload

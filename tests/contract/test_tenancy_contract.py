@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import boto3
 import pytest
@@ -38,7 +39,10 @@ def test_the_tenant_is_kept_through_every_change(journal: JournalStore) -> None:
         "run-1",
         [],
         RunChange(
-            status=RunStatus.SUSPENDED, expected=frozenset({RunStatus.RUNNING}), updated_at_ms=5
+            status=RunStatus.SUSPENDED,
+            expected=frozenset({RunStatus.RUNNING}),
+            updated_at_ms=5,
+            wake_at_ms=None,
         ),
     )
     assert journal.get_run("run-1").tenant == "acme"
@@ -92,33 +96,46 @@ def test_the_runtime_refuses_a_malformed_tenant(runtime: Runtime) -> None:
             runtime.start_run("noop", None, tenant=bad)
 
 
+def _as_before_listing_items(client: Any, run_id: str) -> None:
+    """Rewrites a run as written before tenants and listing items: no tenant, no #LIST, the
+    header in the start-time index itself (ADR 0012's layout)."""
+    client.delete_item(
+        TableName="journal", Key={"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "#LIST"}}
+    )
+    header = client.get_item(
+        TableName="journal", Key={"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "#RUN"}}
+    )["Item"]
+    client.update_item(
+        TableName="journal",
+        Key={"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "#RUN"}},
+        UpdateExpression="SET gsi4pk = :p, gsi4sk = :s REMOVE tenant",
+        ExpressionAttributeValues={
+            ":p": {"S": "STARTED#0"},
+            ":s": {"S": f"{int(header['created_at_ms']['N']):013d}#{run_id}"},
+        },
+    )
+
+
 def test_a_header_from_before_tenants_is_the_default_tenants(
     dynamodb_journal: DynamoDBJournal,
 ) -> None:
+    from durable_agents.journal.backfill import backfill_index_layout
+    from durable_agents.journal.index_shards import IndexShards
+
     client = boto3.client("dynamodb", region_name="us-east-1")
     journal = DynamoDBJournal(client, "journal")
     journal.create_run(_header("run-old", DEFAULT_TENANT))
-    # As written before tenants: no tenant attribute, not in the tenant index.
-    client.update_item(
-        TableName="journal",
-        Key={"pk": {"S": "RUN#run-old"}, "sk": {"S": "#RUN"}},
-        UpdateExpression="REMOVE tenant, gsi3pk, gsi3sk, gsi4pk, gsi4sk",
-    )
+    _as_before_listing_items(client, "run-old")
     assert journal.get_run("run-old").tenant == DEFAULT_TENANT
+    # The operators' listing reads the header's own start-time key meanwhile; a tenant's
+    # listing (its own partitions) has it once the backfill gave it a listing item.
+    assert [h.run_id for h in journal.list_runs().runs] == ["run-old"]
     assert journal.list_runs(tenant=DEFAULT_TENANT).runs == []
-    from durable_agents.journal.backfill import backfill_start_index
-
-    assert backfill_start_index(client, "journal") == 1
-    journal.commit(
-        "run-old",
-        [],
-        RunChange(
-            status=RunStatus.SUSPENDED, expected=frozenset({RunStatus.RUNNING}), updated_at_ms=9
-        ),
-    )
-    # Backfilled into the start-time index, it is listed as the default tenant's.
+    report = backfill_index_layout(client, "journal", IndexShards())
+    assert (report.listed, report.skipped) == (1, 0)
     listed = journal.list_runs(tenant=DEFAULT_TENANT).runs
     assert [(h.run_id, h.tenant) for h in listed] == [("run-old", DEFAULT_TENANT)]
+    assert [h.run_id for h in journal.list_runs().runs] == ["run-old"]  # once, not twice
 
 
 def test_run_tenants_names_existing_runs_only(journal: JournalStore) -> None:
@@ -140,10 +157,12 @@ def _five_waits_and_reviews(journal: JournalStore) -> None:
         run_id = f"run-{i}"
         journal.create_run(_header(run_id, "a", at=i))
         wait = pending_wait(run_id, "approval", f"apr-{i}", "00000001", f"{run_id}:ok:1", "ok",
-                            created_at_ms=10 + i, timeout_ms=None, details={})  # fmt: skip
+                            created_at_ms=10 + i, timeout_ms=None, details={},
+                            tenant="a" if i % 2 else "b")  # fmt: skip
         journal.commit(run_id, [], None, None, WaitChange(wait))
         effect = SideEffectRecord(run_id, "00000002", f"{run_id}:t:2", "t", "1", "{}", "k",
-                                  EffectStatus.NEEDS_REVIEW, 1, i, 20 + i, i, i)  # fmt: skip
+                                  EffectStatus.NEEDS_REVIEW, 1, i, 20 + i, i, i,
+                                  tenant="a" if i % 2 else "b")  # fmt: skip
         journal.commit(run_id, [], None, EffectChange(effect))
 
 
@@ -168,80 +187,43 @@ def test_waits_and_reviews_are_paged_in_index_order(journal: JournalStore) -> No
     assert reviews == [f"run-{i}" for i in range(5)]
 
 
+def test_a_tenant_lists_its_own_waits_and_reviews_only(journal: JournalStore) -> None:
+    from durable_agents.core.models import WaitStatus
+
+    _five_waits_and_reviews(journal)
+    for tenant, expected in (("a", [1, 3]), ("b", [0, 2, 4])):
+        waits = journal.waits_page("approval", WaitStatus.PENDING, limit=10, tenant=tenant)
+        assert [w.wait_id for w in waits.items] == [f"apr-{i}" for i in expected]
+        assert {w.tenant for w in waits.items} == {tenant}
+        reviews = journal.reviews_page(limit=10, tenant=tenant)
+        assert [e.run_id for e in reviews.items] == [f"run-{i}" for i in expected]
+    one = journal.waits_page("approval", WaitStatus.PENDING, limit=1, tenant="b")
+    rest = journal.waits_page("approval", WaitStatus.PENDING, limit=10, tenant="b",
+                              cursor=one.cursor)  # fmt: skip
+    assert [w.wait_id for w in one.items + rest.items] == ["apr-0", "apr-2", "apr-4"]
+    with pytest.raises(ValueError, match="not listed per tenant"):
+        journal.waits_page("event", WaitStatus.PENDING, tenant="a")
+
+
 def test_the_backfill_lists_headers_from_before_tenants(
     dynamodb_journal: DynamoDBJournal, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from durable_agents.journal.backfill import backfill_tenant_index
-    from scripts.backfill_tenants import main
+    from durable_agents.journal.backfill import backfill_index_layout
+    from durable_agents.journal.index_shards import IndexShards
+    from scripts.backfill_index_layout import main
 
     client = boto3.client("dynamodb", region_name="us-east-1")
     journal = DynamoDBJournal(client, "journal")
     for i, run_id in enumerate(("run-old-1", "run-old-2")):
         journal.create_run(_header(run_id, DEFAULT_TENANT, at=i + 1))
-        client.update_item(
-            TableName="journal",
-            Key={"pk": {"S": f"RUN#{run_id}"}, "sk": {"S": "#RUN"}},
-            UpdateExpression="REMOVE tenant, gsi3pk, gsi3sk, gsi4pk, gsi4sk",
-        )
+        _as_before_listing_items(client, run_id)
     journal.create_run(_header("run-new", "acme"))
     assert journal.list_runs(tenant=DEFAULT_TENANT).runs == []
-    assert main(["--table", "journal"]) == 0
+    assert main(["--table", "journal", "--shards", "8"], client=client) == 0
     out = capsys.readouterr().out
-    assert "2 run header(s) put into the default" in out
-    assert "2 run header(s) put into the start-time index" in out
+    assert "2 run(s) given a listing item" in out
     listed = journal.list_runs(status=RunStatus.RUNNING, tenant=DEFAULT_TENANT).runs
     assert [h.run_id for h in listed] == ["run-old-2", "run-old-1"]  # newest first
     assert [h.run_id for h in journal.list_runs(tenant="acme").runs] == ["run-new"]
-    assert backfill_tenant_index(client, "journal") == 0  # again: nothing left to do
-
-
-def test_a_listing_continues_right_after_any_item_of_a_page(journal: JournalStore) -> None:
-    # A caller that keeps only part of a page (the Api keeps the caller's tenant's records)
-    # continues from the position of the last record it kept: nothing skipped, nothing twice.
-    from durable_agents.core.models import WaitStatus
-
-    _five_waits_and_reviews(journal)
-    page = journal.waits_page("approval", WaitStatus.PENDING, limit=4)
-    assert [w.wait_id for w in page.items] == ["apr-0", "apr-1", "apr-2", "apr-3"]
-    assert len(page.positions) == len(page.items)
-    after_second = journal.waits_page(
-        "approval", WaitStatus.PENDING, limit=4, cursor=page.cursor_after(1)
-    )
-    assert [w.wait_id for w in after_second.items] == ["apr-2", "apr-3", "apr-4"]
-    assert page.cursor_after(3) == page.cursor
-    reviews = journal.reviews_page(limit=5)
-    rest = journal.reviews_page(limit=5, cursor=reviews.cursor_after(2))
-    assert [e.run_id for e in rest.items] == ["run-3", "run-4"]
-
-
-@pytest.mark.parametrize(
-    "cursor",
-    ["not base64!", "e30=", "W10=", "eyJwayI6IDF9", "\u00b2", "", "a" * 900],
-)
-def test_a_cursor_the_journal_did_not_hand_out_is_refused(
-    journal: JournalStore, cursor: str
-) -> None:
-    from durable_agents.core.models import WaitStatus
-    from durable_agents.errors import InvalidCursorError
-
-    _five_waits_and_reviews(journal)
-    with pytest.raises(InvalidCursorError):
-        journal.waits_page("approval", WaitStatus.PENDING, limit=2, cursor=cursor)
-    with pytest.raises(InvalidCursorError):
-        journal.reviews_page(limit=2, cursor=cursor)
-
-
-def test_a_cursor_of_another_listing_is_refused(journal: JournalStore) -> None:
-    from durable_agents.core.models import WaitStatus
-    from durable_agents.errors import InvalidCursorError
-
-    _five_waits_and_reviews(journal)
-    waits = journal.waits_page("approval", WaitStatus.PENDING, limit=2)
-    reviews = journal.reviews_page(limit=2)
-    assert waits.cursor is not None and reviews.cursor is not None
-    with pytest.raises(InvalidCursorError):
-        journal.reviews_page(limit=2, cursor=waits.cursor)
-    with pytest.raises(InvalidCursorError):
-        journal.waits_page("approval", WaitStatus.PENDING, limit=2, cursor=reviews.cursor)
-    with pytest.raises(InvalidCursorError):
-        journal.waits_page("callback", WaitStatus.PENDING, limit=2, cursor=waits.cursor)
+    again = backfill_index_layout(client, "journal", IndexShards())
+    assert (again.listed, again.moved) == (0, 0)  # again: nothing left to do

@@ -312,18 +312,25 @@ class FaultyJournal(JournalStore):
         return self._index("review", lambda: self.inner.effects_in_review(limit=limit))
 
     def reviews_page(
-        self, *, limit: int = 100, cursor: str | None = None
+        self, *, limit: int = 100, cursor: str | None = None, tenant: str | None = None
     ) -> Page[SideEffectRecord]:
         return self._index(
-            f"reviews:{cursor}", lambda: self.inner.reviews_page(limit=limit, cursor=cursor)
+            f"reviews:{tenant}:{cursor}",
+            lambda: self.inner.reviews_page(limit=limit, cursor=cursor, tenant=tenant),
         )
 
     def waits_page(
-        self, kind: str, status: WaitStatus, *, limit: int = 100, cursor: str | None = None
+        self,
+        kind: str,
+        status: WaitStatus,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        tenant: str | None = None,
     ) -> Page[WaitRecord]:
         return self._index(
-            f"waits:{kind}:{status}:{cursor}",
-            lambda: self.inner.waits_page(kind, status, limit=limit, cursor=cursor),
+            f"waits:{kind}:{status}:{tenant}:{cursor}",
+            lambda: self.inner.waits_page(kind, status, limit=limit, cursor=cursor, tenant=tenant),
         )
 
     def list_waits(self, kind: str, status: WaitStatus, *, limit: int = 100) -> list[WaitRecord]:

@@ -16,7 +16,7 @@ from typing import Any
 import boto3
 import pytest
 
-from durable_agents.core.models import RunHeader, RunStatus
+from durable_agents.core.models import RunStatus
 from durable_agents.journal.dynamodb import DynamoDBJournal
 from durable_agents_local.testing import AgentTestRunner, Crash
 from tests.unit import test_api_approvals as approvals_api
@@ -354,37 +354,30 @@ def test_another_tenants_review_is_invisible_and_404(a_review: str) -> None:
 
 # ------------------------------------------------- listings crowded by another tenant's records
 def _crowd(count: int) -> None:
-    """``count`` older runs of tenant B, each with a pending approval and a call in review."""
-    from durable_agents.core.models import EffectChange, EffectStatus, SideEffectRecord, WaitChange
+    """``count`` pending approvals and calls in review of tenant B, older than anyone's.
+
+    Written straight into the table, 25 items a request (a listing reads records, not runs).
+    """
+    from durable_agents.core.models import EffectStatus, SideEffectRecord
     from durable_agents.engine.wait_records import pending_wait
 
     journal = _journal()
+    client = boto3.client("dynamodb", region_name="us-east-1")
+    items = []
     for i in range(count):
-        run_id = f"run-b-crowd-{i:03d}"
-        journal.create_run(
-            RunHeader(
-                run_id=run_id,
-                agent="refund-approval",
-                versions={},
-                status=RunStatus.RUNNING,
-                input="null",
-                created_at_ms=i,
-                updated_at_ms=i,
-                tenant="b",
-            )
-        )
+        run_id = f"run-b-crowd-{i:04d}"
         wait = pending_wait(
             run_id,
             "approval",
-            f"apr-crowd{i:03d}",
+            f"apr-crowd{i:04d}",
             "00000001",
             f"{run_id}:approve:1",
             "approve",
             created_at_ms=i,
             timeout_ms=None,
             details={"approvers": ["group:finance"], "request": "{}"},
+            tenant="b",
         )
-        journal.commit(run_id, [], None, None, WaitChange(wait))
         effect = SideEffectRecord(
             run_id=run_id,
             position="00000002",
@@ -399,24 +392,61 @@ def _crowd(count: int) -> None:
             updated_at_ms=i,
             lease_expires_at_ms=i,
             stale_at_ms=i,
+            tenant="b",
         )
-        journal.commit(run_id, [], None, EffectChange(effect))
+        items += [journal._items.wait_item(wait), journal._items.effect_item(effect)]
+    for start in range(0, len(items), 25):
+        batch = [{"PutRequest": {"Item": item}} for item in items[start : start + 25]]
+        assert not client.batch_write_item(RequestItems={TABLE: batch}).get("UnprocessedItems")
+
+
+class _Queries:
+    """Counts DynamoDB Queries (and the items they return) of every client while active."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from botocore.client import BaseClient
+
+        self.queries = 0
+        self.items = 0
+        original = BaseClient._make_api_call
+
+        def counting(client: Any, operation: str, params: Any) -> Any:
+            reply = original(client, operation, params)
+            if operation == "Query":
+                self.queries += 1
+                self.items += len(reply.get("Items", []))
+            return reply
+
+        monkeypatch.setattr(BaseClient, "_make_api_call", counting)
 
 
 def test_another_tenants_backlog_never_hides_the_callers_approvals(
-    a_approval: tuple[str, str],
+    a_approval: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Issue 34: 5,000 older pending approvals of tenant B; tenant A's one is on A's first
+    page, read from A's own index partitions: one page of the index, none of B's records."""
+    from durable_agents.journal.index_shards import DEFAULT_INDEX_SHARDS
+
     _, approval_id = a_approval
-    _crowd(101)  # older than tenant A's: first in the index
+    _crowd(5_000)
+    counted = _Queries(monkeypatch)
     reply = request("GET", "/approvals", user_arn=TENANT_A, query={"limit": "5"})
     assert [a["approval_id"] for a in reply.json["approvals"]] == [approval_id]
-    assert len(request("GET", "/approvals", user_arn=TENANT_B).json["approvals"]) == 100
+    assert reply.json["cursor"] is None
+    # One Query per shard of A's own listing; it read A's record alone.
+    assert (counted.queries, counted.items) == (DEFAULT_INDEX_SHARDS, 1)
+    theirs = request("GET", "/approvals", user_arn=TENANT_B)
+    assert len(theirs.json["approvals"]) == 100 and theirs.json["cursor"]
+    assert {a["approval_id"] for a in theirs.json["approvals"]} <= {
+        f"apr-crowd{i:04d}" for i in range(5_000)
+    }
 
 
 def test_another_tenants_backlog_never_hides_the_callers_reviews(a_review: str) -> None:
     _crowd(101)
     reply = request("GET", "/reviews", user_arn=TENANT_A)
     assert [r["operation_id"] for r in reply.json["reviews"]] == [a_review]
+    assert reply.json["cursor"] is None
 
 
 def _every_page(path: str, caller: str, key: str, **query: str) -> tuple[list[Any], int]:
@@ -435,36 +465,20 @@ def _every_page(path: str, caller: str, key: str, **query: str) -> tuple[list[An
     raise AssertionError(f"{path} never ended")
 
 
-@pytest.fixture
-def small_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One request reads at most 2 index pages of 10: a backlog of 25 is past it."""
-    from api.routes import tenant_listing
-
-    monkeypatch.setattr(tenant_listing, "MAX_LISTING_PAGES", 2)
-    monkeypatch.setattr(tenant_listing, "INDEX_PAGE", 10)
-
-
-def test_no_backlog_of_another_tenant_hides_the_callers_approvals(
-    a_approval: tuple[str, str], small_budget: None
-) -> None:
+def test_each_tenant_pages_through_its_own_approvals(a_approval: tuple[str, str]) -> None:
     _, approval_id = a_approval
-    _crowd(25)  # all older than tenant A's: the first 25 records of the index
-    first = request("GET", "/approvals", user_arn=TENANT_A, query={"limit": "5"})
-    assert first.json["approvals"] == [] and first.json["cursor"], first.text
+    _crowd(25)
     listed, pages = _every_page("/approvals", TENANT_A, "approvals", limit="5")
-    assert [a["approval_id"] for a in listed] == [approval_id]
-    assert pages == 2
-    # Tenant B pages through its backlog 4 at a time: each page ends mid-index-page, and
-    # the next goes on right after it (nothing skipped, nothing twice).
-    theirs, _ = _every_page("/approvals", TENANT_B, "approvals", limit="4")
-    assert [a["approval_id"] for a in theirs] == [f"apr-crowd{i:03d}" for i in range(25)]
+    assert ([a["approval_id"] for a in listed], pages) == ([approval_id], 1)
+    # Tenant B pages through its backlog 4 at a time, oldest first: nothing skipped or twice.
+    theirs, pages = _every_page("/approvals", TENANT_B, "approvals", limit="4")
+    assert [a["approval_id"] for a in theirs] == [f"apr-crowd{i:04d}" for i in range(25)]
+    assert pages == 7
     everyone, _ = _every_page("/approvals", OPERATOR, "approvals", limit="100")
     assert len(everyone) == 26
 
 
-def test_no_backlog_of_another_tenant_hides_the_callers_reviews(
-    a_review: str, small_budget: None
-) -> None:
+def test_each_tenant_pages_through_its_own_reviews(a_review: str) -> None:
     _crowd(25)
     listed, _ = _every_page("/reviews", TENANT_A, "reviews")
     assert [r["operation_id"] for r in listed] == [a_review]
@@ -472,52 +486,39 @@ def test_no_backlog_of_another_tenant_hides_the_callers_reviews(
     assert len(theirs) == len({r["operation_id"] for r in theirs}) == 25
 
 
-def test_the_console_pages_through_another_tenants_backlog(
-    a_approval: tuple[str, str], small_budget: None
-) -> None:
-    import html
-    import re
-    from urllib.parse import parse_qsl, urlsplit
-
+def test_the_console_shows_the_callers_approval_first_page(a_approval: tuple[str, str]) -> None:
     _, approval_id = a_approval
-    _crowd(25)
-    query: dict[str, str] = {}
-    seen = ""
-    for _ in range(10):
-        page = request("GET", "/console/approvals", user_arn=TENANT_A, query=query,
-                       headers={"Accept": "text/html"})  # fmt: skip
-        assert page.status == 200, page.text
-        seen += page.text
-        link = re.search(r'<a rel="next" href="([^"]+)"', page.text)
-        if link is None:
-            break
-        query = dict(parse_qsl(urlsplit(html.unescape(link.group(1))).query))
-    assert approval_id in seen
-    assert "apr-crowd" not in seen
+    _crowd(150)
+    page = request("GET", "/console/approvals", user_arn=TENANT_A,
+                   headers={"Accept": "text/html"})  # fmt: skip
+    assert page.status == 200, page.text
+    assert approval_id in page.text
+    assert "apr-crowd" not in page.text
+    assert '<a rel="next"' not in page.text
 
 
-def test_a_listing_cursor_is_bound_to_its_tenant_and_query(
-    a_approval: tuple[str, str], small_budget: None
-) -> None:
+def test_a_listing_cursor_is_bound_to_its_tenant_and_query(a_review: str) -> None:
     _crowd(25)
-    cursor = request("GET", "/approvals", user_arn=TENANT_A).json["cursor"]
-    review_cursor = request("GET", "/reviews", user_arn=TENANT_A).json["cursor"]
+    cursor = request("GET", "/approvals", user_arn=TENANT_B, query={"limit": "2"}).json["cursor"]
+    review_cursor = request("GET", "/reviews", user_arn=TENANT_B, query={"limit": "2"}).json[
+        "cursor"
+    ]
     assert cursor and review_cursor
     refused = [
-        ("/approvals", TENANT_B, {"cursor": cursor}),
-        ("/approvals", TENANT_A, {"cursor": cursor, "status": "approved"}),
-        ("/approvals", TENANT_A, {"cursor": review_cursor}),
-        ("/reviews", TENANT_A, {"cursor": cursor}),
-        ("/reviews", TENANT_B, {"cursor": review_cursor}),
-        ("/approvals", TENANT_A, {"cursor": "garbage"}),
-        ("/reviews", TENANT_A, {"cursor": "e30"}),
-        ("/approvals", TENANT_A, {"cursor": "x" * 2000}),
+        ("/approvals", TENANT_A, {"cursor": cursor}),
+        ("/approvals", TENANT_B, {"cursor": cursor, "status": "approved"}),
+        ("/approvals", TENANT_B, {"cursor": review_cursor}),
+        ("/reviews", TENANT_B, {"cursor": cursor}),
+        ("/reviews", TENANT_A, {"cursor": review_cursor}),
+        ("/approvals", TENANT_B, {"cursor": "garbage"}),
+        ("/reviews", TENANT_B, {"cursor": "e30"}),
+        ("/approvals", TENANT_B, {"cursor": "x" * 2000}),
     ]
     for path, caller, query in refused:
         reply = request("GET", path, user_arn=caller, query=query)
         assert reply.status == 400, (path, query, reply.text)
         assert "cursor" in reply.json["error"]["message"]
-    assert request("GET", "/approvals", user_arn=TENANT_A, query={"cursor": cursor}).status == 200
+    assert request("GET", "/approvals", user_arn=TENANT_B, query={"cursor": cursor}).status == 200
 
 
 # ---------------------------------------------------------------------------------- callbacks

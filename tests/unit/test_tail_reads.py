@@ -219,7 +219,9 @@ def test_a_callback_handle_finished_below_later_steps(client: Any) -> None:
     [
         RunChange(RUNNING_ONLY, RunStatus.RUNNING, 9, cancel_requested={"by": "op"}),
         RunChange(RUNNING_ONLY, RunStatus.RUNNING, 9, add_event_name="go"),
-        RunChange(RUNNING_ONLY, RunStatus.SUSPENDED, 9, waiting_on={"approval": "x"}),
+        RunChange(
+            RUNNING_ONLY, RunStatus.SUSPENDED, 9, wake_at_ms=None, waiting_on={"approval": "x"}
+        ),
         RunChange(RUNNING_ONLY, RunStatus.RUNNING, 9, versions={"agent": "2"}),
     ],
     ids=["cancel request", "event", "suspend", "re-pin"],
@@ -244,7 +246,9 @@ def test_an_approval_resumes_the_run_with_its_result(client: Any) -> None:
     a.commit(
         RUN,
         [entry(pos(1), EntryType.SCHEDULED, kind=OpKind.APPROVAL)],
-        RunChange(RUNNING_ONLY, RunStatus.SUSPENDED, 3, waiting_on={"approval": "x"}),
+        RunChange(
+            RUNNING_ONLY, RunStatus.SUSPENDED, 3, wake_at_ms=None, waiting_on={"approval": "x"}
+        ),
     )
     a.load(RUN)
 

@@ -134,10 +134,6 @@ def _event() -> APIGatewayProxyEvent:
     return event
 
 
-def _run_id(record: WaitRecord) -> str:
-    return record.run_id
-
-
 def _authorize_minter(caller: Principal) -> None:
     """Minting is a privilege of its own: a link is a credential for someone else.
 
@@ -204,10 +200,10 @@ def list_approvals() -> Response[str]:
     listed = collect(
         ListingQuery("approvals", tenant, {"status": state}),
         params.get("cursor") or None,
-        lambda cursor, size: get_runtime().store.waits_page(
-            KIND, status, limit=size, cursor=cursor
+        lambda cursor, size, tenant: get_runtime().store.waits_page(
+            KIND, status, limit=size, cursor=cursor, tenant=tenant
         ),
-        _run_id,
+        lambda r: r.tenant,
         limit,
         keep=lambda r: approved is None or bool((r.outcome or {}).get("approved")) is approved,
     )

@@ -445,15 +445,17 @@ def console_pending() -> Response[str]:
     approvals = collect(
         ListingQuery("approvals", tenant, {"status": "pending"}),
         cursors["approvals_cursor"],
-        lambda cursor, size: store.waits_page(KIND, WaitStatus.PENDING, limit=size, cursor=cursor),
-        lambda r: r.run_id,
+        lambda cursor, size, tenant: store.waits_page(
+            KIND, WaitStatus.PENDING, limit=size, cursor=cursor, tenant=tenant
+        ),
+        lambda r: r.tenant,
         MAX_LIMIT,
     )
     reviews = collect(
         ListingQuery("reviews", tenant),
         cursors["reviews_cursor"],
-        lambda cursor, size: store.reviews_page(limit=size, cursor=cursor),
-        lambda r: r.run_id,
+        lambda cursor, size, tenant: store.reviews_page(limit=size, cursor=cursor, tenant=tenant),
+        lambda r: r.tenant,
         MAX_LIMIT,
     )
 

@@ -70,8 +70,8 @@ def list_reviews() -> Response[str]:
     listed = collect(
         ListingQuery("reviews", tenant),
         params.get("cursor") or None,
-        lambda cursor, size: store.reviews_page(limit=size, cursor=cursor),
-        lambda r: r.run_id,
+        lambda cursor, size, tenant: store.reviews_page(limit=size, cursor=cursor, tenant=tenant),
+        lambda r: r.tenant,
         page_limit(params),
     )
     return ok(

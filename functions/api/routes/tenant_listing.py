@@ -1,12 +1,11 @@
-"""One tenant's page of a listing that every tenant shares: approvals and tool calls in review.
+"""One tenant's page of a listing every tenant has: approvals and tool calls in review.
 
-Pending approvals and calls in review are indexed across tenants (one index partition each,
-oldest first), so a listing reads index pages and keeps the caller's tenant's records. Another
-tenant's backlog can make that slow to fill, never hide anything: a request reads at most
-``MAX_LISTING_PAGES`` index pages, and its answer carries a cursor that goes on exactly where it
-stopped, right after the last record it returned (or read). Following the cursors reaches every
-record of the caller's tenant; a page may hold fewer than ``limit`` (even none) and still carry
-a cursor, which is null only at the listing's end.
+Each tenant's pending approvals and calls in review are indexed in the tenant's own listing
+(``JournalStore.waits_page(tenant=...)``, ``reviews_page(tenant=...)``; on DynamoDB its own
+index partitions, ADR 0029), so a request reads one page of the caller's own records: another
+tenant's backlog can neither hide a record nor make a page short. The operators' tenant (``*``)
+reads every tenant's listing. A filter of the caller's own (an approval's decision) may leave a
+page short, even empty, and still carry a cursor, which is null only at the listing's end.
 
 A cursor is bound to its listing, its filters and the caller's tenant: any other is a 400.
 
@@ -27,19 +26,12 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from api.routes.limits import MAX_CURSOR_CHARS, BadRequest
-from api.services import get_runtime
 from durable_agents.core.tenancy import ALL_TENANTS, visible
 from durable_agents.errors import InvalidCursorError
 from durable_agents.journal.cursors import digest, opened, seal
 from durable_agents.journal.store import Page
 
 T = TypeVar("T")
-
-MAX_LISTING_PAGES = 10
-"""Index pages a listing reads at most to fill one answer: 1,000 records."""
-
-INDEX_PAGE = 100
-"""Records per index page read (one Query, one BatchGetItem of their runs' tenants)."""
 
 MAX_LIMIT = 100
 """The largest page a caller may ask for (and the default)."""
@@ -116,54 +108,27 @@ class Listed(Generic[T]):
 def collect(
     query: ListingQuery,
     cursor: str | None,
-    fetch: Callable[[str | None, int], Page[T]],
-    run_id_of: Callable[[T], str],
+    fetch: Callable[[str | None, int, str | None], Page[T]],
+    tenant_of: Callable[[T], str],
     limit: int,
     keep: Callable[[T], bool] = lambda _: True,
 ) -> Listed[T]:
-    """Up to ``limit`` records of the caller's tenant's runs, from where ``cursor`` left off.
+    """Up to ``limit`` records of the caller's tenant, from where ``cursor`` left off.
 
-    Reads index pages of ``INDEX_PAGE`` records (``fetch(store_cursor, INDEX_PAGE)``) until
-    ``limit`` are found, the index ends, or ``MAX_LISTING_PAGES`` were read; each page's run
-    tenants are read in one batch (``JournalStore.run_tenants``). The answer's cursor goes on
-    right after the last record returned (a page's item position) or, when the budget ran
-    out, after the last page read.
+    Reads one page of the tenant's own listing (``fetch(store_cursor, limit, tenant)``, the
+    tenant None for the operators' tenant, who see every tenant's) and keeps what ``keep``
+    keeps. The answer's cursor goes on after that page.
 
     Raises:
         BadRequest: If ``cursor`` is not one this query handed out.
     """
     store_cursor = query.store_cursor(cursor)
-    kept: list[T] = []
+    tenant = None if query.tenant == ALL_TENANTS else query.tenant
     try:
-        for _ in range(MAX_LISTING_PAGES):
-            page = fetch(store_cursor, INDEX_PAGE)
-            mine = _visible(query.tenant, page, run_id_of, keep)
-            for index, item in enumerate(page.items):
-                if not mine[index]:
-                    continue
-                kept.append(item)
-                if len(kept) == limit:
-                    after = page.cursor_after(index)
-                    return Listed(kept, None if after is None else query.seal(after))
-            if page.cursor is None:
-                return Listed(kept, None)
-            store_cursor = page.cursor
+        page = fetch(store_cursor, limit, tenant)
     except InvalidCursorError as exc:
         raise BadRequest(f"{exc}; {_AGAIN}") from exc
-    return Listed(kept, None if store_cursor is None else query.seal(store_cursor))
-
-
-def _visible(
-    tenant: str, page: Page[T], run_id_of: Callable[[T], str], keep: Callable[[T], bool]
-) -> list[bool]:
-    """Whether each record of the page belongs in the caller's answer."""
-    wanted = [keep(item) for item in page.items]
-    if tenant == ALL_TENANTS or not any(wanted):
-        return wanted
-    owners = get_runtime().store.run_tenants(
-        {run_id_of(item) for item, w in zip(page.items, wanted, strict=True) if w}
-    )
-    return [
-        w and run_id_of(item) in owners and visible(tenant, owners[run_id_of(item)])
-        for item, w in zip(page.items, wanted, strict=True)
-    ]
+    # The tenant's own listing holds only its records; checked again all the same, since a
+    # record of another tenant shown here would be a leak.
+    kept = [item for item in page.items if keep(item) and visible(query.tenant, tenant_of(item))]
+    return Listed(kept, None if page.cursor is None else query.seal(page.cursor))

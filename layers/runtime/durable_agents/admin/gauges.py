@@ -75,8 +75,9 @@ def measure(store: Any, *, limit: int = DEFAULT_LIMIT) -> Gauges:
     cursor: str | None = None
     while True:
         size = min(_PAGE, limit - sum(gauges.runs_paused.values()))
-        page = store.list_runs(status=RunStatus.PAUSED, limit=size, cursor=cursor)
-        for header in page.runs:
+        # The PAUSED listing itself (ADR 0029), not every run's start-time entry filtered.
+        page = store.changed_runs_page(RunStatus.PAUSED, limit=size, cursor=cursor)
+        for header in page.items:
             if header.status is RunStatus.PAUSED:  # the index may lag: skip what moved on
                 gauges.runs_paused[header.agent] += 1
                 agents[header.run_id] = header.agent

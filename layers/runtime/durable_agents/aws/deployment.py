@@ -224,6 +224,7 @@ def build_runtime(
         settings.journal_table,
         payloads=payloads,
         header_echo_reads=settings.header_echo_reads,
+        index_shards=settings.index_shards,
     )
     streams = (
         DynamoDBStreamCache(dynamodb, settings.stream_table, clock=clock)

@@ -27,6 +27,7 @@ from durable_agents.engine.sticky.carriers import (
     default_carrier,
 )
 from durable_agents.errors import ConfigurationError
+from durable_agents.journal.index_shards import DEFAULT_INDEX_SHARDS, MAX_INDEX_SHARDS, IndexShards
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,9 @@ class Settings:
             warm load trusts the header echo and reads the journal's tail alone (ADR 0019).
             ``off`` while functions from before header echoes may still change runs (an
             upgrade: docs/operations.md).
+        index_shards: ``INDEX_SHARDS``: the partitions each deployment-wide index listing is
+            spread over (ADR 0029; 1 to 256, default 8). It may grow while the stack serves;
+            lowering it needs ``scripts/backfill_index_layout.py`` first.
         schedule_group: ``SCHEDULE_GROUP``: EventBridge Scheduler group for wait deadlines.
         scheduler_role_arn: ``SCHEDULER_ROLE_ARN``: the role Scheduler assumes.
         scheduler_target_arn: ``SCHEDULER_TARGET_ARN``: the Reconciler it invokes. The three
@@ -82,6 +86,7 @@ class Settings:
     sticky_runs: int = 0
     sticky_carrier: CarrierKind = field(default_factory=default_carrier)
     header_echo_reads: bool = True
+    index_shards: int = DEFAULT_INDEX_SHARDS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -114,6 +119,12 @@ class Settings:
             raise ConfigurationError(
                 f"STICKY_CARRIER must be one of {', '.join(CARRIERS)}"
             ) from exc
+        try:
+            index_shards = IndexShards(int(env.get("INDEX_SHARDS") or DEFAULT_INDEX_SHARDS)).count
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"INDEX_SHARDS must be an integer from 1 to {MAX_INDEX_SHARDS}"
+            ) from exc
         echo_reads = (env.get("HEADER_ECHO_READS") or "on").strip().lower()
         if echo_reads not in ("on", "off"):
             raise ConfigurationError("HEADER_ECHO_READS must be on or off")
@@ -134,6 +145,7 @@ class Settings:
             sticky_runs=sticky_runs,
             sticky_carrier=sticky_carrier,
             header_echo_reads=echo_reads == "on",
+            index_shards=index_shards,
         )
 
 

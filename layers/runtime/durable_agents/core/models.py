@@ -364,6 +364,11 @@ class RunChange:
             in the same transaction; adding a name already there changes nothing).
         input: If set, the run's new input (``ctx.continue_as_new``; with ``generation``).
         generation: If set, the run's new generation (``durable_agents.engine.generations``).
+
+    Raises:
+        ValueError: If a change to SUSPENDED leaves ``wake_at_ms`` unset: where a suspended
+            run is listed depends on its timer (ADR 0029), so a suspension always says it
+            (None: no timer), from what the writer read.
     """
 
     expected: frozenset[RunStatus]
@@ -379,6 +384,10 @@ class RunChange:
     add_event_name: str | None = None
     input: Any = UNSET
     generation: Any = UNSET
+
+    def __post_init__(self) -> None:
+        if self.status is RunStatus.SUSPENDED and self.wake_at_ms is UNSET:
+            raise ValueError("a change to SUSPENDED says when the run wakes (None: no timer)")
 
     def apply(self, header: RunHeader) -> RunHeader:
         """Returns ``header`` with this change applied (no condition check)."""

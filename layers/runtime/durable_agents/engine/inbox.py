@@ -204,6 +204,8 @@ def _header_change(header: RunHeader, name: str, now_ms: int) -> RunChange:
         expected=frozenset({header.status}),
         status=header.status,
         updated_at_ms=header.updated_at_ms,  # not activity: a stall is still noticed
+        # As read (fenced by the revision): where the run is listed is kept.
+        wake_at_ms=header.wake_at_ms,
         expected_revision=header.revision,
         add_event_name=name,
     )

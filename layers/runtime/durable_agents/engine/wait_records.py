@@ -33,6 +33,7 @@ from durable_agents.core.models import (
     WaitRecord,
     WaitStatus,
 )
+from durable_agents.core.tenancy import DEFAULT_TENANT
 from durable_agents.engine.ports import InvocationStore
 from durable_agents.errors import (
     DurableError,
@@ -71,8 +72,9 @@ def pending_wait(
     timeout_ms: int | None,
     details: dict[str, Any],
     heartbeat_ms: int | None = None,
+    tenant: str = DEFAULT_TENANT,
 ) -> WaitRecord:
-    """A new PENDING wait record (approvals and callbacks share the layout)."""
+    """A new PENDING wait record (approvals and callbacks share the layout), of ``tenant``'s run."""
     return WaitRecord(
         wait_id=wait_id_,
         kind=kind,
@@ -87,6 +89,7 @@ def pending_wait(
         heartbeat_timeout_ms=heartbeat_ms,
         heartbeat_deadline_ms=created_at_ms + heartbeat_ms if heartbeat_ms is not None else None,
         details=details,
+        tenant=tenant,
     )
 
 

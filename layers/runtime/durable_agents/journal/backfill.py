@@ -1,122 +1,221 @@
-"""Puts run headers written before an index existed into it: ``gsi3`` and ``gsi4``.
+"""Moves a live journal table's items to the index layout and shard count this code writes.
 
-``gsi3`` lists runs by tenant (ADR 0008), ``gsi4`` by start time (ADR 0012).
+``index_keys`` says where every item belongs (ADR 0029); this pass reads the table once
+(``Scan``, page by page) and, for each item whose index keys are not where they belong:
 
-A header from before tenants has no ``gsi3pk``: it is the default tenant's (it reads so), but a
-tenant's ``GET /runs`` — and without ``TENANT_MAP`` every caller's is the default tenant's —
-lists it only once its header changes again, and a finished run never changes. Run this once
-after deploying the tenant index (``scripts/backfill_tenants.py``); it is safe to run again and
-while the stack is serving.
+* a run header gets its listing item (``sk = #LIST``) if it has none, then its one ``gsi1``
+  slot; its keys of the earlier layout (``gsi2`` WAKE/EXPIRING, ``gsi3`` by status, ``gsi4``
+  by start time) are removed;
+* a side-effect record or a wait gets its shard's keys, and its run's tenant with its
+  tenant's own listing (calls in review, approvals and callbacks).
+
+Every write is conditional on what the scan read (the header's revision and stamping due
+time, a record's status and last change): an item that changed meanwhile was written in the
+new layout by that change, and is left alone. So the pass is idempotent, can run while the
+stack serves, can be stopped and run again (or resumed from a page's key), and also moves
+items between shards when the shard count shrinks. Items from before tenants are the default
+tenant's. ``scripts/backfill_index_layout.py`` runs it; docs/deploy.md says when.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from durable_agents.core.faults import GuardedClient, error_code
-from durable_agents.core.models import RunStatus
 from durable_agents.core.tenancy import DEFAULT_TENANT
-from durable_agents.journal.dynamodb_items import HEADER_SK, started_pk, tenant_pk, tenant_sk
-from durable_agents.journal.run_listing import started_key
+from durable_agents.journal.dynamodb_items import HEADER_SK, WAIT_SK, pk
+from durable_agents.journal.index_keys import (
+    INDEX_ATTRS,
+    Item,
+    effect_keys,
+    header_keys,
+    listing_item,
+    wait_keys,
+)
+from durable_agents.journal.index_shards import IndexShards
 
 
-def backfill_tenant_index(client: Any, table_name: str) -> int:
-    """Gives every header without a tenant index key the default tenant's; returns how many.
+@dataclass
+class BackfillReport:
+    """What one pass did.
 
-    Each update is conditional on what the scan read: the header still has no ``gsi3pk`` and
-    the same ``updated_at_ms``. A header that changed meanwhile got its index keys from that
-    change (the header update writes them), so it is skipped, never given a stale sort key.
+    Attributes:
+        scanned: Items read.
+        listed: Listing items written (runs that had none).
+        moved: Items whose index keys were rewritten.
+        skipped: Items that changed between the read and the write (left to that change).
+        resume: The key to resume after, when the pass was stopped early (None: all read).
+    """
+
+    scanned: int = 0
+    listed: int = 0
+    moved: int = 0
+    skipped: int = 0
+    resume: dict[str, Any] | None = None
+
+
+def backfill_index_layout(
+    client: Any,
+    table: str,
+    shards: IndexShards,
+    *,
+    start_key: dict[str, Any] | None = None,
+    max_pages: int | None = None,
+    page_size: int = 500,
+    on_page: Callable[[BackfillReport], None] | None = None,
+) -> BackfillReport:
+    """Moves every item of ``table`` to where ``index_keys`` puts it (module docstring).
+
+    Args:
+        client: A boto3 DynamoDB client (or the journal's guarded one).
+        table: The journal table.
+        shards: The index shards the stack is configured with (``INDEX_SHARDS``).
+        start_key: Resume after this key (a report's ``resume``).
+        max_pages: Stop after this many scan pages (``resume`` then says where).
+        page_size: Items per scan page.
+        on_page: Called with the report so far after each page (progress, resume key).
+
+    Returns:
+        What the pass did.
 
     Raises:
-        InfrastructureError: If a scan page or an update fails for a reason other than its
-            condition (the backfill can simply be run again).
+        InfrastructureError: If DynamoDB fails (the pass can be resumed from the last
+            report's ``resume``).
     """
     guarded = client if isinstance(client, GuardedClient) else GuardedClient(client)
-    kwargs: dict[str, Any] = {
-        "TableName": table_name,
-        "FilterExpression": "sk = :header AND attribute_not_exists(gsi3pk)",
-        "ExpressionAttributeValues": {":header": {"S": HEADER_SK}},
-        "ProjectionExpression": "pk, sk, run_id, #st, updated_at_ms",
-        "ExpressionAttributeNames": {"#st": "status"},
-        "ConsistentRead": True,
-    }
-    updated = 0
+    mover = _Mover(guarded, table, shards)
+    report = mover.report
+    kwargs: dict[str, Any] = {"TableName": table, "Limit": page_size}
+    if start_key is not None:
+        kwargs["ExclusiveStartKey"] = start_key
+    pages = 0
     while True:
         page = guarded.scan(**kwargs)
         for item in page.get("Items", []):
-            run_id, at = item["run_id"]["S"], item["updated_at_ms"]["N"]
-            sort_key = tenant_sk(RunStatus(item["status"]["S"]), int(at), run_id)
-            try:
-                guarded.update_item(
-                    TableName=table_name,
-                    Key={"pk": item["pk"], "sk": item["sk"]},
-                    UpdateExpression=(
-                        "SET gsi3pk = :pk, gsi3sk = :sk, tenant = if_not_exists(tenant, :t)"
-                    ),
-                    ConditionExpression="attribute_not_exists(gsi3pk) AND updated_at_ms = :at",
-                    ExpressionAttributeValues={
-                        ":pk": {"S": tenant_pk(DEFAULT_TENANT)},
-                        ":sk": {"S": sort_key},
-                        ":t": {"S": DEFAULT_TENANT},
-                        ":at": {"N": at},
-                    },
-                )
-            except ClientError as exc:
-                if error_code(exc) != "ConditionalCheckFailedException":
-                    raise
-                continue  # changed meanwhile: that change wrote its own index keys
-            updated += 1
+            report.scanned += 1
+            mover.move(item)
         last = page.get("LastEvaluatedKey")
-        if not last:
-            return updated
+        report.resume = last
+        pages += 1
+        if on_page is not None:
+            on_page(report)
+        if not last or (max_pages is not None and pages >= max_pages):
+            return report
         kwargs["ExclusiveStartKey"] = last
 
 
-def backfill_start_index(client: Any, table_name: str) -> int:
-    """Puts every header without a start-time index key into ``gsi4``; returns how many.
+class _Mover:
+    def __init__(self, client: GuardedClient, table: str, shards: IndexShards):
+        self._client = client
+        self._table = table
+        self._shards = shards
+        self._tenants: dict[str, str] = {}
+        self.report = BackfillReport()
 
-    Headers written before ``gsi4`` (ADR 0012) have no ``gsi4pk`` and ``GET /runs`` does not
-    list them until this has run. Their keys come from the start time, the run id and the
-    parent, which never change, so a header that changed meanwhile gets the same keys; each
-    update is conditional only on the header still existing without them.
+    def move(self, item: Item) -> None:
+        sk = item["sk"]["S"]
+        if sk == HEADER_SK:
+            self._header(item)
+        elif sk.startswith("S#") and item["pk"]["S"].startswith("RUN#"):
+            self._record(item, item["pk"]["S"].removeprefix("RUN#"), effect_keys)
+        elif sk == WAIT_SK:
+            self._record(item, item["run_id"]["S"], wait_keys)
+        # Entries, echoes, listing items and idempotency keys are in no index.
 
-    Raises:
-        InfrastructureError: If a scan page or an update fails for a reason other than its
-            condition (the backfill can simply be run again).
-    """
-    guarded = client if isinstance(client, GuardedClient) else GuardedClient(client)
-    kwargs: dict[str, Any] = {
-        "TableName": table_name,
-        "FilterExpression": "sk = :header AND attribute_not_exists(gsi4pk)",
-        "ExpressionAttributeValues": {":header": {"S": HEADER_SK}},
-        "ProjectionExpression": "pk, sk, run_id, created_at_ms, parent_run_id",
-        "ConsistentRead": True,
-    }
-    updated = 0
-    while True:
-        page = guarded.scan(**kwargs)
-        for item in page.get("Items", []):
-            run_id = item["run_id"]["S"]
-            parent = item["parent_run_id"]["S"] if "parent_run_id" in item else None
-            try:
-                guarded.update_item(
-                    TableName=table_name,
-                    Key={"pk": item["pk"], "sk": item["sk"]},
-                    UpdateExpression="SET gsi4pk = :pk, gsi4sk = :sk",
-                    ConditionExpression="attribute_exists(pk) AND attribute_not_exists(gsi4pk)",
-                    ExpressionAttributeValues={
-                        ":pk": {"S": started_pk(run_id, parent)},
-                        ":sk": {"S": started_key(int(item["created_at_ms"]["N"]), run_id)},
-                    },
-                )
-            except ClientError as exc:
-                if error_code(exc) != "ConditionalCheckFailedException":
-                    raise
-                continue  # gone, or indexed meanwhile by another backfill
-            updated += 1
-        last = page.get("LastEvaluatedKey")
-        if not last:
-            return updated
-        kwargs["ExclusiveStartKey"] = last
+    def _header(self, item: Item) -> None:
+        try:
+            self._client.put_item(
+                TableName=self._table,
+                Item=listing_item(item, self._shards),
+                ConditionExpression="attribute_not_exists(pk)",
+            )
+            self.report.listed += 1
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            # Listed already (written with the header, or by an earlier pass).
+        # Conditional on the revision (every change moves it) and the stamping due time (a
+        # stamping pass moves that, and the slot with it, without a revision).
+        self._set_keys(
+            item,
+            header_keys(item, self._shards),
+            {"revision": item.get("revision"), "stamp_due_at_ms": item.get("stamp_due_at_ms")},
+        )
+
+    def _record(
+        self, item: Item, run_id: str, keys_of: Callable[[Item, IndexShards], Item]
+    ) -> None:
+        extra: Item = {}
+        if "tenant" not in item:
+            extra["tenant"] = {"S": self._tenant(run_id)}
+        wanted = keys_of({**item, **extra}, self._shards)
+        # Every change of a record moves its last change (and its status, when it moves).
+        self._set_keys(
+            item,
+            wanted,
+            {"status": item.get("status"), "updated_at_ms": item.get("updated_at_ms")},
+            extra,
+        )
+
+    def _set_keys(
+        self, item: Item, wanted: Item, read: dict[str, Any], extra: Item | None = None
+    ) -> None:
+        current = {name: item[name] for name in INDEX_ATTRS if name in item}
+        if current == wanted and not extra:
+            return
+        names: dict[str, str] = {}
+        values: dict[str, Any] = {}
+        sets: list[str] = []
+        for i, (name, value) in enumerate({**wanted, **(extra or {})}.items()):
+            names[f"#s{i}"] = name
+            values[f":s{i}"] = value
+            sets.append(f"#s{i} = :s{i}")
+        removes = []
+        for i, name in enumerate(n for n in INDEX_ATTRS if n in item and n not in wanted):
+            names[f"#r{i}"] = name
+            removes.append(f"#r{i}")
+        conditions = ["attribute_exists(pk)"]
+        for i, (name, value) in enumerate(read.items()):
+            names[f"#c{i}"] = name
+            if value is None:
+                conditions.append(f"attribute_not_exists(#c{i})")
+            else:
+                values[f":c{i}"] = value
+                conditions.append(f"#c{i} = :c{i}")
+        expression = ("SET " + ", ".join(sets)) if sets else ""
+        if removes:
+            expression += " REMOVE " + ", ".join(removes)
+        kwargs: dict[str, Any] = {
+            "TableName": self._table,
+            "Key": {"pk": item["pk"], "sk": item["sk"]},
+            "UpdateExpression": expression.strip(),
+            "ConditionExpression": " AND ".join(conditions),
+            "ExpressionAttributeNames": names,
+        }
+        if values:
+            kwargs["ExpressionAttributeValues"] = values
+        try:
+            self._client.update_item(**kwargs)
+        except ClientError as exc:
+            if error_code(exc) != "ConditionalCheckFailedException":
+                raise
+            self.report.skipped += 1  # changed meanwhile: that change wrote the new layout
+            return
+        self.report.moved += 1
+
+    def _tenant(self, run_id: str) -> str:
+        """The run's tenant (headers from before tenants, or gone: the default tenant's)."""
+        if run_id not in self._tenants:
+            found = self._client.get_item(
+                TableName=self._table,
+                Key={"pk": pk(run_id), "sk": {"S": HEADER_SK}},
+                ConsistentRead=True,
+                ProjectionExpression="#t",
+                ExpressionAttributeNames={"#t": "tenant"},
+            ).get("Item")
+            self._tenants[run_id] = (found or {}).get("tenant", {}).get("S", DEFAULT_TENANT)
+        return self._tenants[run_id]

@@ -9,9 +9,11 @@ Layout (single table, see docs/adr/0001-journal-layout.md):
   every header change: a warm load finds the header unchanged in its tail read, ADR 0019)
 
 ``#`` sorts before ``J``, so one Query returns the header first and then the entries in program
-order. GSI ``gsi1`` lists runs by status (``STATUS#<status>`` / ``<updated_at_ms>#<run_id>``);
-GSI ``gsi2`` is sparse and holds only SUSPENDED runs with a timer (``WAKE`` / ``<wake_at_ms>``),
-so the reconciler finds due timers with one Query.
+order. A run's listing item (``sk = #LIST``, written with the header and never changed) puts it
+in the start-time indexes ``gsi4`` (every tenant's) and ``gsi3`` (its tenant's); the header is
+in one listing of ``gsi1``, where the reconciler looks for it next (``STATUS#<status>``,
+``WAKE``, ``EXPIRING``). Every deployment-wide listing is spread over ``index_shards``
+partitions and read merged (ADR 0029).
 
 ``DynamoDBJournal`` keeps what this process read of runs and holds one part per job, each given
 the client, the table and what else it needs:
@@ -55,6 +57,7 @@ from durable_agents.journal.dynamodb_retention import ExpiryStamper
 from durable_agents.journal.dynamodb_writes import JournalWriter
 from durable_agents.journal.entry_cache import DecodedEntries
 from durable_agents.journal.header_echo import new_token
+from durable_agents.journal.index_shards import DEFAULT_INDEX_SHARDS, IndexShards
 from durable_agents.journal.payloads import INLINE_LIMIT_BYTES, S3PayloadStore
 from durable_agents.journal.run_listing import RunQuery
 from durable_agents.journal.store import JournalStore, Page
@@ -76,6 +79,11 @@ class DynamoDBJournal(JournalStore):
         header_echo_reads: Whether those tail reads trust the header echo (``header_echo``,
             ADR 0019) and skip reading the header while it is unchanged. Echoes are always
             written; turn this off while writers from before echoes still change runs.
+        index_shards: Partitions each deployment-wide listing is spread over (ADR 0029):
+            ``DEFAULT_INDEX_SHARDS`` unless given; it may grow, never shrink, while serving.
+
+    Raises:
+        ValueError: If ``index_shards`` is out of range.
     """
 
     def __init__(
@@ -87,9 +95,10 @@ class DynamoDBJournal(JournalStore):
         inline_limit_bytes: int = INLINE_LIMIT_BYTES,
         tail_reads: bool | None = None,
         header_echo_reads: bool = True,
+        index_shards: int = DEFAULT_INDEX_SHARDS,
     ):
         self._table = table_name
-        self._items = ItemCodec(payloads, inline_limit_bytes)
+        self._items = ItemCodec(payloads, inline_limit_bytes, IndexShards(index_shards))
         self._tail_reads = tail_reads
         self._header_echo_reads = header_echo_reads
         # What this process read of runs, which the parts note and ask: the entries decoded,
@@ -126,7 +135,7 @@ class DynamoDBJournal(JournalStore):
             echo_reads=self._header_echo_reads,
         )
         self._writer = JournalWriter(client, self._table, self._items, self._loader)
-        self._late_writes = LateWrites(client, self._table, self._expiries)
+        self._late_writes = LateWrites(client, self._table, self._expiries, self._items.shards)
         self._listings = IndexListings(client, self._table, self._items)
         self._stamper = ExpiryStamper(client, self._table, self._items)
 
@@ -227,7 +236,7 @@ class DynamoDBJournal(JournalStore):
         include_children: bool = False,
         parent: str | None = None,
     ) -> RunPage:
-        """Lists runs newest start first (GSI ``gsi4``, see ``dynamodb_run_listing``).
+        """Lists runs newest start first (``gsi4``, a tenant's ``gsi3``: ``dynamodb_run_listing``).
 
         Raises:
             InvalidCursorError: If ``cursor`` is malformed or continues another query.
@@ -240,13 +249,16 @@ class DynamoDBJournal(JournalStore):
     def changed_runs_page(
         self, status: RunStatus, *, limit: int = 50, cursor: str | None = None
     ) -> Page[RunHeader]:
-        """One page of the runs in ``status``, least recently changed first (GSI ``gsi1``)."""
+        """One page of the unfinished runs in ``status``, least recently changed first (gsi1).
+
+        SUSPENDED lists the runs without a timer; a finished status lists nothing.
+        """
         return self._listings.changed_runs_page(status, limit=limit, cursor=cursor)
 
     def due_runs_page(
         self, now_ms: int, *, limit: int = 100, cursor: str | None = None
     ) -> Page[RunHeader]:
-        """Returns one page of SUSPENDED runs whose timer is due (sparse GSI ``gsi2``)."""
+        """Returns one page of SUSPENDED runs whose timer is due (``WAKE``, gsi1)."""
         return self._listings.due_runs_page(now_ms, limit=limit, cursor=cursor)
 
     def stale_effects_page(
@@ -260,16 +272,26 @@ class DynamoDBJournal(JournalStore):
         return self._listings.effects_in_review(limit=limit)
 
     def reviews_page(
-        self, *, limit: int = 100, cursor: str | None = None
+        self, *, limit: int = 100, cursor: str | None = None, tenant: str | None = None
     ) -> Page[SideEffectRecord]:
-        """Returns one page of records in NEEDS_REVIEW, oldest first (GSI ``gsi1``)."""
-        return self._listings.reviews_page(limit=limit, cursor=cursor)
+        """One page of records in NEEDS_REVIEW, oldest first (a tenant's own: ``gsi3``)."""
+        return self._listings.reviews_page(limit=limit, cursor=cursor, tenant=tenant)
 
     def waits_page(
-        self, kind: str, status: WaitStatus, *, limit: int = 100, cursor: str | None = None
+        self,
+        kind: str,
+        status: WaitStatus,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        tenant: str | None = None,
     ) -> Page[WaitRecord]:
-        """Returns one page of waits of one kind and status, oldest first (GSI ``gsi1``)."""
-        return self._listings.waits_page(kind, status, limit=limit, cursor=cursor)
+        """One page of waits of one kind and status, oldest first (a tenant's own: ``gsi3``).
+
+        Raises:
+            ValueError: If a tenant is given for a kind not listed per tenant.
+        """
+        return self._listings.waits_page(kind, status, limit=limit, cursor=cursor, tenant=tenant)
 
     def list_waits(self, kind: str, status: WaitStatus, *, limit: int = 100) -> list[WaitRecord]:
         """Returns waits of one kind and status, oldest first (GSI ``gsi1``)."""
@@ -294,7 +316,7 @@ class DynamoDBJournal(JournalStore):
     def expiring_runs_page(
         self, now_ms: int, *, limit: int = 100, cursor: str | None = None
     ) -> Page[RunHeader]:
-        """One page of finished runs due for stamping (sparse GSI ``gsi2``, ``EXPIRING``)."""
+        """One page of finished runs due for stamping (``EXPIRING``, gsi1)."""
         return self._listings.expiring_runs_page(now_ms, limit=limit, cursor=cursor)
 
     def stamp_expiry(self, run_id: str, now_ms: int) -> int:

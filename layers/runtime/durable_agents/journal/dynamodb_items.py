@@ -6,7 +6,6 @@ conditions; this module only knows *what* an item looks like. See ADR 0001 for t
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
@@ -24,6 +23,8 @@ from durable_agents.core.models import (
 )
 from durable_agents.core.tenancy import DEFAULT_TENANT
 from durable_agents.errors import PayloadError
+from durable_agents.journal.index_keys import effect_keys, header_keys, listing_item, wait_keys
+from durable_agents.journal.index_shards import IndexShards
 from durable_agents.journal.item_size import (
     HEADER_REST_BUDGET_BYTES,
     HEADER_VALUE_BUDGET_BYTES,
@@ -33,16 +34,10 @@ from durable_agents.journal.item_size import (
     item_size,
 )
 from durable_agents.journal.payloads import INLINE_LIMIT_BYTES, S3PayloadStore
-from durable_agents.journal.run_listing import started_key
 
 HEADER_SK = "#RUN"
 IDEM_SK = "#IDEM"
-WAKE_PK = "WAKE"
-PREPARED_PK = "PREPARED"
-REVIEW_PK = "EFFECT#NEEDS_REVIEW"
 WAIT_SK = "#WAIT"
-WAIT_DUE_PK = "WAITDUE"
-EXPIRING_PK = "EXPIRING"  # gsi2: finished runs whose items are due for their expiry
 # The header's large values: each inline up to HEADER_VALUE_BUDGET_BYTES, or spilled.
 _HEADER_VALUES = frozenset({"input", "input_ref", "result", "result_ref", "error", "error_ref"})
 
@@ -50,34 +45,6 @@ _HEADER_VALUES = frozenset({"input", "input_ref", "result", "result_ref", "error
 def pk(run_id: str) -> dict[str, str]:
     """The partition key of a run."""
     return {"S": f"RUN#{run_id}"}
-
-
-def ts(ms: int) -> str:
-    """Epoch milliseconds as a fixed-width, sortable string."""
-    return f"{ms:013d}"
-
-
-def tenant_pk(tenant: str) -> str:
-    """The ``gsi3`` partition of a tenant's runs (sort key ``tenant_sk``)."""
-    return f"TENANT#{tenant}"
-
-
-def tenant_sk(status: RunStatus, updated_at_ms: int, run_id: str) -> str:
-    """A run's ``gsi3`` sort key: by status, then last change (a status is a key prefix)."""
-    return f"{status.value}#{ts(updated_at_ms)}#{run_id}"
-
-
-RUN_SHARDS = 4  # partitions of the start-time index per kind (ADR 0012); fixed once deployed
-
-
-def started_pk(run_id: str, parent_run_id: str | None) -> str:
-    """A run's ``gsi4`` partition: ``STARTED#<shard>``, or ``CHILDREN#<shard>`` for sub-agents.
-
-    Spread over ``RUN_SHARDS`` partitions by a hash of the run id, so that no one index
-    partition takes every run start of the deployment (ADR 0012).
-    """
-    shard = hashlib.sha256(run_id.encode()).digest()[0] % RUN_SHARDS
-    return f"{'STARTED' if parent_run_id is None else 'CHILDREN'}#{shard}"
 
 
 def idem_pk(tenant: str, agent: str, key: str) -> str:
@@ -107,13 +74,18 @@ class ItemCodec:
     Args:
         payloads: Where spilled values go (required to spill).
         inline_limit_bytes: Values larger than this are always spilled to ``payloads``.
+        shards: How the deployment-wide listings are spread over index partitions.
     """
 
     def __init__(
-        self, payloads: S3PayloadStore | None, inline_limit_bytes: int = INLINE_LIMIT_BYTES
+        self,
+        payloads: S3PayloadStore | None,
+        inline_limit_bytes: int = INLINE_LIMIT_BYTES,
+        shards: IndexShards | None = None,
     ):
         self._payloads = payloads
         self._limit = inline_limit_bytes
+        self.shards = shards if shards is not None else IndexShards()
 
     @property
     def payloads(self) -> S3PayloadStore | None:
@@ -290,14 +262,7 @@ class ItemCodec:
             "updated_at_ms": {"N": str(header.updated_at_ms)},
             "input_hash": {"S": header.input_hash},
             "revision": {"N": str(header.revision)},
-            "gsi1pk": {"S": f"STATUS#{header.status.value}"},
-            "gsi1sk": {"S": f"{ts(header.updated_at_ms)}#{header.run_id}"},
             "tenant": {"S": header.tenant},
-            "gsi3pk": {"S": tenant_pk(header.tenant)},
-            "gsi3sk": {"S": tenant_sk(header.status, header.updated_at_ms, header.run_id)},
-            # Runs by start time: written once, never rewritten (a start time never changes).
-            "gsi4pk": {"S": started_pk(header.run_id, header.parent_run_id)},
-            "gsi4sk": {"S": started_key(header.created_at_ms, header.run_id)},
         }
         item.update(self.value_attrs(header.run_id, "input", header.input))
         item.update(self.value_attrs(header.run_id, "result", header.result))
@@ -307,9 +272,8 @@ class ItemCodec:
             )
         if header.wake_at_ms is not None:
             item["wake_at_ms"] = {"N": str(header.wake_at_ms)}
-            if header.status is RunStatus.SUSPENDED:
-                item["gsi2pk"] = {"S": WAKE_PK}
-                item["gsi2sk"] = {"S": f"{ts(header.wake_at_ms)}#{header.run_id}"}
+        if header.stamp_due_at_ms is not None:
+            item["stamp_due_at_ms"] = {"N": str(header.stamp_due_at_ms)}
         if header.waiting_on is not None:
             item["waiting_on"] = {"S": json.dumps(header.waiting_on, sort_keys=True)}
         if header.parent_run_id is not None:
@@ -328,8 +292,28 @@ class ItemCodec:
             item["generation"] = {"N": str(header.generation)}
         if header.rerun is not None:
             item["rerun"] = {"S": json.dumps(header.rerun, sort_keys=True)}
+        # In one index only (its slot): its start-time keys are on its listing item.
+        item.update(header_keys(item, self.shards))
         self.check_header_update(header.run_id, item)
         return item
+
+    def listing_item(self, header: RunHeader) -> dict[str, Any]:
+        """A new run's listing item: its place in the start-time indexes (``index_keys``)."""
+        return listing_item(
+            {
+                "pk": pk(header.run_id),
+                "run_id": {"S": header.run_id},
+                "agent": {"S": header.agent},
+                "tenant": {"S": header.tenant},
+                "created_at_ms": {"N": str(header.created_at_ms)},
+                **(
+                    {}
+                    if header.parent_run_id is None
+                    else {"parent_run_id": {"S": header.parent_run_id}}
+                ),
+            },
+            self.shards,
+        )
 
     def header_from_item(self, item: dict[str, Any]) -> RunHeader:
         """An item as a run header."""
@@ -386,20 +370,15 @@ class ItemCodec:
             "updated_at_ms": {"N": str(record.updated_at_ms)},
             "lease_expires_at_ms": {"N": str(record.lease_expires_at_ms)},
             "stale_at_ms": {"N": str(record.stale_at_ms)},
+            "tenant": {"S": record.tenant},
         }
         if record.external_id is not None:
             item["external_id"] = {"S": record.external_id}
         if record.last_attempt_at_ms is not None:
             item["last_attempt_at_ms"] = {"N": str(record.last_attempt_at_ms)}
-        ident = f"{record.run_id}#{record.position}"
-        if record.status is EffectStatus.PREPARED:
-            # Sparse index of unresolved calls by the time the reconciler may take them over;
-            # COMMIT/review rewrite the item without these attributes, removing it from the index.
-            item["gsi2pk"] = {"S": PREPARED_PK}
-            item["gsi2sk"] = {"S": f"{ts(record.stale_at_ms)}#{ident}"}
-        elif record.status is EffectStatus.NEEDS_REVIEW:
-            item["gsi1pk"] = {"S": REVIEW_PK}
-            item["gsi1sk"] = {"S": f"{ts(record.updated_at_ms)}#{ident}"}
+        # Sparse: in an index only while PREPARED or in review; COMMIT and the review rewrite
+        # the item without these attributes, which takes it out.
+        item.update(effect_keys(item, self.shards))
         note = None if record.note is None else json.dumps(record.note, sort_keys=True)
         values = {
             "canonical_request": record.canonical_request,
@@ -429,6 +408,7 @@ class ItemCodec:
             last_attempt_at_ms=opt_int(item, "last_attempt_at_ms"),
             result=self.read_value(item, "result"),
             note=self._read_json(item, "note"),
+            tenant=item.get("tenant", {}).get("S", DEFAULT_TENANT),
         )
 
     def wait_item(self, record: WaitRecord, budget: int = ITEM_BUDGET_BYTES) -> dict[str, Any]:
@@ -449,19 +429,13 @@ class ItemCodec:
             "status": {"S": record.status.value},
             "created_at_ms": {"N": str(record.created_at_ms)},
             "updated_at_ms": {"N": str(record.updated_at_ms)},
-            "gsi1pk": {"S": f"WAIT#{record.kind}#{record.status.value}"},
-            "gsi1sk": {"S": f"{ts(record.created_at_ms)}#{record.wait_id}"},
+            "tenant": {"S": record.tenant},
         }
         for name in ("deadline_ms", "heartbeat_timeout_ms", "heartbeat_deadline_ms"):
             value = getattr(record, name)
             if value is not None:
                 item[name] = {"N": str(value)}
-        due = record.due_at_ms
-        if record.status is WaitStatus.PENDING and due is not None:
-            # Sparse index of pending waits by expiry: the reconciler expires them even while
-            # the run sleeps on something else.
-            item["gsi2pk"] = {"S": WAIT_DUE_PK}
-            item["gsi2sk"] = {"S": f"{ts(due)}#{record.wait_id}"}
+        item.update(wait_keys(item, self.shards))
         outcome = None if record.outcome is None else json.dumps(record.outcome, sort_keys=True)
         values = {"details": json.dumps(record.details, sort_keys=True), "outcome": outcome}
         return self._fit(record.run_id, item, values, budget)
@@ -484,4 +458,5 @@ class ItemCodec:
             heartbeat_deadline_ms=opt_int(item, "heartbeat_deadline_ms"),
             details=json.loads(self.read_value(item, "details") or "{}"),
             outcome=json.loads(outcome) if outcome else None,
+            tenant=item.get("tenant", {}).get("S", DEFAULT_TENANT),
         )

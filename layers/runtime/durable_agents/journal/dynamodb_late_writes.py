@@ -35,7 +35,9 @@ from botocore.exceptions import ClientError
 from durable_agents.core.faults import GuardedClient, error_code
 from durable_agents.core.models import EffectChange, Entry, RunChange, RunHeader, WaitChange
 from durable_agents.errors import RunNotFoundError
-from durable_agents.journal.dynamodb_items import EXPIRING_PK, HEADER_SK, pk, ts
+from durable_agents.journal.dynamodb_items import HEADER_SK, pk
+from durable_agents.journal.index_keys import EXPIRING_PK, ts
+from durable_agents.journal.index_shards import IndexShards
 from durable_agents.journal.retention import (
     UNFINISHED_TRUSTED_S,
     late_stamp_due,
@@ -122,9 +124,13 @@ class LateWrites:
         client: The journal's guarded DynamoDB client.
         table: The journal table.
         expiries: What this process read of runs' expiries (this notes what it reads too).
+        shards: The index shards (a relisted run goes to its shard of ``EXPIRING``).
     """
 
-    def __init__(self, client: GuardedClient, table: str, expiries: RunExpiries):
+    def __init__(
+        self, client: GuardedClient, table: str, expiries: RunExpiries, shards: IndexShards
+    ):
+        self._shards = shards
         self._client = client
         self._table = table
         self._expiries = expiries
@@ -194,14 +200,14 @@ class LateWrites:
         then fails finds nothing new, at no harm.
         """
         try:
-            self._client.update_item(**relist_request(self._table, run_id, due_ms))
+            self._client.update_item(**relist_request(self._table, run_id, due_ms, self._shards))
         except ClientError as exc:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
             # A pass is due later already (it covers this write), or the header expired.
 
 
-def relist_request(table: str, run_id: str, due_ms: int) -> dict[str, Any]:
+def relist_request(table: str, run_id: str, due_ms: int, shards: IndexShards) -> dict[str, Any]:
     """Lists a finished run for one more stamping pass at ``due_ms`` (``late_stamp_due``).
 
     Conditional on the header still being there with its expiry, and on no pass being due
@@ -211,19 +217,22 @@ def relist_request(table: str, run_id: str, due_ms: int) -> dict[str, Any]:
     return {
         "TableName": table,
         "Key": {"pk": pk(run_id), "sk": {"S": HEADER_SK}},
-        "UpdateExpression": "SET #due = :due, #p = :p, #s = :s",
+        # In gsi1's EXPIRING listing (ADR 0029); a header still listed in gsi2 leaves it.
+        "UpdateExpression": "SET #due = :due, #p = :p, #s = :s REMOVE #p2, #s2",
         "ConditionExpression": (
             "attribute_exists(#ttl) AND (attribute_not_exists(#due) OR #due < :due)"
         ),
         "ExpressionAttributeNames": {
             "#due": "stamp_due_at_ms",
-            "#p": "gsi2pk",
-            "#s": "gsi2sk",
+            "#p": "gsi1pk",
+            "#s": "gsi1sk",
+            "#p2": "gsi2pk",
+            "#s2": "gsi2sk",
             "#ttl": "ttl",
         },
         "ExpressionAttributeValues": {
             ":due": {"N": str(due_ms)},
-            ":p": {"S": EXPIRING_PK},
+            ":p": {"S": shards.key(EXPIRING_PK, run_id)},
             ":s": {"S": f"{ts(due_ms)}#{run_id}"},
         },
     }

@@ -1,18 +1,16 @@
 """The index listings of the DynamoDB journal: runs, timers, side effects and waits by GSI.
 
-Every listing is one Query page of a GSI partition (eventually consistent) with an opaque cursor
-to the next page; runs by start time are read across the shards of ``gsi4``
-(``dynamodb_run_listing``); ``run_tenants`` reads headers in batches. See
-docs/adr/0001-journal-layout.md for the indexes.
+Every listing but runs by start time is one index partition per shard (``index_shards``),
+read as one ordered listing (``shard_merge``) with a cursor ``<listing>|<key>`` that goes on
+strictly after a sort key (the in-memory journal's form, ``conditions.position``); runs by
+start time are read across the shards of ``gsi4`` (``dynamodb_run_listing``); ``run_tenants``
+reads headers in batches. See docs/adr/0001-journal-layout.md and ADR 0029 for the indexes.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-from collections.abc import Collection, Sequence
-from typing import Any, overload
+from collections.abc import Collection
+from typing import Any
 
 from durable_agents.core.faults import GuardedClient
 from durable_agents.core.models import (
@@ -24,25 +22,27 @@ from durable_agents.core.models import (
     WaitStatus,
 )
 from durable_agents.core.tenancy import DEFAULT_TENANT
-from durable_agents.errors import InfrastructureError, InvalidCursorError
-from durable_agents.journal.dynamodb_items import (
+from durable_agents.errors import InfrastructureError
+from durable_agents.journal.conditions import position
+from durable_agents.journal.dynamodb_items import HEADER_SK, ItemCodec, pk
+from durable_agents.journal.dynamodb_run_listing import list_runs_by_start
+from durable_agents.journal.index_keys import (
     EXPIRING_PK,
-    HEADER_SK,
+    LEGACY_RUN_SLOTS_INDEX,
     PREPARED_PK,
     REVIEW_PK,
     WAIT_DUE_PK,
     WAKE_PK,
-    ItemCodec,
-    pk,
+    status_listing,
+    tenant_listing,
     ts,
+    wait_listing,
 )
-from durable_agents.journal.dynamodb_run_listing import list_runs_by_start
 from durable_agents.journal.run_listing import RunQuery
-from durable_agents.journal.store import Page
+from durable_agents.journal.shard_merge import KeyRange, ShardedIndex
+from durable_agents.journal.store import Page, tenant_listed
 
-KEY_BYTES = 1024  # DynamoDB's limit for a range key (and far above any key of ours)
 BATCH_ROUNDS = 3  # BatchGetItem rounds before keys left unprocessed are a failure
-Filter = tuple[str, dict[str, str], dict[str, Any]]  # expression, names, values
 
 
 class IndexListings:
@@ -58,6 +58,7 @@ class IndexListings:
         self._client = client
         self._table = table
         self._items = items
+        self._shards = items.shards
 
     def runs(self, query: RunQuery, *, limit: int, cursor: str | None) -> RunPage:
         """One page of runs, newest start first (GSI ``gsi4``, see ``dynamodb_run_listing``).
@@ -72,47 +73,72 @@ class IndexListings:
     def changed_runs_page(
         self, status: RunStatus, *, limit: int = 50, cursor: str | None = None
     ) -> Page[RunHeader]:
-        """One page of the runs in ``status``, least recently changed first (GSI ``gsi1``)."""
-        return self._query_index("gsi1", f"STATUS#{status.value}", limit=limit, cursor=cursor).map(
+        """One page of the unfinished runs in ``status``, least recently changed first (gsi1).
+
+        SUSPENDED lists the runs without a timer (``due_runs_page`` lists the others); a
+        finished status lists nothing (finished runs are listed by ``expiring_runs_page``
+        until stamped, and by start time).
+        """
+        if status.terminal:
+            return Page([], None)
+        return self._listing(status_listing(status), limit=limit, cursor=cursor).map(
             self._items.header_from_item
         )
 
     def due_runs_page(
         self, now_ms: int, *, limit: int = 100, cursor: str | None = None
     ) -> Page[RunHeader]:
-        """Returns one page of SUSPENDED runs whose timer is due (sparse GSI ``gsi2``)."""
-        return self._query_index("gsi2", WAKE_PK, before_ms=now_ms, limit=limit, cursor=cursor).map(
-            self._items.header_from_item
-        )
+        """Returns one page of SUSPENDED runs whose timer is due (``WAKE``, gsi1)."""
+        return self._listing(
+            WAKE_PK, before_ms=now_ms, limit=limit, cursor=cursor, legacy=True
+        ).map(self._items.header_from_item)
 
     def stale_effects_page(
         self, now_ms: int, *, limit: int = 100, cursor: str | None = None
     ) -> Page[SideEffectRecord]:
         """Returns one page of PREPARED records past their stale time (sparse GSI ``gsi2``)."""
-        return self._query_index(
-            "gsi2", PREPARED_PK, before_ms=now_ms, limit=limit, cursor=cursor
+        return self._listing(
+            PREPARED_PK, before_ms=now_ms, limit=limit, cursor=cursor, index="gsi2"
         ).map(self._items.effect_from_item)
 
     def effects_in_review(self, *, limit: int = 100) -> list[SideEffectRecord]:
-        """Returns records in NEEDS_REVIEW, oldest first (GSI ``gsi1``)."""
-        page = self._query_index("gsi1", REVIEW_PK, limit=limit)
-        return [self._items.effect_from_item(item) for item in page.items]
+        """Returns records in NEEDS_REVIEW, oldest first (gsi1)."""
+        return self.reviews_page(limit=limit).items
 
     def reviews_page(
-        self, *, limit: int = 100, cursor: str | None = None
+        self, *, limit: int = 100, cursor: str | None = None, tenant: str | None = None
     ) -> Page[SideEffectRecord]:
-        """Returns one page of records in NEEDS_REVIEW, oldest first (GSI ``gsi1``)."""
-        return self._query_index("gsi1", REVIEW_PK, limit=limit, cursor=cursor).map(
+        """One page of records in NEEDS_REVIEW, oldest first (a tenant's own listing: gsi3).
+
+        Without ``tenant``, every tenant's (gsi1).
+        """
+        return self._listing(REVIEW_PK, limit=limit, cursor=cursor, tenant=tenant).map(
             self._items.effect_from_item
         )
 
     def waits_page(
-        self, kind: str, status: WaitStatus, *, limit: int = 100, cursor: str | None = None
+        self,
+        kind: str,
+        status: WaitStatus,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        tenant: str | None = None,
     ) -> Page[WaitRecord]:
-        """Returns one page of waits of one kind and status, oldest first (GSI ``gsi1``)."""
-        return self._query_index(
-            "gsi1", f"WAIT#{kind}#{status.value}", limit=limit, cursor=cursor
-        ).map(self._items.wait_from_item)
+        """One page of waits of one kind and status, oldest first (a tenant's own: gsi3).
+
+        Without ``tenant``, every tenant's (gsi1); per tenant, approvals and callbacks only
+        (``TENANT_LISTED_KINDS``).
+
+        Raises:
+            ValueError: If a tenant is given for another kind.
+            InvalidCursorError: If ``cursor`` is malformed or another listing's.
+        """
+        tenant_listed(kind, tenant)
+        listing = wait_listing(kind, status)
+        return self._listing(listing, limit=limit, cursor=cursor, tenant=tenant).map(
+            self._items.wait_from_item
+        )
 
     def run_tenants(self, run_ids: Collection[str]) -> dict[str, str]:
         """The tenant of each of these runs that exists: ``BatchGetItem``, 100 keys a request.
@@ -149,144 +175,65 @@ class IndexListings:
         return tenants
 
     def list_waits(self, kind: str, status: WaitStatus, *, limit: int = 100) -> list[WaitRecord]:
-        """Returns waits of one kind and status, oldest first (GSI ``gsi1``)."""
-        page = self._query_index("gsi1", f"WAIT#{kind}#{status.value}", limit=limit)
-        return [self._items.wait_from_item(item) for item in page.items]
+        """Returns waits of one kind and status, oldest first (gsi1, first page)."""
+        return self.waits_page(kind, status, limit=limit).items
 
     def due_waits_page(
         self, now_ms: int, *, limit: int = 100, cursor: str | None = None
     ) -> Page[WaitRecord]:
-        """Returns one page of PENDING waits past their deadline or heartbeat (GSI ``gsi2``)."""
-        return self._query_index(
-            "gsi2", WAIT_DUE_PK, before_ms=now_ms, limit=limit, cursor=cursor
+        """Returns one page of PENDING waits past their deadline or heartbeat (gsi2)."""
+        return self._listing(
+            WAIT_DUE_PK, before_ms=now_ms, limit=limit, cursor=cursor, index="gsi2"
         ).map(self._items.wait_from_item)
 
     def expiring_runs_page(
         self, now_ms: int, *, limit: int = 100, cursor: str | None = None
     ) -> Page[RunHeader]:
-        """One page of finished runs due for stamping (sparse GSI ``gsi2``, ``EXPIRING``)."""
-        return self._query_index(
-            "gsi2", EXPIRING_PK, before_ms=now_ms, limit=limit, cursor=cursor
+        """One page of finished runs due for stamping (``EXPIRING``, gsi1)."""
+        return self._listing(
+            EXPIRING_PK, before_ms=now_ms, limit=limit, cursor=cursor, legacy=True
         ).map(self._items.header_from_item)
 
-    def _query_index(
+    def _listing(
         self,
-        index: str,
-        partition: str,
+        listing: str,
         *,
         before_ms: int | None = None,
         limit: int,
         cursor: str | None = None,
-        newest_first: bool = False,
-        prefix: str | None = None,
-        filter_: Filter | None = None,
+        index: str = "gsi1",
+        tenant: str | None = None,
+        legacy: bool = False,
     ) -> Page[dict[str, Any]]:
-        """One page of a GSI partition (raw items), with its cursor and each item's position.
+        """One page of a listing's shards merged (raw items), oldest key first.
 
-        Oldest first unless ``newest_first``; optionally only keys before ``before_ms``, or
-        only keys beginning with ``prefix``; optionally only items that pass ``filter_``
-        (applied after ``limit`` items are read).
+        Args:
+            listing: The listing's name (its shard 0's partition key).
+            before_ms: Only keys of a due time at or before it.
+            limit: The most items.
+            cursor: Where the previous page ended.
+            index: The listing's index.
+            tenant: Read the tenant's own listing instead (``gsi3``).
+            legacy: Also read the listing's partition in ``gsi2``, where runs were listed
+                before ADR 0029 (until their next change, or the backfill, moves them).
+
+        Each item's position and the page's cursor are ``<listing>|<sort key>``
+        (``conditions.position``).
 
         Raises:
-            InvalidCursorError: If ``cursor`` is not a key of this index partition.
+            InvalidCursorError: If ``cursor`` is malformed or another listing's.
         """
-        condition = f"{index}pk = :pk"
-        values: dict[str, Any] = {":pk": {"S": partition}}
-        if prefix is not None:
-            condition += f" AND begins_with({index}sk, :prefix)"
-            values[":prefix"] = {"S": prefix}
-        if before_ms is not None:
-            condition += f" AND {index}sk < :upper"
-            values[":upper"] = {"S": ts(before_ms + 1)}
-        kwargs: dict[str, Any] = {
-            "TableName": self._table,
-            "IndexName": index,
-            "KeyConditionExpression": condition,
-            "ExpressionAttributeValues": values,
-            "ScanIndexForward": not newest_first,
-            "Limit": limit,
-        }
-        if filter_ is not None:
-            expression, names, filter_values = filter_
-            kwargs["FilterExpression"] = expression
-            kwargs["ExpressionAttributeNames"] = names
-            values.update(filter_values)
-        if cursor is not None:
-            kwargs["ExclusiveStartKey"] = start_key(cursor, index, partition)
-        page = self._client.query(**kwargs)
-        items = list(page.get("Items", []))
-        last = page.get("LastEvaluatedKey")
-        return Page(items, _cursor(last) if last else None, _Positions(items, _key_names(index)))
-
-
-class _Positions(Sequence[str]):
-    """Each item's position (``Page.positions``), encoded only when asked for.
-
-    Most pages (the reconciler's sweeps) are never cut; the Api's tenant listings read one.
-    """
-
-    def __init__(self, items: list[dict[str, Any]], keys: tuple[str, ...]):
-        self._items = items
-        self._keys = keys
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    @overload
-    def __getitem__(self, index: int) -> str: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[str]: ...
-
-    def __getitem__(self, index: int | slice) -> str | list[str]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        # Any item's index and table keys are a valid ExclusiveStartKey: the place right after it.
-        item = self._items[index]
-        return _cursor({name: item[name] for name in self._keys})
-
-
-def _key_names(index: str) -> tuple[str, ...]:
-    return ("pk", "sk", f"{index}pk", f"{index}sk")
-
-
-def _cursor(key: dict[str, Any]) -> str:
-    """The opaque cursor of a page that ends at ``key`` (base64url JSON of the key)."""
-    return base64.urlsafe_b64encode(json.dumps(key, separators=(",", ":")).encode()).decode()
-
-
-def start_key(cursor: str, index: str, partition: str) -> dict[str, Any]:
-    """The ``ExclusiveStartKey`` a cursor stands for, if it is one of this index partition.
-
-    A cursor reaches DynamoDB only in the shape this listing hands out: callers pass cursors
-    back through the Api, and anything else would be a ``ValidationException`` (a 5xx) or a
-    read of another partition.
-
-    Raises:
-        InvalidCursorError: If ``cursor`` is malformed or a key of another index or partition.
-    """
-    try:
-        key = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
-    except (ValueError, binascii.Error) as exc:  # UnicodeError is a ValueError
-        raise InvalidCursorError(cursor, "the cursor is malformed") from exc
-    names = _key_names(index)
-    if not (
-        isinstance(key, dict)
-        and set(key) == set(names)
-        and all(_is_key_string(value) for value in key.values())
-    ):
-        raise InvalidCursorError(cursor, "the cursor is malformed")
-    if key[f"{index}pk"]["S"] != partition:
-        raise InvalidCursorError(cursor)
-    return key
-
-
-def _is_key_string(value: Any) -> bool:
-    # A string key attribute as DynamoDB sends it: {"S": "..."}, 1-1,024 bytes.
-    if not (isinstance(value, dict) and set(value) == {"S"} and isinstance(value["S"], str)):
-        return False
-    try:
-        size = len(value["S"].encode())
-    except UnicodeError:  # a lone surrogate
-        return False
-    return 0 < size <= KEY_BYTES
+        if tenant is not None:
+            index, listing = "gsi3", tenant_listing(tenant, listing)
+        after = None if cursor is None else position(listing, cursor)
+        # Keys are "<13-digit ms>#<id>": every key due at or before before_ms sorts below this.
+        high = None if before_ms is None else ts(before_ms + 1)
+        parts = [(index, p) for p in self._shards.partitions(listing)]
+        if legacy:
+            parts.append((LEGACY_RUN_SLOTS_INDEX, listing))
+        merged = ShardedIndex(self._client, self._table, parts).read(
+            KeyRange(low=after, high=high, skip=after), limit=limit
+        )
+        positions = [f"{listing}|{key}" for key, _ in merged.keyed]
+        more = None if merged.after is None else f"{listing}|{merged.after}"
+        return Page([item for _, item in merged.keyed], more, positions)

@@ -42,6 +42,7 @@ from durable_agents.journal.dynamodb_items import HEADER_SK, WAIT_SK, ItemCodec,
 from durable_agents.journal.dynamodb_late_writes import RunExpiries
 from durable_agents.journal.entry_cache import DecodedEntries
 from durable_agents.journal.header_echo import HEADER_ECHO_SK, token_of
+from durable_agents.journal.index_keys import LISTING_SK
 from durable_agents.journal.item_size import item_size
 from durable_agents.journal.prefix_view import PrefixView, extend_view
 from durable_agents.journal.tail_cache import (
@@ -244,6 +245,8 @@ class RunLoader:
             elif sk.startswith("S#"):
                 effects.append(self._items.effect_from_item(item))
                 effect_bytes.append(effect_bytes[-1] + item_size(item))
+            elif sk == LISTING_SK:
+                continue  # the run's place in the start-time indexes, nothing to replay
             else:
                 entries.append(self._entry(run_id, known, sk, item))
                 entry_bytes.append(entry_bytes[-1] + item_size(item))

@@ -31,8 +31,8 @@ from durable_agents.journal.dynamodb_items import (
     ItemCodec,
     idem_pk,
     pk,
-    ts,
 )
+from durable_agents.journal.index_keys import EXPIRING_PK, ts
 from durable_agents.journal.retention import RETENTION_TAG, retention_class_days
 from durable_agents.journal.store import next_stamp_due
 
@@ -173,14 +173,21 @@ class ExpiryStamper:
     def _advance(self, header: RunHeader, due: int) -> None:
         """After a pass: list the run again later, or take it out; only if still as read."""
         following = next_stamp_due(header)
-        names = {"#due": "stamp_due_at_ms", "#s": "gsi2sk"}
+        # The run's slot is gsi1's EXPIRING (ADR 0029); one listed in gsi2 before it leaves.
+        names = {
+            "#due": "stamp_due_at_ms",
+            "#p": "gsi1pk",
+            "#s": "gsi1sk",
+            "#p2": "gsi2pk",
+            "#s2": "gsi2sk",
+        }
         values: dict[str, Any] = {":due": {"N": str(due)}}
         if following is None:
-            names["#p"] = "gsi2pk"
-            expression = "REMOVE #due, #p, #s"
+            expression = "REMOVE #due, #p, #s, #p2, #s2"
         else:
-            expression = "SET #due = :next, #s = :sk"
+            expression = "SET #due = :next, #p = :pk, #s = :sk REMOVE #p2, #s2"
             values[":next"] = {"N": str(following)}
+            values[":pk"] = {"S": self._items.shards.key(EXPIRING_PK, header.run_id)}
             values[":sk"] = {"S": f"{ts(following)}#{header.run_id}"}
         try:
             self._client.update_item(

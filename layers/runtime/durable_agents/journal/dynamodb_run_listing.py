@@ -1,41 +1,37 @@
-"""Listing runs by start time on DynamoDB: GSI ``gsi4``, read across its shards (ADR 0012).
+"""Listing runs by start time on DynamoDB: listing items in ``gsi4`` or ``gsi3`` (ADR 0012, 0029).
 
-A run's ``gsi4`` key is written when it starts and never changes: partition ``STARTED#<n>``
-(``CHILDREN#<n>`` for a sub-agent run), sort key ``<created_at_ms>#<run_id>``. The start-time
-range is the key condition; the other filters (tenant, status, agent, version, parent) are a
-``FilterExpression``.
+A run's listing item (``pk = RUN#<run_id>``, ``sk = #LIST``) is written with its header and
+never changes. It is in two indexes, each spread over shards (``index_shards``), sort key
+``<created_at_ms>#<run_id>``:
 
-One page merges the shards newest first. Each shard read so far has a *frontier*: the lowest
-key it has examined (DynamoDB's ``LastEvaluatedKey``), or the range's floor once it is read to
-the end. Every key at or above the highest frontier has been examined in every shard, so the
-runs up there are complete and in order; only they are returned. When fewer than ``limit``
-are complete, the shard holding the highest frontier is read further (at most
-``MAX_SHARD_QUERIES`` queries a page). The cursor is the listing key of the last run returned,
-or the highest frontier when the page is short; the next page reads strictly below it, so no
-run is returned twice or skipped, while runs start (above every cursor) or change status.
+* ``gsi4``, every tenant's runs: ``STARTED#<n>`` (``CHILDREN#<n>`` for sub-agent runs), what
+  the operators' tenant lists;
+* ``gsi3``, one tenant's runs: ``TENANT#<tenant>#STARTED`` (``…#CHILDREN``) and its shards, so
+  that a tenant's page reads its own partitions and never another tenant's runs.
+
+The start-time range is the key condition, the agent and parent a ``FilterExpression`` (both
+are on the listing item); a page of the shards is merged newest first (``shard_merge``), and
+the runs' headers are then read in one strongly consistent ``BatchGetItem`` per 100: the
+status and pinned version are the header's, current, and filter the page (which may then be
+short, with a cursor). Headers from before ADR 0029 carry their own ``gsi4`` keys until
+``scripts/backfill_index_layout.py`` gives them a listing item; a run found twice meanwhile is
+listed once.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Collection
 from typing import Any
 
 from durable_agents.core.faults import GuardedClient
-from durable_agents.core.models import RunPage
-from durable_agents.core.tenancy import DEFAULT_TENANT
-from durable_agents.journal.dynamodb_items import RUN_SHARDS, ItemCodec
+from durable_agents.core.models import RunHeader, RunPage
+from durable_agents.errors import InfrastructureError
+from durable_agents.journal.dynamodb_items import HEADER_SK, ItemCodec, pk
+from durable_agents.journal.index_keys import tenant_listing
 from durable_agents.journal.run_listing import RunQuery
+from durable_agents.journal.shard_merge import Filter, KeyRange, ShardedIndex
 
-MAX_SHARD_QUERIES = 16  # per page: a filtered page may be short (and carry a cursor)
-
-
-@dataclass
-class _Shard:
-    partition: str
-    frontier: str | None = None  # lowest key examined; None: not read yet
-    start_key: dict[str, Any] | None = None
-    done: bool = False
-    found: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+BATCH_ROUNDS = 3  # BatchGetItem rounds before keys left unprocessed are a failure
 
 
 def list_runs_by_start(
@@ -51,111 +47,67 @@ def list_runs_by_start(
 
     Raises:
         InvalidCursorError: If ``cursor`` is malformed or continues another query.
+        InfrastructureError: If DynamoDB fails.
     """
     boundary = query.boundary(cursor)
     low, high = query.key_range(boundary)
-    prefixes = (["STARTED"] if query.top_level else []) + (["CHILDREN"] if query.children else [])
-    shards = [_Shard(f"{p}#{n}") for p in prefixes for n in range(RUN_SHARDS)]
-    filter_ = _filter(query)
-    for _ in range(MAX_SHARD_QUERIES):
-        pending = [s for s in shards if not s.done]
-        if not pending:
-            break
-        unread = [s for s in pending if s.frontier is None]
-        if not unread and len(_complete(shards, low)) >= limit:
-            break
-        # Every shard once; then the one whose frontier holds the page back.
-        shard = unread[0] if unread else max(pending, key=lambda s: s.frontier or "")
-        _read(client, table, shard, low, high, boundary, filter_, limit)
-    complete = _complete(shards, low)
-    page = complete[:limit]
-    runs = [items.header_from_item(item) for _, item in page]
-    if (len(page) == limit and len(complete) > limit) or not all(s.done for s in shards):
-        # More may follow: below the last run returned, or (a short page) below the highest
-        # frontier, everything above which is on this page.
-        after = page[-1][0] if len(page) == limit else _frontier(shards, low)
-        return RunPage(runs, query.cursor_after(after))
-    return RunPage(runs, None)
-
-
-def _frontier(shards: list[_Shard], low: str) -> str:
-    """The highest frontier of the shards not read to the end (``low`` when all are)."""
-    open_ = [s.frontier or "~" for s in shards if not s.done]
-    return max(open_) if open_ else low
-
-
-def _complete(shards: list[_Shard], low: str) -> list[tuple[str, dict[str, Any]]]:
-    """The runs found at or above the highest frontier, newest first."""
-    line = _frontier(shards, low)
-    found = [pair for s in shards for pair in s.found if pair[0] >= line]
-    return sorted(found, key=lambda pair: pair[0], reverse=True)
-
-
-def _read(
-    client: GuardedClient,
-    table: str,
-    shard: _Shard,
-    low: str,
-    high: str,
-    boundary: str | None,
-    filter_: tuple[str, dict[str, str], dict[str, Any]] | None,
-    limit: int,
-) -> None:
-    values: dict[str, Any] = {
-        ":pk": {"S": shard.partition},
-        ":low": {"S": low},
-        ":high": {"S": high},
-    }
-    kwargs: dict[str, Any] = {
-        "TableName": table,
-        "IndexName": "gsi4",
-        "KeyConditionExpression": "gsi4pk = :pk AND gsi4sk BETWEEN :low AND :high",
-        "ExpressionAttributeValues": values,
-        "ScanIndexForward": False,
-        "Limit": limit,
-    }
-    if filter_ is not None:
-        kwargs["FilterExpression"], kwargs["ExpressionAttributeNames"], extra = filter_
-        values.update(extra)
-    if shard.start_key is not None:
-        kwargs["ExclusiveStartKey"] = shard.start_key
-    reply = client.query(**kwargs)
-    for item in reply.get("Items", []):
-        key = item["gsi4sk"]["S"]
-        if key != boundary:  # the last run of the previous page (BETWEEN is inclusive)
-            shard.found.append((key, item))
-    last = reply.get("LastEvaluatedKey")
-    if last:
-        shard.start_key = last
-        shard.frontier = last["gsi4sk"]["S"]
+    kinds = (["STARTED"] if query.top_level else []) + (["CHILDREN"] if query.children else [])
+    shards = items.shards
+    if query.tenant is None:
+        index = "gsi4"
+        partitions = [p for kind in kinds for p in shards.started_partitions(kind)]
     else:
-        shard.done = True
-        shard.frontier = low
+        index = "gsi3"
+        partitions = [
+            p for kind in kinds for p in shards.partitions(tenant_listing(query.tenant, kind))
+        ]
+    merged = ShardedIndex.of(client, table, index, partitions).read(
+        KeyRange(low, high, skip=boundary), limit=limit, newest_first=True, filter_=_filter(query)
+    )
+    run_ids = list(dict.fromkeys(item["run_id"]["S"] for _, item in merged.keyed))
+    headers = read_headers(client, table, items, run_ids)
+    runs = [headers[r] for r in run_ids if r in headers and query.matches(headers[r])]
+    return RunPage(runs, None if merged.after is None else query.cursor_after(merged.after))
 
 
-def _filter(query: RunQuery) -> tuple[str, dict[str, str], dict[str, Any]] | None:
-    """The ``FilterExpression`` of the query's filters that are not part of the key."""
+def read_headers(
+    client: GuardedClient, table: str, items: ItemCodec, run_ids: Collection[str]
+) -> dict[str, RunHeader]:
+    """The headers of these runs that exist: strongly consistent ``BatchGetItem``, 100 a request.
+
+    Raises:
+        InfrastructureError: If DynamoDB fails, or leaves keys unprocessed round after round.
+    """
+    found: dict[str, RunHeader] = {}
+    wanted = list(dict.fromkeys(run_ids))
+    for start in range(0, len(wanted), 100):
+        keys = [{"pk": pk(r), "sk": {"S": HEADER_SK}} for r in wanted[start : start + 100]]
+        request: dict[str, Any] = {table: {"Keys": keys, "ConsistentRead": True}}
+        for _ in range(BATCH_ROUNDS):
+            reply = client.batch_get_item(RequestItems=request)
+            for item in reply.get("Responses", {}).get(table, []):
+                header = items.header_from_item(item)
+                found[header.run_id] = header
+            request = reply.get("UnprocessedKeys") or {}
+            if not request:
+                break
+        else:
+            # Throttled round after round (the SDK retries each round itself).
+            raise InfrastructureError("BatchGetItem", "UnprocessedKeys")
+    return found
+
+
+def _filter(query: RunQuery) -> Filter | None:
+    """The ``FilterExpression`` of the query's filters on what a listing item holds."""
     clauses: list[str] = []
     names: dict[str, str] = {}
     values: dict[str, Any] = {}
-
-    def equal(attr: str, value: str, name: str) -> None:
-        clauses.append(f"#{name} = :{name}")
-        names[f"#{name}"] = attr
-        values[f":{name}"] = {"S": value}
-
-    if query.status is not None:
-        equal("status", query.status.value, "status")
     if query.agent is not None:
-        equal("agent", query.agent, "agent")
+        clauses.append("#agent = :agent")
+        names["#agent"] = "agent"
+        values[":agent"] = {"S": query.agent}
     if query.parent is not None:
-        equal("parent_run_id", query.parent, "parent")
-    if query.tenant is not None:
-        equal("tenant", query.tenant, "tenant")
-        if query.tenant == DEFAULT_TENANT:  # headers from before tenants have none
-            clauses[-1] = "(#tenant = :tenant OR attribute_not_exists(#tenant))"
-    if query.version is not None:
-        clauses.append("#versions.#workflow = :version")
-        names |= {"#versions": "versions", "#workflow": "workflow_version"}
-        values[":version"] = {"S": query.version}
+        clauses.append("#parent = :parent")
+        names["#parent"] = "parent_run_id"
+        values[":parent"] = {"S": query.parent}
     return (" AND ".join(clauses), names, values) if clauses else None

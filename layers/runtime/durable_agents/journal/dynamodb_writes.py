@@ -23,10 +23,8 @@ from durable_agents.core.models import (
     Entry,
     RunChange,
     RunHeader,
-    RunStatus,
     WaitChange,
 )
-from durable_agents.core.tenancy import DEFAULT_TENANT
 from durable_agents.errors import (
     EffectConflictError,
     EntryConflictError,
@@ -37,20 +35,10 @@ from durable_agents.errors import (
     RunStateConflictError,
     WaitConflictError,
 )
-from durable_agents.journal.dynamodb_items import (
-    EXPIRING_PK,
-    HEADER_SK,
-    IDEM_SK,
-    WAKE_PK,
-    ItemCodec,
-    idem_pk,
-    pk,
-    tenant_pk,
-    tenant_sk,
-    ts,
-)
+from durable_agents.journal.dynamodb_items import HEADER_SK, IDEM_SK, ItemCodec, idem_pk, pk
 from durable_agents.journal.dynamodb_loads import RunLoader
 from durable_agents.journal.header_echo import ECHO_ATTR, echo_put, new_token
+from durable_agents.journal.index_keys import run_slot
 from durable_agents.journal.item_size import ITEM_BUDGET_BYTES, transaction_put_budget
 from durable_agents.journal.retention import DEFAULT_RETENTION_S
 
@@ -144,16 +132,32 @@ def update_request(
         ItemTooLargeError: If a value must be spilled and no payload bucket is configured, or
             the header's values would be over their budget.
     """
+    # The run's one listing (ADR 0029): a status change moves the header in gsi1 only. A
+    # finished run is listed for the stamping passes (durable_agents.journal.retention),
+    # due now.
+    stamp_due = change.updated_at_ms if change.status.terminal else None
+    # A change to SUSPENDED always says when it wakes (RunChange); any other status: unlisted.
+    wake = None if change.wake_at_ms is UNSET else change.wake_at_ms
+    slot = run_slot(
+        change.status,
+        run_id,
+        updated_at_ms=change.updated_at_ms,
+        wake_at_ms=wake,
+        stamp_due_at_ms=stamp_due,
+    )
+    assert slot is not None  # an unfinished run, or a finished one not stamped yet
+    listing, key = slot
     sets: dict[str, dict[str, Any]] = {
         "status": {"S": change.status.value},
         "updated_at_ms": {"N": str(change.updated_at_ms)},
-        "gsi1pk": {"S": f"STATUS#{change.status.value}"},
-        "gsi1sk": {"S": f"{ts(change.updated_at_ms)}#{run_id}"},
-        "gsi3sk": {"S": tenant_sk(change.status, change.updated_at_ms, run_id)},
+        "gsi1pk": {"S": items.shards.key(listing, run_id)},
+        "gsi1sk": {"S": key},
     }
+    # Keys of the layout before ADR 0029 leave with the header's first change: gsi2 held
+    # WAKE and EXPIRING, gsi3 a tenant's runs by status (no reader left).
+    removes: list[str] = ["gsi2pk", "gsi2sk", "gsi3pk", "gsi3sk"]
     if echo_token is not None:
         sets[ECHO_ATTR] = {"S": echo_token}
-    removes: list[str] = []
     if change.result is not UNSET:
         removes += ["result", "result_ref"]
         if change.result is not None:
@@ -191,18 +195,8 @@ def update_request(
             removes.append("wake_at_ms")
         else:
             sets["wake_at_ms"] = {"N": str(change.wake_at_ms)}
-    if change.status.terminal:
-        # Finished: listed for the reconciler to stamp every other item with the expiry
-        # (durable_agents.journal.retention); a finished run is never suspended, so gsi2 is free.
-        sets["gsi2pk"] = {"S": EXPIRING_PK}
-        sets["gsi2sk"] = {"S": f"{ts(change.updated_at_ms)}#{run_id}"}
-        sets["stamp_due_at_ms"] = {"N": str(change.updated_at_ms)}
-    elif change.status is RunStatus.SUSPENDED and change.wake_at_ms not in (UNSET, None):
-        # Only suspended runs with a timer are in the sparse timer index.
-        sets["gsi2pk"] = {"S": WAKE_PK}
-        sets["gsi2sk"] = {"S": f"{ts(change.wake_at_ms)}#{run_id}"}
-    elif change.status is not RunStatus.SUSPENDED or change.wake_at_ms is None:
-        removes += ["gsi2pk", "gsi2sk"]
+    if stamp_due is not None:
+        sets["stamp_due_at_ms"] = {"N": str(stamp_due)}
     items.check_header_update(run_id, sets)
     # Attribute names go through placeholders: "status", "result" and "error" are
     # reserved words in DynamoDB expressions.
@@ -228,11 +222,6 @@ def update_request(
     values[":zero"] = {"N": "0"}
     values[":one"] = {"N": "1"}
     set_parts.append("#rev = if_not_exists(#rev, :zero) + :one")
-    # The tenant is never changed (so never needed here); a header from before tenants
-    # joins the default tenant's listing on its first change.
-    names["#t3"] = "gsi3pk"
-    values[":t3"] = {"S": tenant_pk(DEFAULT_TENANT)}
-    set_parts.append("#t3 = if_not_exists(#t3, :t3)")
     if change.status.terminal:
         # The expiry, in the write that finishes the run: whoever finishes it (the run, a
         # stop, a time limit, the reconciler), its header can never be left without one.
@@ -294,7 +283,9 @@ class JournalWriter:
         self._loader = loader
 
     def create_run(self, header: RunHeader, echo_token: str) -> tuple[RunHeader, bool]:
-        """Writes a new run's header (stamped with ``echo_token``), and its idempotency key.
+        """Writes a new run: header (stamped with ``echo_token``), listing item, idempotency key.
+
+        One transaction: a run is never without its listing item (ADR 0029).
 
         Returns:
             The stored header and whether it was created by this call (False: the run the
@@ -310,11 +301,22 @@ class JournalWriter:
             "Item": {**self._items.header_item(header), ECHO_ATTR: {"S": echo_token}},
             "ConditionExpression": NOT_EXISTS,
         }
+        listing_put = {
+            "TableName": self._table,
+            "Item": self._items.listing_item(header),
+            "ConditionExpression": NOT_EXISTS,
+        }
         if header.idempotency_key is None:
             try:
-                self._client.put_item(**header_put)
+                self._client.transact_write_items(
+                    TransactItems=[{"Put": header_put}, {"Put": listing_put}]
+                )
             except ClientError as exc:
-                if error_code(exc) == "ConditionalCheckFailedException":
+                if error_code(exc) != "TransactionCanceledException":
+                    raise
+                if any(
+                    r.get("Code") == "ConditionalCheckFailed" for r in cancellation_reasons(exc)
+                ):
                     raise EntryConflictError(HEADER_SK) from exc
                 raise
             return header, True
@@ -333,7 +335,7 @@ class JournalWriter:
         }
         try:
             self._client.transact_write_items(
-                TransactItems=[{"Put": header_put}, {"Put": idem_put}]
+                TransactItems=[{"Put": header_put}, {"Put": idem_put}, {"Put": listing_put}]
             )
         except ClientError as exc:
             if error_code(exc) != "TransactionCanceledException":

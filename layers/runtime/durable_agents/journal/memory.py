@@ -44,7 +44,13 @@ from durable_agents.journal.conditions import (
 from durable_agents.journal.generation_keys import generation_of
 from durable_agents.journal.prefix_view import KeyedLog
 from durable_agents.journal.run_listing import RunQuery, started_key
-from durable_agents.journal.store import JournalStore, Page, next_stamp_due
+from durable_agents.journal.store import (
+    JournalStore,
+    Page,
+    next_stamp_due,
+    swept_by_status,
+    tenant_listed,
+)
 
 
 class InMemoryJournal(JournalStore):
@@ -216,10 +222,13 @@ class InMemoryJournal(JournalStore):
     def changed_runs_page(
         self, status: RunStatus, *, limit: int = 50, cursor: str | None = None
     ) -> Page[RunHeader]:
-        """One page of the runs in ``status``, least recently changed first."""
+        """One page of the unfinished runs in ``status``, least recently changed first.
+
+        SUSPENDED lists the runs without a timer; a finished status lists nothing.
+        """
         with self._lock:
-            found = [h for h in self._headers.values() if h.status is status]
-        return sorted_page("changed", found, changed_key, limit, cursor)
+            found = [h for h in self._headers.values() if swept_by_status(h, status)]
+        return sorted_page(f"changed:{status.value}", found, changed_key, limit, cursor)
 
     def expiring_runs_page(
         self, now_ms: int, *, limit: int = 100, cursor: str | None = None
@@ -319,19 +328,39 @@ class InMemoryJournal(JournalStore):
         return review[:limit]
 
     def reviews_page(
-        self, *, limit: int = 100, cursor: str | None = None
+        self, *, limit: int = 100, cursor: str | None = None, tenant: str | None = None
     ) -> Page[SideEffectRecord]:
-        """Returns one page of records in NEEDS_REVIEW, oldest first."""
-        review = self._all_effects(EffectStatus.NEEDS_REVIEW)
-        return sorted_page("reviews", review, review_key, limit, cursor)
+        """Returns one page of records in NEEDS_REVIEW, oldest first (one tenant's, if given)."""
+        review = [
+            r
+            for r in self._all_effects(EffectStatus.NEEDS_REVIEW)
+            if tenant is None or r.tenant == tenant
+        ]
+        return sorted_page(f"reviews:{tenant or '*'}", review, review_key, limit, cursor)
 
     def waits_page(
-        self, kind: str, status: WaitStatus, *, limit: int = 100, cursor: str | None = None
+        self,
+        kind: str,
+        status: WaitStatus,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        tenant: str | None = None,
     ) -> Page[WaitRecord]:
-        """Returns one page of waits of one kind and status, oldest first."""
+        """Returns one page of waits of one kind and status, oldest first (one tenant's).
+
+        Raises:
+            ValueError: If a tenant is given for a kind not listed per tenant.
+        """
+        tenant_listed(kind, tenant)
         with self._lock:
-            found = [w for w in self._waits.values() if w.kind == kind and w.status is status]
-        return sorted_page(f"waits:{kind}:{status.value}", found, wait_created_key, limit, cursor)
+            found = [
+                w
+                for w in self._waits.values()
+                if w.kind == kind and w.status is status and (tenant is None or w.tenant == tenant)
+            ]
+        listing = f"waits:{kind}:{status.value}:{tenant or '*'}"
+        return sorted_page(listing, found, wait_created_key, limit, cursor)
 
     def get_wait(self, wait_id: str) -> WaitRecord:
         """Returns an approval or callback record.

@@ -43,6 +43,7 @@ from durable_agents.core.models import (
     WaitRecord,
     WaitStatus,
 )
+from durable_agents.core.tenancy import DEFAULT_TENANT
 from durable_agents.errors import (
     ConfigurationError,
     EffectNotFoundError,
@@ -72,7 +73,7 @@ from durable_agents.journal.entry_cache import DecodedEntries
 from durable_agents.journal.generation_keys import generation_of
 from durable_agents.journal.run_listing import RunQuery, started_key
 from durable_agents.journal.sqlite_records import EFFECTS, ENTRIES, HEADERS, WAITS, RecordCodec
-from durable_agents.journal.store import JournalStore, Page, next_stamp_due
+from durable_agents.journal.store import JournalStore, Page, next_stamp_due, tenant_listed
 
 logger = logging.getLogger(__name__)
 
@@ -631,18 +632,24 @@ class SqliteJournal(JournalStore):
     def changed_runs_page(
         self, status: RunStatus, *, limit: int = 50, cursor: str | None = None
     ) -> Page[RunHeader]:
-        """One page of the runs in ``status``, least recently changed first.
+        """One page of the unfinished runs in ``status``, least recently changed first.
+
+        SUSPENDED lists the runs without a timer; a finished status lists nothing.
 
         Raises:
             InvalidCursorError: If ``cursor`` is malformed or another listing's.
             InfrastructureError: If SQLite fails.
         """
+        if status.terminal:
+            return Page([], None)
+        # A suspended run's timer is in its record (the header's JSON), not a column.
         return self._page(
-            "changed",
+            f"changed:{status.value}",
             HEADERS,
-            "SELECT changed_key, record FROM runs WHERE status = ? AND changed_key > ?"
-            " ORDER BY changed_key LIMIT ?",
-            (status.value,),
+            "SELECT changed_key, record FROM runs WHERE status = ?"
+            " AND (? = 0 OR json_extract(record, '$.wake_at_ms') IS NULL)"
+            " AND changed_key > ? ORDER BY changed_key LIMIT ?",
+            (status.value, int(status is RunStatus.SUSPENDED)),
             limit,
             cursor,
         )
@@ -719,39 +726,49 @@ class SqliteJournal(JournalStore):
         return [EFFECTS.decode(row[0]) for row in rows]
 
     def reviews_page(
-        self, *, limit: int = 100, cursor: str | None = None
+        self, *, limit: int = 100, cursor: str | None = None, tenant: str | None = None
     ) -> Page[SideEffectRecord]:
-        """Returns one page of records in NEEDS_REVIEW, oldest first.
+        """Returns one page of records in NEEDS_REVIEW, oldest first (one tenant's, if given).
 
         Raises:
             InvalidCursorError: If ``cursor`` is malformed or another listing's.
             InfrastructureError: If SQLite fails.
         """
         return self._page(
-            "reviews",
+            f"reviews:{tenant or '*'}",
             EFFECTS,
-            "SELECT review_key, record FROM effects WHERE status = ? AND review_key > ?"
-            " ORDER BY review_key LIMIT ?",
-            (EffectStatus.NEEDS_REVIEW.value,),
+            "SELECT review_key, record FROM effects WHERE status = ?"
+            " AND (? IS NULL OR COALESCE(json_extract(record, '$.tenant'), ?) = ?)"
+            " AND review_key > ? ORDER BY review_key LIMIT ?",
+            (EffectStatus.NEEDS_REVIEW.value, *_tenant_args(tenant)),
             limit,
             cursor,
         )
 
     def waits_page(
-        self, kind: str, status: WaitStatus, *, limit: int = 100, cursor: str | None = None
+        self,
+        kind: str,
+        status: WaitStatus,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        tenant: str | None = None,
     ) -> Page[WaitRecord]:
-        """Returns one page of waits of one kind and status, oldest first.
+        """Returns one page of waits of one kind and status, oldest first (one tenant's).
 
         Raises:
             InvalidCursorError: If ``cursor`` is malformed or another listing's.
             InfrastructureError: If SQLite fails.
+            ValueError: If a tenant is given for a kind not listed per tenant.
         """
+        tenant_listed(kind, tenant)
         return self._page(
-            f"waits:{kind}:{status.value}",
+            f"waits:{kind}:{status.value}:{tenant or '*'}",
             WAITS,
             "SELECT created_key, record FROM waits WHERE kind = ? AND status = ?"
+            " AND (? IS NULL OR COALESCE(json_extract(record, '$.tenant'), ?) = ?)"
             " AND created_key > ? ORDER BY created_key LIMIT ?",
-            (kind, status.value),
+            (kind, status.value, *_tenant_args(tenant)),
             limit,
             cursor,
         )
@@ -925,3 +942,11 @@ def _wait_row(record: WaitRecord) -> tuple[Any, ...]:
         wait_due_key(record),
         WAITS.encode(record),
     )
+
+
+def _tenant_args(tenant: str | None) -> tuple[str | None, str, str | None]:
+    """The arguments of a listing's tenant clause (every record when the tenant is NULL).
+
+    Records from before tenants were kept on them are the default tenant's.
+    """
+    return tenant, DEFAULT_TENANT, tenant

@@ -89,6 +89,27 @@ class Page(Generic[T]):
         return Page([convert(item) for item in self.items], self.cursor, self.positions)
 
 
+TENANT_LISTED_KINDS = frozenset({"approval", "callback"})
+"""Waits listed per tenant (``waits_page(tenant=...)``)."""
+
+
+def swept_by_status(header: RunHeader, status: RunStatus) -> bool:
+    """Whether ``changed_runs_page(status)`` lists this header (see there)."""
+    if header.status is not status or status.terminal:
+        return False
+    return not (status is RunStatus.SUSPENDED and header.wake_at_ms is not None)
+
+
+def tenant_listed(kind: str, tenant: str | None) -> None:
+    """Refuses a per-tenant listing of a kind of wait that is not listed per tenant.
+
+    Raises:
+        ValueError: If ``tenant`` is given and ``kind`` is not in ``TENANT_LISTED_KINDS``.
+    """
+    if tenant is not None and kind not in TENANT_LISTED_KINDS:
+        raise ValueError(f"waits of kind {kind!r} are not listed per tenant")
+
+
 def finished(header: RunHeader) -> RunHeader:
     """A header just moved to a final status, with its expiry and first stamping due time.
 
@@ -293,9 +314,15 @@ class JournalStore(ABC):
 
     @abstractmethod
     def reviews_page(
-        self, *, limit: int = 100, cursor: str | None = None
+        self, *, limit: int = 100, cursor: str | None = None, tenant: str | None = None
     ) -> Page[SideEffectRecord]:
         """Returns one page of records in NEEDS_REVIEW, oldest first (an index: may lag).
+
+        Args:
+            limit: The most records.
+            cursor: Where the previous page ended.
+            tenant: Only this tenant's records, read from its own listing (None: every
+                tenant's). Another tenant's records never make this page short.
 
         Raises:
             InvalidCursorError: If ``cursor`` is not one this listing handed out.
@@ -303,12 +330,27 @@ class JournalStore(ABC):
 
     @abstractmethod
     def waits_page(
-        self, kind: str, status: WaitStatus, *, limit: int = 100, cursor: str | None = None
+        self,
+        kind: str,
+        status: WaitStatus,
+        *,
+        limit: int = 100,
+        cursor: str | None = None,
+        tenant: str | None = None,
     ) -> Page[WaitRecord]:
         """Returns one page of waits of one kind and status, oldest first (an index: may lag).
 
+        Args:
+            kind: The waits' kind.
+            status: Their status.
+            limit: The most records.
+            cursor: Where the previous page ended.
+            tenant: Only this tenant's waits, from its own listing (None: every tenant's);
+                only approvals and callbacks are listed per tenant.
+
         Raises:
             InvalidCursorError: If ``cursor`` is not one this listing handed out.
+            ValueError: If a tenant is given for another kind.
         """
 
     def run_tenants(self, run_ids: Collection[str]) -> dict[str, str]:
@@ -391,9 +433,12 @@ class JournalStore(ABC):
     def changed_runs_page(
         self, status: RunStatus, *, limit: int = 50, cursor: str | None = None
     ) -> Page[RunHeader]:
-        """One page of the runs in ``status``, least recently changed first (the sweeps).
+        """One page of the unfinished runs in ``status``, least recently changed first.
 
-        Read from an index: a listed header may be out of date. Decide on ``get_run``.
+        What the sweeps read: SUSPENDED lists the runs without a timer (``due_runs_page``
+        lists the others); a finished status lists nothing (finished runs are listed by
+        ``expiring_runs_page`` until stamped, and by ``list_runs``). Read from an index: a
+        listed header may be out of date. Decide on ``get_run``.
         """
 
     @abstractmethod

@@ -27,6 +27,7 @@ from typing import Any
 from durable_agents.core.credentials import CredentialMintError
 from durable_agents.core.models import EffectChange, EffectStatus, SideEffectRecord
 from durable_agents.core.serde import canonical_json
+from durable_agents.core.tenancy import DEFAULT_TENANT
 from durable_agents.core.tracebacks import recorded_traceback
 from durable_agents.engine import crash_budget
 from durable_agents.engine.effects import compensation
@@ -70,20 +71,34 @@ class SideEffectProtocol(EffectWrites):
     # -- PREPARE -----------------------------------------------------------------------------
 
     def prepare(
-        self, run_id: str, position: str, operation_id: str, tool: Tool[Any, Any], request: Any
+        self,
+        run_id: str,
+        position: str,
+        operation_id: str,
+        tool: Tool[Any, Any],
+        request: Any,
+        *,
+        tenant: str = DEFAULT_TENANT,
     ) -> SideEffectRecord:
-        """Records the canonical request and key before anything executes.
+        """Records the canonical request and key before anything executes (``tenant``'s run).
 
         Raises:
             EffectConflictError: If the call is already prepared (another invocation won).
             PayloadError: If the request cannot be recorded (for example it holds a secret).
         """
-        record = self.new_record(run_id, position, operation_id, tool, request)
+        record = self.new_record(run_id, position, operation_id, tool, request, tenant=tenant)
         self.store.commit(run_id, [], None, EffectChange(record))
         return record
 
     def new_record(
-        self, run_id: str, position: str, operation_id: str, tool: Tool[Any, Any], request: Any
+        self,
+        run_id: str,
+        position: str,
+        operation_id: str,
+        tool: Tool[Any, Any],
+        request: Any,
+        *,
+        tenant: str = DEFAULT_TENANT,
     ) -> SideEffectRecord:
         """The PREPARED record of a new call (not written): its canonical request and key.
 
@@ -107,6 +122,7 @@ class SideEffectProtocol(EffectWrites):
             updated_at_ms=now,
             lease_expires_at_ms=lease,
             stale_at_ms=max(lease, now + int(tool.stale_after_seconds * 1000)),
+            tenant=tenant,
         )
 
     def claim(self, record: SideEffectRecord, tool: Tool[Any, Any]) -> SideEffectRecord:

@@ -199,6 +199,7 @@ def _pending_record(
         created_at_ms=created_at_ms,
         timeout_ms=spec.timeout_ms,
         details=details,
+        tenant=inv.header.tenant,
     )
 
 

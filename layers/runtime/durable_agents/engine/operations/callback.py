@@ -202,6 +202,7 @@ def run_create_callback(
         timeout_ms=timeout_ms,
         details={_HASH_DETAIL: _digest(secret)},
         heartbeat_ms=heartbeat_ms,
+        tenant=inv.header.tenant,
     )
     created = inv.entry(
         position,

@@ -51,14 +51,18 @@ def run_tool(ctx: OperationScope, tool: Tool[Any, Any], request: Any, name: str)
             return inv.replay(entry, tool.result_type)
         if found is not None and found.review is not None:
             # Parked as it is prepared (one write): nothing was sent, a person decides first.
-            new = protocol.new_record(inv.run_id, position, op_id, tool, request)
+            new = protocol.new_record(
+                inv.run_id, position, op_id, tool, request, tenant=inv.header.tenant
+            )
             inv.executed.append(op_id)
             settled = protocol.needs_review(
                 tool, new, found.review, original=found.original, create=True
             )
             return settle(ctx, settled, tool, op_id)
         try:
-            effect = protocol.prepare(inv.run_id, position, op_id, tool, request)
+            effect = protocol.prepare(
+                inv.run_id, position, op_id, tool, request, tenant=inv.header.tenant
+            )
         except EffectConflictError as exc:
             raise SuspendExecution(Reason.CONTENDED, detail=op_id) from exc
         inv.executed.append(op_id)
