@@ -119,7 +119,8 @@ def test_everything_written_is_there_after_close_and_reopen(tmp_path: Path) -> N
         assert after.entries[2].value == '"caf\u00e9 \ud800 \U0001f600"'
         assert after.header.status is RunStatus.SUSPENDED and after.header.revision == 1
         assert again.get_effect("run-1", "00000003") == effect()
-        assert again.get_wait("apr-run-1") == approval()
+        # Written without a tenant: given its run's (JournalStore.commit), and kept.
+        assert again.get_wait("apr-run-1") == approval().replace(tenant="default")
         assert [h.run_id for h in again.due_runs(10)] == ["run-1"]
         # The idempotency key still finds the first run.
         existing, created = again.create_run(header("run-2", key="k-1"))

@@ -109,7 +109,7 @@ def collect(
     query: ListingQuery,
     cursor: str | None,
     fetch: Callable[[str | None, int, str | None], Page[T]],
-    tenant_of: Callable[[T], str],
+    tenant_of: Callable[[T], str | None],
     limit: int,
     keep: Callable[[T], bool] = lambda _: True,
 ) -> Listed[T]:
@@ -130,5 +130,10 @@ def collect(
         raise BadRequest(f"{exc}; {_AGAIN}") from exc
     # The tenant's own listing holds only its records; checked again all the same, since a
     # record of another tenant shown here would be a leak.
-    kept = [item for item in page.items if keep(item) and visible(query.tenant, tenant_of(item))]
+    kept = [item for item in page.items if keep(item) and _visible(query.tenant, tenant_of(item))]
     return Listed(kept, None if page.cursor is None else query.seal(page.cursor))
+
+
+def _visible(caller: str, owner: str | None) -> bool:
+    # A record whose tenant is unknown (from before it was kept) is the operators' alone.
+    return caller == ALL_TENANTS if owner is None else visible(caller, owner)

@@ -10,8 +10,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from durable_agents.core.tenancy import DEFAULT_TENANT
-
 
 class EffectStatus(StrEnum):
     """Where a side effect is in the PREPARE → EXECUTE → COMMIT protocol."""
@@ -47,8 +45,9 @@ class SideEffectRecord:
         external_id: The provider's id of what was created, once known.
         result: The recorded result (JSON) once COMMITTED.
         note: Why it needs review, and the review decision (who, when, what, comment).
-        tenant: The run's tenant, so that a tenant's calls in review are its own listing
-            (records from before it was kept: the default tenant's).
+        tenant: The run's tenant, so that a tenant's calls in review are its own listing.
+            None: unknown (a record from before it was kept; written again, the journal
+            gives it its run's).
     """
 
     run_id: str
@@ -70,7 +69,7 @@ class SideEffectRecord:
     last_attempt_at_ms: int | None = None
     """When the previous holder last touched the call (a recovery's claim records it): a
     provider's "not found" is trusted only once its settle time has passed since then."""
-    tenant: str = DEFAULT_TENANT
+    tenant: str | None = None
 
     @property
     def sort_key(self) -> str:
@@ -128,8 +127,9 @@ class WaitRecord:
         heartbeat_deadline_ms: For callbacks: when the current silence becomes too long.
         details: Kind-specific facts (an approval's request, summary and approvers).
         outcome: The recorded outcome (decision, callback result or error).
-        tenant: The run's tenant, so that a tenant's approvals are its own listing (records
-            from before it was kept: the default tenant's).
+        tenant: The run's tenant, so that a tenant's approvals are its own listing. None:
+            unknown (a record from before it was kept; written again, the journal gives it
+            its run's).
     """
 
     wait_id: str
@@ -146,7 +146,7 @@ class WaitRecord:
     heartbeat_deadline_ms: int | None = None
     details: dict[str, Any] = field(default_factory=dict)
     outcome: dict[str, Any] | None = None
-    tenant: str = DEFAULT_TENANT
+    tenant: str | None = None
 
     @property
     def due_at_ms(self) -> int | None:

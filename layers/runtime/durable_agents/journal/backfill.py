@@ -30,6 +30,7 @@ from durable_agents.core.tenancy import DEFAULT_TENANT
 from durable_agents.journal.dynamodb_items import HEADER_SK, WAIT_SK, pk
 from durable_agents.journal.index_keys import (
     INDEX_ATTRS,
+    LISTING_SK,
     Item,
     effect_keys,
     header_keys,
@@ -37,6 +38,9 @@ from durable_agents.journal.index_keys import (
     wait_keys,
 )
 from durable_agents.journal.index_shards import IndexShards
+
+_DUE = "stamp_due_at_ms"
+_TRIES = 3  # reads of an item that keeps changing under the pass (then: the next pass)
 
 
 @dataclass
@@ -124,7 +128,11 @@ class _Mover:
             self._record(item, item["pk"]["S"].removeprefix("RUN#"), effect_keys)
         elif sk == WAIT_SK:
             self._record(item, item["run_id"]["S"], wait_keys)
-        # Entries, echoes, listing items and idempotency keys are in no index.
+        elif sk == LISTING_SK:
+            # Never changed once written: only its shard moves (a shrunk shard count).
+            wanted = listing_item(item, self._shards)
+            self._set_keys(item, {k: v for k, v in wanted.items() if k in INDEX_ATTRS}, {})
+        # Entries, echoes and idempotency keys are in no index.
 
     def _header(self, item: Item) -> None:
         try:
@@ -140,33 +148,60 @@ class _Mover:
             # Listed already (written with the header, or by an earlier pass).
         # Conditional on the revision (every change moves it) and the stamping due time (a
         # stamping pass moves that, and the slot with it, without a revision).
-        self._set_keys(
+        self._until_done(
             item,
-            header_keys(item, self._shards),
-            {"revision": item.get("revision"), "stamp_due_at_ms": item.get("stamp_due_at_ms")},
+            lambda header: (
+                header_keys(header, self._shards),
+                {"revision": header.get("revision"), _DUE: header.get(_DUE)},
+                {},
+            ),
         )
 
     def _record(
         self, item: Item, run_id: str, keys_of: Callable[[Item, IndexShards], Item]
     ) -> None:
-        extra: Item = {}
-        if "tenant" not in item:
-            extra["tenant"] = {"S": self._tenant(run_id)}
-        wanted = keys_of({**item, **extra}, self._shards)
-        # Every change of a record moves its last change (and its status, when it moves).
-        self._set_keys(
-            item,
-            wanted,
-            {"status": item.get("status"), "updated_at_ms": item.get("updated_at_ms")},
-            extra,
-        )
+        def plan(record: Item) -> tuple[Item, dict[str, Any], Item]:
+            extra: Item = {}
+            if "tenant" not in record:
+                extra["tenant"] = {"S": self._tenant(run_id)}
+            # Every change of a record moves its last change (and its status, when it moves).
+            read = {"status": record.get("status"), "updated_at_ms": record.get("updated_at_ms")}
+            return keys_of({**record, **extra}, self._shards), read, extra
+
+        self._until_done(item, plan)
+
+    def _until_done(
+        self, item: Item, plan: Callable[[Item], tuple[Item, dict[str, Any], Item]]
+    ) -> None:
+        """Moves one item; if it changed meanwhile, reads it again and moves that.
+
+        A change writes the layout of what it changes (a header's slot, a record whole), but
+        may leave what it does not (a header's start-time keys of the earlier layout, a
+        record's tenant while it is in no tenant's listing): each item is finished in one
+        pass, unless it keeps changing (then the next pass finishes it).
+        """
+        for _ in range(_TRIES):
+            wanted, read, extra = plan(item)
+            if self._set_keys(item, wanted, read, extra):
+                return
+            again = self._client.get_item(
+                TableName=self._table, Key={"pk": item["pk"], "sk": item["sk"]}, ConsistentRead=True
+            ).get("Item")
+            if again is None:
+                return  # expired meanwhile
+            item = again
 
     def _set_keys(
         self, item: Item, wanted: Item, read: dict[str, Any], extra: Item | None = None
-    ) -> None:
+    ) -> bool:
+        """Puts the item's index keys where ``wanted`` says, if it is still as ``read``.
+
+        Returns:
+            False if it changed meanwhile (counted as skipped), else True.
+        """
         current = {name: item[name] for name in INDEX_ATTRS if name in item}
         if current == wanted and not extra:
-            return
+            return True
         names: dict[str, str] = {}
         values: dict[str, Any] = {}
         sets: list[str] = []
@@ -204,8 +239,9 @@ class _Mover:
             if error_code(exc) != "ConditionalCheckFailedException":
                 raise
             self.report.skipped += 1  # changed meanwhile: that change wrote the new layout
-            return
+            return False
         self.report.moved += 1
+        return True
 
     def _tenant(self, run_id: str) -> str:
         """The run's tenant (headers from before tenants, or gone: the default tenant's)."""

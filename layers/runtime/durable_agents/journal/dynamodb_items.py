@@ -370,8 +370,9 @@ class ItemCodec:
             "updated_at_ms": {"N": str(record.updated_at_ms)},
             "lease_expires_at_ms": {"N": str(record.lease_expires_at_ms)},
             "stale_at_ms": {"N": str(record.stale_at_ms)},
-            "tenant": {"S": record.tenant},
         }
+        if record.tenant is not None:  # unknown: in no tenant's own listing (index_keys)
+            item["tenant"] = {"S": record.tenant}
         if record.external_id is not None:
             item["external_id"] = {"S": record.external_id}
         if record.last_attempt_at_ms is not None:
@@ -408,7 +409,7 @@ class ItemCodec:
             last_attempt_at_ms=opt_int(item, "last_attempt_at_ms"),
             result=self.read_value(item, "result"),
             note=self._read_json(item, "note"),
-            tenant=item.get("tenant", {}).get("S", DEFAULT_TENANT),
+            tenant=item.get("tenant", {}).get("S"),  # absent: unknown (written before it was)
         )
 
     def wait_item(self, record: WaitRecord, budget: int = ITEM_BUDGET_BYTES) -> dict[str, Any]:
@@ -429,8 +430,9 @@ class ItemCodec:
             "status": {"S": record.status.value},
             "created_at_ms": {"N": str(record.created_at_ms)},
             "updated_at_ms": {"N": str(record.updated_at_ms)},
-            "tenant": {"S": record.tenant},
         }
+        if record.tenant is not None:  # unknown: in no tenant's own listing (index_keys)
+            item["tenant"] = {"S": record.tenant}
         for name in ("deadline_ms", "heartbeat_timeout_ms", "heartbeat_deadline_ms"):
             value = getattr(record, name)
             if value is not None:
@@ -458,5 +460,5 @@ class ItemCodec:
             heartbeat_deadline_ms=opt_int(item, "heartbeat_deadline_ms"),
             details=json.loads(self.read_value(item, "details") or "{}"),
             outcome=json.loads(outcome) if outcome else None,
-            tenant=item.get("tenant", {}).get("S", DEFAULT_TENANT),
+            tenant=item.get("tenant", {}).get("S"),  # absent: unknown (written before it was)
         )

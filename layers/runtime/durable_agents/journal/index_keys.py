@@ -107,9 +107,16 @@ def _num(item: Item, name: str) -> int | None:
     return int(item[name]["N"]) if name in item else None
 
 
-def _tenant(item: Item) -> str:
-    # Items written before tenants were kept on them: the default tenant's.
-    return str(item.get("tenant", {}).get("S", DEFAULT_TENANT))
+def _header_tenant(header: Item) -> str:
+    # Headers written before tenants: the default tenant's.
+    return str(header.get("tenant", {}).get("S", DEFAULT_TENANT))
+
+
+def _record_tenant(item: Item) -> str | None:
+    # A record written before tenants were kept on records: unknown (its run's, which the
+    # journal gives it when it writes it again, or the backfill).
+    tenant = item.get("tenant", {}).get("S")
+    return None if tenant is None else str(tenant)
 
 
 def header_keys(item: Item, shards: IndexShards) -> Item:
@@ -137,7 +144,7 @@ def listing_item(header: Item, shards: IndexShards) -> Item:
     """
     run_id = header["run_id"]["S"]
     parent = header.get("parent_run_id", {}).get("S")
-    tenant = _tenant(header)
+    tenant = _header_tenant(header)
     created = int(header["created_at_ms"]["N"])
     kind = "STARTED" if parent is None else "CHILDREN"
     key = started_key(created, run_id)
@@ -170,13 +177,12 @@ def effect_keys(item: Item, shards: IndexShards) -> Item:
         }
     if status is EffectStatus.NEEDS_REVIEW:
         key = {"S": f"{ts(int(item['updated_at_ms']['N']))}#{ident}"}
-        return {
-            "gsi1pk": {"S": shards.key(REVIEW_PK, ident)},
-            "gsi1sk": key,
-            # And in its tenant's own listing (GET /reviews reads only that).
-            "gsi3pk": {"S": shards.key(tenant_listing(_tenant(item), REVIEW_PK), ident)},
-            "gsi3sk": key,
-        }
+        keys: Item = {"gsi1pk": {"S": shards.key(REVIEW_PK, ident)}, "gsi1sk": key}
+        tenant = _record_tenant(item)
+        if tenant is not None:  # and in its tenant's own listing (GET /reviews reads only that)
+            keys["gsi3pk"] = {"S": shards.key(tenant_listing(tenant, REVIEW_PK), ident)}
+            keys["gsi3sk"] = key
+        return keys
     return {}
 
 
@@ -192,8 +198,9 @@ def wait_keys(item: Item, shards: IndexShards) -> Item:
     listing = wait_listing(kind, status)
     key = {"S": f"{ts(int(item['created_at_ms']['N']))}#{wait_id}"}
     keys: Item = {"gsi1pk": {"S": shards.key(listing, wait_id)}, "gsi1sk": key}
-    if kind in TENANT_LISTED_KINDS:
-        keys["gsi3pk"] = {"S": shards.key(tenant_listing(_tenant(item), listing), wait_id)}
+    tenant = _record_tenant(item)
+    if kind in TENANT_LISTED_KINDS and tenant is not None:
+        keys["gsi3pk"] = {"S": shards.key(tenant_listing(tenant, listing), wait_id)}
         keys["gsi3sk"] = key
     dues = [_num(item, "deadline_ms"), _num(item, "heartbeat_deadline_ms")]
     due = min((d for d in dues if d is not None), default=None)

@@ -15,6 +15,7 @@ from typing import Generic, TypeVar
 
 from durable_agents.core.models import (
     EffectChange,
+    EffectStatus,
     Entry,
     ErrorInfo,
     RunChange,
@@ -28,6 +29,7 @@ from durable_agents.core.models import (
     WaitStatus,
 )
 from durable_agents.core.scrub import scrub, scrub_value
+from durable_agents.core.tenancy import DEFAULT_TENANT
 from durable_agents.errors import DurableError, RunNotFoundError
 from durable_agents.journal.retention import DEFAULT_RETENTION_S, LATE_WRITE_GRACE_MS
 
@@ -91,6 +93,14 @@ class Page(Generic[T]):
 
 TENANT_LISTED_KINDS = frozenset({"approval", "callback"})
 """Waits listed per tenant (``waits_page(tenant=...)``)."""
+
+
+def _tenant_listed_effect(record: SideEffectRecord) -> bool:
+    return record.tenant is None and record.status is EffectStatus.NEEDS_REVIEW
+
+
+def _tenant_listed_wait(record: WaitRecord) -> bool:
+    return record.tenant is None and record.kind in TENANT_LISTED_KINDS
 
 
 def swept_by_status(header: RunHeader, status: RunStatus) -> bool:
@@ -198,9 +208,35 @@ class JournalStore(ABC):
         # Most commits are entries alone (a step's claim, its result): nothing more to check.
         if change is not None or effect is not None or waits:
             change, effect, waits = self._checked(run_id, change, effect, waits)
+            effect, waits = self._with_tenant(run_id, effect, waits)
         elif not entries:
             return
         self._commit(run_id, entries, change, effect, waits)
+
+    def _with_tenant(
+        self, run_id: str, effect: EffectChange | None, waits: tuple[WaitChange, ...]
+    ) -> tuple[EffectChange | None, tuple[WaitChange, ...]]:
+        """Gives records a tenant listing holds their run's tenant, when theirs is unknown.
+
+        A record read back from before tenants were kept on records has none; written so, it
+        would be in no tenant's own listing (ADR 0029). Its run's tenant is read then: one
+        read, only for such a record.
+        """
+        unknown = (effect is not None and _tenant_listed_effect(effect.record)) or any(
+            _tenant_listed_wait(one.record) for one in waits
+        )
+        if not unknown:
+            return effect, waits
+        tenant = self.run_tenants([run_id]).get(run_id, DEFAULT_TENANT)
+        if effect is not None and effect.record.tenant is None:
+            effect = dataclasses.replace(effect, record=effect.record.replace(tenant=tenant))
+        waits = tuple(
+            dataclasses.replace(one, record=one.record.replace(tenant=tenant))
+            if one.record.tenant is None
+            else one
+            for one in waits
+        )
+        return effect, waits
 
     @staticmethod
     def _checked(
