@@ -118,8 +118,9 @@ def test_everything_written_is_there_after_close_and_reopen(tmp_path: Path) -> N
         assert after == before
         assert after.entries[2].value == '"caf\u00e9 \ud800 \U0001f600"'
         assert after.header.status is RunStatus.SUSPENDED and after.header.revision == 1
-        assert again.get_effect("run-1", "00000003") == effect()
-        # Written without a tenant: given its run's (JournalStore.commit), and kept.
+        # Written without a tenant, the approval was given its run's (JournalStore.commit),
+        # and so was the call written with it; both kept.
+        assert again.get_effect("run-1", "00000003") == effect().replace(tenant="default")
         assert again.get_wait("apr-run-1") == approval().replace(tenant="default")
         assert [h.run_id for h in again.due_runs(10)] == ["run-1"]
         # The idempotency key still finds the first run.
