@@ -168,7 +168,8 @@ test: lint typecheck validate lint-policy pytest ## lint + typecheck + validate 
 RELIABILITY_EXAMPLES ?= 800
 reliability: $(VENV_STAMP) ## The full fault suite: >= 10,000 schedules + the SIGKILL soak
 	RELIABILITY_EXAMPLES=$(RELIABILITY_EXAMPLES) RELIABILITY_FULL=1 \
-	  $(VENV)/bin/python -m pytest tests/reliability -m "reliability" -p no:cacheprovider -rxX
+	  $(VENV)/bin/python -m pytest tests/reliability tests/contract/test_sharded_scale.py \
+	  -m "reliability" -p no:cacheprovider -rxX
 
 reliability-fast: $(VENV_STAMP) ## The fault suite's fast subset (what `make pytest` runs of it)
 	$(VENV)/bin/python -m pytest tests/reliability -m "reliability and not reliability_full" -rxX
