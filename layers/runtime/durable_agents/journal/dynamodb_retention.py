@@ -1,7 +1,7 @@
 """Stamping a finished run's items with its expiry on DynamoDB (``journal.retention``).
 
-The finishing header write set the header's ``ttl`` and listed the run in the sparse ``gsi2``
-partition ``EXPIRING`` (sort key ``<due_ms>#<run_id>``). A pass gives the same ``ttl`` to every
+The finishing header write set the header's ``ttl`` and listed the run in ``EXPIRING``, its
+slot in ``gsi1`` (a shard of it; sort key ``<due_ms>#<run_id>``, ADR 0029). A pass gives the same ``ttl`` to every
 item the run owns, each in its own small conditional update (never one transaction over the
 world): the items of its partition (journal entries, side-effect records), its approval and
 callback records (ids derived from its journal, each checked to be this run's), its event

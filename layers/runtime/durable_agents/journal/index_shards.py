@@ -27,7 +27,9 @@ import hashlib
 from dataclasses import dataclass
 
 DEFAULT_INDEX_SHARDS = 8
-"""Shards per listing unless configured (``INDEX_SHARDS``): ~4,000 run starts and finishes/s."""
+"""Shards per listing unless configured (``INDEX_SHARDS``): ~2,000 run starts and finishes a
+second (a finished run is written four times to ``EXPIRING``), ~4,000 tool calls, timers or
+waits of a kind (docs/benchmarks.md, "On AWS, on paper")."""
 
 MAX_INDEX_SHARDS = 256
 """The most a deployment may configure: a merged read costs a Query per shard at least."""
