@@ -1,17 +1,17 @@
 """Stamping a finished run's items with its expiry on DynamoDB (``journal.retention``).
 
-The finishing header write set the header's ``ttl`` and listed the run in ``EXPIRING``, its
-slot in ``gsi1`` (a shard of it; sort key ``<due_ms>#<run_id>``, ADR 0029). A pass gives the same ``ttl`` to every
-item the run owns, each in its own small conditional update (never one transaction over the
-world): the items of its partition (journal entries, side-effect records), its approval and
-callback records (ids derived from its journal, each checked to be this run's), its event
-inbox records (``durable_agents.engine.inbox``: for each name on the header's ``event_names``,
-the slots ``evs-…-1, 2, …`` read by key until the first missing one — slots have no gaps — and
-each slot's ``evk-…`` key record, stamped before its slot so that a stamped slot means both
-are), its idempotency key item (checked to map to this run), and tags its spilled payloads for
-S3 lifecycle. Items already carrying the ``ttl`` are not written again, so a pass after a crash
-writes only what is left. Then it moves the listing on (a second pass for late writes) or
-removes it, conditional on the due time it read.
+The finishing header write set the header's ``ttl`` and listed the run in ``EXPIRING``, its slot
+in ``gsi1`` (a shard of it; sort key ``<due_ms>#<run_id>``, ADR 0029). A pass gives the same
+``ttl`` to every item the run owns (its listing item too), each in its own small conditional
+update (never one transaction over the world): the items of its partition (journal entries,
+side-effect records), its approval and callback records (ids derived from its journal, each
+checked to be this run's), its event inbox records (``durable_agents.engine.inbox``: for each
+name on the header's ``event_names``, the slots ``evs-…-1, 2, …`` read by key until the first
+missing one — slots have no gaps — and each slot's ``evk-…`` key record, stamped before its slot
+so that a stamped slot means both are), its idempotency key item (checked to map to this run),
+and tags its spilled payloads for S3 lifecycle. Items already carrying the ``ttl`` are not
+written again, so a pass after a crash writes only what is left. Then it moves the listing on (a
+second pass for late writes) or removes it, conditional on the due time it read.
 """
 
 from __future__ import annotations
