@@ -22,10 +22,9 @@ from durable_agents.core.models import (
     WaitStatus,
 )
 from durable_agents.core.tenancy import DEFAULT_TENANT
-from durable_agents.errors import InfrastructureError
 from durable_agents.journal.conditions import position
-from durable_agents.journal.dynamodb_items import HEADER_SK, ItemCodec, pk
-from durable_agents.journal.dynamodb_run_listing import list_runs_by_start
+from durable_agents.journal.dynamodb_items import ItemCodec
+from durable_agents.journal.dynamodb_run_listing import batch_get_headers, list_runs_by_start
 from durable_agents.journal.index_keys import (
     EXPIRING_PK,
     LEGACY_RUN_SLOTS_INDEX,
@@ -149,30 +148,13 @@ class IndexListings:
         Raises:
             InfrastructureError: If DynamoDB fails, or leaves keys unprocessed round after round.
         """
-        tenants: dict[str, str] = {}
-        wanted = list(dict.fromkeys(run_ids))
-        for start in range(0, len(wanted), 100):
-            keys = [{"pk": pk(r), "sk": {"S": HEADER_SK}} for r in wanted[start : start + 100]]
-            request: dict[str, Any] = {
-                self._table: {
-                    "Keys": keys,
-                    "ConsistentRead": True,
-                    "ProjectionExpression": "#r, #t",
-                    "ExpressionAttributeNames": {"#r": "run_id", "#t": "tenant"},
-                }
-            }
-            for _ in range(BATCH_ROUNDS):
-                reply = self._client.batch_get_item(RequestItems=request)
-                for item in reply.get("Responses", {}).get(self._table, []):
-                    # Headers from before tenants have none: the default tenant's.
-                    tenants[item["run_id"]["S"]] = item.get("tenant", {}).get("S", DEFAULT_TENANT)
-                request = reply.get("UnprocessedKeys") or {}
-                if not request:
-                    break
-            else:
-                # Throttled round after round (the SDK retries each round itself).
-                raise InfrastructureError("BatchGetItem", "UnprocessedKeys")
-        return tenants
+        return {
+            # Headers from before tenants have none: the default tenant's.
+            item["run_id"]["S"]: item.get("tenant", {}).get("S", DEFAULT_TENANT)
+            for item in batch_get_headers(
+                self._client, self._table, run_ids, attributes=("run_id", "tenant")
+            )
+        }
 
     def list_waits(self, kind: str, status: WaitStatus, *, limit: int = 100) -> list[WaitRecord]:
         """Returns waits of one kind and status, oldest first (gsi1, first page)."""

@@ -73,21 +73,41 @@ def list_runs_by_start(
 def read_headers(
     client: GuardedClient, table: str, items: ItemCodec, run_ids: Collection[str]
 ) -> dict[str, RunHeader]:
-    """The headers of these runs that exist: strongly consistent ``BatchGetItem``, 100 a request.
+    """The headers of these runs that exist (strongly consistent ``batch_get_headers``).
 
     Raises:
         InfrastructureError: If DynamoDB fails, or leaves keys unprocessed round after round.
     """
-    found: dict[str, RunHeader] = {}
+    found = (items.header_from_item(item) for item in batch_get_headers(client, table, run_ids))
+    return {header.run_id: header for header in found}
+
+
+def batch_get_headers(
+    client: GuardedClient,
+    table: str,
+    run_ids: Collection[str],
+    attributes: Collection[str] = (),
+) -> list[dict[str, Any]]:
+    """The header items of these runs that exist (or only ``attributes`` of them).
+
+    Strongly consistent ``BatchGetItem``s of 100 keys each, each retried on the keys it left
+    unprocessed.
+
+    Raises:
+        InfrastructureError: If DynamoDB fails, or leaves keys unprocessed round after round.
+    """
+    found: list[dict[str, Any]] = []
     wanted = list(dict.fromkeys(run_ids))
     for start in range(0, len(wanted), 100):
         keys = [{"pk": pk(r), "sk": {"S": HEADER_SK}} for r in wanted[start : start + 100]]
         request: dict[str, Any] = {table: {"Keys": keys, "ConsistentRead": True}}
+        if attributes:
+            names = {f"#a{i}": name for i, name in enumerate(attributes)}
+            request[table]["ProjectionExpression"] = ", ".join(names)
+            request[table]["ExpressionAttributeNames"] = names
         for _ in range(BATCH_ROUNDS):
             reply = client.batch_get_item(RequestItems=request)
-            for item in reply.get("Responses", {}).get(table, []):
-                header = items.header_from_item(item)
-                found[header.run_id] = header
+            found += reply.get("Responses", {}).get(table, [])
             request = reply.get("UnprocessedKeys") or {}
             if not request:
                 break
