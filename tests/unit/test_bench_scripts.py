@@ -20,23 +20,38 @@ HEADER = {"gsi1pk": {"S": "STATUS#RUNNING"}, "gsi1sk": {"S": "1#r"}, "gsi3pk": {
 HEADER["gsi3sk"] = {"S": "RUNNING#1#r"}
 
 
-def test_a_status_change_in_a_transaction_moves_the_header_in_every_index() -> None:
+def test_a_status_change_in_a_transaction_moves_the_header_in_its_one_index() -> None:
+    running = {"gsi1pk": {"S": "STATUS#RUNNING#3"}, "gsi1sk": {"S": "1#r"}}
+    waking = {"gsi1pk": {"S": "WAKE#5"}, "gsi1sk": {"S": "9#r"}}
+
+    units = Ledger._write_units((473, running, "a"), (638, waking, "b"), tx=True)
+
+    # 2 (table, transactional) + gsi1 moved (1 + 1): ADR 0029's one slot
+    assert units == 4
+
+
+def test_a_header_of_the_earlier_layout_moved_in_every_index() -> None:
     suspended = {**HEADER, "gsi1pk": {"S": "STATUS#SUSPENDED"}, "gsi3sk": {"S": "SUSPENDED#2#r"}}
     suspended |= {"gsi2pk": {"S": "WAKE"}, "gsi2sk": {"S": "9#r"}}
 
-    units = Ledger._write_units((473, HEADER), (638, suspended), tx=True)
+    units = Ledger._write_units((473, HEADER, "a"), (638, suspended, "b"), tx=True)
 
     # 2 (table, transactional) + gsi1 moved (1 + 1) + gsi2 entered (1) + gsi3 moved (1 + 1)
     assert units == 7
 
 
+def test_any_change_rewrites_the_entries_of_an_all_projected_index() -> None:
+    # Same keys, other values: each index the item is in writes its entry again.
+    assert Ledger._write_units((500, HEADER, "a"), (500, HEADER, "b"), tx=False) == 3
+
+
 def test_a_failed_condition_bills_the_table_write_only() -> None:
-    assert Ledger._write_units((1500, HEADER), (1500, HEADER), tx=False) == 2
-    assert Ledger._write_units((0, None), (0, None), tx=False) == 1
+    assert Ledger._write_units((1500, HEADER, "x"), (1500, HEADER, "x"), tx=False) == 2
+    assert Ledger._write_units((0, None, ""), (0, None, ""), tx=False) == 1
 
 
 def test_an_entry_outside_the_indexes_costs_one_unit_per_kilobyte() -> None:
-    assert Ledger._write_units((0, None), (1025, {"gsi1pk": None}), tx=False) == 2
+    assert Ledger._write_units((0, None, ""), (1025, {"gsi1pk": None}, "e"), tx=False) == 2
 
 
 def test_reads_are_billed_per_4_kb_half_for_index_queries() -> None:
