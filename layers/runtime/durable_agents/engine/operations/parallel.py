@@ -73,6 +73,7 @@ from durable_agents.errors import (
 
 # A branch's outcome in the batch record, one letter per branch (see the module docstring).
 _LETTERS = {"succeeded": "s", "failed": "f"}
+_CANCELLED = RunCancelledError.__name__  # a branch's recorded error that is the run's cancel
 # What a failure recorded without its error reads as (``Invocation.replay``'s fallback).
 _UNKNOWN_ERROR = ErrorInfo("StepError", "unknown error")
 _EXCEEDED = "failure_tolerance_exceeded"
@@ -188,6 +189,11 @@ def run_batch(
                 state.result = child.replayed(hint, serdes, _decode_branch_result)
             else:
                 state.status, state.error = "failed", result.error
+                if result.error is not None and result.error.type == _CANCELLED:
+                    # Told inside this branch: as when it ran (``_run_branch``), the cancel
+                    # ends the batch; read as a failed branch, a batch that its other
+                    # branches complete would go on, told never again.
+                    raise rebuild_error(result.error)
         state.started = state.status != "pending" or state.position in scopes
         tally.count(state, +1)
 
