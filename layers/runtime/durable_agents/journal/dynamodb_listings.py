@@ -41,8 +41,6 @@ from durable_agents.journal.run_listing import RunQuery
 from durable_agents.journal.shard_merge import KeyRange, ShardedIndex
 from durable_agents.journal.store import Page, tenant_listed
 
-BATCH_ROUNDS = 3  # BatchGetItem rounds before keys left unprocessed are a failure
-
 
 class IndexListings:
     """The listings of ``DynamoDBJournal``: its index queries, each one page.
