@@ -31,6 +31,7 @@ from durable_agents.core.models import (
 )
 from durable_agents.engine.events import STEP_READY, EventPublishError, OutgoingEvent
 from durable_agents.errors import InfrastructureError
+from durable_agents.journal.flow_items import FlowItems
 from durable_agents.journal.memory import InMemoryJournal
 from durable_agents.journal.store import JournalStore, Page
 from durable_agents_local.testing import SimulatedCrash
@@ -283,6 +284,9 @@ class FaultyJournal(JournalStore):
         return self._write(
             {"stamp_expiry"}, lambda: self.inner.stamp_expiry(run_id, now_ms), "UpdateItem"
         )
+
+    def flow_items(self) -> FlowItems:
+        return self.inner.flow_items()
 
     def changed_runs_page(
         self, status: RunStatus, *, limit: int = 50, cursor: str | None = None

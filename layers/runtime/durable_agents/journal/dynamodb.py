@@ -48,6 +48,7 @@ from durable_agents.core.models import (
     WaitStatus,
 )
 from durable_agents.errors import EffectConflictError, EntryConflictError
+from durable_agents.journal.dynamodb_flow_items import DynamoDBFlowItems
 from durable_agents.journal.dynamodb_generations import GenerationHints
 from durable_agents.journal.dynamodb_items import ItemCodec
 from durable_agents.journal.dynamodb_late_writes import LateWrites, RunExpiries
@@ -56,6 +57,7 @@ from durable_agents.journal.dynamodb_loads import RunLoader
 from durable_agents.journal.dynamodb_retention import ExpiryStamper
 from durable_agents.journal.dynamodb_writes import JournalWriter
 from durable_agents.journal.entry_cache import DecodedEntries
+from durable_agents.journal.flow_items import FlowItems
 from durable_agents.journal.header_echo import new_token
 from durable_agents.journal.index_shards import DEFAULT_INDEX_SHARDS, IndexShards
 from durable_agents.journal.payloads import INLINE_LIMIT_BYTES, S3PayloadStore
@@ -138,6 +140,11 @@ class DynamoDBJournal(JournalStore):
         self._late_writes = LateWrites(client, self._table, self._expiries, self._items.shards)
         self._listings = IndexListings(client, self._table, self._items)
         self._stamper = ExpiryStamper(client, self._table, self._items)
+        self._flow_items = DynamoDBFlowItems(client, self._table)
+
+    def flow_items(self) -> FlowItems:
+        """The flow-control items in this journal's table (``FLOW#`` partitions)."""
+        return self._flow_items
 
     # -- writes (JournalWriter, LateWrites) ---------------------------------------------------
 

@@ -41,6 +41,7 @@ from durable_agents.journal.conditions import (
     wait_due_key,
     wake_key,
 )
+from durable_agents.journal.flow_items import FlowItems, InMemoryFlowItems
 from durable_agents.journal.generation_keys import generation_of
 from durable_agents.journal.prefix_view import KeyedLog
 from durable_agents.journal.run_listing import RunQuery, started_key
@@ -68,6 +69,11 @@ class InMemoryJournal(JournalStore):
         self._idempotency: dict[tuple[str, str, str], str] = {}  # (tenant, agent, key)
         self._effects: dict[str, dict[str, SideEffectRecord]] = {}
         self._waits: dict[str, WaitRecord] = {}
+        self._flow_items = InMemoryFlowItems()
+
+    def flow_items(self) -> FlowItems:
+        """This journal's flow-control items (in memory; they never expire here)."""
+        return self._flow_items
 
     def _create_run(self, header: RunHeader) -> tuple[RunHeader, bool]:
         with self._lock:

@@ -70,8 +70,10 @@ from durable_agents.journal.conditions import (
     wake_key,
 )
 from durable_agents.journal.entry_cache import DecodedEntries
+from durable_agents.journal.flow_items import FlowItems
 from durable_agents.journal.generation_keys import generation_of
 from durable_agents.journal.run_listing import RunQuery, started_key
+from durable_agents.journal.sqlite_flow_items import FLOW_ITEMS_SCHEMA, SqliteFlowItems
 from durable_agents.journal.sqlite_records import EFFECTS, ENTRIES, HEADERS, WAITS, RecordCodec
 from durable_agents.journal.store import JournalStore, Page, next_stamp_due, tenant_listed
 
@@ -236,6 +238,7 @@ class SqliteJournal(JournalStore):
         except BaseException:
             self._db.close()
             raise
+        self._flow_items = SqliteFlowItems(self._write, self._read)
 
     def _open(self) -> None:
         """Sets the connection up and creates or checks the layout.
@@ -263,7 +266,7 @@ class SqliteJournal(JournalStore):
                 # Every open, not only a new file's: IF NOT EXISTS makes it cheap, and a file of
                 # this version written before an index was added gains it. One statement at a
                 # time: ``executescript`` would commit the transaction.
-                for statement in _SCHEMA.split(";"):
+                for statement in (_SCHEMA + FLOW_ITEMS_SCHEMA).split(";"):
                     if statement.strip():
                         db.execute(statement)
                 if version < SCHEMA_VERSION:
@@ -300,6 +303,10 @@ class SqliteJournal(JournalStore):
     def path(self) -> Path:
         """The database file."""
         return self._path
+
+    def flow_items(self) -> FlowItems:
+        """This journal's flow-control items: a table in its file, through its connection."""
+        return self._flow_items
 
     def add_commit_listener(self, callback: Callable[[], None]) -> None:
         """Calls ``callback`` after every write transaction this instance commits.

@@ -31,6 +31,7 @@ from durable_agents.core.models import (
 from durable_agents.core.scrub import scrub, scrub_value
 from durable_agents.core.tenancy import DEFAULT_TENANT
 from durable_agents.errors import DurableError, RunNotFoundError
+from durable_agents.journal.flow_items import FlowItems
 from durable_agents.journal.retention import DEFAULT_RETENTION_S, LATE_WRITE_GRACE_MS
 
 _S = RunStatus
@@ -511,4 +512,12 @@ class JournalStore(ABC):
         """Returns one page of SUSPENDED runs whose timer is due, earliest first.
 
         Read from an index: a listed header may be out of date. Decide on ``get_run``.
+        """
+
+    @abstractmethod
+    def flow_items(self) -> FlowItems:
+        """The flow-control items kept beside this journal (``journal.flow_items``).
+
+        The same object on every call: items in the journal's own storage (its table, its
+        file, its memory), changed under the same guarantees as its runs.
         """

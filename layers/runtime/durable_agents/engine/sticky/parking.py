@@ -51,6 +51,7 @@ from durable_agents.engine.sticky.carriers import (
     default_carrier,
     new_carrier,
 )
+from durable_agents.journal.flow_items import FlowItems
 
 __all__ = [
     "DEFAULT_STICKY_RUNS",
@@ -118,6 +119,14 @@ class _RefusingStore(InvocationStore):
             ParkedRunAbandonedError: Always.
         """
         raise _refused("get_wait")
+
+    def flow_items(self) -> FlowItems:
+        """Refuses the flow-control items.
+
+        Raises:
+            ParkedRunAbandonedError: Always.
+        """
+        raise _refused("flow_items")
 
 
 def _refused(method: str) -> ParkedRunAbandonedError:
@@ -212,6 +221,12 @@ class WriteTally(InvocationStore):
             Exception: Whatever the store raises.
         """
         return self.inner.get_wait(wait_id)
+
+    def flow_items(self) -> FlowItems:
+        """The inner store's flow-control items (nothing of this run's journal to count)."""
+        inner: Any = self.inner  # a ``JournalStore``: every runtime's store has them
+        items: FlowItems = inner.flow_items()
+        return items
 
     def matches(self, snapshot: RunSnapshot) -> bool:
         """Whether ``snapshot`` shows exactly what was counted (nobody else wrote).
