@@ -24,7 +24,6 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from durable_agents.core.clock import SystemClock
 from durable_agents.core.faults import GuardedClient, cancellation_reasons, error_code
 from durable_agents.journal.flow_items import (
     Check,
@@ -56,8 +55,11 @@ _AT_VERSION = f"#v = :ev AND {_LIVE}"
 _EXISTS = f"attribute_exists(pk) AND {_LIVE}"
 
 
-def _system_now_s() -> float:
-    return SystemClock().now_ms() / 1000
+def _never_expired() -> float:
+    # Without a clock an item's expiry only says when it may be deleted (DynamoDB's TTL): the
+    # runtime's clock may be a test's skip-clock, far from the wall clock, and no rule of flow
+    # control depends on an item being gone at its expiry (expiring items are never read again).
+    return 0.0
 
 
 def _key(partition: str, key: str) -> dict[str, Any]:
@@ -105,7 +107,8 @@ class DynamoDBFlowItems(FlowItems):
     Args:
         client: The journal's ``GuardedClient`` (a boto3 client is wrapped in one).
         table: The journal table.
-        now_s: The clock expiry is read against, in epoch seconds (the system clock if None).
+        now_s: The clock expiry is read against, in epoch seconds (None: none; an expiry
+            then only allows deletion).
         page_size: Items one Query request reads at most (None: as many as ``limit`` asks).
     """
 
@@ -119,7 +122,7 @@ class DynamoDBFlowItems(FlowItems):
     ) -> None:
         self._client = client if isinstance(client, GuardedClient) else GuardedClient(client)
         self._table = table
-        self._now_s = now_s or _system_now_s
+        self._now_s = now_s or _never_expired
         self._page_size = page_size
 
     def _now(self) -> int:

@@ -11,7 +11,10 @@ suite (``tests/contract/test_flow_items.py``) runs against all three.
 An item is addressed by ``partition`` (a string; one DynamoDB partition) and ``key`` (its sort
 key; a query returns a partition's items in key order). It holds ``data`` (JSON-ready, replaced
 whole by a ``Put``), integer ``counters`` (changed in place by ``Increment``, without a read),
-a ``version`` (1 when created, one more on every write) and an optional expiry.
+a ``version`` (1 when created, one more on every write) and an optional expiry: when the item
+may be deleted (DynamoDB's TTL). A backend given a clock also reads an expired item as absent;
+the journals' own do not (their clock would be the wall clock, and the runtime's may be a test's
+skip-clock), and nothing in flow control reads an item that may have expired.
 """
 
 from __future__ import annotations

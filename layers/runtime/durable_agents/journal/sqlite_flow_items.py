@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from durable_agents.core.clock import SystemClock
 from durable_agents.journal.flow_items import (
     Delete,
     FlowConflictError,
@@ -52,8 +51,11 @@ _UPSERT = f"INSERT OR REPLACE INTO flow_items ({_COLUMNS}) VALUES (?, ?, ?, ?, ?
 _LIVE = "(expires_at_s IS NULL OR expires_at_s > ?)"
 
 
-def _system_now_s() -> float:
-    return SystemClock().now_ms() / 1000
+def _never_expired() -> float:
+    # Without a clock an item's expiry only says when it may be deleted (DynamoDB's TTL): the
+    # runtime's clock may be a test's skip-clock, far from the wall clock, and no rule of flow
+    # control depends on an item being gone at its expiry (expiring items are never read again).
+    return 0.0
 
 
 def _prefix_end(prefix: str) -> str | None:
@@ -79,7 +81,8 @@ class SqliteFlowItems(FlowItems):
         write: The journal's write transaction (``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back
             on an error; SQLite's errors raised as ``InfrastructureError``).
         read: The journal's read (same lock and errors).
-        now_s: The clock expiry is read against, in epoch seconds (the system clock if None).
+        now_s: The clock expiry is read against, in epoch seconds (None: none; an expiry
+            then only allows deletion).
     """
 
     def __init__(
@@ -87,7 +90,7 @@ class SqliteFlowItems(FlowItems):
     ) -> None:
         self._write = write
         self._read = read
-        self._now_s = now_s or _system_now_s
+        self._now_s = now_s or _never_expired
 
     def get(self, partition: str, key: str) -> FlowItem | None:
         """Returns the item, or None (absent or expired)."""
