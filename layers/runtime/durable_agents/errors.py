@@ -393,11 +393,15 @@ class SuspendExecution(BaseException):
         wake_at_ms: int | None = None,
         detail: str = "",
         targets: tuple[str, ...] = (),
+        waiting_on: dict[str, Any] | None = None,
     ):
         self.reason = reason
         self.wake_at_ms = wake_at_ms
         self.detail = detail
         self.targets = targets
+        # What the header says the run waits for, when the suspension is not a wait's own
+        # commit (a rate limit's slot, a budget): None lets the runtime describe it.
+        self.waiting_on = waiting_on
         super().__init__(f"{reason}: {detail}" if detail else reason)
 
 

@@ -19,6 +19,7 @@ from durable_agents.core.effect_wait_records import (
 from durable_agents.core.tenancy import DEFAULT_TENANT
 
 __all__ = [
+    "ACTIVE_STATUSES",
     "RESULT_SUFFIX",
     "UNSET",
     "EffectChange",
@@ -61,12 +62,22 @@ class RunStatus(StrEnum):
     """Stopped on request without running agent code again (``cancellation``)."""
     TIMED_OUT = "TIMED_OUT"
     """Its ``execution_timeout`` passed before it ended (``cancellation``)."""
+    QUEUED = "QUEUED"
+    """Waiting for one of its agent's concurrency slots (``durable_agents.engine.flow``, ADR
+    0030): holds no compute; a grant sets it RUNNING again and sends its ``Step Ready``."""
+    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
+    """Stopped before a model call that its run tree's budget does not cover: a person extends
+    the budget over the Api (the run goes on) or stops the run (ADR 0030)."""
 
     @property
     def terminal(self) -> bool:
         """Whether the run can never change again."""
         return self in _TERMINAL
 
+
+ACTIVE_STATUSES = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED, RunStatus.BUDGET_EXCEEDED})
+"""Where a run's code may run when its Step Ready comes: running, waiting, or over its budget
+(its model call looks at the budget again; ADR 0030)."""
 
 _TERMINAL = frozenset(
     {
@@ -293,6 +304,11 @@ class RunHeader:
             for runs from before it was recorded.
         generation: How many times the run continued as new (``durable_agents.engine.generations``):
             ``load`` reads only this generation's entries; 0 for a run that never did.
+        flow: Flow control's facts about the run (ADR 0030), written when it is created and
+            never changed: ``priority`` (1 highest … 5 lowest; absent: 3, normal), ``root``
+            (the run whose budget this sub-agent's model calls count against), ``budget`` (a
+            root's own budget as it started: ``tokens``, ``cost_usd``, ``on_exceeded``). None
+            for a run with none of them.
         rerun: For a re-run of a finished run (``durable_agents.engine.reruns``), what it
             re-runs, written when it is created and never changed: ``of`` (the run re-run),
             ``from`` (the operation it re-runs from, as asked), ``position`` (the top-level
@@ -326,6 +342,7 @@ class RunHeader:
     event_names: frozenset[str] = frozenset()
     generation: int = 0
     rerun: dict[str, Any] | None = None
+    flow: dict[str, Any] | None = None
 
     def replace(self, **changes: Any) -> RunHeader:
         """Returns a copy with ``changes`` applied."""

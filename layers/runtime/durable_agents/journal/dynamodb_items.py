@@ -292,6 +292,8 @@ class ItemCodec:
             item["generation"] = {"N": str(header.generation)}
         if header.rerun is not None:
             item["rerun"] = {"S": json.dumps(header.rerun, sort_keys=True)}
+        if header.flow is not None:
+            item["flow"] = {"S": json.dumps(header.flow, sort_keys=True)}
         # In one index only (its slot): its start-time keys are on its listing item.
         item.update(header_keys(item, self.shards))
         self.check_header_update(header.run_id, item)
@@ -347,6 +349,7 @@ class ItemCodec:
             event_names=frozenset(item.get("event_names", {}).get("SS", ())),
             generation=opt_int(item, "generation") or 0,  # never continued as new: 0
             rerun=json.loads(item["rerun"]["S"]) if "rerun" in item else None,
+            flow=json.loads(item["flow"]["S"]) if "flow" in item else None,  # ADR 0030
         )
 
     def effect_item(

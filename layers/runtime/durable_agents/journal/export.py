@@ -28,6 +28,8 @@ def snapshot_to_dict(snapshot: RunSnapshot) -> dict[str, Any]:
     data = _to_dict(snapshot)
     if header.rerun is not None:  # only then: exports of other runs stay as they were
         data["header"]["rerun"] = header.rerun
+    if header.flow is not None:  # likewise: flow control's facts (ADR 0030), when there are any
+        data["header"]["flow"] = header.flow
     return data
 
 
@@ -98,6 +100,7 @@ def snapshot_from_dict(data: dict[str, Any]) -> RunSnapshot:
         input_hash=h.get("input_hash", ""),
         tenant=h.get("tenant", DEFAULT_TENANT),  # exports from before tenants: the default
         rerun=h.get("rerun"),  # a rerun's origin (ADR 0027); absent for every other run
+        flow=h.get("flow"),  # flow control's facts (ADR 0030); absent for most runs
     )
     entries = [
         Entry(

@@ -38,11 +38,19 @@ _S = RunStatus
 _V = _S.VERSION_UNAVAILABLE
 # Ended on request or by its time limit (``durable_agents.engine.cancellation``).
 _STOPPED = frozenset({_S.CANCELLED, _S.TERMINATED, _S.TIMED_OUT})
+_Q, _B = _S.QUEUED, _S.BUDGET_EXCEEDED
+# Where a run that may execute can go. A run over its budget is one (ADR 0030): it replays
+# whenever its Step Ready comes, and its model call looks at the budget again.
+_FROM_ACTIVE = (
+    frozenset({_S.RUNNING, _S.SUSPENDED, _S.PAUSED, _V, _S.SUCCEEDED, _S.FAILED, _Q, _B}) | _STOPPED
+)
 ALLOWED_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
-    _S.RUNNING: frozenset({_S.RUNNING, _S.SUSPENDED, _S.PAUSED, _V, _S.SUCCEEDED, _S.FAILED})
-    | _STOPPED,
-    _S.SUSPENDED: frozenset({_S.RUNNING, _S.SUSPENDED, _S.PAUSED, _V, _S.SUCCEEDED, _S.FAILED})
-    | _STOPPED,
+    _S.RUNNING: _FROM_ACTIVE,
+    _S.SUSPENDED: _FROM_ACTIVE,
+    _B: _FROM_ACTIVE,
+    # A queued run is granted a slot (RUNNING), or stopped without its code running, or given
+    # up by a person (ADR 0030).
+    _Q: frozenset({_S.RUNNING, _Q, _S.FAILED}) | _STOPPED,
     # A paused run is re-driven by a person (back to RUNNING) or given up (FAILED), or
     # stopped without its code running (terminated, timed out).
     _S.PAUSED: frozenset({_S.RUNNING, _S.PAUSED, _S.FAILED, _S.TERMINATED, _S.TIMED_OUT}),
@@ -158,7 +166,7 @@ class JournalStore(ABC):
         """Creates a run, or returns the existing one for the same client idempotency key.
 
         Args:
-            header: The new run's header (status RUNNING).
+            header: The new run's header (status RUNNING, or QUEUED for a slot).
 
         Returns:
             The stored header and whether it was created by this call.
@@ -167,8 +175,9 @@ class JournalStore(ABC):
             IdempotencyConflictError: If the key was used with another agent or input.
             EntryConflictError: If a run with this id already exists (and no key matched).
         """
-        if header.status is not RunStatus.RUNNING:
-            raise InvalidTransitionError("a run starts in status RUNNING")
+        if header.status not in (RunStatus.RUNNING, RunStatus.QUEUED):
+            # QUEUED: its agent has a concurrency limit, and it waits for a slot (ADR 0030).
+            raise InvalidTransitionError("a run starts in status RUNNING or QUEUED")
         return self._create_run(header)
 
     def commit(
