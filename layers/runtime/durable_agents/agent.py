@@ -13,6 +13,7 @@ from durable_agents.core.ids import check_name
 from durable_agents.core.invocation_budget import ONE_OPERATION, InvocationBudget
 from durable_agents.core.versions import VersionBundle
 from durable_agents.errors import AgentNotFoundError, ConfigurationError, VersionNotDeployedError
+from durable_agents.flow_control import Budget, Concurrency
 from durable_agents.journal.retention import retention_seconds
 from durable_agents.llm.types import ModelConfig
 from durable_agents.prompts import Prompt, PromptRegistry
@@ -39,6 +40,10 @@ class AgentDefinition(Generic[In, Out]):
             ``durable_agents.journal.retention``).
         invocation_budget: How much of a run one StepRunner invocation advances
             (``durable_agents.core.invocation_budget``; one operation by default).
+        concurrency: How many of its runs may execute at once (``durable_agents.flow_control``;
+            None: no limit).
+        budget: The budget of tokens and money each run it starts as a root gets, shared with
+            the sub-agents it starts (None: no budget, unless ``POST /runs`` gives one).
     """
 
     name: str
@@ -51,6 +56,8 @@ class AgentDefinition(Generic[In, Out]):
     execution_timeout_ms: int | None = None
     retention_s: int | None = None
     invocation_budget: InvocationBudget = ONE_OPERATION
+    concurrency: Concurrency | None = None
+    budget: Budget | None = None
 
     @property
     def version(self) -> str:
@@ -299,6 +306,8 @@ def agent(
     execution_timeout: float | timedelta | None = None,
     retention: float | timedelta | None = None,
     invocation_budget: InvocationBudget = ONE_OPERATION,
+    concurrency: Concurrency | None = None,
+    budget: Budget | None = None,
 ) -> Callable[[Callable[..., Out]], AgentDefinition[Any, Out]]:
     """Registers a function as a durable agent.
 
@@ -324,6 +333,10 @@ def agent(
         invocation_budget: How much one StepRunner invocation may advance a run: up to
             ``operations`` operations, none started after ``seconds``
             (``InvocationBudget``; one operation per invocation by default).
+        concurrency: How many of its runs may execute at once, overall and per key
+            (``durable_agents.flow_control.Concurrency``; docs/flow-control.md).
+        budget: The tokens and money a run may spend with its sub-agents
+            (``durable_agents.flow_control.Budget``).
 
     Returns:
         A decorator producing an ``AgentDefinition``.
@@ -368,6 +381,8 @@ def agent(
             execution_timeout_ms=timeout_ms,
             retention_s=retention_s,
             invocation_budget=invocation_budget,
+            concurrency=concurrency,
+            budget=budget,
         )
         (registry or default_registry).add(definition)
         return definition

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict
 
 from durable_agents.core.ids import check_name
 from durable_agents.errors import ConfigurationError, VersionUnavailableError
-from durable_agents.llm.types import ModelConfig
+from durable_agents.llm.types import FLOW_FIELDS, ModelConfig
 
 PROMPT_KEY = "prompt/"
 MODEL_CONFIG_KEY = "model_config/"
@@ -77,7 +77,10 @@ class Prompt(BaseModel):
 @functools.lru_cache(maxsize=256)  # a frozen model: hashable; checked on every invocation
 def config_sha256(config: ModelConfig) -> str:
     """The SHA-256 of a model configuration's canonical JSON."""
-    text = json.dumps(config.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    # Without its limits and prices (FLOW_FIELDS): the hash a run pinned before they existed,
+    # or before they changed, still matches.
+    content = config.model_dump(mode="json", exclude=set(FLOW_FIELDS))
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -130,6 +133,10 @@ class PromptRegistry:
         """
         self._add(self._configs, self._latest_config, "model configuration", config)
         return config
+
+    def model_configs(self) -> list[ModelConfig]:
+        """The latest version of every registered model configuration, by name."""
+        return [self._configs[name][self._latest_config[name]] for name in sorted(self._configs)]
 
     @staticmethod
     def _add(

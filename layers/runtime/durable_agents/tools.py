@@ -30,6 +30,7 @@ from durable_agents.core.credentials import CredentialSource, Secret
 from durable_agents.core.ids import check_name
 from durable_agents.core.principals import check_approvers
 from durable_agents.errors import DurableError
+from durable_agents.flow_control import RateLimit
 
 Req = TypeVar("Req", bound=BaseModel)
 Res = TypeVar("Res")
@@ -170,6 +171,9 @@ class Tool(Generic[Req, Res]):
         reviewers: Who may decide this tool's calls in review (``POST /reviews/{op}``; patterns
             as for approvers). None declared: only ``REVIEW_OPERATORS`` may.
         credentials: What is minted for each call (``durable_agents.aws.credentials``).
+        rate_limit: Calls per period every Lambda of the deployment shares
+            (``durable_agents.flow_control.RateLimit``); a call over it waits for the next
+            period on a durable timer, before anything is prepared (ADR 0030).
     """
 
     name: str
@@ -189,6 +193,7 @@ class Tool(Generic[Req, Res]):
     approval_when: Callable[[Req], bool] | None = None
     reviewers: tuple[str, ...] = ()
     credentials: tuple[CredentialSource, ...] = ()
+    rate_limit: RateLimit | None = None
 
     def needs_approval(self, request: Req) -> bool:
         """Whether this call must be approved first (``approval_when`` decides, if given)."""
@@ -216,6 +221,10 @@ class ToolRegistry:
         """Returns the tool called ``name``, if registered."""
         return self._tools.get(name)
 
+    def tools(self) -> list[Tool[Any, Any]]:
+        """Every registered tool, by name."""
+        return [self._tools[name] for name in sorted(self._tools)]
+
     def names(self) -> list[str]:
         """Returns the registered tool names."""
         return sorted(self._tools)
@@ -240,6 +249,7 @@ def tool(
     approval_when: Callable[[Any], bool] | None = None,
     reviewers: tuple[str, ...] | list[str] = (),
     credentials: tuple[CredentialSource, ...] | list[CredentialSource] = (),
+    rate_limit: RateLimit | None = None,
     registry: ToolRegistry | None = None,
 ) -> Callable[[Callable[[Req, ToolCall], Any]], Tool[Req, Any]]:
     """Declares a tool.
@@ -267,6 +277,8 @@ def tool(
         credentials: Minted right before each ``fn``, ``lookup`` and ``compensate`` call
             and handed over in ``call.credentials``, never recorded (``assume_role``,
             ``secret`` in ``durable_agents.aws.credentials``).
+        rate_limit: How often the deployment may call it (``RateLimit(5)``: five calls a
+            second), shared by every Lambda; calls over it wait durably.
         registry: Where to register (the default tool registry if omitted).
 
     Returns:
@@ -328,6 +340,7 @@ def tool(
             approval_when=approval_when,
             reviewers=tuple(reviewers),
             credentials=tuple(credentials),
+            rate_limit=rate_limit,
         )
         (registry or default_tools).add(declared)
         return declared

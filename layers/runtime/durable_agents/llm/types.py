@@ -129,6 +129,15 @@ class ModelConfig(BaseModel):
         max_tokens: Output token limit.
         system_prompt: The system prompt's text (resolved from a versioned prompt).
         prompt_version: The version of that prompt.
+        requests_per_minute: Calls per minute every Lambda of the deployment shares (None: no
+            limit); a call over it waits for the next minute on a durable timer (ADR 0030).
+        tokens_per_minute: Tokens (in and out) per minute, shared the same way (None: none).
+        input_usd_per_mtok: Price of a million input tokens, in US dollars, for budgets.
+        output_usd_per_mtok: Price of a million output tokens, in US dollars.
+
+    Limits and prices are how the deployment runs the configuration, not what it answers:
+    they are not part of its pinned content hash, so changing them moves no run
+    (``FLOW_FIELDS``).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -141,6 +150,16 @@ class ModelConfig(BaseModel):
     max_tokens: int = 1024
     system_prompt: str = ""
     prompt_version: str = "none"
+    requests_per_minute: int | None = Field(default=None, ge=1)
+    tokens_per_minute: int | None = Field(default=None, ge=1)
+    input_usd_per_mtok: float = Field(default=0.0, ge=0)
+    output_usd_per_mtok: float = Field(default=0.0, ge=0)
+
+
+FLOW_FIELDS = frozenset(
+    {"requests_per_minute", "tokens_per_minute", "input_usd_per_mtok", "output_usd_per_mtok"}
+)
+"""``ModelConfig`` fields that say how the deployment runs it: outside its content hash."""
 
 
 class LlmProvider(Protocol):
