@@ -43,6 +43,7 @@ from durable_agents.errors import (
     SuspendExecution,
     VersionUnavailableError,
 )
+from durable_agents.journal.flow_items import FlowItems
 from durable_agents.migrations import (
     MIGRATABLE,
     MigrationPlan,
@@ -84,6 +85,14 @@ class _DryRunStore(InvocationStore):
 
     def __init__(self, store: InvocationStore):
         self._store = store
+
+    def flow_items(self) -> FlowItems:
+        """Nothing of flow control: the new code reached an operation that would go out.
+
+        Raises:
+            SuspendExecution: Always (CONTINUE, "the new code would write here").
+        """
+        raise _would_write()
 
     def commit(
         self,

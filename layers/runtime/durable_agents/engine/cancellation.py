@@ -31,6 +31,7 @@ from typing import Any
 from durable_agents.core.clock import Clock, iso
 from durable_agents.core.ids import wait_id
 from durable_agents.core.models import (
+    ACTIVE_STATUSES,
     UNSET,
     Entry,
     EntryType,
@@ -95,7 +96,7 @@ RUN_CANCELLED = "Run Cancelled"
 RUN_TIMED_OUT = "Run Timed Out"
 
 STOPPED = frozenset({RunStatus.CANCELLED, RunStatus.TERMINATED, RunStatus.TIMED_OUT})
-_ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
+_ACTIVE = ACTIVE_STATUSES  # BUDGET_EXCEEDED too: its code runs again (ADR 0030)
 _CLOSABLE_WAITS = frozenset(
     {OpKind.WAIT, OpKind.APPROVAL, OpKind.CALLBACK, OpKind.INVOKE, OpKind.EVENT}
 )
@@ -160,7 +161,8 @@ def _tell(inv: Invocation, state: StopState, op_id: str, entries: list[Entry]) -
     told = dataclasses.replace(
         state.request, told={"generation": header.generation, "op_id": op_id, "at_ms": now}
     )
-    resuming = header.status is RunStatus.SUSPENDED  # the first write of a resumed run
+    # The first write of a resumed run (waiting, or over its budget: ADR 0030).
+    resuming = header.status in (RunStatus.SUSPENDED, RunStatus.BUDGET_EXCEEDED)
     change = RunChange(
         expected=_ACTIVE,
         status=RunStatus.RUNNING,

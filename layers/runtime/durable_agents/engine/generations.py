@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from durable_agents.core.clock import Clock
 from durable_agents.core.models import (
+    ACTIVE_STATUSES,
     EffectStatus,
     EntryType,
     OpKind,
@@ -68,7 +69,7 @@ if TYPE_CHECKING:
 
 OPERATION_NAME = "continue_as_new"
 OPENING_NAME = "generation"
-_ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
+_ACTIVE = ACTIVE_STATUSES  # BUDGET_EXCEEDED too: its code runs again (ADR 0030)
 # How long a switch waits for a PREPARED tool call to be resolved before it looks again.
 PREPARED_RETRY_MS = 5_000
 

@@ -11,6 +11,7 @@ from durable_agents.core.clock import Clock
 from durable_agents.core.credentials import CredentialProvider
 from durable_agents.core.leases import lease_end
 from durable_agents.core.models import (
+    ACTIVE_STATUSES,
     Entry,
     EntryType,
     ErrorInfo,
@@ -39,7 +40,8 @@ from durable_agents.errors import (
 )
 from durable_agents.llm.types import LlmProvider, StreamSink
 
-_ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
+_RESUMING = frozenset({RunStatus.SUSPENDED, RunStatus.BUDGET_EXCEEDED})
+_ACTIVE = ACTIVE_STATUSES  # BUDGET_EXCEEDED too: its code runs again (ADR 0030)
 
 
 class Reason:
@@ -55,6 +57,9 @@ class Reason:
     """Another invocation holds or already recorded the frontier; it publishes what follows."""
     EXTERNAL = "external"
     """Waiting for something outside (a decision, a callback, a child run)."""
+    BUDGET = "budget"
+    """Its run tree's budget does not cover the next model call: the run waits for a person
+    to extend it (``waiting_on`` names the tree's root; ADR 0030)."""
 
 
 def next_operation(op_id: str) -> str:
@@ -384,7 +389,7 @@ class Invocation(ReplayFlags):
                 waiting_on=suspension.waiting_on,
                 expected_revision=self.header.revision,
             )
-        elif self.header.status is RunStatus.SUSPENDED:
+        elif self.header.status in _RESUMING:
             # Fenced by the read too: a migration may have re-pinned the run to other code
             # since, and nothing this (older) code decided may land after it.
             change = RunChange(

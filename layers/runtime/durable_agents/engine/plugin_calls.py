@@ -31,6 +31,7 @@ from durable_agents.core.models import (
     WaitRecord,
 )
 from durable_agents.engine.ports import InvocationStore
+from durable_agents.journal.flow_items import FlowItems
 from durable_agents.plugins import (
     AttemptEndInfo,
     AttemptStartInfo,
@@ -521,6 +522,10 @@ class _ObservedStore(InvocationStore):
     def __init__(self, store: InvocationStore, observer: InvocationObserver):
         self._store = store
         self._observer = observer
+
+    def flow_items(self) -> FlowItems:
+        """The store's own flow items (their writes are not journal commits)."""
+        return self._store.flow_items()
 
     def commit(
         self,

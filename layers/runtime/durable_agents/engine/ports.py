@@ -35,6 +35,7 @@ from durable_agents.core.models import (
 )
 from durable_agents.engine.memory_store import MemoryStore
 from durable_agents.engine.wait_scheduler import WaitScheduler
+from durable_agents.journal.flow_items import FlowItems
 from durable_agents.llm.types import LlmProvider, StreamSink
 
 __all__ = ["InvocationServices", "InvocationStore"]
@@ -65,6 +66,10 @@ class InvocationStore(Protocol):
             EffectConflictError: If the side-effect record exists or changed.
             WaitConflictError: If the wait record exists (create) or changed (update).
         """
+        ...
+
+    def flow_items(self) -> FlowItems:
+        """Flow control's items (concurrency slots, rate limits, budgets; ADR 0030)."""
         ...
 
     def create_run(self, header: RunHeader) -> tuple[RunHeader, bool]:

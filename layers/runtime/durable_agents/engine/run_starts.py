@@ -9,7 +9,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from durable_agents.agent import AgentDefinition, AgentRegistry, timeout_to_ms
 from durable_agents.core.clock import Clock
@@ -17,7 +17,9 @@ from durable_agents.core.ids import check_idempotency_key
 from durable_agents.core.models import RunHeader, RunStatus
 from durable_agents.core.serde import encode
 from durable_agents.core.tenancy import check_tenant
+from durable_agents.engine.flow.budgets import tree_flow
 from durable_agents.errors import DurableError
+from durable_agents.flow_control import Budget, Concurrency, Priority, check_priority
 from durable_agents.journal.retention import default_retention_s
 from durable_agents.journal.store import input_hash
 
@@ -53,6 +55,19 @@ def validate_input(definition: AgentDefinition[Any, Any], value: Any) -> Any:
         raise InputValidationError(definition.name, errors) from exc
 
 
+def run_key(limits: Concurrency, tenant: str, value: Any) -> str:
+    """The key a run counts under in its agent's limits: its tenant, or a field of its input.
+
+    The input as JSON reads it, whatever its agent's input type: the key of a queued run is
+    computed again from its recorded input, and must come out the same.
+    """
+    if limits.key == "tenant":
+        return tenant
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    return limits.key_of(tenant, value)
+
+
 def new_header(
     registry: AgentRegistry,
     clock: Clock,
@@ -65,6 +80,9 @@ def new_header(
     tenant: str,
     execution_timeout: float | None,
     version: str | None = None,
+    priority: int | None = None,
+    budget: Budget | None = None,
+    parent: RunHeader | None = None,
 ) -> RunHeader:
     """The header a run of ``agent_name`` starts with: its latest version, or ``version``.
 
@@ -75,9 +93,16 @@ def new_header(
         PayloadError: If the input cannot be recorded (for example it holds a secret).
         InvalidNameError: If ``idempotency_key`` is empty, too long or not printable
             (``core.ids.check_idempotency_key``).
-        ValueError: If ``tenant`` is not a valid tenant name, or the timeout not positive.
+        ValueError: If ``tenant`` is not a valid tenant name, the timeout not positive, or
+            ``priority`` not from 1 to 5.
+
+    ``priority`` and ``budget`` are flow control's (ADR 0030): a sub-agent (``parent`` its
+    parent's header) runs at its parent's priority unless given one, and counts against its
+    parent's tree's budget; a root run gets ``budget``, else its agent's own.
     """
     check_tenant(tenant)
+    if priority is not None:
+        check_priority(priority)
     if idempotency_key is not None:
         # Before any journal sees it: each backend would fail differently (or not at all).
         check_idempotency_key(idempotency_key)
@@ -88,6 +113,20 @@ def new_header(
     value = validate_input(definition, input_value)
     input_json = encode(value, definition.input_type)
     now = clock.now_ms()
+    chosen = budget or definition.budget  # a root's budget: the caller's, else its agent's
+    flow = tree_flow(parent, priority, None if chosen is None else chosen.to_dict())
+    status, waiting_on = RunStatus.RUNNING, None
+    if definition.concurrency is not None:
+        # Its agent's runs take a slot first (ADR 0030): it starts in line, in the order of
+        # its arrival; ``start_run`` puts it in its key's queue and grants free slots.
+        key = run_key(definition.concurrency, tenant, value)
+        status = RunStatus.QUEUED
+        waiting_on = {
+            "kind": "queue",
+            "key": key,
+            "priority": int((flow or {}).get("priority", Priority.NORMAL)),
+            "queued_at_ms": now,
+        }
     return RunHeader(
         run_id=run_id,
         agent=definition.name,
@@ -95,7 +134,8 @@ def new_header(
         # this run will use for its whole life.
         versions=definition.versions.as_dict()
         | registry.prompts.pin(definition.prompts, definition.model_configs),
-        status=RunStatus.RUNNING,
+        status=status,
+        waiting_on=waiting_on,
         input=input_json,
         created_at_ms=now,
         updated_at_ms=now,
@@ -105,4 +145,5 @@ def new_header(
         tenant=tenant,
         execution_timeout_ms=definition.execution_timeout_ms if limit_ms is None else limit_ms,
         retention_s=definition.retention_s or default_retention_s(),
+        flow=flow,
     )

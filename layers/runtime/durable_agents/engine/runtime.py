@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from durable_agents.agent import AgentRegistry, default_registry
+from durable_agents.agent import AgentDefinition, AgentRegistry, default_registry
 from durable_agents.core.clock import Clock, SystemClock
 from durable_agents.core.credentials import CredentialProvider
 from durable_agents.core.ids import check_run_id
@@ -38,6 +38,8 @@ from durable_agents.engine.events import (
     OutgoingEvent,
     step_ready,
 )
+from durable_agents.engine.flow import admission as flow_admission
+from durable_agents.engine.flow.budgets import Budgets
 from durable_agents.engine.follow_ups import publish_follow_up, redrive
 from durable_agents.engine.invocation import NO_HOOKS, Invocation, InvocationHooks
 from durable_agents.engine.memory_store import MemoryStore
@@ -55,7 +57,12 @@ from durable_agents.engine.sticky.driving import drive_sticky
 from durable_agents.engine.sticky.parked_turn import AGENT_BUDGET, Limits, go_on
 from durable_agents.engine.sticky.parking import ParkedRun, StickyRuns, WriteTally
 from durable_agents.engine.wait_scheduler import WaitScheduler
-from durable_agents.errors import IdempotencyConflictError, VersionUnavailableError
+from durable_agents.errors import (
+    AgentNotFoundError,
+    IdempotencyConflictError,
+    VersionUnavailableError,
+)
+from durable_agents.flow_control import Budget
 from durable_agents.journal.store import JournalStore
 from durable_agents.llm.types import LlmProvider, StreamSink
 from durable_agents.plugins import Plugin, RunStartInfo
@@ -73,6 +80,9 @@ __all__ = [
 
 LEASE_MARGIN_MS = 5_000
 DEFAULT_LEASE_MS = 15 * 60 * 1000 + LEASE_MARGIN_MS  # the Lambda maximum, plus clock skew
+
+
+_QUEUED = RunStatus.QUEUED
 
 
 def _claim_lease_ms(remaining_ms: int | None) -> int:
@@ -157,12 +167,16 @@ class Runtime(RuntimeParts):
         parent_run_id: str | None = None,
         tenant: str = DEFAULT_TENANT,
         execution_timeout: float | None = None,
+        priority: int | None = None,
+        budget: Budget | None = None,
     ) -> tuple[RunHeader, bool]:
         """Starts a run of the latest version of ``agent_name`` and publishes ``Step Ready``.
 
         The run belongs to ``tenant`` for good; an idempotency key is only ever matched
         against the same tenant's runs. ``execution_timeout`` (seconds) replaces the agent's
-        own time limit for this run.
+        own time limit for this run. ``priority`` (1 highest … 5 lowest, 3 by default) orders
+        it in its agent's queue and at rate limits; ``budget`` replaces its agent's budget of
+        tokens and money for it and its sub-agents (ADR 0030).
 
         Returns:
             The run header and whether this call created it (False when the idempotency key
@@ -187,11 +201,22 @@ class Runtime(RuntimeParts):
             idempotency_key=idempotency_key,
             tenant=tenant,
             execution_timeout=execution_timeout,
+            priority=priority,
+            budget=budget,
         )
         stored, created = self.store.create_run(header)
+        tree_budget = (stored.flow or {}).get("budget")
+        if tree_budget:  # before its code can spend any of it (made again if this dies here)
+            Budgets(self.store.flow_items()).ensure(stored.run_id, tree_budget)
         if created and self.plugins:  # the conditional create decided it: once per run
             start = RunStartInfo(stored.run_id, stored.agent, stored.tenant, parent_run_id)
             self.plugins.emit("on_run_start", start)
+        if stored.status is RunStatus.QUEUED:  # its agent's runs wait for a slot (ADR 0030)
+            definition = resolve_pinned(self.registry, stored)
+            if definition.concurrency is not None:
+                flow_admission.enqueue_started(
+                    self.store, self.clock, self.publisher, definition, stored
+                )
         if stored.status is RunStatus.RUNNING:
             # Also for a repeated start: if the first caller crashed between creating the run
             # and publishing, this publish is what gets the run going. Duplicates are harmless.
@@ -293,9 +318,12 @@ class Runtime(RuntimeParts):
                 )  # fmt: skip
                 if outcome is not None:
                     return outcome
-            return self._execute_loaded(
+            outcome = self._execute_loaded(
                 span, snapshot, parked, budget, remaining_ms, hooks, publish, target
             )
+            if target is None:  # left RUNNING (suspended, paused, ended): its slot goes on
+                self._release(snapshot.header, outcome)
+            return outcome
         finally:
             if self.sticky is not None:
                 for unused in parked:
@@ -345,6 +373,14 @@ class Runtime(RuntimeParts):
             if resumed is None:
                 return InvocationOutcome(run_id, OutcomeKind.NOOP, detail="run changed meanwhile")
             snapshot = RunSnapshot(resumed, snapshot.entries, snapshot.effects)
+        if target is None and (definition.concurrency is not None or header.status is _QUEUED):
+            # Its agent's concurrency limit (ADR 0030): a slot, or its turn in the queue.
+            waiting = self._admit(definition, snapshot.header)
+            if isinstance(waiting, InvocationOutcome):
+                return waiting
+            snapshot = RunSnapshot(waiting, snapshot.entries, snapshot.effects)
+        elif snapshot.header.status is _QUEUED:  # a branch of a queued run: its turn comes
+            return InvocationOutcome(run_id, OutcomeKind.NOOP, detail="run is QUEUED")
 
         if limits is AGENT_BUDGET:
             budget, budget_ends_at_ms = definition.invocation_budget.limits(self.clock.now_ms())
@@ -355,6 +391,9 @@ class Runtime(RuntimeParts):
         limited = budget is not None or budget_ends_at_ms is not None
         sticky = self.sticky is not None and target is None and limited
         sticky = sticky and stop is None and header.status is RunStatus.RUNNING
+        # A run that holds a concurrency slot does not park: its next invocation renews the
+        # slot's lease, and the one it leaves RUNNING by frees it (flow.admission).
+        sticky = sticky and definition.concurrency is None
         tally = WriteTally(self.store, snapshot) if sticky else None
         inv = Invocation(
             tally or self.store,
@@ -383,6 +422,34 @@ class Runtime(RuntimeParts):
         if publish:
             self._publish_follow_up(outcome, header, inv.pending_events, inv.notifications)
         return outcome
+
+    def _release(self, header: RunHeader, outcome: InvocationOutcome) -> None:
+        """Frees the run's concurrency slot if the invocation left it not running (ADR 0030)."""
+        try:
+            version = header.versions.get("workflow_version", "")
+            definition = self.registry.pinned(header.agent, version)
+        except (AgentNotFoundError, VersionUnavailableError):
+            return  # its code is not deployed here: it ran nothing, and holds what it held
+        if definition.concurrency is not None:
+            flow_admission.release(
+                self.store, self.clock, self.publisher, definition, header.run_id, outcome
+            )
+
+    def _admit(
+        self, definition: AgentDefinition[Any, Any], header: RunHeader
+    ) -> InvocationOutcome | RunHeader:
+        """How the run waits for a slot, or its header to go on with (ADR 0030)."""
+        if definition.concurrency is None:  # queued under a limit this version no longer has
+            return flow_admission.unqueue(self.store, self.clock, header)
+        # A cancel not yet told to the agent: a queued run goes to the front of the line.
+        request = header.cancel_requested
+        stopping = (
+            request is not None and request.get("mode") == "cancel" and not request.get("told")
+        )
+        waiting = flow_admission.admit(
+            self.store, self.clock, self.publisher, definition, header, stopping=stopping
+        )
+        return header if waiting is None else waiting
 
     def _publish_follow_up(
         self,
@@ -491,4 +558,10 @@ class Runtime(RuntimeParts):
         if stored.status is RunStatus.RUNNING:
             events.append(step_ready(stored.run_id, "rerun"))
         self.publisher.publish(events)
+        if stored.status is RunStatus.QUEUED:  # a rerun waits for a slot too (ADR 0030)
+            definition = resolve_pinned(self.registry, stored)
+            if definition.concurrency is not None:
+                flow_admission.enqueue_started(
+                    self.store, self.clock, self.publisher, definition, stored
+                )
         return plan, stored, created

@@ -28,7 +28,10 @@ TIMEOUT = "timeout"
 MODES = (CANCEL, TERMINATE)
 """The modes a caller may ask for (a time limit is the runtime's own)."""
 
-_ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
+# Whose code runs to be told a cancel: a queued run's when its turn comes (ADR 0030).
+_ACTIVE = frozenset(
+    {RunStatus.RUNNING, RunStatus.SUSPENDED, RunStatus.BUDGET_EXCEEDED, RunStatus.QUEUED}
+)
 _ATTEMPTS = 5  # conditional writes lost to concurrent header changes before giving up
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from durable_agents.core.clock import Clock
 from durable_agents.core.credentials import CallScope, CredentialMintError, CredentialProvider
 from durable_agents.core.models import (
+    ACTIVE_STATUSES,
     EffectChange,
     EffectStatus,
     Entry,
@@ -48,7 +49,7 @@ from durable_agents.errors import (
 from durable_agents.retry import RetryPolicy
 from durable_agents.tools import Tool, ToolCall
 
-ACTIVE = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
+ACTIVE = ACTIVE_STATUSES  # BUDGET_EXCEEDED too: its code runs again (ADR 0030)
 # Unclear outcomes are looked at again after a short, growing pause (the provider may still be
 # processing the call); the delay is recorded on the record and the run header.
 UNCLEAR_BACKOFF = RetryPolicy(

@@ -137,6 +137,7 @@ def run_invoke(
                 idempotency_key=None,
                 tenant=tenant or inv.header.tenant,
                 execution_timeout=None,
+                parent=inv.header,  # its priority, and its tree's budget (ADR 0030)
             )
             inv.store.create_run(header)
         inv.pending_events.append(step_ready(child_id, "started"))
