@@ -10,8 +10,11 @@ from durable_agents.core.log_context import log_safely
 from durable_agents.core.models import OpKind
 from durable_agents.core.semantics import StepSemantics
 from durable_agents.engine.fingerprints import Fingerprint
+from durable_agents.engine.flow.calls import CallLimits
+from durable_agents.engine.flow.rates import model_rate_limit
 from durable_agents.engine.operations.step import StepInfo, run_step
 from durable_agents.errors import ConfigurationError
+from durable_agents.flow_control import BudgetExceededError
 from durable_agents.llm.types import (
     LlmProvider,
     LlmRequest,
@@ -34,7 +37,7 @@ LLM_RETRY = RetryPolicy(
     initial_delay_seconds=2,
     backoff_rate=2,
     jitter=0.5,
-    non_retryable=(ModelRequestError, ConfigurationError),
+    non_retryable=(ModelRequestError, ConfigurationError, BudgetExceededError),
 )
 
 
@@ -113,6 +116,14 @@ def run_llm(
     """
     inv = ctx.invocation
     provider: LlmProvider | None = None
+    # Its tree's budget and its configuration's rate limit (ADR 0030), looked at before the
+    # claim: a call that must wait records nothing.
+    limits = CallLimits(
+        inv,
+        f"model#{config.name}",
+        model_rate_limit(config.requests_per_minute, config.tokens_per_minute),
+        (config.input_usd_per_mtok, config.output_usd_per_mtok),
+    )
 
     def ready() -> None:
         # Looked up here, after the step budget was taken, not before ``run_step``: a parked
@@ -123,17 +134,22 @@ def run_llm(
         if provider is None:  # a deployment question for a person, not the agent's error
             inv.fault = ProviderNotConfiguredError(config.provider, sorted(inv.providers))
             raise inv.fault
+        limits.before()
 
     def call(info: StepInfo) -> LlmResponse:
         assert provider is not None  # looked up by ready() before the claim
+        limits.inside()
         if not stream:
             answer: LlmResponse = provider.converse(config, request)
-            return answer
-        sink = _SafeSink(inv.stream_sink, inv.run_id, info.operation_id, info.attempt)
-        sink.begin()
-        streamed: LlmResponse = provider.converse_stream(config, request, sink.text)
-        sink.end()
-        return streamed
+        else:
+            sink = _SafeSink(inv.stream_sink, inv.run_id, info.operation_id, info.attempt)
+            sink.begin()
+            answer = provider.converse_stream(config, request, sink.text)
+            sink.end()
+        # Counted before the result is recorded: a call the journal holds was counted, and a
+        # repeated one (a crash in between) is not counted again (the charge's key is its id).
+        limits.after(info.operation_id, answer.usage.input_tokens, answer.usage.output_tokens)
+        return answer
 
     response: LlmResponse = run_step(
         ctx,

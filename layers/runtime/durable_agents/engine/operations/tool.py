@@ -10,6 +10,7 @@ from durable_agents.engine import reruns
 from durable_agents.engine.effects.protocol import Settled, SideEffectProtocol
 from durable_agents.engine.events import OutgoingEvent
 from durable_agents.engine.fingerprints import ToolFingerprint
+from durable_agents.engine.flow.calls import CallLimits
 from durable_agents.engine.invocation import Invocation, Reason
 from durable_agents.errors import EffectConflictError, EntryConflictError, SuspendExecution
 from durable_agents.tools import Tool
@@ -59,6 +60,8 @@ def run_tool(ctx: OperationScope, tool: Tool[Any, Any], request: Any, name: str)
                 tool, new, found.review, original=found.original, create=True
             )
             return settle(ctx, settled, tool, op_id)
+        if tool.rate_limit is not None:  # waits for its turn before anything is prepared
+            CallLimits(inv, f"tool#{tool.name}", tool.rate_limit, None).before()
         try:
             effect = protocol.prepare(
                 inv.run_id, position, op_id, tool, request, tenant=inv.header.tenant
