@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
+from durable_agents.admin.flow_sweep import sweep_flow
 from durable_agents.admin.retention import stamp_expiring_runs
 from durable_agents.admin.stale_effects import recover_stale_effects
 from durable_agents.admin.stalled_runs import (
@@ -82,6 +83,7 @@ def sweep(
         partial(redrive_stalled, ctx, stall_after_ms),
         partial(redrive_stuck_suspended, ctx, stall_after_ms),
         partial(resume_version_available, ctx),
+        partial(sweep_flow, ctx, stall_after_ms),
         partial(stamp_expiring_runs, ctx),
     ]
     for step in steps:

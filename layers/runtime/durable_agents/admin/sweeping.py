@@ -63,6 +63,10 @@ class SweepReport:
             with a note), so they cannot hide the stale calls behind them.
         waits_expired: approvals and callbacks whose deadline or heartbeat timeout passed.
         items_stamped: items of finished runs given their expiry (``retention``).
+        flow_reclaimed: concurrency slots freed whose lease ran out or whose run does not run.
+        flow_granted: free concurrency slots given to queued runs.
+        flow_requeued: queued runs whose queue entry was written again (or found there).
+        budget_woken: runs over a budget that was extended, sent their ``Step Ready``.
         stale_listings: index entries whose base item, re-read, said otherwise (settled,
             claimed, moved): nothing was done for them.
         unit_errors: units of work that failed (logged, skipped; see ``errors``).
@@ -88,6 +92,10 @@ class SweepReport:
     effects_deferred: int = 0
     waits_expired: int = 0
     items_stamped: int = 0
+    flow_reclaimed: int = 0
+    flow_granted: int = 0
+    flow_requeued: int = 0
+    budget_woken: int = 0
     stale_listings: int = 0
     unit_errors: int = 0
     infrastructure_errors: int = 0
