@@ -65,6 +65,8 @@ font-size:.72rem;font-weight:700;letter-spacing:.03em;text-transform:uppercase;b
 .s-suspended,.s-paused,.s-version_unavailable,.s-in_review,.s-pending,.s-waiting,.s-retrying
 {background:var(--warn-bg);color:var(--warn)}
 .s-running,.s-prepared{background:var(--info-bg);color:var(--info)}
+.s-queued{background:#f3effc;color:#6639ba}
+.s-budget_exceeded{background:#fff1e5;color:#b54708;border:1px solid #f5b27a}
 form.filters{display:flex;flex-wrap:wrap;gap:.75rem;align-items:flex-end}
 label{display:block;font-size:.8rem;color:var(--muted);font-weight:600}
 input,select,textarea{font:inherit;padding:.3rem .5rem;border:1px solid #c4cad3;border-radius:6px;
@@ -105,6 +107,7 @@ NOTICES = {
     "approval-approved": "Approval recorded: approved. The run continues.",
     "approval-rejected": "Approval recorded: rejected. The run continues.",
     "review-decided": "Review decision recorded. The run continues.",
+    "budget-extended": "Budget extended: the runs it paused go on (who and why are recorded).",
 }
 """The confirmations a console action redirects to (fixed texts: nothing from the query)."""
 
@@ -142,6 +145,40 @@ def when(ms: int | None) -> str:
 def pill(state: str) -> str:
     """A status badge."""
     return f'<span class="pill s-{e(state.lower())}">{e(state.lower())}</span>'
+
+
+def waited(ms: int | None) -> str:
+    """A duration in words: ``—`` for none, else seconds, minutes or hours (escaped-safe).
+
+    >>> waited(None), waited(1_500), waited(125_000), waited(7_380_000)
+    ('—', '1.5 s', '2 min 5 s', '2 h 3 min')
+    """
+    if ms is None:
+        return "—"
+    seconds = max(ms, 0) / 1000
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {rest} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min"
+
+
+def dollars(value: Any) -> str:
+    """A dollar amount (``$0.0123``), or ``—`` when there is none.
+
+    >>> dollars(0.01234), dollars(None), dollars(12)
+    ('$0.0123', '—', '$12.0000')
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "—"
+    return f"${value:,.4f}"
+
+
+def used_of(used: Any, limit: Any) -> str:
+    """``used / limit`` (``used / no limit`` when there is none), as text to escape."""
+    return f"{used} / {'no limit' if limit is None else limit}"
 
 
 def pretty(value: Any) -> str:
@@ -273,10 +310,12 @@ def render_runs_page(
     root: str,
     agents: Sequence[str] = (),
     start_key: str | None = None,
+    flow: Mapping[str, Any] | None = None,
 ) -> str:
     """The runs list, newest start first: a filter form, a table, a next link; a start form.
 
-    The filters: status, agent, start time, sub-agent runs, page size.
+    The filters: status, agent, start time, sub-agent runs, page size (QUEUED and
+    BUDGET_EXCEEDED among the statuses, like every other).
 
     Args:
         runs: One page of runs.
@@ -285,6 +324,9 @@ def render_runs_page(
         root: The relative prefix to the Api's root (``root_of``).
         agents: The agents the Api can start (a choice); none known: a text field.
         start_key: The idempotency key of this page's start form (None: no start form).
+        flow: The flow overview (``admin.flow_views.flow_overview``) for operators, shown
+            after the runs; ``{"unavailable": True}`` when it could not be read; None: not
+            shown (a tenant's caller: its queues are keyed by other tenants too).
 
     Returns:
         A complete HTML document; every value is escaped.
@@ -343,8 +385,77 @@ def render_runs_page(
         f'<section class="card"><h1>Runs</h1>{form}</section>'
         f'<section class="card">{table}{pager}</section>'
         + ("" if start_key is None else _start_form(agents, start_key, root))
+        + ("" if flow is None else render_flow_overview(flow))
     )
     return page("Runs", body, root=root, here="runs")
+
+
+def _count(value: Any) -> str:
+    return e(value if isinstance(value, int) and not isinstance(value, bool) else "—")
+
+
+def render_flow_overview(flow: Mapping[str, Any]) -> str:
+    """Flow control for operators: queues and slots per agent and key, then rate limits.
+
+    Each limited agent's running and queued runs, overall and per key, with the oldest wait;
+    each rate limit's use this period and its waits today (``GET /flow``'s figures).
+    """
+    if flow.get("unavailable"):
+        return (
+            '<section class="card flow"><h2>Flow control</h2>'
+            '<p class="err">The flow control figures could not be read; the runs above are '
+            "current.</p></section>"
+        )
+    rows: list[str] = []
+    for agent in flow.get("agents") or []:
+        limit = agent.get("limit")
+        per_key = agent.get("per_key")
+        limits = "no overall limit" if limit is None else f"{limit} at once"
+        if per_key is not None:
+            limits += f", {per_key} per {agent.get('key')}"
+        rows.append(
+            f'<tr class="flow-agent" data-agent="{e(agent.get("agent"))}">'
+            f"<td><strong>{e(agent.get('agent'))}</strong></td>"
+            f'<td class="muted">all keys (by <code>{e(agent.get("key"))}</code>)</td>'
+            f'<td class="num">{_count(agent.get("running"))}</td><td>{e(limits)}</td>'
+            f'<td class="num">{_count(agent.get("queued"))}</td>'
+            f'<td class="num">{e(waited(agent.get("oldest_wait_ms")))}</td></tr>'
+        )
+        for key in agent.get("keys") or []:
+            rows.append(
+                '<tr class="flow-key"><td></td>'
+                f'<td class="op-depth-1"><code>{e(key.get("key") or "(none)")}</code></td>'
+                f'<td class="num">{_count(key.get("running"))}</td>'
+                f"<td>{e('' if per_key is None else f'{per_key} at once')}</td>"
+                f'<td class="num">{_count(key.get("queued"))}</td>'
+                f'<td class="num">{e(waited(key.get("oldest_wait_ms")))}</td></tr>'
+            )
+    queues = (
+        '<div class="scroll"><table class="flow-queues"><thead><tr><th>Agent</th><th>Key</th>'
+        "<th>Running</th><th>Limit</th><th>Queued</th><th>Oldest wait</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+        if rows
+        else '<p class="muted">No agent declares a concurrency limit.</p>'
+    )
+    limits_rows = "".join(
+        f'<tr class="rate-limit"><td><code>{e(r.get("limiter"))}</code></td>'
+        f"<td>{e(used_of(r.get('used_requests'), r.get('requests')))}</td>"
+        f"<td>{e(used_of(r.get('used_tokens'), r.get('tokens')))}</td>"
+        f"<td>{e(r.get('per_seconds'))} s</td>"
+        f'<td class="num">{_count(r.get("waits_today"))}</td></tr>'
+        for r in flow.get("rate_limits") or []
+    )
+    rates = (
+        '<div class="scroll"><table class="rate-limits"><thead><tr><th>Limiter</th>'
+        "<th>Requests (used / limit)</th><th>Tokens (used / limit)</th><th>Period</th>"
+        f"<th>Waits today</th></tr></thead><tbody>{limits_rows}</tbody></table></div>"
+        if limits_rows
+        else '<p class="muted">No rate limit is declared.</p>'
+    )
+    return (
+        '<section class="card flow"><h2>Flow control</h2>'
+        f"<h3>Queues and slots</h3>{queues}<h3>Rate limits (this period)</h3>{rates}</section>"
+    )
 
 
 def _start_form(agents: Sequence[str], key: str, root: str) -> str:

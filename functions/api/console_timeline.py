@@ -16,13 +16,14 @@ carries its secret, so of scheduled values only the child run id and the approva
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
 from api.console_page import (
     collapsed_traceback,
     compact,
+    dollars,
     e,
     effect_notes,
     facts,
@@ -30,6 +31,8 @@ from api.console_page import (
     page,
     pill,
     run_link,
+    used_of,
+    waited,
     when,
 )
 from durable_agents.core.models import ErrorInfo, OpKind, RunHeader, RunSnapshot, RunStatus
@@ -40,8 +43,11 @@ from durable_agents.engine.time_limits import deadline_ms
 from durable_agents.journal.generation_keys import id_prefix, pos_prefix
 
 MAX_TEXT_CHARS = 20_000
-STOPPABLE = {"RUNNING", "SUSPENDED"}
-"""States a cancel can stop (PAUSED / VERSION_UNAVAILABLE: terminate; see run_stops)."""
+STOPPABLE = {"RUNNING", "SUSPENDED", "QUEUED", "BUDGET_EXCEEDED"}
+"""States a cancel can stop (PAUSED / VERSION_UNAVAILABLE: terminate; see run_stops).
+
+A QUEUED run is told when its turn comes, a BUDGET_EXCEEDED one when it is woken
+(``engine.stop_requests``)."""
 
 
 def _scheduled_field(record: OpRecord, key: str) -> str | None:
@@ -203,12 +209,90 @@ def _form(action: str, title: str, fields: str, button: str, kind: str) -> str:
     )
 
 
-def _actions(snapshot: RunSnapshot, root: str) -> str:
-    """The forms the run's state allows: cancel, terminate, redrive, send an event.
+_BUDGET_FIELDS = (
+    '<p class="muted">Raises the budget of this run\'s tree; the runs it paused go on.</p>'
+    '<label for="budget-tokens">Tokens to add</label>'
+    '<input id="budget-tokens" name="add_tokens" type="number" min="0" step="1" value="0">'
+    '<label for="budget-usd">Dollars to add</label>'
+    '<input id="budget-usd" name="add_cost_usd" type="number" min="0" step="0.01" value="0">'
+    '<label for="budget-reason">Reason (recorded with the extension)</label>'
+    '<textarea id="budget-reason" name="reason" required maxlength="500"></textarea>'
+)
 
-    A finished run: none. A stop already asked: no event, no cancel (a terminate escalates a
-    cancel). Cancel needs code that can run (``STOPPABLE``); terminate and redrive take any
-    run that has not finished (``run_stops``, ``engine.follow_ups.redrive``).
+
+def flow_card(flow: Mapping[str, Any] | None, run_id: str, root: str) -> str:
+    """The run's flow control card (``admin.flow_views.run_flow``).
+
+    Its priority, where it queues and for how long, its tree's budget (used / limit, this
+    run's share, the extensions with who and why). Nothing for a run flow control has
+    nothing to say about (normal priority, no queue, no budget).
+    """
+    if not flow:
+        return ""
+    queue = flow.get("queue")
+    budget = flow.get("budget")
+    priority = flow.get("priority")
+    if not queue and not budget and priority in (None, 3):
+        return ""
+    rows = [("Priority", f'{e(priority)} <span class="muted">(1 highest … 5 lowest)</span>')]
+    if isinstance(queue, Mapping):
+        rows.append(("Queued under key", f"<code>{e(queue.get('key') or '(none)')}</code>"))
+        rows.append(("Waited", e(waited(queue.get("waited_ms")))))
+    extensions = ""
+    if isinstance(budget, Mapping):
+        limit = budget.get("limit") or {}
+        used = budget.get("used") or {}
+        mine = budget.get("run_used") or {}
+        root_run = str(budget.get("root_run_id") or "")
+        if root_run and root_run != run_id:
+            rows.append(("Budget of", run_link(root, root_run)))
+        cost_limit = limit.get("cost_usd")
+        cost_limit_text = "no limit" if cost_limit is None else dollars(cost_limit)
+        rows += [
+            ("Tokens (used / limit)", e(used_of(used.get("tokens"), limit.get("tokens")))),
+            (
+                "Dollars (used / limit)",
+                e(f"{dollars(used.get('cost_usd'))} / {cost_limit_text}"),
+            ),
+            ("Model calls", e(used.get("calls"))),
+            (
+                "This run's share",
+                e(
+                    f"{mine.get('tokens_in', 0)} tokens in, {mine.get('tokens_out', 0)} out, "
+                    f"{dollars(mine.get('cost_usd', 0))}, {mine.get('calls', 0)} call(s)"
+                ),
+            ),
+            ("When spent", e(budget.get("on_exceeded"))),
+            (
+                "Exceeded",
+                '<span class="err">yes</span>' if budget.get("exceeded") else "no",
+            ),
+        ]
+        listed = "".join(
+            f"<tr><td>{when(x.get('at_ms') if isinstance(x.get('at_ms'), int) else None)}</td>"
+            f"<td><code>{e(x.get('by'))}</code></td>"
+            f'<td class="num">{e(x.get("add_tokens"))}</td>'
+            f'<td class="num">{e(dollars(x.get("add_cost_usd")))}</td>'
+            f"<td>{e(x.get('reason'))}</td></tr>"
+            for x in budget.get("extensions") or []
+            if isinstance(x, Mapping)
+        )
+        if listed:
+            extensions = (
+                '<h3>Extensions</h3><div class="scroll"><table class="extensions"><thead><tr>'
+                "<th>When</th><th>By</th><th>Tokens added</th><th>Dollars added</th>"
+                f"<th>Reason</th></tr></thead><tbody>{listed}</tbody></table></div>"
+            )
+    return f'<section class="card flow"><h2>Flow control</h2>{facts(rows)}{extensions}</section>'
+
+
+def _actions(snapshot: RunSnapshot, root: str) -> str:
+    """The forms the run's state allows: cancel, terminate, redrive, event, extend budget.
+
+    A BUDGET_EXCEEDED run not being stopped has "Extend budget". A finished run: none. A
+    stop already asked: no event, no cancel (a terminate escalates a cancel). Cancel needs
+    code that can run (``STOPPABLE``); terminate and redrive take any run that has not
+    finished (``run_stops``, ``engine.follow_ups.redrive``).
     """
     header = snapshot.header
     if header.status.terminal:
@@ -246,6 +330,8 @@ def _actions(snapshot: RunSnapshot, root: str) -> str:
             '<textarea id="event-data" name="data" maxlength="200000"></textarea>'
         )
         forms.append(_form(f"{base}/events", "Send an event", fields, "Send event", "event"))
+    if header.status is RunStatus.BUDGET_EXCEEDED and not stop:
+        forms.append(_form(f"{base}/budget", "Extend budget", _BUDGET_FIELDS, "Extend", "budget"))
     forms.append(
         _form(
             f"{base}/redrive",
@@ -419,6 +505,7 @@ def render_timeline_page(
     children: Sequence[str] = (),
     done: str | None = None,
     follow: bool = False,
+    flow: Mapping[str, Any] | None = None,
 ) -> str:
     """One run: status, error, what it waits on, its deadlines, children and every operation.
 
@@ -429,6 +516,7 @@ def render_timeline_page(
         children: Child run ids to link (``child_run_ids``).
         done: A ``NOTICES`` code to confirm.
         follow: Whether the page reloads itself every 3 seconds (no script: a meta refresh).
+        flow: The run's flow control (``admin.flow_views.run_flow``; None: not shown).
 
     Returns:
         A complete HTML document; every value is escaped.
@@ -511,6 +599,7 @@ def render_timeline_page(
     body = (
         notice(done)
         + summary
+        + flow_card(flow, header.run_id, root)
         + io
         + toggle
         + _actions(snapshot, root)

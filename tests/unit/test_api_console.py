@@ -240,6 +240,7 @@ def test_every_console_route_needs_an_iam_caller(pending: Pending) -> None:
         ("POST", f"/console/runs/{pending.run_id}/terminate"),
         ("POST", f"/console/runs/{pending.run_id}/redrive"),
         ("POST", f"/console/runs/{pending.run_id}/events"),
+        ("POST", f"/console/runs/{pending.run_id}/budget"),
         ("POST", "/console/runs"),
     ):
         reply = request(method, path, user_arn=None)
@@ -322,6 +323,7 @@ def test_a_form_from_another_site_is_refused_and_changes_nothing(
         (f"/console/runs/{pending.run_id}/redrive", {}),
         (f"/console/runs/{pending.run_id}/rerun", {"from": "start"}),
         (f"/console/runs/{pending.run_id}/events", {"name": "message", "data": "1"}),
+        (f"/console/runs/{pending.run_id}/budget", {"add_tokens": "5", "reason": "csrf"}),
         ("/console/runs", {"agent": "refund", "input": "42"}),
     ):
         reply = form(path, fields, headers=base)

@@ -11,8 +11,9 @@ The actions post HTML forms and go through the Api's own code paths and checks: 
 terminate are ``run_stops.stop_run`` (``POST /runs/{id}/cancel``, ``/terminate``), redrive and
 a start are ``routes.run_starts`` (``POST /runs/{id}/redrive``, ``POST /runs``), a re-run (or
 its preview) is ``routes.reruns.rerun_owned`` (``POST /runs/{id}/rerun``), an event is
-``run_events.record_event`` (``POST /runs/{id}/events/{name}``), an approval decision is the one
-``POST /approvals/{id}`` makes (``routes.approval_decisions``: the caller must match an
+``run_events.record_event`` (``POST /runs/{id}/events/{name}``), a budget extension is
+``engine.flow.extensions.extend_budget`` (``POST /runs/{id}/budget``), an approval decision is
+the one ``POST /approvals/{id}`` makes (``routes.approval_decisions``: the caller must match an
 ``iam:`` approver pattern), a review decision is ``routes.reviews.record_review`` (the tool's
 reviewers, else ``REVIEW_OPERATORS``). A form post is accepted only from the console's own
 pages (``check_same_origin``: the browser's ``Sec-Fetch-Site``/``Origin``), so another site
@@ -23,11 +24,13 @@ answers ``303 See Other`` back to its page.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Literal
 from urllib.parse import quote, urlencode
 
+from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
@@ -51,20 +54,27 @@ from api.routes.run_events import record_event
 from api.routes.run_query import MAX_VERSION_CHARS, list_page, listing_query
 from api.routes.run_starts import StartRunRequest, redrive_run, start_in_tenant
 from api.routes.run_stops import StopRunRequest, stop_run
-from api.routes.tenancy import iam_caller, owned_run, owned_wait
+from api.routes.tenancy import iam_caller, owned_run, owned_wait, tenant_map
 from api.routes.tenant_listing import MAX_LIMIT, ListingQuery, collect
 from api.services import get_runtime
+from durable_agents.admin.flow_views import flow_overview, run_flow
 from durable_agents.core.ids import check_name, check_run_id
 from durable_agents.core.models import WaitStatus
 from durable_agents.core.tenancy import ALL_TENANTS
 from durable_agents.engine import reruns
 from durable_agents.engine.cancellation import CANCEL, TERMINATE
+from durable_agents.engine.flow.extensions import extend_budget
 from durable_agents.engine.operations.approval import KIND
 from durable_agents.errors import DurableError
 from durable_agents.llm.streams import StreamCache, StreamChunk
+from durable_agents.tools import default_tools
 
+logger = Logger(child=True)
 router = Router()  # type: ignore[no-untyped-call]
 MAX_STREAM_PAGES = 4
+MAX_EXTENSION_TOKENS = 10**12  # as POST /runs/{id}/budget's (routes.flow)
+MAX_EXTENSION_USD = 10**9
+MAX_BUDGET_REASON_CHARS = 500
 """Stream cache pages (of 500 chunks) a timeline reads: the text shown is at most 2,000 chunks."""
 
 
@@ -106,6 +116,23 @@ class ConsoleRerunForm(BaseModel):
     )
     dry_run: Literal["", "true"] = Field(
         default="", description="true (the Preview button): only show what would happen."
+    )
+
+
+class ConsoleBudgetForm(BaseModel):
+    """A BUDGET_EXCEEDED run's "Extend budget" form (``POST /console/runs/{run_id}/budget``).
+
+    The JSON route's limits (``routes.flow.ExtendBudgetRequest``); an amount left blank is 0.
+    """
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, allow_inf_nan=False)
+
+    add_tokens: int = Field(default=0, ge=0, le=MAX_EXTENSION_TOKENS, description="Tokens to add.")
+    add_cost_usd: float = Field(
+        default=0.0, ge=0, le=MAX_EXTENSION_USD, description="Dollars to add."
+    )
+    reason: str = Field(
+        min_length=1, max_length=MAX_BUDGET_REASON_CHARS, description="Why (recorded with it)."
     )
 
 
@@ -214,6 +241,9 @@ def console_runs() -> Response[str]:
     scope = None if tenant == ALL_TENANTS else tenant
     query = runs_query(dict(event.query_string_parameters or {}), scope)
     page = list_page(get_runtime().store, query.list_kwargs)
+    # Queues are keyed by tenant too: only operators (tenant *, or a deployment without
+    # tenants) see them.
+    flow = _flow_overview() if tenant == ALL_TENANTS or not tenant_map().configured else None
     return _html(
         render_runs_page(
             page.runs,
@@ -222,8 +252,19 @@ def console_runs() -> Response[str]:
             root=root_of(event.path),
             agents=sorted(get_runtime().registry.names()),
             start_key=f"console-{secrets.token_urlsafe(18)}",
+            flow=flow,
         )
     )
+
+
+def _flow_overview() -> Mapping[str, Any]:
+    """``GET /flow``'s figures for the runs page; unreadable ones never fail the page."""
+    rt = get_runtime()
+    try:
+        return flow_overview(rt.store, rt.registry, default_tools, rt.clock.now_ms())
+    except Exception:
+        logger.warning("the console's flow overview could not be read", exc_info=True)
+        return {"unavailable": True}
 
 
 def timeline_response(event: APIGatewayProxyEvent, run_id: str) -> Response[str]:
@@ -257,6 +298,7 @@ def timeline_response(event: APIGatewayProxyEvent, run_id: str) -> Response[str]
             children=child_run_ids(snapshot),
             done=params.get("done"),
             follow=params.get("follow") == "1",
+            flow=run_flow(rt.store, snapshot.header, rt.clock.now_ms()),
         )
     )
 
@@ -309,6 +351,36 @@ def _console_stop(run_id: str, mode: str, done: str) -> Response[str]:
     request = StopRunRequest.model_validate({"reason": fields.get("reason", "")})
     stop_run(principal, tenant, run_id, mode, request)
     return _back_to_run(event, run_id, done)
+
+
+@router.post("/console/runs/<run_id>/budget")
+def console_extend_budget(run_id: str) -> Response[str]:
+    """Extends a run tree's budget from its page (``POST /runs/{id}/budget``'s code path).
+
+    The form's ``add_tokens``, ``add_cost_usd`` (empty: 0) and ``reason``; the extension
+    records the IAM caller as who. The runs the budget paused go on.
+
+    Raises:
+        CrossSiteFormError: If the form was not posted from the console's own pages (403).
+        RunNotFoundError: If there is no such run, or it is another tenant's (404).
+        NoBudgetError: If the run's tree has no budget.
+        ValidationError: If an amount is negative or not a number, or the reason is empty (422).
+    """
+    event = _event()
+    check_same_origin(event)
+    principal, tenant = iam_caller(event)
+    run_id = check_run_id(run_id)
+    fields = {k: v for k, v in _form(event).items() if k == "reason" or v.strip()}
+    request = ConsoleBudgetForm.model_validate(fields)
+    owned_run(tenant, run_id)
+    rt = get_runtime()
+    extend_budget(
+        rt.store, rt.clock, rt.publisher, run_id,
+        add_tokens=request.add_tokens, add_cost_usd=request.add_cost_usd,
+        by=principal.display, reason=request.reason,
+    )  # fmt: skip
+    logger.info("run budget extended", extra={"run_id": run_id, "caller": principal.display})
+    return _back_to_run(event, run_id, "budget-extended")
 
 
 @router.post("/console/runs/<run_id>/redrive")
