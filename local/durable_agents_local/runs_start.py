@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,10 @@ from durable_agents_local.cli.api_client import (
 from durable_agents_local.cli.tables import escape_controls
 
 DEFAULT_API = "http://127.0.0.1:3000"
-SETTLED = ("SUCCEEDED", "FAILED", "CANCELLED", "TERMINATED", "TIMED_OUT", "PAUSED")
+# BUDGET_EXCEEDED, like PAUSED, waits for a person: nothing more happens by waiting here.
+SETTLED = (
+    "SUCCEEDED", "FAILED", "CANCELLED", "TERMINATED", "TIMED_OUT", "PAUSED", "BUDGET_EXCEEDED",
+)  # fmt: skip
 _POLL_SECONDS = 0.2
 
 
@@ -110,6 +113,7 @@ def start_run(
     wait_seconds: float,
     idempotency_key: str | None = None,
     on_wait: Callable[[str], None] | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> Started:
     """Starts a run with ``POST /runs`` and polls ``GET /runs/{id}`` until it settles.
 
@@ -129,6 +133,7 @@ def start_run(
         on_wait: Told once, the first time local mode's Api does not answer and the request
             will be retried: ``waiting for the Api at URL (start it with durable-agents local)
             ...`` (the CLI prints it on stderr, so a wait is never silent).
+        options: More of the body: ``priority`` and ``budget`` (``runs_flow.start_options``).
 
     Returns:
         The run, and whether it settled (a SUSPENDED run waits for a timer or a person).
@@ -140,7 +145,7 @@ def start_run(
     client = api if isinstance(api, ApiClient) else ApiClient(api.rstrip("/"), timeout=10)
     local = client.credentials is None  # local mode: unsigned (connect() signs for all else)
     deadline = time.monotonic() + wait_seconds
-    body: dict[str, Any] = {"agent": agent, "input": value}
+    body: dict[str, Any] = {"agent": agent, "input": value, **(options or {})}
     if idempotency_key:
         body["idempotency_key"] = idempotency_key
     waiting = False
@@ -187,6 +192,11 @@ def describe(started: Started) -> str:
         return f"{line} result: {json.dumps(run.get('result'))}"
     if run.get("error"):
         return f"{line} error: {json.dumps(run['error'])}"
+    if run.get("status") == "BUDGET_EXCEEDED":
+        return (
+            f"{line}: its tree's budget is spent; extend it with durable-agents runs budget "
+            f"{run['run_id']} --add-tokens N --reason TEXT"
+        )
     if not started.settled and run.get("waiting_on"):
         return f"{line} waiting on: {json.dumps(run['waiting_on'])}"
     return line

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from durable_agents_local import moto_server
+from durable_agents_local import moto_server, runs_flow
 from durable_agents_local.cli import console_proxy
 from durable_agents_local.cli import remote as cli_remote
 from durable_agents_local.cli.tables import escape_controls, escape_strings
@@ -239,7 +239,9 @@ def _add_local(commands: Any) -> None:
 
 def _add_runs(commands: Any) -> None:
     runs = commands.add_parser(
-        "runs", help="list, show, follow, start, stop, message, redrive, migrate or re-run runs"
+        "runs",
+        help="list, show, follow, start, stop, message, redrive, migrate, re-run runs or "
+        "extend their budget",
     )
     actions = runs.add_subparsers(dest="action", required=True, metavar="ACTION")
     cli_remote.add_commands(actions, commands, _http_url, _caller_arn)
@@ -266,6 +268,7 @@ def _add_runs(commands: Any) -> None:
     )
     start.add_argument("--idempotency-key", help="the same key returns the same run")
     start.add_argument("--json", action="store_true", help="print the run as JSON")
+    runs_flow.add_start_options(start)
     # --api-url (--api), --stack, --region, --profile, --caller-arn: as the other commands.
     cli_remote.add_connection(start, top=False, url=_http_url, caller=_caller_arn)
 
@@ -392,7 +395,10 @@ def _runs_start(args: argparse.Namespace) -> int:
 
     try:
         value = runs_start.parse_input(args.input)
-    except runs_start.InputSyntaxError as exc:
+        options = runs_flow.start_options(
+            args.priority, args.budget_tokens, args.budget_usd, args.on_budget_exceeded
+        )
+    except (runs_start.InputSyntaxError, runs_flow.FlowUsageError) as exc:
         print(f"error: {escape_controls(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     try:
@@ -413,6 +419,7 @@ def _runs_start(args: argparse.Namespace) -> int:
             value,
             wait_seconds=args.wait,
             idempotency_key=args.idempotency_key,
+            options=options,
             # Said at once on stderr (stdout is the run's line, or its JSON with --json).
             on_wait=lambda text: print(escape_controls(text), file=sys.stderr, flush=True),
         )
@@ -426,7 +433,7 @@ def _runs_start(args: argparse.Namespace) -> int:
     else:  # describe() does not escape: it is given the run with its strings escaped
         shown = dataclasses.replace(started, run=escape_strings(started.run))
         print(escape_controls(runs_start.describe(shown), keep_newlines=True))
-    ended_badly = ("FAILED", "PAUSED", "CANCELLED", "TERMINATED", "TIMED_OUT")
+    ended_badly = ("FAILED", "PAUSED", "BUDGET_EXCEEDED", "CANCELLED", "TERMINATED", "TIMED_OUT")
     return EXIT_ERROR if started.run["status"] in ended_badly else 0
 
 

@@ -1,4 +1,4 @@
-"""The ``durable-agents`` commands that call the Api: runs, approvals, reviews.
+"""The ``durable-agents`` commands that call the Api: runs, approvals, reviews, flow.
 
 One code path for local mode and a deployed stack: every command is a request to the Api
 (``durable_agents_local.cli.api_client``), signed with SigV4 for a deployment (``--stack NAME`` or
@@ -23,7 +23,7 @@ from typing import Any
 
 from durable_agents.core.clock import SystemClock
 from durable_agents.core.models import RunStatus
-from durable_agents_local import runs_migrate, runs_rerun
+from durable_agents_local import runs_flow, runs_migrate, runs_rerun
 from durable_agents_local.cli.api_client import (
     ApiClient,
     ApiConfigError,
@@ -167,6 +167,7 @@ def add_commands(
         stop.add_argument("run_id")
         stop.add_argument("--reason", default="", help="why (recorded; the agent sees it)")
     runs_migrate.add_command(runs, [common])
+    runs_flow.add_budget_command(runs, [common])
     runs_rerun.add_command(runs, [common], when=since)
     event = runs.add_parser(
         "send-event", parents=[common], help="send a named event (a message) to a run"
@@ -182,6 +183,8 @@ def add_commands(
     )
     watch.add_argument("run_id")
     watch.add_argument("--timeout", type=float, metavar="SECONDS", help="give up after this")
+
+    runs_flow.add_flow_command(commands, [common])
 
     approvals = commands.add_parser("approvals", help="list or decide approvals (IAM)")
     on_approvals = approvals.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -249,6 +252,10 @@ def _runs(client: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
         body = {"to_version": args.to, "dry_run": args.dry_run}
         answer = client.call("POST", f"{path}/migrate", body=body, missing=missing)
         return answer, runs_migrate.describe(escape_strings(answer))
+    if args.action == "budget":
+        body = runs_flow.budget_body(args)
+        answer = client.call("POST", f"{path}/budget", body=body, missing=missing)
+        return answer, runs_flow.describe_budget(escape_strings(answer))
     if args.action in STOPS:
         body = {"reason": args.reason}
         run = client.call("POST", f"{path}/{args.action}", body=body, missing=missing)
@@ -293,6 +300,11 @@ def _reviews(client: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
     return record, f"{args.operation_id}: {escape_controls(str(record.get('status')))}"
 
 
+def _flow(client: ApiClient, args: argparse.Namespace) -> tuple[Any, str]:
+    overview = client.call("GET", "/flow")
+    return overview, runs_flow.flow_tables(overview, _width())
+
+
 def _watch(client: ApiClient, args: argparse.Namespace) -> int:
     # With --json stdout holds only the run's JSON: the progress goes to stderr.
     out = sys.stderr if args.json else sys.stdout
@@ -314,7 +326,7 @@ def _watch(client: ApiClient, args: argparse.Namespace) -> int:
 
 
 def command(args: argparse.Namespace) -> int:
-    """Runs one of the Api's commands (``args.command``: runs, approvals or reviews)."""
+    """Runs one of the Api's commands (``args.command``: runs, approvals, reviews or flow)."""
     rerun = args.command == "runs" and args.action == "rerun"
     if rerun:  # a usage error (a malformed --input) is said before anything is asked
         try:
@@ -333,7 +345,7 @@ def command(args: argparse.Namespace) -> int:
     except ApiConfigError as exc:
         print(f"error: {escape_controls(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
-    handlers = {"runs": _runs, "approvals": _approvals, "reviews": _reviews}
+    handlers = {"runs": _runs, "approvals": _approvals, "reviews": _reviews, "flow": _flow}
     try:
         if args.command == "runs" and args.action == "watch":
             return _watch(client, args)

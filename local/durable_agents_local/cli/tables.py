@@ -193,7 +193,8 @@ def run_details(run: Mapping[str, Any], width: int = WIDTH) -> str:
     lines = []
     for key in (
         "run_id", "agent", "status", "tenant", "created_at", "updated_at", "wake_at",
-        "waiting_on", "parent_run_id", "rerun_of", "rerun_from", "versions", "cancel_requested",
+        "waiting_on", "flow", "parent_run_id", "rerun_of", "rerun_from", "versions",
+        "cancel_requested",
         "execution_deadline",
         "input", "result", "error",
     ):  # fmt: skip

@@ -30,7 +30,7 @@ MAX_UNREACHABLE = 5
 SUCCESS = ("SUCCEEDED",)
 ENDED_BADLY = ("FAILED", "CANCELLED", "TERMINATED", "TIMED_OUT")
 # Not over, but nothing happens until an operator acts (a fix deployed, a migration).
-NEEDS_OPERATOR = ("PAUSED", "VERSION_UNAVAILABLE")
+NEEDS_OPERATOR = ("PAUSED", "VERSION_UNAVAILABLE", "BUDGET_EXCEEDED")
 
 
 class WatchTimeoutError(Exception):
@@ -201,6 +201,8 @@ def _outcome(run: Mapping[str, Any]) -> str:
         return f"{line}; result: {compact(run.get('result'))}"
     if run.get("error"):
         return f"{line}; error: {compact(run['error'])}"
+    if run["status"] == "BUDGET_EXCEEDED":
+        return f"{line}: its tree's budget is spent; extend it (durable-agents runs budget)"
     if run["status"] in NEEDS_OPERATOR:
         return f"{line}: an operator must act (redrive after a fix, or migrate)"
     return line
