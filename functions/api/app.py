@@ -32,6 +32,7 @@ from api.routes import (
     approvals,
     callbacks,
     console,
+    flow,
     openapi_doc,
     reruns,
     reviews,
@@ -63,6 +64,7 @@ from durable_agents.aws.deferred import DeferredTracer
 from durable_agents.aws.settings import import_agent_modules
 from durable_agents.core.models import WaitStatus
 from durable_agents.engine.cancellation import RunNotCancellableError
+from durable_agents.engine.flow.extensions import NoBudgetError
 from durable_agents.engine.inbox import (
     EventIdConflictError,
     EventSendContendedError,
@@ -186,6 +188,7 @@ ERROR_STATUS: dict[type[Exception], HTTPStatus] = {
     NotAReviewerError: HTTPStatus.FORBIDDEN,
     TenantNotMappedError: HTTPStatus.FORBIDDEN,
     console.CrossSiteFormError: HTTPStatus.FORBIDDEN,
+    flow.NotAnOperatorError: HTTPStatus.FORBIDDEN,  # GET /flow: deployment-wide, operators only
     CrossSiteRequestError: HTTPStatus.FORBIDDEN,
     UnsupportedMediaTypeError: HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
     AuthUnavailableError: HTTPStatus.SERVICE_UNAVAILABLE,
@@ -201,6 +204,7 @@ ERROR_STATUS: dict[type[Exception], HTTPStatus] = {
     IdempotencyConflictError: HTTPStatus.CONFLICT,
     RunStateConflictError: HTTPStatus.CONFLICT,
     RunNotCancellableError: HTTPStatus.CONFLICT,
+    NoBudgetError: HTTPStatus.CONFLICT,  # POST /runs/{id}/budget: its tree has none to extend
     RunNotAcceptingEventsError: HTTPStatus.CONFLICT,  # finished, or being stopped
     EventIdConflictError: HTTPStatus.CONFLICT,
     TooManyEventNamesError: HTTPStatus.CONFLICT,  # a run takes events of at most 64 names
@@ -290,6 +294,7 @@ for _error_type in ERROR_STATUS:
 app.include_router(reviews.router)
 app.include_router(runs.router)
 app.include_router(run_stops.router)
+app.include_router(flow.router)
 app.include_router(reruns.router)
 app.include_router(run_events.router)
 app.include_router(approvals.router)

@@ -24,6 +24,7 @@ from api.routes.run_query import MAX_VERSION_CHARS, list_page, listing_query
 from api.routes.run_starts import StartRunRequest, redrive_run, start_in_tenant
 from api.routes.tenancy import iam_caller, owned_run
 from api.services import get_runtime
+from durable_agents.admin.flow_views import run_flow
 from durable_agents.admin.views import history, run_view
 from durable_agents.aws.deferred import DeferredTracer
 from durable_agents.core.ids import check_run_id
@@ -99,9 +100,15 @@ def list_runs() -> Response[str]:
 @router.get("/runs/<run_id>")
 @tracer.capture_method(capture_response=False)
 def get_run(run_id: str) -> Response[str]:
-    """Returns a run's status, result or error, and what it is waiting on."""
+    """Returns a run's status, result or error, and what it is waiting on.
+
+    ``flow``: its flow control (ADR 0030): priority, its wait in its agent's queue when it is
+    QUEUED, and its tree's budget with this run's own share of the use.
+    """
     _, tenant = iam_caller(_event())
-    return ok(HTTPStatus.OK, run_view(owned_run(tenant, check_run_id(run_id))))
+    run = owned_run(tenant, check_run_id(run_id))
+    rt = get_runtime()
+    return ok(HTTPStatus.OK, {**run_view(run), "flow": run_flow(rt.store, run, rt.clock.now_ms())})
 
 
 @router.get("/runs/<run_id>/history")
