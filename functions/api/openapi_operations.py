@@ -16,6 +16,7 @@ from api.routes.approval_decisions import DecisionRequest
 from api.routes.approvals import LinkDecisionRequest, MintLinkRequest
 from api.routes.callbacks import CallbackFailureRequest
 from api.routes.console import ConsoleEventForm, ConsoleRerunForm, ConsoleStartForm
+from api.routes.flow import ExtendBudgetRequest
 from api.routes.limits import MAX_CURSOR_CHARS, MAX_KEY_CHARS
 from api.routes.reruns import BulkRerunRequest, RerunRequest
 from api.routes.reviews import ReviewDecisionRequest
@@ -231,6 +232,14 @@ def operations() -> dict[tuple[str, str], Operation]:
             tags=("runs",),
         ),
         ("GET", "/runs/{run_id}/status-value"): Operation(errors=(404,), tags=("runs",)),
+        # A bad body is 400 here (not 422): each wrong field is named in the message.
+        ("POST", "/runs/{run_id}/budget"): Operation(
+            body=ExtendBudgetRequest,
+            example={"add_tokens": 20000, "reason": "the report needs a second pass"},
+            errors=(404, 409, 413),
+            tags=("runs", "flow"),
+        ),
+        ("GET", "/flow"): Operation(tags=("flow",)),
         ("GET", "/reviews"): Operation(query=(_LIMIT, _LISTING_CURSOR), tags=("reviews",)),
         ("POST", "/reviews/{operation_id}"): Operation(
             body=ReviewDecisionRequest,

@@ -34,6 +34,8 @@ API_ROUTES = {
     "TerminateRun": ("POST", "/runs/{run_id}/terminate"),
     "SendRunEvent": ("POST", "/runs/{run_id}/events/{name}"),
     "GetRunStatusValue": ("GET", "/runs/{run_id}/status-value"),
+    "ExtendRunBudget": ("POST", "/runs/{run_id}/budget"),
+    "GetFlow": ("GET", "/flow"),
     "ListReviews": ("GET", "/reviews"),
     "DecideReview": ("POST", "/reviews/{operation_id}"),
     "ListApprovals": ("GET", "/approvals"),
