@@ -542,6 +542,8 @@ def test_a_hostile_page_cannot_stop_a_run(
             "headers": {"Content-Type": "text/plain"},
             "body": json.dumps({"reason": "hostile"}),
         }
+        # Whoever may cancel may extend a run's budget: the same check stands in the way.
+        extension = {**reason, "body": json.dumps({"add_tokens": 10**6, "reason": "hostile"})}
         _run_fetches(
             attacker,
             hostile,
@@ -550,6 +552,7 @@ def test_a_hostile_page_cannot_stop_a_run(
                 (f"{api}/runs/{run_id}/terminate", bare),
                 (f"{api}/runs/{run_id}/cancel", reason),
                 (f"{api}/runs/{run_id}/terminate", reason),
+                (f"{api}/runs/{run_id}/budget", extension),
             ],
         )
         answers.expect_refused(
@@ -562,6 +565,7 @@ def test_a_hostile_page_cannot_stop_a_run(
                 **{action: 1 for action in budget},
                 f"{api}/runs/{run_id}/cancel": 3,
                 f"{api}/runs/{run_id}/terminate": 2,
+                f"{api}/runs/{run_id}/budget": 1,
             },
         )
         _nothing_happened_after(lambda: _assert_equal(_run(api, run_id), before, "the run"))
@@ -650,6 +654,7 @@ def test_a_hostile_page_cannot_read_the_api(
         f"/runs/{approval['run_id']}/history",
         "/approvals?status=pending",
         f"/approvals/{approval['approval_id']}",
+        "/flow",
         "/openapi.json",
     ]
     cors: list[tuple[str, dict[str, Any]]] = [(f"{api}{path}", {}) for path in paths]

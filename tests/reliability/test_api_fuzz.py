@@ -479,6 +479,8 @@ def test_fuzz_every_route_short(stack: FuzzStack) -> None:
     assert api_fuzz.requests["POST /runs/{run_id}/migrate"] > 0
     assert api_fuzz.requests["POST /runs/{run_id}/rerun"] > 0
     assert api_fuzz.requests["POST /runs/rerun"] > 0
+    assert api_fuzz.requests["POST /runs/{run_id}/budget"] > 0
+    assert api_fuzz.requests["GET /flow"] > 0
     for console_action in ("cancel", "terminate", "redrive", "rerun", "events"):
         assert api_fuzz.requests[f"POST /console/runs/{{run_id}}/{console_action}"] > 0
     assert api_fuzz.requests["POST /console/runs"] > 0

@@ -4,10 +4,10 @@ The reference run belongs to tenant ``a``. On every tick, before the run's own p
 caller of tenant ``b`` sends the Api (the real handler, over the simulator's faulty journal)
 every request that names the run or what it waits on: the run, its history, a redrive, a
 migration, each pending approval (shown and decided over IAM, and by a person with a JWT who
-*is* one of its approvers but of tenant ``b``), each call in review, and the listings. Every
-answer must be 404 (or 503 when an injected fault struck the request), every listing empty of
-the run, and the journal unchanged by the requests; the schedule must then keep every
-invariant.
+*is* one of its approvers but of tenant ``b``), each call in review, a budget extension, and
+the listings. Every answer must be 404 (or 503 when an injected fault struck the request),
+every listing empty of the run, the operators' flow overview 403, and the journal unchanged by
+the requests; the schedule must then keep every invariant.
 """
 
 from __future__ import annotations
@@ -80,7 +80,8 @@ class IntrudedSimulator(Simulator):
                  ("POST", f"/runs/{RUN_ID}/redrive", None),
                  ("POST", f"/runs/{RUN_ID}/migrate", {"to_version": "2"}),
                  ("POST", f"/runs/{RUN_ID}/rerun", {"from": "start"}),
-                 ("POST", f"/runs/{RUN_ID}/rerun", {"from": "start", "dry_run": True})]  # fmt: skip
+                 ("POST", f"/runs/{RUN_ID}/rerun", {"from": "start", "dry_run": True}),
+                 ("POST", f"/runs/{RUN_ID}/budget", {"add_tokens": 9, "reason": "b"})]  # fmt: skip
         for record in self.inner.list_waits("approval", WaitStatus.PENDING):
             approval = f"/approvals/{record.wait_id}"
             named += [("GET", approval, None), ("POST", approval, {"decision": "approve"})]
@@ -100,6 +101,8 @@ class IntrudedSimulator(Simulator):
                 self.breaches.append(f"GET {path} lists tenant a's: {reply.text[:200]}")
         for path, key in (("/approvals", "approvals"), ("/reviews", "reviews")):
             self._page_through(path, key)
+        # Every agent's queues are the operators' (*) alone: a tenant's caller is refused.
+        self._expect("GET /flow", request("GET", "/flow", user_arn=INTRUDER), {403})
         # A bulk rerun by the intruder matches none of tenant a's runs, finished or not.
         for status in ("FAILED", "SUCCEEDED", "CANCELLED", "TERMINATED", "TIMED_OUT"):
             body = {"agent": "reference", "status": status, "from": "start", "limit": 25}
