@@ -15,7 +15,12 @@ from pydantic import BaseModel
 from api.routes.approval_decisions import DecisionRequest
 from api.routes.approvals import LinkDecisionRequest, MintLinkRequest
 from api.routes.callbacks import CallbackFailureRequest
-from api.routes.console import ConsoleEventForm, ConsoleRerunForm, ConsoleStartForm
+from api.routes.console import (
+    ConsoleBudgetForm,
+    ConsoleEventForm,
+    ConsoleRerunForm,
+    ConsoleStartForm,
+)
 from api.routes.flow import ExtendBudgetRequest
 from api.routes.limits import MAX_CURSOR_CHARS, MAX_KEY_CHARS
 from api.routes.reruns import BulkRerunRequest, RerunRequest
@@ -369,6 +374,9 @@ def _console_operations(statuses: list[str]) -> dict[tuple[str, str], Operation]
         ),
         ("POST", "/console/runs/{run_id}/events"): replace(
             action, body=ConsoleEventForm, errors=(400, 404, 409, 413, 422, 503)
+        ),
+        ("POST", "/console/runs/{run_id}/budget"): replace(
+            action, body=ConsoleBudgetForm, errors=(400, 404, 409, 413, 422)
         ),
         ("POST", "/console/runs"): replace(
             action, body=ConsoleStartForm, errors=(400, 404, 409, 413, 422)

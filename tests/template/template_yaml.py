@@ -57,6 +57,7 @@ API_ROUTES = {
     "ConsoleRedriveRun": ("POST", "/console/runs/{run_id}/redrive"),
     "ConsoleRerunRun": ("POST", "/console/runs/{run_id}/rerun"),
     "ConsoleSendRunEvent": ("POST", "/console/runs/{run_id}/events"),
+    "ConsoleExtendRunBudget": ("POST", "/console/runs/{run_id}/budget"),
     "ConsoleStartRun": ("POST", "/console/runs"),
     "ConsoleApprovals": ("GET", "/console/approvals"),
     "ConsoleDecideApproval": ("POST", "/console/approvals/{approval_id}"),
