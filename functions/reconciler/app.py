@@ -10,6 +10,7 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from durable_agents.admin.flow_views import flow_overview
 from durable_agents.admin.gauges import measure
 from durable_agents.admin.reconciler import expire_wait, sweep, wake_run
 from durable_agents.aws.deferred import DeferredTracer
@@ -18,6 +19,7 @@ from durable_agents.aws.telemetry import emit_single_metric, flush_metrics_safel
 from durable_agents.core.log_context import LOG_LOCATION, LogContextFilter
 from durable_agents.core.scrub import ScrubFilter
 from durable_agents.errors import InfrastructureError, InvocationRetryError
+from durable_agents.tools import default_tools
 
 if TYPE_CHECKING:
     from durable_agents.engine.runtime import Runtime
@@ -84,6 +86,10 @@ RECONCILER_ACTIONS = frozenset(
         "effects_finished_run",
         "effects_deferred",
         "waits_expired",
+        "flow_reclaimed",
+        "flow_granted",
+        "flow_requeued",
+        "budget_woken",
     }
 )
 GAUGES = (
@@ -93,10 +99,12 @@ GAUGES = (
 )
 
 
-def _emit(name: str, value: float, dimensions: dict[str, str]) -> None:
+def _emit(
+    name: str, value: float, dimensions: dict[str, str], unit: MetricUnit = MetricUnit.Count
+) -> None:
     """One metric with its own dimensions; one that cannot be written is logged, not raised."""
     try:
-        emit_single_metric(name, MetricUnit.Count, value, dimensions)
+        emit_single_metric(name, unit, value, dimensions)
     except Exception:
         with contextlib.suppress(Exception):
             logger.warning("a metric could not be written; ignored", extra={"metric": name})
@@ -122,6 +130,34 @@ def _report_gauges(runtime: Runtime) -> None:
             _emit(name, counts.get(agent, 0), {"agent": agent})
     if gauges.capped:
         logger.warning("gauges capped; the real counts are higher", extra={"capped": gauges.capped})
+
+
+def _report_flow(runtime: Runtime) -> None:
+    """Flow control's gauges, once per sweep (ADR 0030): by agent and by rate limit.
+
+    ``QueuedRuns``, ``RunningRuns`` and ``OldestQueuedWaitMs`` (0 when nobody waits) for each
+    agent with a concurrency limit (dimension ``agent``; never a key: keys are unbounded), and
+    ``RateLimitWaitsToday`` for each declared rate limit (dimension ``limiter``). A reading
+    that fails is counted in ``GaugeReadErrors``, like the other gauges: it never fails the
+    sweep.
+    """
+    try:
+        overview = flow_overview(
+            runtime.store, runtime.registry, default_tools, runtime.clock.now_ms()
+        )
+    except (Exception, InfrastructureError):
+        metrics.add_metric(name="GaugeReadErrors", unit=MetricUnit.Count, value=1)
+        with contextlib.suppress(Exception):
+            logger.warning("the sweep's flow gauges could not be read", exc_info=True)
+        return
+    for agent in overview["agents"]:
+        dimensions = {"agent": str(agent["agent"])}
+        _emit("QueuedRuns", agent["queued"], dimensions)
+        _emit("RunningRuns", agent["running"], dimensions)
+        wait = agent["oldest_wait_ms"]
+        _emit("OldestQueuedWaitMs", wait or 0, dimensions, MetricUnit.Milliseconds)
+    for limit in overview["rate_limits"]:
+        _emit("RateLimitWaitsToday", limit["waits_today"], {"limiter": str(limit["limiter"])})
 
 
 def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
@@ -151,6 +187,10 @@ def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         ("EffectsSkipped", report.effects_skipped),
         ("EffectsDeferred", report.effects_deferred),
         ("WaitsExpired", report.waits_expired),
+        ("FlowSlotsReclaimed", report.flow_reclaimed),
+        ("FlowGranted", report.flow_granted),
+        ("FlowRequeued", report.flow_requeued),
+        ("BudgetWoken", report.budget_woken),
         ("StaleListings", report.stale_listings),
         ("SweepUnitErrors", report.unit_errors),
         ("SweepInfrastructureErrors", report.infrastructure_errors),
@@ -160,6 +200,7 @@ def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         if action in RECONCILER_ACTIONS and value:
             _emit("ReconcilerActions", value, {"action": action})
     _report_gauges(runtime)
+    _report_flow(runtime)
     failed = report.unit_errors + report.infrastructure_errors
     # Failed units are isolated (the sweep went on); a warning makes them findable.
     log = logger.warning if failed else logger.info
