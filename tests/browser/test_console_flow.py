@@ -6,9 +6,6 @@ its own styling and filters by it, the operators' flow overview lists the limite
 run's page shows its budget (used / limit, its share), and its "Extend budget" form raises the
 budget as the local caller: the tree goes on and ends, and the extension is on the page with
 who and why. Without Chromium the tests skip.
-
-Local mode serves the routes template.yaml declares: the form's test skips until the template
-declares ``POST /console/runs/{run_id}/budget`` (the Api's own tests cover the route).
 """
 
 from __future__ import annotations
@@ -29,11 +26,10 @@ from tests.browser.test_approval_page import (
     logs_on_failure,
 )
 from tests.browser.test_approval_page import pytestmark as approval_page_marks
-from tests.integration.local_stack import ROOT, wait_until
+from tests.integration.local_stack import wait_until
 
 pytestmark = approval_page_marks
 REASON = "worth finishing <the research>"
-ROUTE_DECLARED = "Path: /console/runs/{run_id}/budget" in (ROOT / "template.yaml").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +112,6 @@ def test_a_run_over_its_budget_is_styled_filtered_and_shows_its_budget(
         assert _console_errors(browser) == []
 
 
-@pytest.mark.skipif(not ROUTE_DECLARED, reason="template.yaml does not declare the route yet")
 def test_extend_budget_from_the_console_and_the_tree_goes_on(
     flow_browser: Any,
     flow_local: tuple[WorkerProcess, ServicesHandle],
