@@ -20,6 +20,7 @@ from durable_agents.core.clock import SkipClock
 from durable_agents.core.models import RunHeader, RunSnapshot, RunStatus
 from durable_agents.engine.flow.budgets import Budgets
 from durable_agents.engine.runtime import Runtime
+from durable_agents.errors import InfrastructureError
 from durable_agents.flow_control import Budget, Concurrency
 from durable_agents.llm import LlmRequest, Message
 from tests.contract.test_flow_budget_contract import CONFIG, CountingProvider
@@ -294,14 +295,20 @@ def test_operators_see_the_flow_overview_on_the_runs_page(
     assert "Flow control" not in page("/console", user_arn=TENANT_A).html  # a tenant's caller
 
 
+@pytest.mark.parametrize(
+    "error",
+    [RuntimeError("flow items unreadable"), InfrastructureError("Query", "Throttling", "slow")],
+)
 def test_an_unreadable_flow_overview_never_fails_the_runs_page(
     flow_rt: Runtime,
     monkeypatch: pytest.MonkeyPatch,
+    error: BaseException,
 ) -> None:
     import api.routes.console as console
 
     def broken(*args: Any) -> Any:
-        raise RuntimeError("flow items unreadable")
+        raise error
 
     monkeypatch.setattr(console, "flow_overview", broken)
-    assert "could not be read" in page("/console").html
+    html = page("/console").html
+    assert "could not be read" in html and "<h1>Runs</h1>" in html

@@ -65,7 +65,7 @@ from durable_agents.engine import reruns
 from durable_agents.engine.cancellation import CANCEL, TERMINATE
 from durable_agents.engine.flow.extensions import extend_budget
 from durable_agents.engine.operations.approval import KIND
-from durable_agents.errors import DurableError
+from durable_agents.errors import DurableError, InfrastructureError
 from durable_agents.llm.streams import StreamCache, StreamChunk
 from durable_agents.tools import default_tools
 
@@ -262,7 +262,7 @@ def _flow_overview() -> Mapping[str, Any]:
     rt = get_runtime()
     try:
         return flow_overview(rt.store, rt.registry, default_tools, rt.clock.now_ms())
-    except Exception:
+    except (Exception, InfrastructureError):
         logger.warning("the console's flow overview could not be read", exc_info=True)
         return {"unavailable": True}
 
