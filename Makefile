@@ -216,6 +216,10 @@ bench-concurrency: $(VENV_STAMP) ## The moto store: runs/minute and step latency
 bench-loop: $(VENV_STAMP) ## The local loop vs issue 33's goals: one run, 50 at once, a 1,000-run store, a restart (~3 min)
 	$(VENV)/bin/python scripts/bench_loop.py --markdown docs/benchmarks.md
 
+.PHONY: bench-flow
+bench-flow: $(VENV_STAMP) ## Flow control: a 10,000-run queue over 1,000 keys, rate limits from threads (~3 min)
+	$(VENV)/bin/python scripts/bench_flow.py
+
 local: $(VENV_STAMP) ## Serve the runtime locally on http://127.0.0.1:3000
 	$(VENV)/bin/durable-agents local
 
