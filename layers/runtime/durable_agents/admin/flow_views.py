@@ -11,7 +11,7 @@ from typing import Any
 
 from durable_agents.agent import AgentDefinition, AgentRegistry
 from durable_agents.core.models import RunHeader, RunStatus
-from durable_agents.engine.flow.admission import priority_of
+from durable_agents.core.run_flow import priority_of
 from durable_agents.engine.flow.budgets import Budgets, budget_root
 from durable_agents.engine.flow.rates import RateLimits, model_rate_limit
 from durable_agents.engine.flow.slots import Slots

@@ -17,7 +17,8 @@ from durable_agents.core.observability import ReplayAwareLogger
 from durable_agents.core.serde import decode, encode, error_info
 from durable_agents.engine import generations
 from durable_agents.engine.context import DurableContext
-from durable_agents.engine.invocation import Invocation
+from durable_agents.engine.flow.budget_pause import budget_paused
+from durable_agents.engine.invocation import Invocation, Reason
 from durable_agents.engine.outcomes import (
     InvocationOutcome,
     finish,
@@ -113,5 +114,7 @@ def ended(
     if inv.fault is not None:
         return pause(store, clock, inv.header, error_info(inv.fault), inv.executed)
     if isinstance(ending, SuspendExecution):
+        if ending.reason == Reason.BUDGET:  # its tree's budget is spent (ADR 0030)
+            return budget_paused(store, clock, inv, ending)
         return suspended(store, clock, inv.run_id, ending, inv)
     return finish(store, clock, inv, RunStatus.FAILED, error=error_info(ending))

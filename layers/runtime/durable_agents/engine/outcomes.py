@@ -14,7 +14,6 @@ from enum import StrEnum
 from durable_agents.core.clock import Clock
 from durable_agents.core.models import ACTIVE_STATUSES, ErrorInfo, RunChange, RunHeader, RunStatus
 from durable_agents.core.serde import error_info
-from durable_agents.engine.flow.budgets import Budgets
 from durable_agents.engine.invocation import Invocation, Reason, next_operation
 from durable_agents.engine.pinning import unavailable_waiting_on
 from durable_agents.engine.time_limits import cap_wake, deadline_ms
@@ -102,8 +101,6 @@ def suspended(
     Raises:
         RunNotFoundError: If the run is gone (only when its header must be marked suspended).
     """
-    if signal.reason == Reason.BUDGET:
-        return budget_paused(store, clock, inv, signal)
     if signal.reason in (Reason.TIMER, Reason.EXTERNAL) and not mark_suspended(
         store, clock, inv, signal
     ):
@@ -121,53 +118,6 @@ def suspended(
         detail=str(signal),
         targets=signal.targets,
         external=signal.reason == Reason.EXTERNAL,
-    )
-
-
-def budget_paused(
-    store: JournalStore, clock: Clock, inv: Invocation, signal: SuspendExecution
-) -> InvocationOutcome:
-    """The outcome of an invocation whose model call its run tree's budget does not cover.
-
-    The header says ``BUDGET_EXCEEDED`` first (fenced by this invocation's read), then the
-    tree notes the run as paused, then the budget is read again: an extension that landed
-    before the note (and so did not see it) is seen here, and the run goes on at once.
-
-    Raises:
-        RunNotFoundError: If the run is gone.
-    """
-    header, run_id = inv.header, inv.run_id
-    waiting = dict(signal.waiting_on or {})
-    root = str(waiting.get("root", run_id))
-    now = clock.now_ms()
-    if header.status is not RunStatus.BUDGET_EXCEEDED:
-        change = RunChange(
-            expected=ACTIVE,
-            status=RunStatus.BUDGET_EXCEEDED,
-            updated_at_ms=now,
-            wake_at_ms=None,
-            waiting_on=waiting,
-            expected_revision=header.revision,
-        )
-        try:
-            store.commit(run_id, [], change)
-        except RunRevisionConflictError:
-            return InvocationOutcome(
-                run_id, OutcomeKind.CONTINUE, list(inv.executed), detail="run changed; reload"
-            )
-        except RunStateConflictError:
-            return InvocationOutcome(run_id, OutcomeKind.CONTENDED, list(inv.executed))
-        inv.header = change.apply(header)
-    budgets = Budgets(store.flow_items())
-    budgets.pause(root, run_id, now)
-    state = budgets.state(root)
-    if state is not None and not state.exceeded:  # extended meanwhile: on at once
-        budgets.unpause(root, run_id)
-        return InvocationOutcome(
-            run_id, OutcomeKind.CONTINUE, list(inv.executed), detail="budget extended"
-        )
-    return InvocationOutcome(
-        run_id, OutcomeKind.BUDGET_EXCEEDED, list(inv.executed), detail=str(signal), external=True
     )
 
 

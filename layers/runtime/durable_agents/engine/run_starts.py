@@ -15,9 +15,9 @@ from durable_agents.agent import AgentDefinition, AgentRegistry, timeout_to_ms
 from durable_agents.core.clock import Clock
 from durable_agents.core.ids import check_idempotency_key
 from durable_agents.core.models import RunHeader, RunStatus
+from durable_agents.core.run_flow import tree_flow
 from durable_agents.core.serde import encode
 from durable_agents.core.tenancy import check_tenant
-from durable_agents.engine.flow.budgets import tree_flow
 from durable_agents.errors import DurableError
 from durable_agents.flow_control import Budget, Concurrency, Priority, check_priority
 from durable_agents.journal.retention import default_retention_s

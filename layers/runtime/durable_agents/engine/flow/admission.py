@@ -28,12 +28,13 @@ from typing import Any
 from durable_agents.agent import AgentDefinition
 from durable_agents.core.clock import Clock
 from durable_agents.core.models import RunChange, RunHeader, RunStatus
+from durable_agents.core.run_flow import priority_of
 from durable_agents.engine import run_starts
 from durable_agents.engine.events import EventPublisher, step_ready
 from durable_agents.engine.flow.slots import Slots
 from durable_agents.engine.outcomes import InvocationOutcome, OutcomeKind
 from durable_agents.errors import RunNotFoundError, RunStateConflictError
-from durable_agents.flow_control import Concurrency, Priority
+from durable_agents.flow_control import Concurrency
 from durable_agents.journal.store import JournalStore
 
 __all__ = [
@@ -53,12 +54,6 @@ _GRANTS_PER_CALL = 50  # free slots filled by one call; the sweep fills any left
 
 # How an invocation ends when its run still holds its slot: more of it is on its way.
 _STILL_RUNNING = frozenset({OutcomeKind.CONTINUE, OutcomeKind.CONTENDED})
-
-
-def priority_of(header: RunHeader) -> int:
-    """The run's priority (1 highest; ``Priority.NORMAL`` unless it was started with one)."""
-    flow = header.flow or {}
-    return int(flow.get("priority", Priority.NORMAL))
 
 
 def run_key(limits: Concurrency, header: RunHeader) -> str:

@@ -24,7 +24,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
-from durable_agents.core.models import RunHeader
+from durable_agents.core.run_flow import budget_root, tree_flow
 from durable_agents.journal.flow_items import (
     Delete,
     FlowConflictError,
@@ -35,40 +35,11 @@ from durable_agents.journal.flow_items import (
 )
 
 __all__ = ["BudgetState", "Budgets", "budget_root", "cost_micros", "tree_flow"]
+# ``budget_root`` and ``tree_flow`` live in ``core.run_flow`` (the header's facts); kept here
+# as names of this module too, for the callers that think of budgets.
 
 _ATTEMPTS = 8
 _EXTENSIONS_KEPT = 20
-
-
-def budget_root(header: RunHeader) -> str | None:
-    """The run whose budget the run's model calls count against (None: no budget)."""
-    flow = header.flow or {}
-    root = flow.get("root")
-    if isinstance(root, str):
-        return root
-    return header.run_id if flow.get("budget") else None
-
-
-def tree_flow(
-    parent: RunHeader | None, priority: int | None, budget: dict[str, Any] | None
-) -> dict[str, Any] | None:
-    """A new run's ``RunHeader.flow``: its priority, and its tree's budget or root.
-
-    A sub-agent (``parent`` given) counts against its parent's tree and, unless told
-    otherwise, runs at its parent's priority; a root keeps its own ``budget``.
-    """
-    flow: dict[str, Any] = {}
-    if priority is None and parent is not None:
-        priority = (parent.flow or {}).get("priority")
-    if priority is not None and priority != 3:
-        flow["priority"] = priority
-    if parent is not None:
-        root = budget_root(parent)
-        if root is not None:
-            flow["root"] = root
-    elif budget:
-        flow["budget"] = budget
-    return flow or None
 
 
 def budget_partition(root: str) -> str:

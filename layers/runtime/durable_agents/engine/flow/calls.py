@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from durable_agents.core.log_context import log_safely
 from durable_agents.core.models import RunHeader
+from durable_agents.core.run_flow import priority_of
 from durable_agents.engine.flow.budgets import Budgets, BudgetState, budget_root, cost_micros
 from durable_agents.engine.flow.rates import RateLimits, Taken
 from durable_agents.engine.invocation import Reason
 from durable_agents.errors import RunNotFoundError, SuspendExecution
-from durable_agents.flow_control import BudgetExceededError, Priority, RateLimit
+from durable_agents.flow_control import BudgetExceededError, RateLimit
 
 if TYPE_CHECKING:
     from durable_agents.engine.invocation import Invocation
@@ -102,7 +103,7 @@ class CallLimits:
                     self._over_budget(state)
         if self._rate is None or self._limiter is None:
             return
-        priority = int((header.flow or {}).get("priority", Priority.NORMAL))
+        priority = priority_of(header)
         caller = f"{inv.run_id}#{len(inv.executed)}"
         taken = RateLimits(inv.store.flow_items()).take(
             self._limiter, self._rate, caller, priority, inv.now_ms()
