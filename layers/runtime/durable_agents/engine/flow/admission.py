@@ -215,18 +215,10 @@ def _start_granted(store: JournalStore, clock: Clock, run_id: str) -> bool:
             return False
         if header.status is not RunStatus.QUEUED:
             return header.status in (RunStatus.RUNNING, RunStatus.SUSPENDED)
-        change = RunChange(
-            expected=frozenset({RunStatus.QUEUED}),
-            status=RunStatus.RUNNING,
-            updated_at_ms=clock.now_ms(),
-            wake_at_ms=None,
-            waiting_on=None,
-            expected_revision=header.revision,
-        )
         try:
-            store.commit(run_id, [], change)
+            unqueue(store, clock, header)
         except RunStateConflictError:
-            continue
+            continue  # changed since it was read: read it again
         return True
     return False
 
@@ -249,7 +241,7 @@ def release(
 
 
 def unqueue(store: JournalStore, clock: Clock, header: RunHeader) -> RunHeader:
-    """Sets a queued run RUNNING whose agent has no limit any more (a redeploy removed it).
+    """Sets a queued run RUNNING: granted a slot, or its agent has no limit any more.
 
     Returns:
         The header to go on with.
