@@ -22,6 +22,7 @@ from durable_agents.llm import (
     Message,
     ModelOutputError,
     ModelRequestError,
+    ModelThrottledError,
 )
 from tests.unit.bedrock_stubs import (
     CONFIG,
@@ -152,7 +153,6 @@ def test_refused_requests_are_not_retried(client: Any, stubber: Stubber, code: s
 @pytest.mark.parametrize(
     ("code", "status"),
     [
-        ("ThrottlingException", 429),
         ("ModelTimeoutException", 408),
         ("InternalServerException", 500),
         ("ServiceUnavailableException", 503),
@@ -166,6 +166,28 @@ def test_transient_errors_propagate_for_the_retry_policy(
         BedrockProvider(client).converse(CONFIG, conversation())
     assert caught.value.response["Error"]["Code"] == code
     assert MODEL_RETRY.should_retry(caught.value, 1)
+
+
+@pytest.mark.parametrize("retry_after", ["7", None, "Wed, 21 Oct 2026 07:28:00 GMT"])
+def test_a_throttle_is_a_durable_back_off_with_the_retry_after_bedrock_sent(
+    client: Any, stubber: Stubber, retry_after: str | None
+) -> None:
+    headers = {} if retry_after is None else {"retry-after": retry_after}
+    stubber.add_client_error(
+        "converse",
+        service_error_code="ThrottlingException",
+        http_status_code=429,
+        response_meta={"HTTPHeaders": headers},
+    )
+    with pytest.raises(ModelThrottledError) as caught:
+        BedrockProvider(client).converse(CONFIG, conversation())
+    assert caught.value.code == "ThrottlingException"
+    assert isinstance(caught.value.__cause__, ClientError)
+    # Seconds are kept; a date (or nothing) leaves the back-off its own delay.
+    assert caught.value.retry_after_seconds == (7.0 if retry_after == "7" else None)
+    rebuilt = rebuild_error(error_info(caught.value))
+    assert type(rebuilt) is ModelThrottledError
+    assert rebuilt.retry_after_seconds == caught.value.retry_after_seconds
 
 
 def test_non_json_tool_results_become_text() -> None:

@@ -6,7 +6,9 @@ The request and response shapes follow botocore's service model for ``bedrock-ru
 Errors: throttling, timeouts and 5xx (``ThrottlingException``, ``ModelTimeoutException``,
 ``InternalServerException``, ``ServiceUnavailableException``, ``ModelNotReadyException``,
 ``ModelErrorException``, ``modelStreamErrorException``) propagate unchanged as botocore's
-``ClientError`` / ``EventStreamError``, so the step's retry policy retries them. Requests that
+``ClientError`` / ``EventStreamError``, so the step's retry policy retries them; throttling
+(``ThrottlingException``) raises ``ModelThrottledError`` with the ``Retry-After`` Bedrock sent,
+a durable back-off that is not a failed attempt (ADR 0030). Requests that
 can never succeed as sent (``ValidationException``, ``AccessDeniedException``,
 ``ResourceNotFoundException``) raise ``ModelRequestError``; list it in
 ``RetryPolicy.non_retryable`` (``MODEL_RETRY`` does) so the step fails at once.
@@ -29,6 +31,7 @@ from durable_agents.llm.types import (
     ModelConfig,
     ModelOutputError,
     ModelRequestError,
+    ModelThrottledError,
     StopReason,
     Usage,
 )
@@ -299,6 +302,42 @@ def assemble_stream(
     return assembler.result()
 
 
+THROTTLING_CODES = frozenset({"throttlingexception", "toomanyrequestsexception"})
+"""Bedrock's answers that mean "too many calls now" (``ModelThrottledError``: a durable
+back-off, not a failed attempt)."""
+
+
+def _retry_after(exc: Exception) -> float | None:
+    """The ``Retry-After`` the service sent with a throttle, in seconds (None: none)."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, Mapping):
+        return None
+    headers = response.get("ResponseMetadata", {}).get("HTTPHeaders", {}) or {}
+    value = headers.get("retry-after")
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None  # an HTTP date: the back-off's own delay is as good
+    return None if seconds is None or seconds < 0 else min(seconds, 3600.0)
+
+
+def _refined(exc: Exception) -> Exception | None:
+    """What a Bedrock error means to the step.
+
+    Returns:
+        ``ModelRequestError`` (it cannot succeed), ``ModelThrottledError`` (a throttle), or
+        None (raised as it is: the retry policy decides).
+    """
+    code = _error_code(exc)
+    if code.lower() in NON_RETRYABLE_CODES:
+        return ModelRequestError(f"{code}: {exc}", code=code)
+    if code.lower() in THROTTLING_CODES:
+        return ModelThrottledError(
+            f"{code}: {exc}", code=code, retry_after_seconds=_retry_after(exc)
+        )
+    return None
+
+
 def _error_code(exc: Exception) -> str:
     response = getattr(exc, "response", None)
     if isinstance(response, Mapping):
@@ -320,9 +359,9 @@ class BedrockProvider:
         try:
             return getattr(self._client, method)(**kwargs)
         except Exception as exc:
-            code = _error_code(exc)
-            if code.lower() in NON_RETRYABLE_CODES:
-                raise ModelRequestError(f"{code}: {exc}", code=code) from exc
+            refined = _refined(exc)
+            if refined is not None:
+                raise refined from exc
             raise
 
     def converse(self, config: ModelConfig, request: LlmRequest) -> LlmResponse:
@@ -355,8 +394,8 @@ class BedrockProvider:
         except ModelRequestError:
             raise
         except Exception as exc:
-            code = _error_code(exc)
-            if code.lower() in NON_RETRYABLE_CODES:
-                raise ModelRequestError(f"{code}: {exc}", code=code) from exc
+            refined = _refined(exc)
+            if refined is not None:
+                raise refined from exc
             raise
         return assembler.result()

@@ -215,6 +215,28 @@ class ModelRequestError(DurableError):
         super().__init__(message)
 
 
+class ModelThrottledError(DurableError):
+    """The model provider throttled the call (Bedrock ``ThrottlingException``, an HTTP 429).
+
+    Not the agent's failure, and not a failed attempt: the call is tried again after a durable
+    back-off (``retry_after_seconds`` when the provider said, else growing from 2 s to 5
+    minutes), holding no compute, however many times it happens; a provider of your own raises
+    it on a 429 with the ``Retry-After`` it was given. Each throttle is counted
+    (``GET /flow``, the reconciler's metrics; ADR 0030).
+
+    Attributes:
+        code: The provider's error code.
+        retry_after_seconds: How long the provider asked to wait (None: it did not say).
+    """
+
+    recorded_fields = ("code", "retry_after_seconds")
+
+    def __init__(self, message: str, *, code: str = "", retry_after_seconds: float | None = None):
+        self.code = code
+        self.retry_after_seconds = retry_after_seconds
+        super().__init__(message)
+
+
 class ModelOutputError(DurableError):
     """The model's answer cannot be represented (malformed output, tool input that is not JSON).
 

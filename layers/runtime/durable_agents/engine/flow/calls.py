@@ -145,6 +145,17 @@ class CallLimits:
         if self._refused is not None:
             raise self._refused
 
+    def throttled(self, counter: str) -> None:
+        """Counts a provider's throttle of this call (``GET /flow``, metrics).
+
+        Never raises for the count's sake: the throttle is what the step must hear of.
+        """
+        log_safely(_log, logging.WARNING, "model provider throttled a call: %s", counter)
+        try:
+            RateLimits(self._inv.store.flow_items()).note_wait(counter, self._inv.now_ms())
+        except Exception:  # a count that failed must not hide the throttle
+            log_safely(_log, logging.WARNING, "throttle not counted: %s", counter)
+
     def after(self, op_id: str, tokens_in: int, tokens_out: int) -> None:
         """Counts a model call's usage on its tree's budget (once) and its rate limit."""
         if self._root is not None and self._prices is not None:

@@ -21,6 +21,7 @@ from durable_agents.llm.types import (
     LlmResponse,
     ModelConfig,
     ModelRequestError,
+    ModelThrottledError,
     StreamSink,
 )
 from durable_agents.retry import RetryPolicy
@@ -139,13 +140,18 @@ def run_llm(
     def call(info: StepInfo) -> LlmResponse:
         assert provider is not None  # looked up by ready() before the claim
         limits.inside()
-        if not stream:
-            answer: LlmResponse = provider.converse(config, request)
-        else:
-            sink = _SafeSink(inv.stream_sink, inv.run_id, info.operation_id, info.attempt)
-            sink.begin()
-            answer = provider.converse_stream(config, request, sink.text)
-            sink.end()
+        try:
+            if not stream:
+                answer: LlmResponse = provider.converse(config, request)
+            else:
+                sink = _SafeSink(inv.stream_sink, inv.run_id, info.operation_id, info.attempt)
+                sink.begin()
+                answer = provider.converse_stream(config, request, sink.text)
+                sink.end()
+        except ModelThrottledError:
+            # Counted, then backed off durably by the step (not a failed attempt).
+            limits.throttled(f"throttle#{config.provider}#{config.model_id}")
+            raise
         # Counted before the result is recorded: a call the journal holds was counted, and a
         # repeated one (a crash in between) is not counted again (the charge's key is its id).
         limits.after(info.operation_id, answer.usage.input_tokens, answer.usage.output_tokens)

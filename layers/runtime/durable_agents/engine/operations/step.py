@@ -31,7 +31,8 @@ from durable_agents.errors import (
     StepInterruptedError,
     SuspendExecution,
 )
-from durable_agents.retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy
+from durable_agents.llm.types import ModelThrottledError
+from durable_agents.retry import DEFAULT_RETRY, NO_RETRY, RetryDecision, RetryPolicy
 
 if TYPE_CHECKING:
     from durable_agents.engine.context_scope import OperationScope
@@ -203,8 +204,15 @@ def _record_failure(
     inv = ctx.invocation
     info = error_info(exc)
     # A payload that cannot be recorded fails the same way on every attempt: never retry it.
-    # Asked once: the delay is recorded (due_at_ms) and read back, never recomputed.
-    decision = None if isinstance(exc, PayloadError) else policy.decision(exc, failures, seed=op_id)
+    # Asked once: the delay is recorded (due_at_ms) and read back, never recomputed. A
+    # provider's throttle is its own limit, not the agent's failure: a durable back-off.
+    throttled = isinstance(exc, ModelThrottledError)
+    if isinstance(exc, ModelThrottledError):
+        decision = throttle_backoff(exc, attempt - failures, seed=op_id)
+    elif isinstance(exc, PayloadError):
+        decision = None
+    else:
+        decision = policy.decision(exc, failures, seed=op_id)
     if decision is not None and decision.should_retry:
         due = inv.now_ms() + int(decision.delay_seconds * 1000)
         failed = inv.entry(
@@ -216,7 +224,7 @@ def _record_failure(
             attempt=attempt,
             error=info,
             due_at_ms=due,
-            meta={"interrupted": True} if interrupted else {},
+            meta={"interrupted": True} if interrupted else {"throttled": True} if throttled else {},
         )
         try:
             inv.commit(
@@ -236,14 +244,35 @@ def _record_failure(
 
 
 def _failures(record: OpRecord | None) -> int:
-    """How many attempts failed (a crash pause is not a failure)."""
+    """How many attempts failed (a crash pause is not a failure, nor a provider's throttle)."""
     if record is None:
         return 0
     return sum(
         1
         for e in record.entries
-        if e.type is EntryType.ATTEMPT_FAILED and not e.meta.get("crash_pause")
+        if e.type is EntryType.ATTEMPT_FAILED
+        and not e.meta.get("crash_pause")
+        and not e.meta.get("throttled")
     )
+
+
+THROTTLE_BACKOFF = RetryPolicy(initial_delay_seconds=2, backoff_rate=2, max_delay_seconds=300)
+"""How long a throttled model call waits when its provider did not say: 2 s doubling to 5
+minutes, jittered from the operation id (so throttled calls do not all come back at once)."""
+
+
+def throttle_backoff(exc: ModelThrottledError, earlier: int, *, seed: str) -> RetryDecision:
+    """When to call again after a provider's throttle: what it asked for, else a back-off.
+
+    Args:
+        exc: The throttle.
+        earlier: Attempts of this operation that did not fail by the agent's doing (throttles
+            and crashes) before this one: the back-off grows with them.
+        seed: What makes the jitter the same on every replay (the operation id).
+    """
+    if exc.retry_after_seconds is not None:
+        return RetryDecision.retry(max(exc.retry_after_seconds, 0.0))
+    return RetryDecision.retry(THROTTLE_BACKOFF.delay_seconds(max(earlier, 0) + 1, seed=seed))
 
 
 def _interruptions(record: OpRecord) -> int:
