@@ -137,7 +137,9 @@ def _report_flow(runtime: Runtime) -> None:
 
     ``QueuedRuns``, ``RunningRuns`` and ``OldestQueuedWaitMs`` (0 when nobody waits) for each
     agent with a concurrency limit (dimension ``agent``; never a key: keys are unbounded), and
-    ``RateLimitWaitsToday`` for each declared rate limit (dimension ``limiter``). A reading
+    ``RateLimitWaitsToday`` for each declared rate limit (dimension ``limiter``), and
+    ``ProviderThrottlesToday`` for each registered model configuration's provider and model
+    (the provider's own throttles, backed off durably). A reading
     that fails is counted in ``GaugeReadErrors``, like the other gauges: it never fails the
     sweep.
     """
@@ -158,6 +160,9 @@ def _report_flow(runtime: Runtime) -> None:
         _emit("OldestQueuedWaitMs", wait or 0, dimensions, MetricUnit.Milliseconds)
     for limit in overview["rate_limits"]:
         _emit("RateLimitWaitsToday", limit["waits_today"], {"limiter": str(limit["limiter"])})
+    for throttle in overview["provider_throttles"]:
+        dimensions = {"provider": str(throttle["provider"]), "model": str(throttle["model_id"])}
+        _emit("ProviderThrottlesToday", throttle["throttled_today"], dimensions)
 
 
 def _handle(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:

@@ -13,15 +13,16 @@ from typing import Any
 from pydantic import BaseModel
 
 from durable_agents import AgentRegistry, DurableContext, agent
+from durable_agents.admin.flow_views import provider_throttles
 from durable_agents.core.clock import SkipClock
-from durable_agents.core.models import RunStatus
+from durable_agents.core.models import EntryType, RunStatus
 from durable_agents.engine.flow.rates import RateLimits, model_rate_limit
 from durable_agents.engine.outcomes import InvocationOutcome, OutcomeKind
 from durable_agents.engine.runtime import Runtime
 from durable_agents.flow_control import RateLimit
 from durable_agents.journal.store import JournalStore
 from durable_agents.llm import LlmRequest, LlmResponse, Message, ModelConfig
-from durable_agents.llm.types import ContentBlock, Usage
+from durable_agents.llm.types import ContentBlock, ModelThrottledError, Usage
 from durable_agents.tools import ToolCall, ToolRegistry, tool
 from tests.contract.flow_driver import FlowDriver
 
@@ -132,3 +133,53 @@ def test_a_tool_rate_limit_spaces_its_calls(journal: JournalStore) -> None:
     assert journal.get_run(header.run_id).status is RunStatus.SUCCEEDED
     assert len(sent) == 4
     assert len({at // 1000 for at in sent}) == 4  # one a second
+
+
+class ThrottlingProvider:
+    """A provider that throttles the first calls (some with a Retry-After), then answers."""
+
+    def __init__(self, clock: SkipClock, throttles: int):
+        self.clock = clock
+        self.throttles = throttles
+        self.at: list[int] = []
+
+    def converse(self, config: ModelConfig, request: LlmRequest) -> LlmResponse:
+        self.at.append(self.clock.now_ms())
+        if len(self.at) <= self.throttles:
+            after = 30.0 if len(self.at) % 2 else None  # every other one says how long
+            raise ModelThrottledError("429", code="TooManyRequests", retry_after_seconds=after)
+        return LlmResponse(content=[ContentBlock.of_text("ok")], stop_reason="end_turn")
+
+    def converse_stream(self, config: ModelConfig, request: LlmRequest, on_text: Any) -> Any:
+        return self.converse(config, request)
+
+
+def test_a_providers_throttles_back_off_durably_and_never_fail_the_call(
+    journal: JournalStore,
+) -> None:
+    clock = SkipClock()
+    # More throttles than the call's retry policy has attempts: throttles are not failures.
+    model = ThrottlingProvider(clock, throttles=6)
+    config = ModelConfig(name="busy", version="1", provider="busy", model_id="busy-1")
+    registry = AgentRegistry()
+    registry.prompts.add_model_config(config)
+
+    @agent(name="patient", version="1", registry=registry)
+    def patient(ctx: DurableContext, n: int) -> str:
+        answer = ctx.llm("ask", LlmRequest(messages=[Message.user("hi")]), config=config)
+        return answer.text
+
+    runtime = Runtime(journal, registry=registry, clock=clock, providers={"busy": model})
+    header, _ = runtime.start_run("patient", 1)
+    FlowDriver(runtime, clock).drain()
+    assert journal.get_run(header.run_id).status is RunStatus.SUCCEEDED
+    assert len(model.at) == 7
+    entries = journal.load(header.run_id).entries
+    backoffs = [e for e in entries if e.type is EntryType.ATTEMPT_FAILED]
+    assert len(backoffs) == 6 and all(e.meta.get("throttled") for e in backoffs)
+    # A Retry-After was waited exactly; the others waited a growing back-off, durably.
+    gaps = [b - a for a, b in zip(model.at, model.at[1:], strict=False)]
+    assert gaps[0] == gaps[2] == 30_000
+    assert 0 < gaps[1] < gaps[3] <= 300_000
+    counted = provider_throttles(journal, registry, clock.now_ms())
+    assert counted == [{"provider": "busy", "model_id": "busy-1", "throttled_today": 6}]

@@ -19,7 +19,7 @@ from durable_agents.flow_control import RateLimit
 from durable_agents.journal.store import JournalStore
 from durable_agents.tools import ToolRegistry
 
-__all__ = ["agent_flow", "flow_overview", "rate_limits", "run_flow"]
+__all__ = ["agent_flow", "flow_overview", "provider_throttles", "rate_limits", "run_flow"]
 
 
 def agent_flow(
@@ -97,7 +97,31 @@ def flow_overview(
         definition = registry.latest(name)
         if definition.concurrency is not None:
             agents.append(agent_flow(store, definition, now_ms))
-    return {"agents": agents, "rate_limits": rate_limits(store, registry, tools, now_ms)}
+    return {
+        "agents": agents,
+        "rate_limits": rate_limits(store, registry, tools, now_ms),
+        "provider_throttles": provider_throttles(store, registry, now_ms),
+    }
+
+
+def provider_throttles(
+    store: JournalStore, registry: AgentRegistry, now_ms: int
+) -> list[dict[str, Any]]:
+    """Throttles model providers answered today, per registered configuration's model.
+
+    A throttle (Bedrock ``ThrottlingException``, a 429) is backed off durably and counted
+    (``ModelThrottledError``); this reads the counts.
+    """
+    rates = RateLimits(store.flow_items())
+    models = sorted({(c.provider, c.model_id) for c in registry.prompts.model_configs()})
+    return [
+        {
+            "provider": provider,
+            "model_id": model_id,
+            "throttled_today": rates.waits(f"throttle#{provider}#{model_id}", now_ms),
+        }
+        for provider, model_id in models
+    ]
 
 
 def run_flow(store: JournalStore, header: RunHeader, now_ms: int) -> dict[str, Any]:
