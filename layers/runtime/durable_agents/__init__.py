@@ -101,6 +101,13 @@ if TYPE_CHECKING:
         VersionUnavailableError,
         WrapperError,
     )
+    from durable_agents.flow_control import (
+        Budget,
+        BudgetExceededError,
+        Concurrency,
+        Priority,
+        RateLimit,
+    )
     from durable_agents.llm.scripted import ScriptedProvider
     from durable_agents.llm.types import (
         ContentBlock,
@@ -111,6 +118,7 @@ if TYPE_CHECKING:
         ModelConfig,
         ModelOutputError,
         ModelRequestError,
+        ModelThrottledError,
         ToolSpec,
         Usage,
     )
@@ -254,6 +262,13 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "VersionUnavailableError",
         "WrapperError",
     ),
+    "durable_agents.flow_control": (
+        "Budget",
+        "BudgetExceededError",
+        "Concurrency",
+        "Priority",
+        "RateLimit",
+    ),
     "durable_agents.llm.scripted": ("ScriptedProvider",),
     "durable_agents.llm.types": (
         "ContentBlock",
@@ -264,6 +279,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "ModelConfig",
         "ModelOutputError",
         "ModelRequestError",
+        "ModelThrottledError",
         "ToolSpec",
         "Usage",
     ),
@@ -325,11 +341,14 @@ __all__ = [
     "AttemptStartInfo",
     "BatchFailedError",
     "BatchResult",
+    "Budget",
+    "BudgetExceededError",
     "Callback",
     "CallbackFailedError",
     "CallbackTimeoutError",
     "ChildRunFailedError",
     "CompletionPolicy",
+    "Concurrency",
     "ConditionCheckFailedError",
     "ConditionNotMetError",
     "ConfigurationError",
@@ -365,6 +384,7 @@ __all__ = [
     "ModelConfig",
     "ModelOutputError",
     "ModelRequestError",
+    "ModelThrottledError",
     "NestedOperationError",
     "NotFound",
     "NotPinnedError",
@@ -373,8 +393,10 @@ __all__ = [
     "OperationStartInfo",
     "PayloadError",
     "Plugin",
+    "Priority",
     "Prompt",
     "ProviderNotConfiguredError",
+    "RateLimit",
     "RecordedOperation",
     "RecordedRun",
     "ReplayDivergedError",
