@@ -187,3 +187,33 @@ def test_a_budget_given_at_start_replaces_the_agents(journal: JournalStore) -> N
     assert journal.get_run(root.run_id).status is RunStatus.SUCCEEDED
     state = Budgets(journal.flow_items()).state(root.run_id)
     assert state is not None and state.limit_tokens == 1_000 and state.tokens == 140
+
+
+def test_parallel_branches_of_one_run_stop_at_its_budget_too(journal: JournalStore) -> None:
+    clock = SkipClock()
+    model = CountingProvider()
+    registry = AgentRegistry()
+
+    @agent(name="fanout", version="1", registry=registry, budget=Budget(tokens=30))
+    def fanout(ctx: DurableContext, topic: str) -> int:
+        batch = ctx.map(
+            ["a", "b", "c"],
+            lambda c, item, _: c.llm(
+                item, LlmRequest(messages=[Message.user(item)]), config=CONFIG
+            ),
+        )
+        return len(batch.results())
+
+    runtime = Runtime(journal, registry=registry, clock=clock, providers={"counting": model})
+    header, _ = runtime.start_run("fanout", "t")
+    driver = FlowDriver(runtime, clock)
+    driver.drain()
+    paused = journal.get_run(header.run_id)
+    assert paused.status is RunStatus.BUDGET_EXCEEDED, paused.status
+    assert model.calls == 2  # the third branch asked after 40 of 30 tokens: refused
+    extend_budget(
+        journal, clock, runtime.publisher, header.run_id, add_tokens=100, by="ops", reason="go"
+    )
+    driver.drain()
+    assert journal.get_run(header.run_id).status is RunStatus.SUCCEEDED
+    assert model.calls == 3

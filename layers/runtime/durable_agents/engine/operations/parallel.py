@@ -200,6 +200,7 @@ def run_batch(
     dispatch: list[str] = []
     wakes: list[int] = []
     waiting: list[str] = []  # what suspended branches wait for (an approval, a callback, …)
+    over_budget: SuspendExecution | None = None  # a branch's model call its budget refused
     finished_here = False
     for state, branch in zip(states, branches, strict=True):
         if state.status != "pending":
@@ -234,6 +235,8 @@ def run_batch(
                 wakes.append(inv.now_ms() + inv.lease_ms)
             if signal.reason in (Reason.TIMER, Reason.EXTERNAL) and signal.detail:
                 waiting.append(signal.detail)
+            if signal.reason == Reason.BUDGET:
+                over_budget = over_budget or signal
             # otherwise: someone else advances it, or it waits on the outside
         finally:
             inv.branches.pop()
@@ -255,6 +258,10 @@ def run_batch(
         # This invocation finished a branch; an untargeted look decides the batch.
         raise SuspendExecution(Reason.CONTINUE, detail=f"branch of {op_id} finished")
     detail = f"{op_id} waits for " + _summary(waiting)
+    if over_budget is not None and not wakes:
+        # Nothing else wakes the run: it waits, BUDGET_EXCEEDED, for its budget (ADR 0030).
+        # With a branch's timer too, the timer wakes it and that branch asks again.
+        raise over_budget
     if wakes:
         raise SuspendExecution(Reason.TIMER, wake_at_ms=min(wakes), detail=detail)
     raise SuspendExecution(Reason.EXTERNAL, detail=detail)
