@@ -13,10 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from durable_agents import AgentRegistry, DurableContext, agent
+from durable_agents.admin.reconciler import sweep
 from durable_agents.core.clock import SkipClock
 from durable_agents.core.invocation_budget import InvocationBudget
 from durable_agents.core.models import RunStatus
-from durable_agents.engine.flow.budgets import Budgets
+from durable_agents.engine.flow.budgets import Budgets, budget_partition
 from durable_agents.engine.flow.slots import Slots
 from durable_agents.engine.outcomes import InvocationOutcome
 from durable_agents.engine.runtime import Runtime
@@ -25,7 +26,7 @@ from durable_agents.flow_control import Budget, Concurrency
 from durable_agents.journal.store import JournalStore
 from durable_agents.llm import LlmRequest, Message, ModelConfig
 from tests.contract.flow_driver import FlowDriver, statuses
-from tests.contract.test_flow_budget_contract import CountingProvider
+from tests.contract.test_flow_budget_contract import CountingProvider, make_registry
 
 CONFIG = ModelConfig(name="gen-model", version="1", provider="counting", model_id="c-1")
 
@@ -137,3 +138,25 @@ def test_warm_containers_never_park_a_run_that_holds_a_slot(journal: JournalStor
     assert statuses(runtime, ids) == {RunStatus.SUCCEEDED: 3}
     slots = Slots(journal.flow_items())
     assert slots.holders("looper") == [] and slots.waiting("looper", "default") == []
+
+
+def test_a_finished_trees_budget_expires_with_its_root(journal: JournalStore) -> None:
+    clock = SkipClock()
+    runtime = Runtime(
+        journal,
+        registry=make_registry(Budget(tokens=1_000)),
+        clock=clock,
+        providers={"counting": CountingProvider()},
+    )
+    root, _ = runtime.start_run("lead", "research")
+    FlowDriver(runtime, clock).drain()
+    finished = journal.get_run(root.run_id)
+    assert finished.status is RunStatus.SUCCEEDED and finished.expires_at_ms is not None
+    sweep(runtime, stall_after_ms=60_000)  # the retention step stamps what the run wrote
+    items = journal.flow_items().query(budget_partition(root.run_id), limit=1_000)
+    assert len(items) > 7  # limits, a member's usage each, a charge per call
+    assert {item.expires_at_s for item in items} == {finished.expires_at_ms // 1000}
+    expire = getattr(journal, "expire", None)
+    if expire is not None:  # memory and SQLite delete what expired, as DynamoDB's TTL does
+        expire(finished.expires_at_ms + 1_000)
+        assert journal.flow_items().query(budget_partition(root.run_id)) == []

@@ -10,6 +10,10 @@ from __future__ import annotations
 from functools import partial
 
 from durable_agents.admin.sweeping import SweepContext
+from durable_agents.core.models import RunHeader
+from durable_agents.core.run_flow import budget_root
+from durable_agents.engine.flow.budgets import Budgets
+from durable_agents.errors import RunNotFoundError
 
 
 def stamp_expiring_runs(ctx: SweepContext) -> None:
@@ -25,4 +29,14 @@ def stamp_expiring_runs(ctx: SweepContext) -> None:
 
 
 def _stamp_one(ctx: SweepContext, run_id: str, now_ms: int) -> None:
-    ctx.report.items_stamped += ctx.runtime.store.stamp_expiry(run_id, now_ms)
+    store = ctx.runtime.store
+    try:
+        header: RunHeader | None = store.get_run(run_id)
+    except RunNotFoundError:
+        header = None  # gone already: ``stamp_expiry`` says what is left to do
+    if header is not None and header.expires_at_ms is not None and budget_root(header) == run_id:
+        # A root's budget (flow items, ADR 0030) expires with it; stamped first, so the
+        # run leaves the listing only once its budget is stamped too.
+        budgets = Budgets(store.flow_items())
+        ctx.report.items_stamped += budgets.expire(run_id, header.expires_at_ms // 1000)
+    ctx.report.items_stamped += store.stamp_expiry(run_id, now_ms)

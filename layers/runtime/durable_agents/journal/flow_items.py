@@ -261,6 +261,10 @@ def applied(write: Put | Increment, current: FlowItem | None) -> FlowItem:
     return FlowItem(write.partition, write.key, data, counters, version, expires)
 
 
+def _expired_by(item: FlowItem, now_s: int) -> bool:
+    return item.expires_at_s is not None and item.expires_at_s <= now_s
+
+
 class InMemoryFlowItems(FlowItems):
     """Flow items in process memory (the in-memory journal's; lost with the process).
 
@@ -333,6 +337,20 @@ class InMemoryFlowItems(FlowItems):
                     bucket.pop(write.key, None)
                 elif isinstance(write, (Put, Increment)):
                     bucket[write.key] = _detached(applied(write, current))
+
+    def prune(self, now_s: int) -> int:
+        """Deletes the items whose expiry passed by ``now_s`` (what DynamoDB's TTL does).
+
+        Returns:
+            How many were deleted.
+        """
+        with self._lock:
+            gone = 0
+            for bucket in self._items.values():
+                for key in [k for k, item in bucket.items() if _expired_by(item, now_s)]:
+                    del bucket[key]
+                    gone += 1
+            return gone
 
     def snapshot(self) -> Mapping[str, Mapping[str, FlowItem]]:
         """Every item, by partition (for tests and the fault suite's invariants)."""

@@ -283,6 +283,7 @@ class InMemoryJournal(JournalStore):
                     )
             for wait_id in [w for w, r in self._waits.items() if r.run_id in gone]:
                 del self._waits[wait_id]
+        self._flow_items.prune(now_ms // 1000)  # flow items whose expiry passed (ADR 0030)
         return gone
 
     def due_runs_page(

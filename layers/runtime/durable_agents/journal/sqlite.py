@@ -493,6 +493,11 @@ class SqliteJournal(JournalStore):
             ids = [(run_id,) for run_id in gone]
             for delete in _DELETE_RUN:
                 db.executemany(delete, ids)
+            # Flow items whose expiry passed (a finished tree's budget; ADR 0030).
+            db.execute(
+                "DELETE FROM flow_items WHERE expires_at_s IS NOT NULL AND expires_at_s <= ?",
+                (now_ms // 1000,),
+            )
         if gone:
             self._committed()
         return gone

@@ -206,6 +206,37 @@ class Budgets:
         with contextlib.suppress(FlowConflictError):  # gone already
             self.items.transact([Delete(budget_partition(root), f"p#{run_id}")])
 
+    def expire(self, root: str, expires_at_s: int) -> int:
+        """Gives every item of the tree's budget an expiry (its root's): retention.
+
+        Returns:
+            How many items were given it.
+        """
+        part = budget_partition(root)
+        stamped = 0
+        after: str | None = None
+        while True:
+            page = self.items.query(part, after=after, limit=100)
+            for item in page:
+                if item.expires_at_s == expires_at_s:
+                    continue  # stamped by an earlier, interrupted pass
+                with contextlib.suppress(FlowConflictError):  # gone meanwhile: nothing to keep
+                    self.items.transact(
+                        [
+                            Increment(
+                                part,
+                                item.key,
+                                {},
+                                expected_version=item.version,
+                                expires_at_s=expires_at_s,
+                            )
+                        ]
+                    )
+                    stamped += 1
+            if len(page) < 100:
+                return stamped
+            after = page[-1].key
+
     def extend(
         self,
         root: str,
