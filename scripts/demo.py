@@ -1,6 +1,6 @@
 """The durable-agents demo: kill -9 the worker mid-step and mid-payment; a person approves.
 
-What it does (no AWS account, no Docker; about 80 s):
+What it does (no AWS account, no Docker; about a minute):
 
 Part 1, a step:
 
@@ -47,10 +47,19 @@ holds the journal) and the providers; restarted at once on the same state and po
 waiting run is there, the link minted before the crash approves it, the same Idempotency-Key
 returns the same run, and each payment is in the ledger exactly once.
 
+Part 5, flow control (``scripts/demo_flow.py``): local mode with the examples of
+``functions/agents/flow.py``. Nine ``batch-worker`` runs of two customers under
+``Concurrency(limit=3, key="input.customer")``, watched live: never more than three RUNNING,
+all succeed, the second customer is not served after all of the first. A ``research-lead``
+tree under a token ``Budget`` pauses ``BUDGET_EXCEEDED``; ``POST /runs/{id}/budget`` extends it
+with a reason and the tree succeeds, each model call counted once. A burst over a model's
+``requests_per_minute``: the calls over it wait on a durable timer (only its first seconds are
+shown; the periods are real minutes).
+
 Exit status 0 only if every check of every part holds. Run it with ``make demo``.
 
 Parts 1 to 3 are ``demo_step.py``, ``demo_side_effect.py`` and ``demo_support.py`` (what they
-share: ``demo_common.py``); this module runs the four parts in order and gives the verdict.
+share: ``demo_common.py``); this module runs the five parts in order and gives the verdict.
 """
 
 from __future__ import annotations
@@ -64,6 +73,7 @@ from pathlib import Path
 
 from demo_common import banner, worker_line
 from demo_durable import part_four
+from demo_flow import part_five
 from demo_side_effect import CHECKOUT_INPUT, part_two
 from demo_step import part_one
 from demo_support import APPROVER, SUPPORT_INPUT, part_three
@@ -117,8 +127,16 @@ def demo() -> int:
                 support_input=SUPPORT_INPUT,
                 approver=APPROVER,
             )
+            part_four_seconds = (
+                time.monotonic()
+                - started
+                - sum((part_one_seconds, part_two_seconds, part_three_seconds))
+            )
+            fifth_ok = part_five(Path(state_dir), banner=banner, on_line=worker_line("worker 7"))
         elapsed = time.monotonic() - started
-        part_four_seconds = elapsed - part_one_seconds - part_two_seconds - part_three_seconds
+        part_five_seconds = (
+            elapsed - part_one_seconds - part_two_seconds - part_three_seconds - part_four_seconds
+        )
         verdicts = [
             f"part {n} {'passed' if ok else 'FAILED'} ({seconds:.1f} s)"
             for n, ok, seconds in (
@@ -126,10 +144,11 @@ def demo() -> int:
                 (2, second_ok, part_two_seconds),
                 (3, third_ok, part_three_seconds),
                 (4, fourth_ok, part_four_seconds),
+                (5, fifth_ok, part_five_seconds),
             )
         ]
         print("\n" + ", ".join(verdicts))
-        if first_ok and second_ok and third_ok and fourth_ok:
+        if first_ok and second_ok and third_ok and fourth_ok and fifth_ok:
             print(f"demo passed in {elapsed:.1f} s")
             return 0
         return 1
