@@ -129,7 +129,7 @@ def part_four(
 ) -> bool:
     """Runs part 4 and prints its checks; True if they all hold."""
     print("\n" + "─" * 88)
-    print("Part 4 of 4: the whole local stack dies (SIGKILL to local mode, which holds the")
+    print("Part 4 of 5: the whole local stack dies (SIGKILL to local mode, which holds the")
     print("journal, and to the providers: a laptop losing power). Local mode keeps its state in")
     print("a state directory (default .durable-agents/): every write is on disk before it is")
     print("acknowledged.")

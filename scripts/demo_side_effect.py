@@ -52,7 +52,7 @@ CHECKOUT_TIMEOUT = 60.0
 
 def part_two(moto: MotoProcess, new_worker: NewWorker, state_dir: Path) -> bool:
     print("\n" + "─" * 88)
-    print("Part 2 of 4: a side effect. A tool call is PREPAREd in the journal (request and")
+    print("Part 2 of 5: a side effect. A tool call is PREPAREd in the journal (request and")
     print("idempotency key), EXECUTEd at the provider, then COMMITted. Here the worker dies")
     print("between the provider's charge and the COMMIT: the journal only knows it PREPAREd.")
     banner("1/6", f"starting the fake providers and worker 3 with --crash-at {CRASH_AT}")

@@ -31,7 +31,7 @@ FINISH_TIMEOUT = 90.0
 
 def part_one(moto: MotoProcess, new_worker: NewWorker) -> bool:
     clock = SystemClock()
-    print("durable-agents demo, part 1 of 4: a worker is killed with SIGKILL in the middle of")
+    print("durable-agents demo, part 1 of 5: a worker is killed with SIGKILL in the middle of")
     print("a step.")
     print("The journal (DynamoDB, here in a moto process) keeps every recorded step; the next")
     print("worker replays them from the journal and runs only what was not finished.")

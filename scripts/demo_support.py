@@ -109,7 +109,7 @@ def show_texts(chunks: Sequence[Mapping[str, Any]], run_id: str) -> None:
 
 def part_three(moto: MotoProcess, new_worker: NewWorker, state_dir: Path) -> bool:
     print("\n" + "─" * 88)
-    print("Part 3 of 4: an agent. A triage sub-agent, then model turns and tool calls, each")
+    print("Part 3 of 5: an agent. A triage sub-agent, then model turns and tool calls, each")
     print("recorded once; a refund above 50 EUR waits for a person, who approves it through a")
     print("signed link over HTTP. The model is scripted (agents/scripts/support.json): offline.")
     banner("1/5", "starting the fake providers again and worker 5 (no crash this time)")

@@ -1,4 +1,4 @@
-"""``make demo``, the README's first command, passes every check of its four parts.
+"""``make demo``, the README's first command, passes every check of its five parts.
 
 It runs the script as a user does (its own processes: the moto server, the workers, the fake
 providers), so a change anywhere that breaks what the demo shows fails the build here.
