@@ -80,6 +80,7 @@ def _journal() -> InMemoryJournal:
 CALLS: dict[str, tuple[Any, ...]] = {
     "commit": (RUN, [_entry()]),
     "create_run": (_header("r-child"),),
+    "flow_items": (),  # concurrency slots, rate limits and budgets (engine.flow, ADR 0030)
     "get_run": (RUN,),
     "get_wait": ("cb-1",),
     "load": (RUN,),  # a rerun reads its chain's ledger (engine.reruns)
@@ -113,7 +114,8 @@ WRAPPERS: dict[str, Callable[[InvocationStore], InvocationStore]] = {
 
 
 def test_the_port_is_what_the_calls_cover() -> None:
-    assert PORT == sorted(CALLS) == ["commit", "create_run", "get_run", "get_wait", "load"]
+    assert PORT == sorted(CALLS)
+    assert PORT == ["commit", "create_run", "flow_items", "get_run", "get_wait", "load"]
 
 
 def test_a_journal_store_is_the_port() -> None:
