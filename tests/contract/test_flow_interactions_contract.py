@@ -23,6 +23,7 @@ from durable_agents.engine.outcomes import InvocationOutcome
 from durable_agents.engine.runtime import Runtime
 from durable_agents.engine.sticky.parking import StickyRuns
 from durable_agents.flow_control import Budget, Concurrency
+from durable_agents.journal.flow_items import Delete
 from durable_agents.journal.store import JournalStore
 from durable_agents.llm import LlmRequest, Message, ModelConfig
 from tests.contract.flow_driver import FlowDriver, statuses
@@ -160,3 +161,46 @@ def test_a_finished_trees_budget_expires_with_its_root(journal: JournalStore) ->
     if expire is not None:  # memory and SQLite delete what expired, as DynamoDB's TTL does
         expire(finished.expires_at_ms + 1_000)
         assert journal.flow_items().query(budget_partition(root.run_id)) == []
+
+
+def test_a_queued_run_times_out_and_a_lost_queue_entry_is_written_again(
+    journal: JournalStore,
+) -> None:
+    clock = SkipClock()
+    registry = AgentRegistry()
+
+    @agent(name="looper", version="1", registry=registry, concurrency=Concurrency(limit=1))
+    def looper(ctx: DurableContext, n: int) -> int:
+        ctx.wait(3_600, name="long")  # holds no slot while it waits, but runs are queued first
+        return n
+
+    runtime = Runtime(journal, registry=registry, clock=clock)
+    first = runtime.start_run("looper", 0)[0].run_id
+    late = runtime.start_run("looper", 1, execution_timeout=120)[0].run_id
+    lost = runtime.start_run("looper", 2)[0].run_id
+    assert journal.get_run(late).status is RunStatus.QUEUED
+    # A crash lost one queue entry: the header says QUEUED, the queue does not have it.
+    slots = Slots(journal.flow_items())
+    (entry,) = [e for e in slots.waiting("looper", "default") if e.data["run_id"] == lost]
+    journal.flow_items().transact([Delete(entry.partition, entry.key)])
+    # The first run holds the slot (granted at its start, its Step Ready not delivered yet):
+    # the late run stays QUEUED past its time limit.
+    clock.advance(200_000)
+    report = sweep(runtime, stall_after_ms=60_000)
+    assert report.flow_requeued == 1
+    assert journal.get_run(late).status is RunStatus.QUEUED
+    # The sweep sent it its Step Ready: its invocation ends it, with no slot and no turn.
+    assert any(
+        e.detail == {"run_id": late, "reason": "flow: time limit"}
+        for e in runtime.publisher.events  # type: ignore[attr-defined]
+    )
+    driver = FlowDriver(runtime, clock)
+    while not journal.get_run(late).status.terminal:
+        assert driver.step()
+    # Ended at once, without its turn (the first run still has its hour to wait).
+    assert journal.get_run(late).status is RunStatus.TIMED_OUT
+    assert journal.get_run(first).status is not RunStatus.SUCCEEDED
+    driver.drain()
+    assert journal.get_run(first).status is RunStatus.SUCCEEDED
+    assert journal.get_run(lost).status is RunStatus.SUCCEEDED  # queued again, then granted
+    assert slots.holders("looper") == []

@@ -12,9 +12,12 @@ Per agent with a concurrency limit, every minute:
 And over the journal's listings:
 
 * **queued runs without their queue entry** (a crash between the header and the entry) are
-  queued again, at their recorded arrival (idempotent);
+  queued again, at their recorded arrival (idempotent; one read each for the rest, oldest
+  first, at most ``limit`` a sweep);
 * **runs over their budget whose budget was extended** (a wake-up lost) get their
-  ``Step Ready``.
+  ``Step Ready``;
+* **queued runs, and runs over their budget, past their time limit** get their ``Step Ready``:
+  their invocation ends them TIMED_OUT (nothing else wakes them before their turn).
 
 Every decision is a consistent read and a conditional write, so two sweeps at once, or a sweep
 racing an invocation, cannot free a slot twice or take one that is held.
@@ -28,11 +31,13 @@ from typing import Any
 from durable_agents.admin.sweeping import SweepContext
 from durable_agents.agent import AgentDefinition
 from durable_agents.core.models import RunHeader, RunStatus
+from durable_agents.core.run_flow import priority_of
 from durable_agents.engine.events import step_ready
 from durable_agents.engine.flow import admission
 from durable_agents.engine.flow.budgets import Budgets, budget_root
 from durable_agents.engine.flow.slots import Slots
 from durable_agents.engine.pinning import resolve_pinned
+from durable_agents.engine.time_limits import deadline_ms
 from durable_agents.errors import RunNotFoundError, VersionUnavailableError
 from durable_agents.journal.flow_items import FlowItem
 from durable_agents.journal.store import Page
@@ -60,6 +65,10 @@ def sweep_flow(ctx: SweepContext, stall_after_ms: int) -> None:
             return
         ctx.unit(f"flow slots {name}", partial(_slots, ctx, definition, stall_after_ms))
     for header in _oldest(ctx, RunStatus.QUEUED):
+        # Oldest first, the freshest left alone (their entry may be being written): a queued
+        # run's entry costs one read to check; at most ``limit`` of them a sweep.
+        if ctx.now_ms() - header.updated_at_ms < stall_after_ms:
+            break
         ctx.unit(header.run_id, partial(_requeue, ctx, header.run_id))
     for header in _oldest(ctx, RunStatus.BUDGET_EXCEEDED):
         if ctx.now_ms() - header.updated_at_ms < stall_after_ms:
@@ -126,6 +135,11 @@ def _requeue(ctx: SweepContext, run_id: str) -> None:
     header = runtime.store.get_run(run_id)  # consistent: the index copy may be stale
     if header.status is not RunStatus.QUEUED:
         return
+    if _past_its_time_limit(header, ctx.now_ms()):
+        # Nothing of it runs while it waits, not even its clock: its invocation ends it
+        # TIMED_OUT without a slot (a time limit needs no agent code).
+        runtime.publisher.publish([step_ready(run_id, "flow: time limit")])
+        return
     try:
         definition = resolve_pinned(runtime.registry, header)
     except VersionUnavailableError:
@@ -134,8 +148,20 @@ def _requeue(ctx: SweepContext, run_id: str) -> None:
         # Its agent has no limit any more: its Step Ready lets it go on (``unqueue``).
         runtime.publisher.publish([step_ready(run_id, "flow: no limit")])
         return
+    waiting = header.waiting_on or {}
+    key = str(waiting.get("key", admission.run_key(definition.concurrency, header)))
+    priority = int(waiting.get("priority", priority_of(header)))
+    queued_at = int(waiting.get("queued_at_ms", header.created_at_ms))
+    slots = Slots(runtime.store.flow_items())
+    if slots.is_queued(definition.name, key, priority, queued_at, run_id):
+        return
     admission.enqueue_started(runtime.store, runtime.clock, runtime.publisher, definition, header)
     ctx.report.flow_requeued += 1
+
+
+def _past_its_time_limit(header: RunHeader, now_ms: int) -> bool:
+    limit = deadline_ms(header)
+    return limit is not None and now_ms >= limit
 
 
 def _rewake(ctx: SweepContext, run_id: str) -> None:
@@ -145,6 +171,6 @@ def _rewake(ctx: SweepContext, run_id: str) -> None:
         return
     root = budget_root(header)
     state = None if root is None else Budgets(runtime.store.flow_items()).state(root)
-    if state is None or not state.exceeded:
+    if state is None or not state.exceeded or _past_its_time_limit(header, ctx.now_ms()):
         runtime.publisher.publish([step_ready(run_id, "budget extended")])
         ctx.report.budget_woken += 1

@@ -33,6 +33,7 @@ from durable_agents.engine import run_starts
 from durable_agents.engine.events import EventPublisher, step_ready
 from durable_agents.engine.flow.slots import Slots
 from durable_agents.engine.outcomes import InvocationOutcome, OutcomeKind
+from durable_agents.engine.time_limits import deadline_ms
 from durable_agents.errors import RunNotFoundError, RunStateConflictError
 from durable_agents.flow_control import Concurrency
 from durable_agents.journal.store import JournalStore
@@ -193,20 +194,24 @@ def grant_waiting(
         grant = slots.grant_next(agent, limits, clock.now_ms())
         if grant is None:
             break
-        if _start_granted(store, clock, grant.run_id):
+        started = _start_granted(store, clock, grant.run_id)
+        if started:
             publisher.publish([step_ready(grant.run_id, "granted")])
             granted += 1
-        else:
-            slots.release(agent, grant.run_id)  # stopped meanwhile: the slot is someone else's
+            continue
+        slots.release(agent, grant.run_id)  # stopped meanwhile: the slot is someone else's
+        if started is None:  # past its time limit: its invocation ends it, without a slot
+            publisher.publish([step_ready(grant.run_id, "time limit")])
     return granted
 
 
-def _start_granted(store: JournalStore, clock: Clock, run_id: str) -> bool:
+def _start_granted(store: JournalStore, clock: Clock, run_id: str) -> bool | None:
     """Sets a granted run RUNNING, fenced by what it was read at.
 
     Returns:
-        Whether the run may execute (it is RUNNING now, or was already, or is suspended and
-        its Step Ready will find its slot); False if it ended or is paused.
+        True if the run may execute (it is RUNNING now, or was already); False if it ended, or
+        is not where a grant finds a run; None if it is still QUEUED and past its time limit
+        (it needs no slot to end TIMED_OUT).
     """
     for _ in range(4):
         try:
@@ -214,7 +219,10 @@ def _start_granted(store: JournalStore, clock: Clock, run_id: str) -> bool:
         except RunNotFoundError:
             return False
         if header.status is not RunStatus.QUEUED:
-            return header.status in (RunStatus.RUNNING, RunStatus.SUSPENDED)
+            return header.status is RunStatus.RUNNING
+        limit = deadline_ms(header)
+        if limit is not None and clock.now_ms() >= limit:
+            return None
         try:
             unqueue(store, clock, header)
         except RunStateConflictError:
