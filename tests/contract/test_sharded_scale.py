@@ -17,24 +17,18 @@ checks in every ``pytest`` run.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
-from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import boto3
-import moto.dynamodb.models as moto_dynamodb_models
 import pytest
 from moto import mock_aws
-from moto.dynamodb.models import DynamoDBBackend
-from moto.dynamodb.models.dynamo_type import DynamoType
-from moto.dynamodb.models.table import Table
 
 from durable_agents import AgentRegistry, DurableContext, SkipClock
 from durable_agents import agent as agent_decorator
@@ -47,6 +41,7 @@ from durable_agents.journal.index_keys import EXPIRING_PK, WAKE_PK, status_listi
 from durable_agents.journal.index_shards import IndexShards
 from durable_agents.journal.retention import LATE_WRITE_GRACE_MS
 from durable_agents.journal.store import Page
+from durable_agents_local.moto_speed import faster_moto
 from durable_agents_local.template import create_journal_table
 from tests.conftest import TEMPLATE
 
@@ -57,108 +52,6 @@ TENANTS = ("acme", "globex", "initech")
 NAP_S = 60
 STALL_NEVER_MS = 10**12  # the stall sweeps must not re-drive anything here
 MIN_SHARE = 0.05  # every shard holds at least 5% of a listing's records
-
-
-def faster_moto(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Makes in-process moto's DynamoDB cost about what a request touches, not the table.
-
-    moto 5 does three things per request that cost the whole table, so N runs cost O(N^2) and
-    a 2,000-run table makes each commit take seconds:
-
-    * ``TransactWriteItems`` backs the table up with ``copy.deepcopy`` (once per item it
-      writes) to roll back a failed condition. The backup here shares every item partition the
-      transaction does not touch (it writes no other) and deep-copies those it does: the same
-      rollback, at the cost of the transaction's own items.
-    * A query of the table (``pk = ...``) sorts every item of the table, then keeps one
-      partition. Here it is handed that partition (the query sorts it by range key itself).
-    * Every other read sorts every item with ``DynamoType`` comparisons. Here the sorted list
-      is kept until an item is put or deleted (the only writes that change which items there
-      are), and sorted on the keys' plain values (the same order for our string keys).
-
-    What a request answers is unchanged; only its cost is.
-    """
-    patch_transaction_backups(monkeypatch)
-    real_query, real_put, real_delete = Table.query, Table.put_item, Table.delete_item
-    partition_of: list[Any] = []  # the partition a table query reads (innermost last)
-
-    def all_items(self: Table) -> list[Any]:
-        if partition_of and partition_of[-1] is not None and self.range_key_attr:
-            return (
-                list(self.items[partition_of[-1]].values())
-                if partition_of[-1] in self.items
-                else []
-            )
-        cached = self.__dict__.get("_sorted_items")
-        if cached is None:
-            every = [
-                i
-                for part in self.items.values()
-                for i in (part.values() if self.range_key_attr else [part])
-            ]
-            cached = sorted(
-                every,
-                key=lambda i: (
-                    (i.hash_key.cast_value, i.range_key.cast_value)
-                    if self.range_key_attr
-                    else (i.hash_key.cast_value,)
-                ),
-            )
-            self.__dict__["_sorted_items"] = cached
-        return list(cached)
-
-    def query(self: Table, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
-        index_name = args[6] if len(args) > 6 else kwargs.get("index_name")
-        partition_of.append(hash_key if index_name is None else None)
-        try:
-            return real_query(self, hash_key, *args, **kwargs)
-        finally:
-            partition_of.pop()
-
-    def put_item(self: Table, *args: Any, **kwargs: Any) -> Any:
-        self.__dict__.pop("_sorted_items", None)
-        return real_put(self, *args, **kwargs)
-
-    def delete_item(self: Table, *args: Any, **kwargs: Any) -> Any:
-        self.__dict__.pop("_sorted_items", None)
-        return real_delete(self, *args, **kwargs)
-
-    monkeypatch.setattr(Table, "all_items", all_items)
-    monkeypatch.setattr(Table, "query", query)
-    monkeypatch.setattr(Table, "put_item", put_item)
-    monkeypatch.setattr(Table, "delete_item", delete_item)
-
-
-def patch_transaction_backups(monkeypatch: pytest.MonkeyPatch) -> None:
-    """moto's transaction backup, of the partitions the transaction touches only."""
-    touched: set[Any] = set()
-
-    def backup(obj: Any, memo: Any = None) -> Any:
-        if not isinstance(obj, Table):
-            return copy.deepcopy(obj, memo)
-        snapshot = copy.copy(obj)
-        snapshot.__dict__.pop("_sorted_items", None)  # its own items: sorted afresh
-        snapshot.items = defaultdict(dict)
-        for hash_key, part in obj.items.items():
-            if hash_key in touched:
-                snapshot.items[hash_key] = copy.deepcopy(part)
-            else:
-                snapshot.items[hash_key] = dict(part) if obj.range_key_attr else part
-        return snapshot
-
-    real = DynamoDBBackend.transact_write_items
-
-    def transact_write_items(self: DynamoDBBackend, transact_items: list[dict[str, Any]]) -> None:
-        touched.clear()
-        for item in transact_items:
-            op = next(iter(item.values()))
-            table = self.tables.get(op.get("TableName"))
-            key = op.get("Key") or op.get("Item") or {}
-            if table is not None and table.hash_key_attr in key:
-                touched.add(DynamoType(key[table.hash_key_attr]))
-        real(self, transact_items)
-
-    monkeypatch.setattr(DynamoDBBackend, "transact_write_items", transact_write_items)
-    monkeypatch.setattr(moto_dynamodb_models, "copy", SimpleNamespace(deepcopy=backup))
 
 
 @pytest.fixture

@@ -255,7 +255,7 @@ class Schedule:
                 self.clock.advance(max(1_000, self.next_sweep - self.clock.now_ms()))
                 self._fire_due_timers()
                 continue
-            self.events.sort()
+            self.events.sort(key=lambda event: (event[0], event[1], event[2] or ""))
             due, run_id, target = self.events.pop(0)
             if due > self.clock.now_ms():
                 self.clock.advance_to(due)
