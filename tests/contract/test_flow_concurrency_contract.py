@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from durable_agents import AgentRegistry, DurableContext, agent
+from durable_agents.admin.reconciler import sweep
 from durable_agents.core.clock import SkipClock
 from durable_agents.core.models import RunStatus
 from durable_agents.engine.flow.slots import Slots
@@ -84,8 +85,12 @@ def test_twenty_runs_limit_three_all_finish_fairly(journal: JournalStore) -> Non
     assert sum(1 for n in first_ten if n.startswith("b")) >= 3, order
     slots = Slots(runtime.store.flow_items())
     assert slots.holders("limited") == []
-    count, _ = slots.counts("limited")
+    count, per_key = slots.counts("limited")
     assert count is not None and count.counters == {"n": 0, "queued": 0}
+    assert sorted(item.key for item in per_key) == ["k#a", "k#b"]
+    # The reconciler's flow sweep forgets the counts of keys with nothing running or waiting.
+    sweep(runtime, stall_after_ms=60_000)
+    assert slots.counts("limited")[1] == []
 
 
 def test_per_key_limit_and_priority(journal: JournalStore) -> None:

@@ -106,6 +106,7 @@ def _slots(ctx: SweepContext, definition: AgentDefinition[Any, Any], stall_after
         runtime.store, runtime.clock, runtime.publisher, definition.name, limits
     )
     ctx.report.flow_granted += granted
+    slots.forget_idle_keys(definition.name, limit=ctx.limit)
 
 
 def _holder(

@@ -327,6 +327,34 @@ class Slots:
                 ]
             )
 
+    def forget_idle_keys(self, agent: str, *, limit: int = 500) -> int:
+        """Deletes the counts of keys with nothing running or waiting (up to ``limit``).
+
+        A key's counts are created by its first run and would stay, at 0, for every key ever
+        seen (a user id as the key: unbounded). Each is deleted at the version read, so a run
+        that took or queued for the key meanwhile keeps its count; the next one creates it
+        again.
+
+        Returns:
+            How many were deleted.
+        """
+        part = slots_partition(agent)
+        deleted = seen = 0
+        after: str | None = None
+        while seen < limit:
+            page = self.items.query(part, prefix="k#", after=after, limit=min(100, limit))
+            for item in page:
+                seen += 1
+                if item.counters.get("n", 0) or item.counters.get("queued", 0):
+                    continue
+                with contextlib.suppress(FlowConflictError):
+                    self.items.transact([Delete(part, item.key, expected_version=item.version)])
+                    deleted += 1
+            if len(page) < min(100, limit):
+                break
+            after = page[-1].key
+        return deleted
+
     # -- what is seen ------------------------------------------------------------------------
 
     def counts(self, agent: str) -> tuple[FlowItem | None, list[FlowItem]]:
