@@ -217,3 +217,26 @@ def test_parallel_branches_of_one_run_stop_at_its_budget_too(journal: JournalSto
     driver.drain()
     assert journal.get_run(header.run_id).status is RunStatus.SUCCEEDED
     assert model.calls == 3
+
+
+def test_an_extensions_reason_never_keeps_a_revealed_secret(
+    journal: JournalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from durable_agents.core import scrub
+
+    monkeypatch.setattr(scrub, "_revealed", type(scrub._revealed)())
+    monkeypatch.setattr(scrub, "_ordered", ())
+    scrub.remember("sk-live-0123456789")
+    runtime = Runtime(journal, registry=make_registry(Budget(tokens=10)), clock=SkipClock())
+    root, _ = runtime.start_run("lead", "research")
+    state = extend_budget(
+        journal,
+        runtime.clock,
+        runtime.publisher,
+        root.run_id,
+        add_tokens=5,
+        by="ops",
+        reason="pasted the key sk-live-0123456789 by mistake",
+    )
+    assert state.extensions[-1]["reason"] == "pasted the key *** by mistake"
+    assert "sk-live" not in str(Budgets(journal.flow_items()).state(root.run_id))

@@ -11,6 +11,7 @@ repeated request (an extension of nothing wakes them) or the reconciler's flow s
 from __future__ import annotations
 
 from durable_agents.core.clock import Clock
+from durable_agents.core.scrub import scrub
 from durable_agents.engine.events import EventPublisher, step_ready
 from durable_agents.engine.flow.budgets import Budgets, BudgetState, budget_root
 from durable_agents.errors import DurableError
@@ -71,7 +72,7 @@ def extend_budget(
             add_tokens=add_tokens,
             add_cost_micros=round(add_cost_usd * 1_000_000),
             by=by,
-            reason=reason,
+            reason=scrub(reason),  # free text kept and shown: a revealed secret is scrubbed
             now_ms=clock.now_ms(),
         )
     except LookupError as exc:
