@@ -61,12 +61,15 @@ def port_of(api: ApiServer) -> int:
 
 def raw(api: ApiServer, request: bytes) -> bytes:
     """Sends raw bytes and reads the whole answer (b'' if the server answered nothing)."""
-    with socket.create_connection((HOST, port_of(api)), timeout=3) as sock:
+    with socket.create_connection((HOST, port_of(api)), timeout=30) as sock:
         sock.sendall(request)
         chunks = []
         try:
+            # The first bytes may take a while on a loaded machine (CI runs two workers on two
+            # cores); once the answer is flowing, 3 s of silence means it is whole.
             while chunk := sock.recv(65536):
                 chunks.append(chunk)
+                sock.settimeout(3)
         except TimeoutError:
             pass
     return b"".join(chunks)

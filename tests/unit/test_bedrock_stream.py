@@ -18,7 +18,7 @@ from botocore.stub import Stubber
 from botocore.validate import validate_parameters
 
 from durable_agents.aws.bedrock import BedrockProvider, assemble_stream, converse_request
-from durable_agents.llm import ModelOutputError, ModelRequestError
+from durable_agents.llm import ModelOutputError, ModelRequestError, ModelThrottledError
 from tests.unit.bedrock_stubs import (
     CONFIG,
     EXPECTED_REQUEST,
@@ -137,7 +137,8 @@ def test_stream_bad_tool_json_is_an_output_error() -> None:
 
 @pytest.mark.parametrize(
     ("code", "expected"),
-    [("validationException", ModelRequestError), ("throttlingException", EventStreamError)],
+    # A throttle inside the stream is a durable back-off (ADR 0030), like one before it.
+    [("validationException", ModelRequestError), ("throttlingException", ModelThrottledError)],
 )
 def test_in_stream_errors(client: Any, stubber: Stubber, code: str, expected: type) -> None:
     def events() -> Iterator[dict[str, Any]]:
