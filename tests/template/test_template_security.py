@@ -193,9 +193,16 @@ def test_least_privilege_table_access(resources: dict[str, Any], logical_id: str
     statements = function_statements(resources, logical_id)
     table = {"Fn::GetAtt": ["JournalTable", "Arn"]}
     indexes = {"Fn::Sub": "${JournalTable.Arn}/index/*"}
-    assert allowed(statements, table) == TABLE_ACTIONS
+    unconditioned = [s for s in statements if "Condition" not in s]
+    assert allowed(unconditioned, table) == TABLE_ACTIONS
     assert allowed(statements, indexes) == {"dynamodb:Query"}
-    every_action = {a for s in statements for a in as_list(s["Action"])}
+    # Deletes only of flow control's own items (ADR 0030): a freed slot, a granted queue entry.
+    deletes = [s for s in statements if "dynamodb:DeleteItem" in as_list(s["Action"])]
+    assert [s["Sid"] for s in deletes] == ["FlowItemDeletes"], logical_id
+    (flow,) = deletes
+    assert as_list(flow["Action"]) == ["dynamodb:DeleteItem"] and flow["Resource"] == table
+    assert flow["Condition"] == {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["FLOW#*"]}}
+    every_action = {a for s in statements if s is not flow for a in as_list(s["Action"])}
     # The journal is append-only; no scans; and TransactWriteItems is not an IAM action (items
     # in a transaction are authorised by PutItem/UpdateItem/ConditionCheckItem).
     for forbidden in (
