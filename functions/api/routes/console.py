@@ -72,10 +72,10 @@ from durable_agents.tools import default_tools
 logger = Logger(child=True)
 router = Router()  # type: ignore[no-untyped-call]
 MAX_STREAM_PAGES = 4
+"""Stream cache pages (of 500 chunks) a timeline reads: the text shown is at most 2,000 chunks."""
 MAX_EXTENSION_TOKENS = 10**12  # as POST /runs/{id}/budget's (routes.flow)
 MAX_EXTENSION_USD = 10**9
 MAX_BUDGET_REASON_CHARS = 500
-"""Stream cache pages (of 500 chunks) a timeline reads: the text shown is at most 2,000 chunks."""
 
 
 class ConsoleEventForm(BaseModel):
