@@ -56,6 +56,7 @@ from durable_agents.journal.store import JournalStore
 from durable_agents.llm import LlmRequest, LlmResponse, Message, ModelConfig
 from durable_agents.llm.types import ContentBlock, Usage
 from durable_agents_local.isolated_moto import IsolatedMotoServer
+from durable_agents_local.moto_speed import faster_moto
 from durable_agents_local.template import create_journal_table
 from durable_agents_local.testing import SimulatedCrash
 from tests.conftest import TEMPLATE
@@ -348,6 +349,8 @@ def fresh_journal(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[An
     """Makes a fresh journal per schedule: ``(make, schedules)``."""
     if request.param == "dynamodb":
         request.getfixturevalue("aws")  # in-process moto (fewer schedules: slower)
+        # moto would cost the whole table per request; patched to what a request touches.
+        faster_moto(request.getfixturevalue("monkeypatch"))
         client = boto3.client("dynamodb", region_name="us-east-1")
 
         def make_table(seed: int) -> JournalStore:
@@ -366,6 +369,7 @@ def fresh_journal(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[An
     yield make, SCHEDULES, RUNS
 
 
+@pytest.mark.timeout(1800)  # RELIABILITY_FULL: 200 schedules a journal, 5 on moto
 def test_flow_control_holds_under_crashes_duplicates_and_lost_events(fresh_journal: Any) -> None:
     make, schedules, runs = fresh_journal
     fired = 0
