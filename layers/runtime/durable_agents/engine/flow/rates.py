@@ -32,6 +32,11 @@ def _hash(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
 
 
+def _period_key(start_ms: int) -> str:
+    """A period's item key: its start, fixed-width so keys sort as times."""
+    return f"{start_ms:015d}"
+
+
 def _share(total: int, shards: int, shard: int) -> int:
     """The shard's part of ``total``: equal parts, the first ones one more for the remainder."""
     return total // shards + (1 if shard < total % shards else 0)
@@ -95,7 +100,7 @@ class RateLimits:
                 ceilings["tokens"] = _share(limit.tokens, shards, shard) - 1
             write = Increment(
                 f"rate#{limiter}#{shard}",
-                f"{start:015d}",
+                _period_key(start),
                 {"n": 1, "tokens": 0},
                 ceilings=ceilings,
                 expires_at_s=(start + period) // 1000 + _KEEP_S,
@@ -116,7 +121,7 @@ class RateLimits:
             [
                 Increment(
                     f"rate#{taken.limiter}#{taken.shard}",
-                    f"{taken.period_start_ms:015d}",
+                    _period_key(taken.period_start_ms),
                     {"tokens": tokens},
                 )
             ]
@@ -146,7 +151,7 @@ class RateLimits:
         start = now_ms // limit.period_ms * limit.period_ms
         requests = tokens = 0
         for shard in range(limit.shard_count):
-            item = self.items.get(f"rate#{limiter}#{shard}", f"{start:015d}")
+            item = self.items.get(f"rate#{limiter}#{shard}", _period_key(start))
             if item is not None:
                 requests += item.counters.get("n", 0)
                 tokens += item.counters.get("tokens", 0)
